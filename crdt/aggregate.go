@@ -1,0 +1,109 @@
+package crdt
+
+import (
+	"cmp"
+	"slices"
+)
+
+// Contributor is one active session that an aggregate was computed from.
+type Contributor struct {
+	Session string
+	Device  string
+	Epoch   uint64
+	Gateway string
+	Status  Status
+}
+
+// Presence is the aggregate presence of one user.
+type Presence struct {
+	User   string
+	Online bool
+	Status UserStatus
+	// Sessions are the active sessions the status came from, sorted by
+	// device, so any status can be explained.
+	Sessions []Contributor
+}
+
+// Aggregate computes a user's presence from the user's session records and
+// account record (nil for none). It is a pure function; records that are not
+// active (including those whose owner the caller treats as failed, passed
+// with State set to StateExpired) do not contribute.
+//
+// Precedence, first match wins:
+//  1. offline if no session is active;
+//  2. the account override (away, dnd or busy);
+//  3. the status of the authoritative device, when it has an active session;
+//  4. away if every active session is away; otherwise available (busy from
+//     a device that is not authoritative counts as available).
+func Aggregate(user string, sessions []*Session, acct *Account) Presence {
+	p := Presence{User: user}
+	for _, s := range sessions {
+		if s.State != StateActive {
+			continue
+		}
+		p.Sessions = append(p.Sessions, Contributor{
+			Session: s.ID, Device: s.Device, Epoch: s.Epoch, Gateway: s.Gateway, Status: s.Status,
+		})
+	}
+	if len(p.Sessions) == 0 {
+		p.Status = UserOffline
+		return p
+	}
+	slices.SortFunc(p.Sessions, func(a, b Contributor) int {
+		return cmp.Or(cmp.Compare(a.Device, b.Device), cmp.Compare(a.Epoch, b.Epoch), cmp.Compare(a.Session, b.Session))
+	})
+	p.Online = true
+	if acct != nil {
+		switch acct.Override {
+		case OverrideAway:
+			p.Status = UserAway
+			return p
+		case OverrideDND:
+			p.Status = UserDND
+			return p
+		case OverrideBusy:
+			p.Status = UserBusy
+			return p
+		}
+		if acct.AuthoritativeDevice != "" {
+			// Several active records for one device are impossible in a
+			// replica (one per Key), but an input list might hold them: the
+			// highest epoch, last in sort order, speaks for the device.
+			found := false
+			var st Status
+			for _, c := range p.Sessions {
+				if c.Device == acct.AuthoritativeDevice {
+					found, st = true, c.Status
+				}
+			}
+			if found {
+				p.Status = deviceToUser(st)
+				return p
+			}
+		}
+	}
+	p.Status = UserAway
+	for _, c := range p.Sessions {
+		if c.Status != StatusAway {
+			p.Status = UserAvailable
+			break
+		}
+	}
+	return p
+}
+
+func deviceToUser(s Status) UserStatus {
+	switch s {
+	case StatusAway:
+		return UserAway
+	case StatusBusy:
+		return UserBusy
+	}
+	return UserAvailable
+}
+
+// Equal reports whether two aggregates are the same, sessions included.
+func (p Presence) Equal(q Presence) bool {
+	return p.User == q.User && p.Online == q.Online && p.Status == q.Status &&
+		slices.Equal(p.Sessions, q.Sessions)
+}

@@ -1,0 +1,490 @@
+package crdt
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Wire encoding of deltas, digests and syncs: msgpack arrays with positional
+// fields (no field names on the wire). Decoders check every length against a
+// limit before allocating and validate what they decode, so garbage yields an
+// error, never a panic or a large allocation.
+//
+//	Origin     [node, incarnation]
+//	Session    [user, device, id, epoch, seq, gateway, state, status, [groups...],
+//	            expires_at, updated, origin_node, origin_incarnation, version]
+//	Account    [user, override, authoritative_device, hlc_wall, hlc_logical,
+//	            writer, origin_node, origin_incarnation, version]
+//	Delta      [since, 0, Session] | [since, 1, Account]
+//	Deltas     [Delta...]
+//	Digest     [[origin_node, origin_incarnation, watermark]...]
+//	Sync       [[origin_node, origin_incarnation, watermark, gc_floor, full,
+//	            [Session...], [Account...]]...]
+
+// Decoder limits.
+const (
+	MaxBatchDeltas   = 1 << 16 // deltas in one batch
+	MaxDigestOrigins = 1 << 16 // origins in one digest
+	MaxSyncRecords   = 1 << 24 // records in one sync
+)
+
+// ErrDecode is wrapped by every decoding failure.
+var ErrDecode = errors.New("decode")
+
+const (
+	kindSession = 0
+	kindAccount = 1
+)
+
+// AppendDeltas encodes a batch of deltas.
+func AppendDeltas(buf []byte, ds []Delta) ([]byte, error) {
+	w := bytes.NewBuffer(buf)
+	enc := msgpack.NewEncoder(w)
+	if err := enc.EncodeArrayLen(len(ds)); err != nil {
+		return nil, err
+	}
+	for i := range ds {
+		if err := encodeDelta(enc, &ds[i]); err != nil {
+			return nil, err
+		}
+	}
+	return w.Bytes(), nil
+}
+
+// EncodedDeltaSize returns the encoded size of one delta within a batch.
+func EncodedDeltaSize(d *Delta) int {
+	var w bytes.Buffer
+	enc := msgpack.NewEncoder(&w)
+	_ = encodeDelta(enc, d)
+	return w.Len()
+}
+
+// DecodeDeltas decodes and validates a batch of deltas.
+func DecodeDeltas(b []byte) ([]Delta, error) {
+	dec := msgpack.NewDecoder(bytes.NewReader(b))
+	n, err := arrayLen(dec, 0, MaxBatchDeltas)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Delta, 0, min(n, 64))
+	for range n {
+		d, err := decodeDelta(dec)
+		if err != nil {
+			return nil, err
+		}
+		if err := d.Validate(); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrDecode, err)
+		}
+		out = append(out, d)
+	}
+	if err := expectEnd(dec); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// AppendDigest encodes a digest.
+func AppendDigest(buf []byte, d Digest) ([]byte, error) {
+	w := bytes.NewBuffer(buf)
+	enc := msgpack.NewEncoder(w)
+	if err := enc.EncodeArrayLen(len(d)); err != nil {
+		return nil, err
+	}
+	for _, e := range d {
+		if err := encodeAll(enc, arr(3), e.Origin.Node, e.Origin.Incarnation, e.Watermark); err != nil {
+			return nil, err
+		}
+	}
+	return w.Bytes(), nil
+}
+
+// DecodeDigest decodes a digest.
+func DecodeDigest(b []byte) (Digest, error) {
+	dec := msgpack.NewDecoder(bytes.NewReader(b))
+	n, err := arrayLen(dec, 0, MaxDigestOrigins)
+	if err != nil {
+		return nil, err
+	}
+	out := make(Digest, 0, min(n, 256))
+	for range n {
+		if _, err := arrayLen(dec, 3, 3); err != nil {
+			return nil, err
+		}
+		var e DigestEntry
+		if e.Origin.Node, err = str(dec); err != nil {
+			return nil, err
+		}
+		if e.Origin.Incarnation, err = u64(dec); err != nil {
+			return nil, err
+		}
+		if e.Watermark, err = u64(dec); err != nil {
+			return nil, err
+		}
+		if e.Origin.Node == "" {
+			return nil, fmt.Errorf("%w: digest entry without a node", ErrDecode)
+		}
+		out = append(out, e)
+	}
+	if err := expectEnd(dec); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// AppendSync encodes a sync.
+func AppendSync(buf []byte, s Sync) ([]byte, error) {
+	w := bytes.NewBuffer(buf)
+	enc := msgpack.NewEncoder(w)
+	if err := enc.EncodeArrayLen(len(s)); err != nil {
+		return nil, err
+	}
+	for i := range s {
+		os := &s[i]
+		if err := encodeAll(enc, arr(7), os.Origin.Node, os.Origin.Incarnation, os.Watermark, os.GCFloor, os.Full, arr(len(os.Sessions))); err != nil {
+			return nil, err
+		}
+		for j := range os.Sessions {
+			if err := encodeSession(enc, &os.Sessions[j]); err != nil {
+				return nil, err
+			}
+		}
+		if err := enc.EncodeArrayLen(len(os.Accounts)); err != nil {
+			return nil, err
+		}
+		for j := range os.Accounts {
+			if err := encodeAccount(enc, &os.Accounts[j]); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return w.Bytes(), nil
+}
+
+// DecodeSync decodes and validates a sync.
+func DecodeSync(b []byte) (Sync, error) {
+	dec := msgpack.NewDecoder(bytes.NewReader(b))
+	n, err := arrayLen(dec, 0, MaxDigestOrigins)
+	if err != nil {
+		return nil, err
+	}
+	out := make(Sync, 0, min(n, 256))
+	total := 0
+	for range n {
+		if _, err := arrayLen(dec, 7, 7); err != nil {
+			return nil, err
+		}
+		var os OriginSync
+		if os.Origin.Node, err = str(dec); err != nil {
+			return nil, err
+		}
+		if os.Origin.Incarnation, err = u64(dec); err != nil {
+			return nil, err
+		}
+		if os.Watermark, err = u64(dec); err != nil {
+			return nil, err
+		}
+		if os.GCFloor, err = u64(dec); err != nil {
+			return nil, err
+		}
+		if os.Full, err = dec.DecodeBool(); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrDecode, err)
+		}
+		ns, err := arrayLen(dec, 0, MaxSyncRecords-total)
+		if err != nil {
+			return nil, err
+		}
+		total += ns
+		os.Sessions = make([]Session, 0, min(ns, 1024))
+		for range ns {
+			s, err := decodeSession(dec)
+			if err != nil {
+				return nil, err
+			}
+			os.Sessions = append(os.Sessions, s)
+		}
+		na, err := arrayLen(dec, 0, MaxSyncRecords-total)
+		if err != nil {
+			return nil, err
+		}
+		total += na
+		os.Accounts = make([]Account, 0, min(na, 1024))
+		for range na {
+			a, err := decodeAccount(dec)
+			if err != nil {
+				return nil, err
+			}
+			os.Accounts = append(os.Accounts, a)
+		}
+		out = append(out, os)
+	}
+	if err := expectEnd(dec); err != nil {
+		return nil, err
+	}
+	if err := out.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrDecode, err)
+	}
+	return out, nil
+}
+
+// arr marks an array header in encodeAll.
+type arr int
+
+func encodeAll(enc *msgpack.Encoder, vals ...any) error {
+	for _, v := range vals {
+		var err error
+		switch v := v.(type) {
+		case arr:
+			err = enc.EncodeArrayLen(int(v))
+		case string:
+			err = enc.EncodeString(v)
+		case uint64:
+			err = enc.EncodeUint(v)
+		case int64:
+			err = enc.EncodeInt(v)
+		case uint8:
+			err = enc.EncodeUint(uint64(v))
+		case uint32:
+			err = enc.EncodeUint(uint64(v))
+		case bool:
+			err = enc.EncodeBool(v)
+		default:
+			err = fmt.Errorf("crdt: cannot encode %T", v)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func encodeDelta(enc *msgpack.Encoder, d *Delta) error {
+	if d.Session != nil {
+		if err := encodeAll(enc, arr(3), d.Since, uint8(kindSession)); err != nil {
+			return err
+		}
+		return encodeSession(enc, d.Session)
+	}
+	if d.Account == nil {
+		return errors.New("crdt: empty delta")
+	}
+	if err := encodeAll(enc, arr(3), d.Since, uint8(kindAccount)); err != nil {
+		return err
+	}
+	return encodeAccount(enc, d.Account)
+}
+
+func encodeSession(enc *msgpack.Encoder, s *Session) error {
+	if err := encodeAll(enc, arr(14), s.User, s.Device, s.ID, s.Epoch, s.Seq, s.Gateway,
+		uint8(s.State), uint8(s.Status), arr(len(s.Groups))); err != nil {
+		return err
+	}
+	for _, g := range s.Groups {
+		if err := enc.EncodeString(g); err != nil {
+			return err
+		}
+	}
+	return encodeAll(enc, s.ExpiresAt, s.Updated, s.Origin.Node, s.Origin.Incarnation, s.Version)
+}
+
+func encodeAccount(enc *msgpack.Encoder, a *Account) error {
+	return encodeAll(enc, arr(9), a.User, uint8(a.Override), a.AuthoritativeDevice, a.Stamp.Wall,
+		a.Stamp.Logical, a.Writer, a.Origin.Node, a.Origin.Incarnation, a.Version)
+}
+
+func decodeDelta(dec *msgpack.Decoder) (Delta, error) {
+	var d Delta
+	if _, err := arrayLen(dec, 3, 3); err != nil {
+		return d, err
+	}
+	var err error
+	if d.Since, err = u64(dec); err != nil {
+		return d, err
+	}
+	kind, err := u64(dec)
+	if err != nil {
+		return d, err
+	}
+	switch kind {
+	case kindSession:
+		s, err := decodeSession(dec)
+		if err != nil {
+			return d, err
+		}
+		d.Session = &s
+	case kindAccount:
+		a, err := decodeAccount(dec)
+		if err != nil {
+			return d, err
+		}
+		d.Account = &a
+	default:
+		return d, fmt.Errorf("%w: unknown delta kind %d", ErrDecode, kind)
+	}
+	return d, nil
+}
+
+func decodeSession(dec *msgpack.Decoder) (Session, error) {
+	var s Session
+	if _, err := arrayLen(dec, 14, 14); err != nil {
+		return s, err
+	}
+	var err error
+	var state, status uint64
+	for _, f := range []func() error{
+		func() error { s.User, err = str(dec); return err },
+		func() error { s.Device, err = str(dec); return err },
+		func() error { s.ID, err = str(dec); return err },
+		func() error { s.Epoch, err = u64(dec); return err },
+		func() error { s.Seq, err = u64(dec); return err },
+		func() error { s.Gateway, err = str(dec); return err },
+		func() error { state, err = u64(dec); return err },
+		func() error { status, err = u64(dec); return err },
+	} {
+		if err := f(); err != nil {
+			return s, err
+		}
+	}
+	if state > uint64(maxStateEnum) || status > uint64(StatusBusy) {
+		return s, fmt.Errorf("%w: session state %d, status %d", ErrDecode, state, status)
+	}
+	s.State, s.Status = State(state), Status(status)
+	ng, err := arrayLen(dec, 0, MaxGroups)
+	if err != nil {
+		return s, err
+	}
+	if ng > 0 {
+		s.Groups = make([]string, ng)
+		for i := range s.Groups {
+			if s.Groups[i], err = str(dec); err != nil {
+				return s, err
+			}
+		}
+	}
+	if s.ExpiresAt, err = i64(dec); err != nil {
+		return s, err
+	}
+	if s.Updated, err = i64(dec); err != nil {
+		return s, err
+	}
+	if s.Origin.Node, err = str(dec); err != nil {
+		return s, err
+	}
+	if s.Origin.Incarnation, err = u64(dec); err != nil {
+		return s, err
+	}
+	if s.Version, err = u64(dec); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+func decodeAccount(dec *msgpack.Decoder) (Account, error) {
+	var a Account
+	if _, err := arrayLen(dec, 9, 9); err != nil {
+		return a, err
+	}
+	var err error
+	if a.User, err = str(dec); err != nil {
+		return a, err
+	}
+	ov, err := u64(dec)
+	if err != nil {
+		return a, err
+	}
+	if ov > uint64(OverrideBusy) {
+		return a, fmt.Errorf("%w: account override %d", ErrDecode, ov)
+	}
+	a.Override = Override(ov)
+	if a.AuthoritativeDevice, err = str(dec); err != nil {
+		return a, err
+	}
+	if a.Stamp.Wall, err = i64(dec); err != nil {
+		return a, err
+	}
+	logical, err := u64(dec)
+	if err != nil {
+		return a, err
+	}
+	if logical > 1<<32-1 {
+		return a, fmt.Errorf("%w: hlc logical %d overflows", ErrDecode, logical)
+	}
+	a.Stamp.Logical = uint32(logical)
+	if a.Writer, err = str(dec); err != nil {
+		return a, err
+	}
+	if a.Origin.Node, err = str(dec); err != nil {
+		return a, err
+	}
+	if a.Origin.Incarnation, err = u64(dec); err != nil {
+		return a, err
+	}
+	if a.Version, err = u64(dec); err != nil {
+		return a, err
+	}
+	return a, nil
+}
+
+func arrayLen(dec *msgpack.Decoder, lo, hi int) (int, error) {
+	n, err := dec.DecodeArrayLen()
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrDecode, err)
+	}
+	if n < lo || n > hi {
+		return 0, fmt.Errorf("%w: array of %d, want %d..%d", ErrDecode, n, lo, hi)
+	}
+	return n, nil
+}
+
+func str(dec *msgpack.Decoder) (string, error) {
+	c, err := dec.PeekCode()
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrDecode, err)
+	}
+	// fixstr, str8, str16, str32. The decoder grows its buffer only as input
+	// arrives, so a lying length costs at most the input's size.
+	if !((c >= 0xa0 && c <= 0xbf) || c == 0xd9 || c == 0xda || c == 0xdb) {
+		return "", fmt.Errorf("%w: want a string, got code 0x%02x", ErrDecode, c)
+	}
+	s, err := dec.DecodeString()
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrDecode, err)
+	}
+	if len(s) > MaxNameLen {
+		return "", fmt.Errorf("%w: string of %d bytes (max %d)", ErrDecode, len(s), MaxNameLen)
+	}
+	return s, nil
+}
+
+func u64(dec *msgpack.Decoder) (uint64, error) {
+	c, err := dec.PeekCode()
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrDecode, err)
+	}
+	// positive fixint, uint8..uint64
+	if !(c <= 0x7f || (c >= 0xcc && c <= 0xcf)) {
+		return 0, fmt.Errorf("%w: want an unsigned integer, got code 0x%02x", ErrDecode, c)
+	}
+	v, err := dec.DecodeUint64()
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrDecode, err)
+	}
+	return v, nil
+}
+
+func i64(dec *msgpack.Decoder) (int64, error) {
+	v, err := dec.DecodeInt64()
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrDecode, err)
+	}
+	return v, nil
+}
+
+func expectEnd(dec *msgpack.Decoder) error {
+	if _, err := dec.PeekCode(); err == nil {
+		return fmt.Errorf("%w: trailing bytes", ErrDecode)
+	}
+	return nil
+}

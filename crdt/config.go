@@ -1,0 +1,57 @@
+package crdt
+
+import (
+	"errors"
+	"time"
+)
+
+// Config configures a Replica. The zero value of every field but Self takes
+// the default noted beside it.
+type Config struct {
+	// Self is the origin this replica writes as. Its Node must be set;
+	// Incarnation should grow on every restart (a boot timestamp is usual).
+	Self Origin
+
+	// TombstoneHorizon is how long an ended session stays as a tombstone,
+	// counted from when this replica saw it end, before GC removes it. It
+	// must exceed the longest a late delta can still arrive (the anti-entropy
+	// interval times a safety factor). A peer whose digest lags further than
+	// this is repaired by a full snapshot of the origin. Default 10m.
+	TombstoneHorizon time.Duration
+
+	// PurgeHorizon is how long the sessions of a node marked down stay in
+	// the projection (shown expired) before GC purges them. Default 30m.
+	PurgeHorizon time.Duration
+
+	// MaxPendingRanges bounds, per origin, the out-of-order delta ranges
+	// remembered above the watermark. Past it the oldest is forgotten and
+	// anti-entropy repairs the gap. Default 1024.
+	MaxPendingRanges int
+}
+
+// Defaults for Config.
+const (
+	DefaultTombstoneHorizon = 10 * time.Minute
+	DefaultPurgeHorizon     = 30 * time.Minute
+	DefaultMaxPendingRanges = 1024
+)
+
+// Validate fills defaults and rejects contradictions.
+func (c *Config) Validate() error {
+	if c.Self.Node == "" {
+		return errors.New("crdt: Config.Self.Node is required")
+	}
+	if c.TombstoneHorizon == 0 {
+		c.TombstoneHorizon = DefaultTombstoneHorizon
+	}
+	if c.PurgeHorizon == 0 {
+		c.PurgeHorizon = DefaultPurgeHorizon
+	}
+	if c.MaxPendingRanges == 0 {
+		c.MaxPendingRanges = DefaultMaxPendingRanges
+	}
+	if c.TombstoneHorizon < 0 || c.PurgeHorizon < 0 || c.MaxPendingRanges < 0 {
+		return errors.New("crdt: horizons and limits must not be negative")
+	}
+	return nil
+}

@@ -1,0 +1,245 @@
+package crdt
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Delta is one replicated write: a session record or an account record,
+// stamped with its origin and version. Any replica can apply any delta, in
+// any order, any number of times.
+type Delta struct {
+	// Since states coverage: together with the origin's writes at versions
+	// <= Since, this delta's record covers every write the origin made in
+	// (Since, Version]. An uncoalesced delta has Since = Version-1;
+	// Coalesce widens it. Receivers use it to advance their watermark.
+	Since   uint64
+	Session *Session
+	Account *Account
+}
+
+// Origin returns the origin that wrote the delta's record.
+func (d *Delta) Origin() Origin {
+	if d.Session != nil {
+		return d.Session.Origin
+	}
+	if d.Account != nil {
+		return d.Account.Origin
+	}
+	return Origin{}
+}
+
+// Version returns the origin's version of the delta's record.
+func (d *Delta) Version() uint64 {
+	if d.Session != nil {
+		return d.Session.Version
+	}
+	if d.Account != nil {
+		return d.Account.Version
+	}
+	return 0
+}
+
+// User returns the user the delta is about.
+func (d *Delta) User() string {
+	if d.Session != nil {
+		return d.Session.User
+	}
+	if d.Account != nil {
+		return d.Account.User
+	}
+	return ""
+}
+
+// Limits on decoded records, so a hostile or corrupt peer cannot make a
+// replica hold absurd values.
+const (
+	MaxNameLen   = 256 // user, device, session id, gateway, group names
+	MaxGroups    = 256 // groups per session
+	maxStateEnum = StateExpired
+)
+
+// ErrInvalidDelta is wrapped by every validation failure.
+var ErrInvalidDelta = errors.New("invalid delta")
+
+// Validate checks a decoded delta before it is applied.
+func (d *Delta) Validate() error {
+	if (d.Session == nil) == (d.Account == nil) {
+		return fmt.Errorf("%w: want exactly one of session or account", ErrInvalidDelta)
+	}
+	if d.Version() == 0 || d.Since >= d.Version() {
+		return fmt.Errorf("%w: version %d, since %d", ErrInvalidDelta, d.Version(), d.Since)
+	}
+	if d.Session != nil {
+		return d.Session.validate()
+	}
+	return d.Account.validate()
+}
+
+func (s *Session) validate() error {
+	if err := checkNames("session", s.User, s.Device, s.ID, s.Gateway, s.Origin.Node); err != nil {
+		return err
+	}
+	if s.Epoch == 0 || s.Version == 0 {
+		return fmt.Errorf("%w: session %s has epoch %d, version %d", ErrInvalidDelta, s.Key(), s.Epoch, s.Version)
+	}
+	if s.State > maxStateEnum || s.Status > StatusBusy {
+		return fmt.Errorf("%w: session %s has state %d, status %d", ErrInvalidDelta, s.Key(), s.State, s.Status)
+	}
+	if len(s.Groups) > MaxGroups {
+		return fmt.Errorf("%w: session %s has %d groups (max %d)", ErrInvalidDelta, s.Key(), len(s.Groups), MaxGroups)
+	}
+	for i, g := range s.Groups {
+		if g == "" || len(g) > MaxNameLen || (i > 0 && s.Groups[i-1] >= g) {
+			return fmt.Errorf("%w: session %s groups not sorted, unique and non-empty", ErrInvalidDelta, s.Key())
+		}
+	}
+	return nil
+}
+
+func (a *Account) validate() error {
+	if err := checkNames("account", a.User, "x", "x", a.Writer, a.Origin.Node); err != nil {
+		return err
+	}
+	if len(a.AuthoritativeDevice) > MaxNameLen || a.Override > OverrideBusy || a.Version == 0 {
+		return fmt.Errorf("%w: account %q malformed", ErrInvalidDelta, a.User)
+	}
+	return nil
+}
+
+func checkNames(what string, names ...string) error {
+	for _, n := range names {
+		if n == "" || len(n) > MaxNameLen {
+			return fmt.Errorf("%w: %s has an empty or over-long name", ErrInvalidDelta, what)
+		}
+	}
+	return nil
+}
+
+// Coalesce shrinks a batch of deltas from one origin, in version order and
+// covering a contiguous run of that origin's writes, to the last write of
+// each key, re-chaining Since so that coverage stays exact: a receiver that
+// gets every kept delta advances its watermark over the whole run, and one
+// that misses some advances only as far as it can prove.
+// Deltas of other origins are returned unchanged, after the coalesced ones.
+func Coalesce(batch []Delta) []Delta {
+	if len(batch) < 2 {
+		return batch
+	}
+	origin := batch[0].Origin()
+	type slot struct {
+		account bool
+		user    string
+		device  string
+	}
+	last := make(map[slot]int, len(batch))
+	var others []Delta
+	for i := range batch {
+		d := &batch[i]
+		if d.Origin() != origin {
+			others = append(others, *d)
+			continue
+		}
+		s := slot{user: d.User()}
+		if d.Session != nil {
+			s.device = d.Session.Device
+		} else {
+			s.account = true
+		}
+		last[s] = i
+	}
+	keep := make([]int, 0, len(last))
+	for _, i := range last {
+		keep = append(keep, i)
+	}
+	slices.SortFunc(keep, func(a, b int) int { return cmpU64(batch[a].Version(), batch[b].Version()) })
+	out := make([]Delta, 0, len(keep)+len(others))
+	since := ^uint64(0)
+	for i := range batch {
+		if batch[i].Origin() == origin {
+			since = min(since, batch[i].Since)
+		}
+	}
+	for _, i := range keep {
+		d := batch[i]
+		d.Since = since
+		since = d.Version()
+		out = append(out, d)
+	}
+	return append(out, others...)
+}
+
+// Digest is a replica's per-origin watermarks, sorted by origin: what it
+// holds. A peer answers it with Replica.Diff.
+type Digest []DigestEntry
+
+// DigestEntry is the watermark of one origin.
+type DigestEntry struct {
+	Origin    Origin
+	Watermark uint64
+}
+
+// Sync is the answer to a digest: per origin, the records the asker lacks.
+type Sync []OriginSync
+
+// OriginSync carries one origin's records above the asker's watermark.
+type OriginSync struct {
+	Origin Origin
+	// Watermark is the sender's watermark for Origin; the receiver takes
+	// max(own, Watermark) after applying the records.
+	Watermark uint64
+	// GCFloor is the highest version of this origin the sender has garbage
+	// collected or purged.
+	GCFloor uint64
+	// Full marks a complete snapshot of the origin's records up to
+	// Watermark, sent when the asker lagged below GCFloor: the receiver drops
+	// any record of the origin at or below Watermark that the snapshot lacks.
+	Full     bool
+	Sessions []Session
+	Accounts []Account
+}
+
+// Len returns the number of records in the sync.
+func (s Sync) Len() int {
+	n := 0
+	for i := range s {
+		n += len(s[i].Sessions) + len(s[i].Accounts)
+	}
+	return n
+}
+
+// Validate checks a decoded sync before it is applied.
+func (s Sync) Validate() error {
+	for i := range s {
+		os := &s[i]
+		if err := checkNames("sync origin", os.Origin.Node); err != nil {
+			return err
+		}
+		for j := range os.Sessions {
+			if os.Sessions[j].Origin != os.Origin {
+				return fmt.Errorf("%w: sync for %s holds a record of %s", ErrInvalidDelta, os.Origin, os.Sessions[j].Origin)
+			}
+			if err := os.Sessions[j].validate(); err != nil {
+				return err
+			}
+		}
+		for j := range os.Accounts {
+			if os.Accounts[j].Origin != os.Origin {
+				return fmt.Errorf("%w: sync for %s holds a record of %s", ErrInvalidDelta, os.Origin, os.Accounts[j].Origin)
+			}
+			if err := os.Accounts[j].validate(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func compareOrigins(a, b Origin) int {
+	if c := strings.Compare(a.Node, b.Node); c != 0 {
+		return c
+	}
+	return cmpU64(a.Incarnation, b.Incarnation)
+}

@@ -1,0 +1,36 @@
+// Package crdt owns Rollcall's replicated presence state: the session map
+// (last-writer-wins by epoch), per-user account records (last-writer-wins by
+// hybrid logical clock), tombstones and their garbage collection, per-origin
+// version digests for anti-entropy, the indexes queries need, and the pure
+// aggregation of a user's sessions into one status.
+//
+// The package is pure. It starts no goroutines, performs no I/O and never reads
+// the wall clock: time is always an argument. node/ and gossip/ drive it with
+// real sockets and clocks; sim/ drives the very same code in virtual time.
+// Nothing here is safe for concurrent use; the driver serialises access.
+//
+// # Replication model
+//
+// Every record is written by exactly one origin: the gateway incarnation that
+// owns it (Origin{Node, Incarnation}). Each origin stamps its writes with a
+// strictly increasing Version. A replica tracks, per origin, a watermark W:
+// it holds every write of that origin with version <= W, or a record that
+// dominates it. Digests are the set of watermarks; a peer answers a digest
+// with the records whose version is above the watermark, so the cost of a sync
+// follows the difference between replicas, not the total state.
+//
+// Session records merge by (Epoch, terminal, Seq, Gateway, ID): a total order,
+// so merge is commutative, associative and idempotent. A lower epoch never
+// overwrites a higher one, and a terminal record (disconnected or expired) of
+// an epoch is never revived by an active record of the same or an older epoch.
+//
+// The driving loop, in node/ and sim/ alike:
+//
+//	r := crdt.NewReplica(crdt.Config{Self: origin})
+//	d, err := r.PutLocal(session, now) // an owner's write: a Delta to disseminate
+//	changes := r.Apply(delta, now)      // a remote delta: the users it changed
+//	dg := r.Digest()                    // anti-entropy: what I hold
+//	resp := peer.Diff(dg)               // what the peer holds that I lack
+//	r.ApplySync(resp, now)
+//	r.GC(now)                           // tombstones past the horizon
+package crdt

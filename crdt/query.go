@@ -1,0 +1,158 @@
+package crdt
+
+import (
+	"maps"
+	"slices"
+)
+
+// view returns a copy of a record as this replica's projection shows it: an
+// active session of a gateway marked down is shown expired.
+func (r *Replica) view(e *entry) Session {
+	s := e.s
+	s.Groups = slices.Clone(e.s.Groups)
+	if s.State == StateActive && !r.effectiveActive(&e.s) {
+		s.State = StateExpired
+	}
+	return s
+}
+
+// Session returns the projected record for a key, tombstones included.
+func (r *Replica) Session(k Key) (Session, bool) {
+	e := r.sessions[k]
+	if e == nil {
+		return Session{}, false
+	}
+	return r.view(e), true
+}
+
+// MaxEpoch returns the highest epoch this replica holds for a key, ended
+// records included, or 0.
+func (r *Replica) MaxEpoch(k Key) uint64 {
+	if e := r.sessions[k]; e != nil {
+		return e.s.Epoch
+	}
+	return 0
+}
+
+// UserSessions returns the projected records of a user, sorted by device.
+func (r *Replica) UserSessions(user string) []Session {
+	devs := r.byUser[user]
+	out := make([]Session, 0, len(devs))
+	for _, d := range slices.Sorted(maps.Keys(devs)) {
+		out = append(out, r.view(devs[d]))
+	}
+	return out
+}
+
+// Account returns a user's account record.
+func (r *Replica) Account(user string) (Account, bool) {
+	a := r.accounts[user]
+	if a == nil {
+		return Account{}, false
+	}
+	return *a, true
+}
+
+// Presence aggregates a user's projected sessions and account record.
+func (r *Replica) Presence(user string) Presence {
+	devs := r.byUser[user]
+	recs := make([]*Session, 0, len(devs))
+	for _, e := range devs {
+		if e.counted {
+			recs = append(recs, &e.s)
+		}
+	}
+	return Aggregate(user, recs, r.accounts[user])
+}
+
+// GroupOnlineCount returns how many users have an active session in group
+// g: O(1).
+func (r *Replica) GroupOnlineCount(g string) int { return len(r.groupOnline[g]) }
+
+// GroupOnlineUsers returns the users with an active session in group g,
+// sorted.
+func (r *Replica) GroupOnlineUsers(g string) []string {
+	return slices.Sorted(maps.Keys(r.groupOnline[g]))
+}
+
+// NodeSessions returns the keys of the session records whose gateway is
+// node (every incarnation), sorted.
+func (r *Replica) NodeSessions(node string) []Key {
+	var keys []Key
+	for o, st := range r.origins {
+		if o.Node != node {
+			continue
+		}
+		st.log.Ascend(func(it logItem) bool {
+			if !it.account {
+				keys = append(keys, Key{it.user, it.device})
+			}
+			return true
+		})
+	}
+	slices.SortFunc(keys, func(a, b Key) int {
+		if a.User != b.User {
+			return compareStrings(a.User, b.User)
+		}
+		return compareStrings(a.Device, b.Device)
+	})
+	return keys
+}
+
+// Stats counts what a replica holds.
+type Stats struct {
+	Sessions   int // records, tombstones included
+	Active     int // effectively active sessions
+	Tombstones int
+	Accounts   int
+	Origins    int
+	Users      int
+	Groups     int // groups with at least one online user
+}
+
+// Stats returns counts of what the replica holds. It walks the sessions:
+// O(records), for metrics, not for hot paths.
+func (r *Replica) Stats() Stats {
+	st := Stats{Sessions: len(r.sessions), Accounts: len(r.accounts), Origins: len(r.origins),
+		Users: len(r.byUser), Groups: len(r.groupOnline)}
+	for _, e := range r.sessions {
+		if e.counted {
+			st.Active++
+		}
+		if e.s.State.Terminal() {
+			st.Tombstones++
+		}
+	}
+	return st
+}
+
+// Snapshot returns every record, sorted by key (sessions) and user
+// (accounts), as held (not projected). Replicas that have converged return
+// equal snapshots.
+func (r *Replica) Snapshot() ([]Session, []Account) {
+	ss := make([]Session, 0, len(r.sessions))
+	for _, e := range r.sessions {
+		ss = append(ss, e.s)
+	}
+	slices.SortFunc(ss, func(a, b Session) int {
+		if a.User != b.User {
+			return compareStrings(a.User, b.User)
+		}
+		return compareStrings(a.Device, b.Device)
+	})
+	as := make([]Account, 0, len(r.accounts))
+	for _, u := range slices.Sorted(maps.Keys(r.accounts)) {
+		as = append(as, *r.accounts[u])
+	}
+	return ss, as
+}
+
+func compareStrings(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

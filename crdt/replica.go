@@ -1,0 +1,342 @@
+package crdt
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// ErrSuperseded is returned by PutLocal when the replica already holds a
+// record for the key that the write could not beat: a newer epoch, or the same
+// epoch owned by another gateway or already ended. The caller's connection
+// for that key is stale.
+var ErrSuperseded = errors.New("session superseded")
+
+// entry is the replica's copy of one session record plus local bookkeeping.
+type entry struct {
+	s Session
+	// endedAt is the local time this replica first held the record as
+	// terminal; 0 while active. Tombstone GC counts from it, so owner clock
+	// skew cannot shorten a tombstone's life.
+	endedAt int64
+	// counted records whether s is counted in the group index, i.e. it was
+	// effectively active when last indexed.
+	counted bool
+}
+
+// tombstone is a GC queue item: the key whose record ended at endedAt.
+type tombstone struct {
+	key     Key
+	version uint64
+	origin  Origin
+	endedAt int64
+}
+
+// Replica is one node's copy of the replicated presence state, with the
+// indexes queries need. It is not safe for concurrent use.
+type Replica struct {
+	cfg     Config
+	hlc     HLC
+	version uint64 // our origin's write counter
+
+	sessions  map[Key]*entry
+	accounts  map[string]*Account
+	origins   map[Origin]*originState
+	latestInc map[string]uint64 // node -> newest incarnation seen
+	downSince map[string]int64  // node -> local time it was marked down
+
+	// Indexes, maintained on every change.
+	byUser      map[string]map[string]*entry // user -> device -> entry
+	groupOnline map[string]map[string]int    // group -> user -> active sessions in group
+
+	tombstones []tombstone // FIFO by endedAt
+}
+
+// NewReplica returns an empty replica writing as cfg.Self.
+func NewReplica(cfg Config) (*Replica, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	r := &Replica{
+		cfg:         cfg,
+		sessions:    make(map[Key]*entry),
+		accounts:    make(map[string]*Account),
+		origins:     make(map[Origin]*originState),
+		latestInc:   map[string]uint64{cfg.Self.Node: cfg.Self.Incarnation},
+		downSince:   make(map[string]int64),
+		byUser:      make(map[string]map[string]*entry),
+		groupOnline: make(map[string]map[string]int),
+	}
+	r.originState(cfg.Self)
+	return r, nil
+}
+
+// Self returns the origin this replica writes as.
+func (r *Replica) Self() Origin { return r.cfg.Self }
+
+// Config returns the replica's validated configuration.
+func (r *Replica) Config() Config { return r.cfg }
+
+func (r *Replica) originState(o Origin) *originState {
+	st := r.origins[o]
+	if st == nil {
+		st = newOriginState(o)
+		r.origins[o] = st
+	}
+	return st
+}
+
+// PutLocal writes a session record as this replica's origin: a connect, a
+// status or group change, or the end of the session. The caller fills User,
+// Device, ID, Epoch, State, Status, Groups and ExpiresAt; PutLocal stamps Seq,
+// Gateway, Origin, Version and Updated, applies the write and returns the
+// delta to disseminate.
+//
+// The write must be the newest for its key: a first epoch greater than any
+// record held, or a later write of the same active session. Otherwise it
+// returns ErrSuperseded and changes nothing.
+func (r *Replica) PutLocal(s Session, now int64) (Delta, error) {
+	s.Origin = r.cfg.Self
+	s.Gateway = r.cfg.Self.Node
+	s.Groups = NormalizeGroups(slices.Clone(s.Groups))
+	s.Updated = now
+	if s.User == "" || s.Device == "" || s.ID == "" || s.Epoch == 0 {
+		return Delta{}, fmt.Errorf("crdt: local session needs user, device, id and epoch: %+v", s)
+	}
+	s.Seq = 1
+	if cur := r.sessions[s.Key()]; cur != nil {
+		switch {
+		case cur.s.Epoch > s.Epoch:
+			return Delta{}, fmt.Errorf("%w: %s holds epoch %d > %d", ErrSuperseded, s.Key(), cur.s.Epoch, s.Epoch)
+		case cur.s.Epoch == s.Epoch:
+			if cur.s.Origin != s.Origin || cur.s.ID != s.ID || cur.s.State.Terminal() {
+				return Delta{}, fmt.Errorf("%w: %s epoch %d already taken or ended", ErrSuperseded, s.Key(), s.Epoch)
+			}
+			s.Seq = cur.s.Seq + 1
+		}
+	}
+	r.version++
+	s.Version = r.version
+	st := r.origins[r.cfg.Self]
+	st.watermark = r.version
+	r.mergeSession(&s, now)
+	out := s.Clone()
+	return Delta{Since: s.Version - 1, Session: out}, nil
+}
+
+// PutAccountLocal writes a user's account record as this replica's origin,
+// stamping it with the hybrid logical clock at wall time now.
+func (r *Replica) PutAccountLocal(user string, override Override, authoritativeDevice string, now int64) (Delta, error) {
+	if user == "" {
+		return Delta{}, errors.New("crdt: account needs a user")
+	}
+	a := Account{
+		User: user, Override: override, AuthoritativeDevice: authoritativeDevice,
+		Stamp: r.hlc.Now(now), Writer: r.cfg.Self.Node, Origin: r.cfg.Self,
+	}
+	r.version++
+	a.Version = r.version
+	r.origins[r.cfg.Self].watermark = r.version
+	r.mergeAccount(&a)
+	out := a
+	return Delta{Since: a.Version - 1, Account: &out}, nil
+}
+
+// Apply merges a delta received from another replica at local time now. It
+// reports whether the replica's state changed (the delta's user may need an
+// event) and the users whose sessions were dropped because the delta revealed
+// a new incarnation of their gateway. An invalid delta is an error and changes
+// nothing; a stale or duplicate one is not an error.
+func (r *Replica) Apply(d Delta, now int64) (changed bool, dropped []string, err error) {
+	if err := d.Validate(); err != nil {
+		return false, nil, err
+	}
+	o := d.Origin()
+	ok, dropped := r.admit(o, d.Session != nil)
+	if !ok {
+		return false, dropped, nil
+	}
+	st := r.originState(o)
+	if d.Version() <= st.watermark {
+		return false, dropped, nil
+	}
+	if d.Session != nil {
+		changed = r.mergeSession(d.Session, now)
+	} else {
+		r.hlc.Observe(now, d.Account.Stamp)
+		changed = r.mergeAccount(d.Account)
+	}
+	st.observe(d.Since, d.Version(), r.cfg.MaxPendingRanges)
+	return changed, dropped, nil
+}
+
+// admit decides whether records of origin o may be merged, retiring older
+// incarnations of o's node when o is newer. Our own origin (and older or
+// impostor incarnations of our node) are never admitted from outside.
+func (r *Replica) admit(o Origin, session bool) (bool, []string) {
+	if o.Node == r.cfg.Self.Node {
+		return false, nil
+	}
+	latest, known := r.latestInc[o.Node]
+	switch {
+	case !known || o.Incarnation > latest:
+		r.latestInc[o.Node] = o.Incarnation
+		return true, r.retire(o.Node, o.Incarnation)
+	case o.Incarnation < latest:
+		// An older life of the node: its sessions are gone, but account
+		// records it wrote are user settings and still merge.
+		return !session, nil
+	}
+	return true, nil
+}
+
+// retire drops the session records of every incarnation of node older than
+// inc: a restarted gateway's old sessions end everywhere at once.
+func (r *Replica) retire(node string, inc uint64) []string {
+	var users []string
+	for o, st := range r.origins {
+		if o.Node != node || o.Incarnation >= inc {
+			continue
+		}
+		users = append(users, r.dropSessions(st)...)
+	}
+	return sortedUnique(users)
+}
+
+// dropSessions removes every session record of an origin, raising its GC
+// floor so lagging peers get a full snapshot, and returns the users whose
+// presence may have changed.
+func (r *Replica) dropSessions(st *originState) []string {
+	var victims []logItem
+	st.log.Ascend(func(it logItem) bool {
+		if !it.account {
+			victims = append(victims, it)
+		}
+		return true
+	})
+	users := make([]string, 0, len(victims))
+	for _, it := range victims {
+		e := r.sessions[Key{it.user, it.device}]
+		if e.counted {
+			users = append(users, it.user)
+		}
+		st.gcFloor = max(st.gcFloor, it.version)
+		r.removeEntry(e)
+	}
+	return users
+}
+
+// mergeSession keeps the greater of the held record and s. It reports
+// whether s was taken.
+func (r *Replica) mergeSession(s *Session, now int64) bool {
+	k := s.Key()
+	cur := r.sessions[k]
+	if cur != nil && CompareSessions(&cur.s, s) >= 0 {
+		return false
+	}
+	e := &entry{s: *s}
+	e.s.Groups = slices.Clone(s.Groups)
+	if s.State.Terminal() {
+		e.endedAt = now
+		if cur != nil && cur.endedAt != 0 {
+			e.endedAt = cur.endedAt
+		}
+	}
+	if cur != nil {
+		r.removeEntry(cur)
+	}
+	r.sessions[k] = e
+	devs := r.byUser[k.User]
+	if devs == nil {
+		devs = make(map[string]*entry, 1)
+		r.byUser[k.User] = devs
+	}
+	devs[k.Device] = e
+	r.originState(s.Origin).log.ReplaceOrInsert(logItem{version: s.Version, user: k.User, device: k.Device})
+	r.recount(e)
+	if e.endedAt != 0 {
+		r.tombstones = append(r.tombstones, tombstone{key: k, version: s.Version, origin: s.Origin, endedAt: e.endedAt})
+	}
+	return true
+}
+
+// removeEntry deletes a session record and all index references to it.
+func (r *Replica) removeEntry(e *entry) {
+	k := e.s.Key()
+	if e.counted {
+		r.uncount(e)
+	}
+	delete(r.sessions, k)
+	if devs := r.byUser[k.User]; devs != nil {
+		delete(devs, k.Device)
+		if len(devs) == 0 && r.accounts[k.User] == nil {
+			delete(r.byUser, k.User)
+		}
+	}
+	if st := r.origins[e.s.Origin]; st != nil {
+		st.log.Delete(logItem{version: e.s.Version})
+	}
+}
+
+func (r *Replica) mergeAccount(a *Account) bool {
+	cur := r.accounts[a.User]
+	if cur != nil && CompareAccounts(cur, a) >= 0 {
+		return false
+	}
+	if cur != nil {
+		if st := r.origins[cur.Origin]; st != nil {
+			st.log.Delete(logItem{version: cur.Version})
+		}
+	}
+	c := *a
+	r.accounts[a.User] = &c
+	r.originState(a.Origin).log.ReplaceOrInsert(logItem{version: a.Version, user: a.User, account: true})
+	return true
+}
+
+// effectiveActive reports whether a record counts as active in this
+// replica's projection: active, and its gateway not marked down.
+func (r *Replica) effectiveActive(s *Session) bool {
+	if s.State != StateActive {
+		return false
+	}
+	_, down := r.downSince[s.Gateway]
+	return !down || s.Gateway == r.cfg.Self.Node
+}
+
+// recount brings e's group counts in line with its effective state.
+func (r *Replica) recount(e *entry) {
+	want := r.effectiveActive(&e.s)
+	switch {
+	case want && !e.counted:
+		for _, g := range e.s.Groups {
+			users := r.groupOnline[g]
+			if users == nil {
+				users = make(map[string]int)
+				r.groupOnline[g] = users
+			}
+			users[e.s.User]++
+		}
+		e.counted = true
+	case !want && e.counted:
+		r.uncount(e)
+	}
+}
+
+func (r *Replica) uncount(e *entry) {
+	for _, g := range e.s.Groups {
+		users := r.groupOnline[g]
+		if users[e.s.User]--; users[e.s.User] <= 0 {
+			delete(users, e.s.User)
+			if len(users) == 0 {
+				delete(r.groupOnline, g)
+			}
+		}
+	}
+	e.counted = false
+}
+
+func sortedUnique(users []string) []string {
+	slices.Sort(users)
+	return slices.Compact(users)
+}

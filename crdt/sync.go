@@ -1,0 +1,237 @@
+package crdt
+
+import (
+	"maps"
+	"slices"
+)
+
+// Digest returns this replica's watermark for every origin it knows, sorted
+// by origin. Its size follows the number of origins (gateway incarnations),
+// not the number of records.
+func (r *Replica) Digest() Digest {
+	d := make(Digest, 0, len(r.origins))
+	for o, st := range r.origins {
+		d = append(d, DigestEntry{Origin: o, Watermark: st.watermark})
+	}
+	slices.SortFunc(d, func(a, b DigestEntry) int { return compareOrigins(a.Origin, b.Origin) })
+	return d
+}
+
+// Diff answers a peer's digest with the records the peer lacks: per origin,
+// those above the peer's watermark. Its cost follows the number of records
+// sent, not the total state. Origins the peer already has to our watermark,
+// and incarnations the peer knows to be retired, are skipped.
+func (r *Replica) Diff(peer Digest) Sync {
+	peerW := make(map[Origin]uint64, len(peer))
+	peerInc := make(map[string]uint64, len(peer))
+	for _, e := range peer {
+		peerW[e.Origin] = e.Watermark
+		peerInc[e.Origin.Node] = max(peerInc[e.Origin.Node], e.Origin.Incarnation)
+	}
+	var out Sync
+	for _, o := range slices.SortedFunc(maps.Keys(r.origins), compareOrigins) {
+		st := r.origins[o]
+		pw := peerW[o]
+		if st.watermark <= pw && st.maxVersion() <= pw {
+			continue
+		}
+		full := pw < st.gcFloor
+		retired := o.Incarnation < peerInc[o.Node]
+		os := OriginSync{Origin: o, Watermark: st.watermark, GCFloor: st.gcFloor, Full: full}
+		from := pw + 1
+		if full {
+			from = 0
+		}
+		st.log.AscendGreaterOrEqual(logItem{version: from}, func(it logItem) bool {
+			if it.account {
+				os.Accounts = append(os.Accounts, *r.accounts[it.user])
+			} else if !retired {
+				os.Sessions = append(os.Sessions, r.sessions[Key{it.user, it.device}].s)
+			}
+			return true
+		})
+		out = append(out, os)
+	}
+	return out
+}
+
+// ApplySync merges a peer's answer to our digest at local time now and
+// returns the users whose records changed, sorted.
+func (r *Replica) ApplySync(s Sync, now int64) ([]string, error) {
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	var users []string
+	for i := range s {
+		os := &s[i]
+		ok, dropped := r.admit(os.Origin, true)
+		users = append(users, dropped...)
+		if !ok {
+			if os.Origin.Node != r.cfg.Self.Node {
+				// a retired incarnation: its accounts still merge
+				for j := range os.Accounts {
+					if r.applySyncAccount(&os.Accounts[j], now) {
+						users = append(users, os.Accounts[j].User)
+					}
+				}
+			}
+			continue
+		}
+		st := r.originState(os.Origin)
+		for j := range os.Sessions {
+			rec := &os.Sessions[j]
+			if rec.Version > st.watermark && r.mergeSession(rec, now) {
+				users = append(users, rec.User)
+			}
+		}
+		for j := range os.Accounts {
+			if os.Accounts[j].Version > st.watermark && r.applySyncAccount(&os.Accounts[j], now) {
+				users = append(users, os.Accounts[j].User)
+			}
+		}
+		if os.Full {
+			users = append(users, r.dropMissing(st, os)...)
+		}
+		st.raise(os.Watermark)
+		st.gcFloor = max(st.gcFloor, os.GCFloor)
+	}
+	return sortedUnique(users), nil
+}
+
+func (r *Replica) applySyncAccount(a *Account, now int64) bool {
+	r.hlc.Observe(now, a.Stamp)
+	return r.mergeAccount(a)
+}
+
+// dropMissing removes our records of a full snapshot's origin, at or below
+// its watermark, that the snapshot lacks: the sender collected or purged them.
+func (r *Replica) dropMissing(st *originState, os *OriginSync) []string {
+	present := make(map[uint64]struct{}, len(os.Sessions)+len(os.Accounts))
+	for j := range os.Sessions {
+		present[os.Sessions[j].Version] = struct{}{}
+	}
+	for j := range os.Accounts {
+		present[os.Accounts[j].Version] = struct{}{}
+	}
+	var victims []logItem
+	st.log.AscendLessThan(logItem{version: os.Watermark + 1}, func(it logItem) bool {
+		if _, ok := present[it.version]; !ok && !it.account {
+			victims = append(victims, it)
+		}
+		return true
+	})
+	var users []string
+	for _, it := range victims {
+		e := r.sessions[Key{it.user, it.device}]
+		if e.counted {
+			users = append(users, it.user)
+		}
+		st.gcFloor = max(st.gcFloor, it.version)
+		r.removeEntry(e)
+	}
+	return users
+}
+
+// SetNodeDown marks a gateway as failed in this replica's projection at
+// local time now: its active sessions are shown expired, without writing
+// over its records, so a false suspicion heals with SetNodeUp. It returns the
+// users whose presence changed.
+func (r *Replica) SetNodeDown(node string, now int64) []string {
+	if node == r.cfg.Self.Node {
+		return nil
+	}
+	if _, ok := r.downSince[node]; ok {
+		return nil
+	}
+	r.downSince[node] = now
+	return r.recountNode(node)
+}
+
+// SetNodeUp clears a SetNodeDown: the node was heard from again.
+func (r *Replica) SetNodeUp(node string) []string {
+	if _, ok := r.downSince[node]; !ok {
+		return nil
+	}
+	delete(r.downSince, node)
+	return r.recountNode(node)
+}
+
+// NodeDown reports whether node is marked down, and since when.
+func (r *Replica) NodeDown(node string) (since int64, down bool) {
+	since, down = r.downSince[node]
+	return since, down
+}
+
+// recountNode re-evaluates every session record whose gateway is node, in
+// one pass over that node's origins.
+func (r *Replica) recountNode(node string) []string {
+	var users []string
+	for o, st := range r.origins {
+		if o.Node != node {
+			continue
+		}
+		st.log.Ascend(func(it logItem) bool {
+			if it.account {
+				return true
+			}
+			e := r.sessions[Key{it.user, it.device}]
+			before := e.counted
+			r.recount(e)
+			if e.counted != before {
+				users = append(users, it.user)
+			}
+			return true
+		})
+	}
+	return sortedUnique(users)
+}
+
+// GCStats reports what one GC pass removed.
+type GCStats struct {
+	Tombstones int // ended sessions past the tombstone horizon
+	Purged     int // sessions of nodes down past the purge horizon
+}
+
+// GC removes tombstones older than the tombstone horizon and the sessions of
+// nodes that have been down longer than the purge horizon. Neither changes
+// any user's presence: both were already shown offline.
+func (r *Replica) GC(now int64) GCStats {
+	var stats GCStats
+	horizon := int64(r.cfg.TombstoneHorizon)
+	n := 0
+	for _, t := range r.tombstones {
+		if now-t.endedAt < horizon {
+			break
+		}
+		n++
+		e := r.sessions[t.key]
+		if e == nil || e.s.Version != t.version || e.s.Origin != t.origin || e.endedAt == 0 {
+			continue // replaced since; its own tombstone (if any) is queued
+		}
+		if st := r.origins[e.s.Origin]; st != nil {
+			st.gcFloor = max(st.gcFloor, e.s.Version)
+		}
+		r.removeEntry(e)
+		stats.Tombstones++
+	}
+	r.tombstones = slices.Delete(r.tombstones, 0, n)
+	if cap(r.tombstones) > 1024 && len(r.tombstones) < cap(r.tombstones)/4 {
+		r.tombstones = slices.Clip(slices.Clone(r.tombstones))
+	}
+	purge := int64(r.cfg.PurgeHorizon)
+	for node, since := range r.downSince {
+		if now-since < purge {
+			continue
+		}
+		for o, st := range r.origins {
+			if o.Node != node {
+				continue
+			}
+			before := st.log.Len()
+			r.dropSessions(st)
+			stats.Purged += before - st.log.Len()
+			st.gcFloor = max(st.gcFloor, st.watermark)
+		}
+	}
+	return stats
+}
