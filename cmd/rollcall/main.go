@@ -1,0 +1,69 @@
+// Command rollcall is the Rollcall binary: the gateway agent, its clients and
+// tools, and the convergence simulator, as subcommands.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+)
+
+// command is one subcommand. run gets the arguments after the subcommand name.
+type command struct {
+	summary string
+	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+func commands() map[string]command {
+	return map[string]command{
+		"version": {"print the version", runVersion},
+	}
+}
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func runVersion(_ context.Context, _ []string, stdout, _ io.Writer) error {
+	_, err := fmt.Fprintln(stdout, "rollcall", version)
+	return err
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: rollcall <command> [flags]\n\ncommands:")
+	cmds := commands()
+	names := make([]string, 0, len(cmds))
+	for n := range cmds {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-10s %s\n", n, cmds[n].summary)
+	}
+	fmt.Fprintln(w, "\nrun 'rollcall <command> --help' for a command's flags")
+}
+
+func main() {
+	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
+		usage(os.Stderr)
+		if len(os.Args) < 2 {
+			os.Exit(2)
+		}
+		return
+	}
+	cmd, ok := commands()[os.Args[1]]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "rollcall: unknown command %q\n\n", os.Args[1])
+		usage(os.Stderr)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := cmd.run(ctx, os.Args[2:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintf(os.Stderr, "rollcall %s: %v\n", os.Args[1], err)
+		os.Exit(1)
+	}
+}
