@@ -1,0 +1,60 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/rollcall/rollcall/crdt"
+)
+
+// Cluster is how a node reaches its peers; gossip.Cluster implements it. A
+// node without one runs standalone. Methods must be safe for concurrent use
+// and must not call back into the Node synchronously while the caller might
+// hold the node's lock (the node never calls them with its lock held).
+type Cluster interface {
+	// Publish disseminates deltas of records this node wrote (connects,
+	// status/group changes, disconnects, expiries, account writes), in the
+	// order they were written. It must not block on the network.
+	Publish(deltas []crdt.Delta)
+
+	// Route hands a message to the gateway named gateway, which delivers it
+	// to the active sessions of msg.To it owns, and returns how many sessions
+	// it reached.
+	Route(ctx context.Context, gateway string, msg Message) (int, error)
+}
+
+// Message is a user-to-user message routed through the gateway that owns
+// each recipient session.
+type Message struct {
+	To         string          `msgpack:"t"`
+	From       string          `msgpack:"f"`
+	FromDevice string          `msgpack:"d"`
+	Body       json.RawMessage `msgpack:"b"`
+}
+
+// Host is the side of a Node that a Cluster drives. Every method is safe for
+// concurrent use.
+//
+//	ApplyDeltas    merge deltas received from peers; emit events; close local
+//	               connections superseded by a newer epoch elsewhere
+//	Digest, Diff,  anti-entropy over the node's replica
+//	ApplySync
+//	MarkNodeDown,  a peer gateway failed (lease passed or memberlist declared
+//	MarkNodeUp     it dead) or was heard from again: its sessions are shown
+//	               expired / active in this node's projection
+//	DeliverLocal   deliver a routed message to the local active sessions of
+//	               msg.To; returns how many it reached
+//	SessionCount   the number of sessions this node owns that are active
+var _ Host = (*Node)(nil)
+
+// Host is implemented by *Node.
+type Host interface {
+	ApplyDeltas(deltas []crdt.Delta) error
+	Digest() crdt.Digest
+	Diff(peer crdt.Digest) crdt.Sync
+	ApplySync(s crdt.Sync) error
+	MarkNodeDown(node string)
+	MarkNodeUp(node string)
+	DeliverLocal(msg Message) int
+	SessionCount() int
+}

@@ -1,0 +1,247 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/rollcall/rollcall/crdt"
+)
+
+// Config configures a Node. Take DefaultConfig and change what you need;
+// New calls Validate, which fills zero values with the defaults below.
+type Config struct {
+	// Name is the node (gateway) name: the origin of every record it writes
+	// and the "gateway" clients see. Unique in a cluster. Default: hostname.
+	Name string
+
+	// ClientAddr is the TCP address clients connect to. Port 0 picks a free
+	// port (see Node.ClientAddr). Default 127.0.0.1:7400.
+	ClientAddr string
+
+	// HTTPAddr is the address of the HTTP endpoint (/healthz, /v1/...).
+	// Empty disables HTTP. Default: empty here; the agent's flag defaults to
+	// 127.0.0.1:7401.
+	HTTPAddr string
+
+	// Heartbeat is the interval the node tells clients to heartbeat at
+	// (welcome.heartbeat_ms). Shorter detects dead clients sooner but costs
+	// more traffic. Default 5s.
+	Heartbeat time.Duration
+
+	// Timeout is the silence after which a session expires. It must exceed
+	// Heartbeat plus jitter and network delay; three heartbeats is usual.
+	// Default 15s.
+	Timeout time.Duration
+
+	// HandshakeTimeout bounds the time from accept to a successful hello.
+	// Default 10s.
+	HandshakeTimeout time.Duration
+
+	// SweepInterval is the resolution of the expiry sweeper (a timer wheel
+	// with one slot per interval): a silent session expires between Timeout
+	// and Timeout+SweepInterval after its last request. Smaller is more
+	// precise but wakes more often. Default min(250ms, Timeout/10).
+	SweepInterval time.Duration
+
+	// MaxLineBytes is the longest request line accepted, newline excluded.
+	// A longer line gets line_too_long and the connection is closed.
+	// Default 64 KiB (MaxLineBytesDefault).
+	MaxLineBytes int
+
+	// OutboundQueue is how many frames (replies, events, messages) may wait
+	// for one connection's writer. A client that lets it fill is sent
+	// slow_consumer and closed; nobody else ever waits for it. Default 1024.
+	OutboundQueue int
+
+	// OutboundQueueBytes bounds the bytes waiting in one connection's queue,
+	// for the same purpose: it caps memory per slow client at roughly this
+	// much. Must exceed MaxLineBytes. Default 4 MiB.
+	OutboundQueueBytes int
+
+	// WriteTimeout bounds one write to a client socket. A client that does
+	// not read for this long while the node has data for it is treated as a
+	// slow consumer. Default 10s.
+	WriteTimeout time.Duration
+
+	// EventCoalesce is how long the node gathers presence changes before it
+	// fans events out: changes to one user within the window produce one
+	// event with the final state, and a flap that returns to the same state
+	// produces none. Larger saves work under churn, smaller lowers latency.
+	// Default 10ms; negative disables the wait (each batch flushes at once).
+	EventCoalesce time.Duration
+
+	// RouteTimeout bounds a send's routing to other gateways
+	// (Cluster.Route), all of them concurrently. Default 2s.
+	RouteTimeout time.Duration
+
+	// GCInterval is how often the node collects crdt tombstones and purges
+	// the sessions of long-dead gateways. Default 1m.
+	GCInterval time.Duration
+
+	// TombstoneHorizon and PurgeHorizon are passed to crdt.Config (zero
+	// takes crdt's defaults, 10m and 30m): how long ended sessions and the
+	// sessions of a failed gateway stay in the projection.
+	TombstoneHorizon time.Duration
+	PurgeHorizon     time.Duration
+
+	// DrainTimeout bounds Serve's graceful shutdown when its context ends.
+	// Default 10s.
+	DrainTimeout time.Duration
+
+	// Secret is the HS256 key that client tokens are signed with. Required
+	// unless Dev. At least MinSecretBytes long.
+	Secret []byte
+
+	// Dev accepts any user without a token (hello's token is ignored). For
+	// development on loopback only; the node logs a loud warning.
+	Dev bool
+
+	// Logger receives the node's logs. Default: zap.NewNop().
+	Logger *zap.Logger
+
+	// Clock tells the time: session deadlines, expires_at, token expiry and
+	// record timestamps. Tests inject a fake one. Default: the system clock.
+	// Socket deadlines (handshake, writes) always use real time.
+	Clock Clock
+
+	// Cluster disseminates this node's writes and routes messages to other
+	// gateways. Nil runs standalone; see also Node.SetCluster.
+	Cluster Cluster
+}
+
+// Defaults.
+const (
+	DefaultClientAddr         = "127.0.0.1:7400"
+	DefaultHeartbeat          = 5 * time.Second
+	DefaultTimeout            = 15 * time.Second
+	DefaultHandshakeTimeout   = 10 * time.Second
+	DefaultOutboundQueue      = 1024
+	DefaultOutboundQueueBytes = 4 << 20
+	DefaultWriteTimeout       = 10 * time.Second
+	DefaultEventCoalesce      = 10 * time.Millisecond
+	DefaultRouteTimeout       = 2 * time.Second
+	DefaultGCInterval         = time.Minute
+	DefaultDrainTimeout       = 10 * time.Second
+	maxDefaultSweepInterval   = 250 * time.Millisecond
+	minSweepInterval          = time.Millisecond
+)
+
+// DefaultConfig returns a Config with every default filled in except Secret
+// (which has none) and Dev (false).
+func DefaultConfig() Config {
+	c := Config{}
+	_ = c.fill()
+	return c
+}
+
+// fill sets defaults on zero fields.
+func (c *Config) fill() error {
+	if c.Name == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("node: Config.Name empty and hostname unavailable: %w", err)
+		}
+		c.Name = h
+	}
+	if c.ClientAddr == "" {
+		c.ClientAddr = DefaultClientAddr
+	}
+	if c.Heartbeat == 0 {
+		c.Heartbeat = DefaultHeartbeat
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.HandshakeTimeout == 0 {
+		c.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if c.SweepInterval == 0 {
+		c.SweepInterval = min(maxDefaultSweepInterval, max(c.Timeout/10, minSweepInterval))
+	}
+	if c.MaxLineBytes == 0 {
+		c.MaxLineBytes = MaxLineBytesDefault
+	}
+	if c.OutboundQueue == 0 {
+		c.OutboundQueue = DefaultOutboundQueue
+	}
+	if c.OutboundQueueBytes == 0 {
+		c.OutboundQueueBytes = DefaultOutboundQueueBytes
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = DefaultWriteTimeout
+	}
+	if c.EventCoalesce == 0 {
+		c.EventCoalesce = DefaultEventCoalesce
+	}
+	if c.RouteTimeout == 0 {
+		c.RouteTimeout = DefaultRouteTimeout
+	}
+	if c.GCInterval == 0 {
+		c.GCInterval = DefaultGCInterval
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = DefaultDrainTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	if c.Clock == nil {
+		c.Clock = systemClock{}
+	}
+	return nil
+}
+
+// Validate fills defaults and rejects contradictions.
+func (c *Config) Validate() error {
+	if err := c.fill(); err != nil {
+		return err
+	}
+	var errs []error
+	if len(c.Name) > crdt.MaxNameLen {
+		errs = append(errs, fmt.Errorf("Name longer than %d bytes", crdt.MaxNameLen))
+	}
+	if c.Heartbeat < 0 || c.Timeout < 0 || c.HandshakeTimeout < 0 || c.SweepInterval < 0 ||
+		c.WriteTimeout < 0 || c.RouteTimeout < 0 || c.GCInterval < 0 || c.DrainTimeout < 0 ||
+		c.TombstoneHorizon < 0 || c.PurgeHorizon < 0 {
+		errs = append(errs, errors.New("durations must not be negative"))
+	}
+	if c.Timeout <= c.Heartbeat {
+		errs = append(errs, fmt.Errorf("Timeout (%v) must exceed Heartbeat (%v)", c.Timeout, c.Heartbeat))
+	}
+	if c.SweepInterval > c.Timeout {
+		errs = append(errs, fmt.Errorf("SweepInterval (%v) must not exceed Timeout (%v)", c.SweepInterval, c.Timeout))
+	}
+	if c.MaxLineBytes < minMaxLineBytes {
+		errs = append(errs, fmt.Errorf("MaxLineBytes must be at least %d", minMaxLineBytes))
+	}
+	if c.OutboundQueue < 1 {
+		errs = append(errs, errors.New("OutboundQueue must be at least 1"))
+	}
+	if c.OutboundQueueBytes <= c.MaxLineBytes {
+		errs = append(errs, fmt.Errorf("OutboundQueueBytes (%d) must exceed MaxLineBytes (%d)", c.OutboundQueueBytes, c.MaxLineBytes))
+	}
+	if !c.Dev && len(c.Secret) == 0 {
+		errs = append(errs, errors.New("a Secret is required unless Dev is set"))
+	}
+	if len(c.Secret) > 0 && len(c.Secret) < MinSecretBytes {
+		errs = append(errs, fmt.Errorf("Secret must be at least %d bytes", MinSecretBytes))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("node: invalid config: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// Clock tells the time. Implementations must be safe for concurrent use.
+// Now is on the heartbeat path, so it must not allocate.
+type Clock interface {
+	Now() time.Time
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }

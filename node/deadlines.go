@@ -1,0 +1,130 @@
+package node
+
+import (
+	"sync"
+	"time"
+)
+
+// Session deadlines. The heartbeat path must be O(1) and allocation-free, so
+// a heartbeat never touches a timer, a heap or a lock: it stores the time in
+// conn.lastActive (one atomic store). Expiry is found lazily by a timer
+// wheel (Varghese & Lauck, "Hashed and Hierarchical Timing Wheels", 1987):
+//
+//   - each live session sits in exactly one slot, the one for the deadline it
+//     had when it was last placed;
+//   - every SweepInterval the sweeper empties the slots whose time has come;
+//     for each session there it reads lastActive: if the real deadline
+//     (lastActive + Timeout) has passed the session expires, otherwise it is
+//     placed again in the slot of its real deadline.
+//
+// So a session is examined about once per Timeout however often it
+// heartbeats, the sweep costs O(sessions due), and expiry is late by at most
+// one SweepInterval. Closed connections are dropped when their slot comes up.
+
+// wheel is a hashed timer wheel of connections keyed by deadline. Times are
+// Node.mono() nanoseconds. Safe for concurrent use; add is called on hello
+// and by the sweeper, never on the heartbeat path.
+type wheel struct {
+	mu     sync.Mutex
+	tick   int64 // slot width, ns
+	slots  [][]*conn
+	spare  []*conn
+	cursor int64 // last tick processed
+}
+
+// newWheel returns a wheel with slots of width tick covering span (the
+// longest deadline from now) and the cursor at now.
+func newWheel(tick, span, now int64) *wheel {
+	if tick <= 0 {
+		tick = int64(time.Millisecond)
+	}
+	return &wheel{
+		tick:   tick,
+		slots:  make([][]*conn, span/tick+3),
+		cursor: now / tick,
+	}
+}
+
+// add places c in the slot of deadline, clamped to the wheel's range.
+func (w *wheel) add(c *conn, deadline int64) {
+	w.mu.Lock()
+	w.addLocked(c, deadline)
+	w.mu.Unlock()
+}
+
+func (w *wheel) addLocked(c *conn, deadline int64) {
+	t := (deadline + w.tick - 1) / w.tick // the first tick at or after deadline
+	last := w.cursor + int64(len(w.slots)) - 1
+	t = min(max(t, w.cursor+1), last)
+	i := t % int64(len(w.slots))
+	w.slots[i] = append(w.slots[i], c)
+}
+
+// advance processes the slots up to now. Each connection whose deadline
+// (lastActive + timeout) has passed is appended to due (and leaves the
+// wheel); live ones are placed again; closed ones are dropped.
+func (w *wheel) advance(now, timeout int64, due []*conn) []*conn {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	target := now / w.tick
+	if target <= w.cursor {
+		return due
+	}
+	if n := int64(len(w.slots)); target-w.cursor > n {
+		w.cursor = target - n // a long stall: every slot once
+	}
+	for w.cursor < target {
+		w.cursor++
+		i := w.cursor % int64(len(w.slots))
+		items := w.slots[i]
+		// Swap in an empty slice first: re-placed connections may land in
+		// this very slot, a full turn later.
+		w.slots[i] = w.spare
+		for _, c := range items {
+			if c.state.Load() == stateClosing {
+				continue
+			}
+			deadline := c.lastActive.Load() + timeout
+			if deadline <= now {
+				due = append(due, c)
+				continue
+			}
+			w.addLocked(c, deadline)
+		}
+		clear(items)
+		w.spare = items[:0]
+	}
+	return due
+}
+
+// len returns the number of connections in the wheel (for tests).
+func (w *wheel) len() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, s := range w.slots {
+		n += len(s)
+	}
+	return n
+}
+
+// sweepLoop expires silent sessions every SweepInterval.
+func (n *Node) sweepLoop() {
+	defer n.loops.Done()
+	t := time.NewTicker(n.cfg.SweepInterval)
+	defer t.Stop()
+	var due []*conn
+	for {
+		select {
+		case <-n.done:
+			return
+		case <-t.C:
+		}
+		now := n.mono()
+		due = n.wheel.advance(now, int64(n.cfg.Timeout), due[:0])
+		for _, c := range due {
+			n.expireSession(c, now)
+		}
+		clear(due)
+	}
+}

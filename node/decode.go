@@ -1,0 +1,103 @@
+package node
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+)
+
+// decodeRequest parses one request line (newline and trailing "\r" already
+// removed, not blank). It checks the envelope only (a JSON object, a known
+// op, an id that is a string or a number); each handler checks its fields.
+// On failure the returned Request still carries the id when one could be
+// read, so the error can echo it.
+func decodeRequest(line []byte) (Request, *requestError) {
+	if len(line) == 0 || line[0] != '{' {
+		return Request{}, errorf(CodeBadJSON, "not a JSON object")
+	}
+	var req Request
+	if err := json.Unmarshal(line, &req); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) {
+			// The line is JSON, but a field has the wrong type: keep the id
+			// if it decoded, so the client can match the error.
+			if !validID(req.ID) {
+				req.ID = nil
+			}
+			return req, errorf(CodeBadRequest, "field %q has the wrong type (%s)", typeErr.Field, typeErr.Value)
+		}
+		return Request{}, errorf(CodeBadJSON, "not a JSON object: %v", err)
+	}
+	if !validID(req.ID) {
+		req.ID = nil
+		return req, errorf(CodeBadRequest, "id must be a string or a number")
+	}
+	if req.Op == "" {
+		return req, errorf(CodeBadRequest, "missing op")
+	}
+	if !knownOp(req.Op) {
+		return req, errorf(CodeUnknownOp, "unknown op %q", truncate(req.Op, 64))
+	}
+	return req, nil
+}
+
+// validID reports whether a raw id is absent, a string or a number.
+func validID(id json.RawMessage) bool {
+	if len(id) == 0 {
+		return true
+	}
+	switch c := id[0]; {
+	case c == '"', c == '-', c >= '0' && c <= '9':
+		return true
+	}
+	return false
+}
+
+func knownOp(op string) bool {
+	switch op {
+	case OpHello, OpHB, OpStatus, OpAccount, OpJoin, OpLeave, OpGet, OpGroup,
+		OpLocate, OpSub, OpUnsub, OpSend, OpBye:
+		return true
+	}
+	return false
+}
+
+// trimLine removes the trailing "\n" and "\r" and surrounding JSON
+// whitespace from a raw line.
+func trimLine(line []byte) []byte {
+	return bytes.TrimSpace(line)
+}
+
+// isPlainHeartbeat reports whether line is exactly a heartbeat without an
+// id, {"op":"hb"}, allowing JSON whitespace between tokens. It is the
+// steady-state hot path, so it allocates nothing; anything it does not
+// recognise takes the general decoder, which gives the same meaning.
+func isPlainHeartbeat(line []byte) bool {
+	i := 0
+	next := func(want string) bool {
+		for i < len(line) && isJSONSpace(line[i]) {
+			i++
+		}
+		if len(line)-i < len(want) || string(line[i:i+len(want)]) != want {
+			return false
+		}
+		i += len(want)
+		return true
+	}
+	if !next("{") || !next(`"op"`) || !next(":") || !next(`"hb"`) || !next("}") {
+		return false
+	}
+	for i < len(line) && isJSONSpace(line[i]) {
+		i++
+	}
+	return i == len(line)
+}
+
+func isJSONSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,362 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/rollcall/rollcall/crdt"
+)
+
+// Node is one Rollcall gateway. Create it with New, optionally attach a
+// Cluster, Start it (or Serve), and Drain then Close it. Its Host methods may
+// be called by the cluster layer from any goroutine, before or after Start.
+//
+// Locking: mu guards the replica and every index below it. Two further locks
+// only order work handed off from under mu, and are taken while mu is held,
+// never the other way round: pubMu orders Cluster.Publish calls by write
+// order, fanMu orders event delivery by version order. Neither Cluster
+// methods nor connection queues are ever called with mu held.
+type Node struct {
+	// Static after New.
+	cfg    Config
+	log    *zap.Logger
+	clock  Clock
+	origin crdt.Origin
+	base   time.Time // deadlines are monotonic nanoseconds since base
+	wheel  *wheel
+
+	cluster atomic.Pointer[clusterRef]
+
+	// Guarded by mu.
+	mu         sync.Mutex
+	replica    *crdt.Replica
+	local      map[string]map[string]*conn // user -> device -> conn owning that active session
+	localCount int
+	conns      map[*conn]struct{} // every open connection
+	draining   bool
+	version    uint64                // last presence version handed out
+	dirty      map[string]struct{}   // users whose presence may have changed since the last flush
+	users      map[string]*userWatch // users someone watches, directly or through a group
+	groups     map[string]*groupWatch
+
+	pubMu sync.Mutex // orders Publish calls; see the type comment
+	fanMu sync.Mutex // orders event delivery; see the type comment
+
+	notify chan struct{} // cap 1: dirty users are waiting for the notifier
+
+	// Lifecycle.
+	startOnce sync.Once
+	started   atomic.Bool
+	closeOnce sync.Once
+	done      chan struct{} // closed by Close: background loops stop
+	loops     sync.WaitGroup
+	connWG    sync.WaitGroup // two per connection: reader and writer
+	nextConn  atomic.Uint64
+	ln        net.Listener
+	httpLn    net.Listener
+	httpSrv   *http.Server
+	drained   chan struct{} // closed when Drain has run
+
+	stats counters
+}
+
+type clusterRef struct{ c Cluster }
+
+// New validates cfg and returns a node that has not started yet.
+func New(cfg Config) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	now := cfg.Clock.Now()
+	origin := crdt.Origin{Node: cfg.Name, Incarnation: uint64(now.UnixNano())}
+	r, err := crdt.NewReplica(crdt.Config{
+		Self:             origin,
+		TombstoneHorizon: cfg.TombstoneHorizon,
+		PurgeHorizon:     cfg.PurgeHorizon,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	n := &Node{
+		cfg:     cfg,
+		log:     cfg.Logger.With(zap.String("node", cfg.Name)),
+		clock:   cfg.Clock,
+		origin:  origin,
+		base:    now,
+		replica: r,
+		local:   make(map[string]map[string]*conn),
+		conns:   make(map[*conn]struct{}),
+		dirty:   make(map[string]struct{}),
+		users:   make(map[string]*userWatch),
+		groups:  make(map[string]*groupWatch),
+		notify:  make(chan struct{}, 1),
+		done:    make(chan struct{}),
+		drained: make(chan struct{}),
+	}
+	n.wheel = newWheel(int64(cfg.SweepInterval), int64(cfg.Timeout), 0)
+	if cfg.Cluster != nil {
+		n.SetCluster(cfg.Cluster)
+	}
+	return n, nil
+}
+
+// Name returns the node's name, the gateway name clients and peers see.
+func (n *Node) Name() string { return n.cfg.Name }
+
+// Origin returns the crdt origin this node writes as: its name and the
+// incarnation chosen at New (the clock in nanoseconds).
+func (n *Node) Origin() crdt.Origin { return n.origin }
+
+// Config returns the node's validated configuration.
+func (n *Node) Config() Config { return n.cfg }
+
+// SetCluster attaches the cluster layer. Call it before Start; a nil c runs
+// standalone. It is safe to call at any time, but writes made before it are
+// not published (anti-entropy repairs them).
+func (n *Node) SetCluster(c Cluster) {
+	if c == nil {
+		n.cluster.Store(nil)
+		return
+	}
+	n.cluster.Store(&clusterRef{c})
+}
+
+func (n *Node) getCluster() Cluster {
+	if ref := n.cluster.Load(); ref != nil {
+		return ref.c
+	}
+	return nil
+}
+
+// mono returns the monotonic time since the node started, in nanoseconds.
+func (n *Node) mono() int64 { return int64(n.clock.Now().Sub(n.base)) }
+
+// Start binds the client (and HTTP, when configured) listeners and starts
+// the accept loops, the expiry sweeper, the event notifier and crdt GC.
+func (n *Node) Start() error {
+	var err error
+	n.startOnce.Do(func() { err = n.start() })
+	return err
+}
+
+func (n *Node) start() error {
+	ln, err := net.Listen("tcp", n.cfg.ClientAddr)
+	if err != nil {
+		return fmt.Errorf("node: listen for clients on %s: %w", n.cfg.ClientAddr, err)
+	}
+	n.ln = ln
+	if n.cfg.HTTPAddr != "" {
+		hl, err := net.Listen("tcp", n.cfg.HTTPAddr)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("node: listen for HTTP on %s: %w", n.cfg.HTTPAddr, err)
+		}
+		n.httpLn = hl
+		n.httpSrv = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+		n.loops.Add(1)
+		go func() {
+			defer n.loops.Done()
+			if err := n.httpSrv.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				n.log.Error("http server stopped", zap.Error(err))
+			}
+		}()
+	}
+	if n.cfg.Dev {
+		n.log.Warn("DEV MODE: clients are NOT authenticated; any user may connect as anyone. Never run this in production.")
+	}
+	n.started.Store(true)
+	n.loops.Add(4)
+	go n.acceptLoop(ln)
+	go n.sweepLoop()
+	go n.notifyLoop()
+	go n.gcLoop()
+	n.log.Info("gateway started",
+		zap.Stringer("client_addr", ln.Addr()),
+		zap.String("http_addr", n.addrString(n.httpLn)),
+		zap.Duration("heartbeat", n.cfg.Heartbeat),
+		zap.Duration("timeout", n.cfg.Timeout),
+		zap.Stringer("origin", n.origin))
+	return nil
+}
+
+func (n *Node) addrString(l net.Listener) string {
+	if l == nil {
+		return ""
+	}
+	return l.Addr().String()
+}
+
+// ClientAddr returns the bound client address, or nil before Start.
+func (n *Node) ClientAddr() net.Addr {
+	if n.ln == nil {
+		return nil
+	}
+	return n.ln.Addr()
+}
+
+// HTTPAddr returns the bound HTTP address, or nil when HTTP is disabled or
+// before Start.
+func (n *Node) HTTPAddr() net.Addr {
+	if n.httpLn == nil {
+		return nil
+	}
+	return n.httpLn.Addr()
+}
+
+// Serve starts the node if needed, blocks until ctx is done, then drains it
+// within Config.DrainTimeout. It does not Close the node, so the cluster
+// layer can still flush and leave; call Close after that.
+func (n *Node) Serve(ctx context.Context) error {
+	if err := n.Start(); err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+	case <-n.done:
+		return nil
+	}
+	dctx, cancel := context.WithTimeout(context.Background(), n.cfg.DrainTimeout)
+	defer cancel()
+	return n.Drain(dctx)
+}
+
+// Drain shuts the gateway down gracefully: it stops accepting connections,
+// writes every local session as disconnected and publishes those deltas,
+// tells every client shutting_down and closes it. It returns when every
+// connection is closed, or with ctx's error when ctx ends first (the rest are
+// then closed hard). Later calls return at once. The replica stays usable, so
+// the cluster layer can flush and leave afterwards.
+func (n *Node) Drain(ctx context.Context) error {
+	n.mu.Lock()
+	if n.draining {
+		n.mu.Unlock()
+		select {
+		case <-n.drained:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	n.draining = true
+	n.mu.Unlock()
+	defer close(n.drained)
+
+	if n.ln != nil {
+		n.ln.Close()
+	}
+	now := n.clock.Now()
+	n.mu.Lock()
+	var deltas []crdt.Delta
+	for _, devs := range n.local {
+		for _, c := range devs {
+			if d, ok := n.endSessionLocked(c, crdt.StateDisconnected, now); ok {
+				deltas = append(deltas, d)
+			}
+		}
+	}
+	conns := make([]*conn, 0, len(n.conns))
+	for c := range n.conns {
+		conns = append(conns, c)
+	}
+	n.unlockAndPublish(deltas)
+	n.log.Info("draining", zap.Int("connections", len(conns)), zap.Int("sessions", len(deltas)))
+	for _, c := range conns {
+		c.closeWithError(nil, CodeShuttingDown, "the gateway is shutting down; reconnect to another gateway")
+	}
+	finished := make(chan struct{})
+	go func() {
+		n.connWG.Wait()
+		close(finished)
+	}()
+	select {
+	case <-finished:
+		return nil
+	case <-ctx.Done():
+		for _, c := range conns {
+			c.nc.Close()
+		}
+		return fmt.Errorf("node: drain: %w", ctx.Err())
+	}
+}
+
+// Close stops the node at once: listeners, connections (without writing
+// their sessions; Drain first for that), HTTP and background loops. The
+// replica stays readable through the Host methods.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() {
+		close(n.done)
+		if n.ln != nil {
+			n.ln.Close()
+		}
+		if n.httpSrv != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			n.httpSrv.Shutdown(ctx) //nolint:errcheck // best effort; Close follows
+			cancel()
+			n.httpSrv.Close()
+		}
+		n.mu.Lock()
+		conns := make([]*conn, 0, len(n.conns))
+		for c := range n.conns {
+			conns = append(conns, c)
+		}
+		n.mu.Unlock()
+		for _, c := range conns {
+			c.abort()
+		}
+		n.connWG.Wait()
+		n.loops.Wait()
+	})
+	return nil
+}
+
+// unlockAndPublish releases mu, then publishes deltas (in the order they
+// were written: pubMu is taken before mu is released) and wakes the
+// notifier if presence changes are pending.
+func (n *Node) unlockAndPublish(deltas []crdt.Delta) {
+	wake := len(n.dirty) > 0
+	if len(deltas) == 0 {
+		n.mu.Unlock()
+	} else {
+		n.pubMu.Lock()
+		n.mu.Unlock()
+		if c := n.getCluster(); c != nil {
+			c.Publish(deltas)
+		}
+		n.pubMu.Unlock()
+		n.stats.published.Add(uint64(len(deltas)))
+	}
+	if wake {
+		select {
+		case n.notify <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// gcLoop collects crdt tombstones and purges dead gateways' sessions.
+func (n *Node) gcLoop() {
+	defer n.loops.Done()
+	t := time.NewTicker(n.cfg.GCInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.done:
+			return
+		case <-t.C:
+		}
+		n.mu.Lock()
+		st := n.replica.GC(n.clock.Now().UnixNano())
+		n.mu.Unlock()
+		if st.Tombstones > 0 || st.Purged > 0 {
+			n.log.Debug("crdt gc", zap.Int("tombstones", st.Tombstones), zap.Int("purged", st.Purged))
+		}
+	}
+}

@@ -1,0 +1,265 @@
+package node
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// The client protocol, in one place. docs/protocol.md is the reference for
+// client authors; this file is the reference for the code.
+//
+// Transport: TCP, newline-delimited JSON, one object per line, at most
+// MaxLineBytes (64 KiB) per line, newline excluded. A trailing "\r" is
+// ignored, and so are empty lines. Unknown fields are ignored, so the
+// protocol grows by adding fields.
+//
+// Flow:
+//
+//	client                                   gateway
+//	  | -- TCP connect ----------------------> |  Connecting: hello due within
+//	  | -- {"op":"hello",user,token,...} ----> |  HandshakeTimeout (10s)
+//	  | <- {"op":"welcome",session,epoch,...}- |  Active: crdt write (active)
+//	  | -- {"op":"hb"} (every heartbeat_ms) -> |  deadline refreshed, no reply,
+//	  |                                        |  no crdt write
+//	  | -- {"op":"status",...,"id":1} -------> |  crdt write
+//	  | <- {"op":"ok","id":1} ---------------- |
+//	  | -- {"op":"sub","users":["bob"]} -----> |
+//	  | <- {"op":"ok"} ----------------------- |
+//	  | <- {"op":"event","user":"bob",...} --- |  one per subject at once,
+//	  | <- {"op":"event",...} ---------------- |  then one per change
+//	  | -- {"op":"bye"} ---------------------> |  crdt write (disconnected)
+//	  | <- {"op":"ok"} ----------------------- |  connection closed
+//
+// Every request but hb gets exactly one reply (hb only when it carries an
+// id); replies echo the request's "id" (a string or a number) and come in
+// request order. Events and messages may come between replies at any time.
+// Any valid request refreshes the session's deadline; a session that sends
+// nothing for Timeout expires (error "expired", connection closed). Closing
+// the TCP connection ends the session at once (disconnected).
+//
+// Errors are {"op":"error","code":C,"message":M[,"id":I]}. After the codes in
+// closingCodes the gateway writes the error line and closes the connection.
+
+// ProtocolVersion is the version of the client protocol, sent in welcome.
+//
+//	1  hello/welcome, hb, status, account, join, leave, get, group, locate,
+//	   sub, unsub, send, bye; events with version; error codes below.
+const ProtocolVersion = 1
+
+// Limits.
+const (
+	// MaxLineBytesDefault is the default longest request line.
+	MaxLineBytesDefault = 64 << 10
+	minMaxLineBytes     = 1 << 10
+	// MaxUsersPerRequest bounds the users of one get, sub or unsub.
+	MaxUsersPerRequest = 1000
+	// MaxSubscriptions bounds the subjects (users plus groups) one
+	// connection subscribes to.
+	MaxSubscriptions = 10000
+	// MaxGroups bounds the groups of one session (as crdt.MaxGroups).
+	MaxGroups = 256
+	// MaxNameLen bounds user, device, group and token-subject names, in
+	// bytes (as crdt.MaxNameLen).
+	MaxNameLen = 256
+	// MaxTokenLen bounds a hello's token.
+	MaxTokenLen = 8 << 10
+)
+
+// Ops. Requests are sent by clients; the rest by the gateway.
+const (
+	OpHello   = "hello"   // request: authenticate and open the session
+	OpHB      = "hb"      // request: heartbeat; reply (same op) only with an id
+	OpStatus  = "status"  // request: set this device's status
+	OpAccount = "account" // request: set the user's account override/authoritative device
+	OpJoin    = "join"    // request: join a group
+	OpLeave   = "leave"   // request: leave a group
+	OpGet     = "get"     // request: presence of users
+	OpGroup   = "group"   // request: online members of a group
+	OpLocate  = "locate"  // request: active sessions of a user
+	OpSub     = "sub"     // request: subscribe to users or a group
+	OpUnsub   = "unsub"   // request: unsubscribe
+	OpSend    = "send"    // request: message every active session of a user
+	OpBye     = "bye"     // request: end the session cleanly
+
+	OpWelcome  = "welcome"  // reply to hello
+	OpOK       = "ok"       // reply to status, account, join, leave, sub, unsub, send, bye
+	OpPresence = "presence" // reply to get
+	OpEvent    = "event"    // pushed: a subscribed user's presence changed
+	OpMessage  = "message"  // pushed: a message sent to this user
+	OpError    = "error"    // reply or pushed: something went wrong
+)
+
+// ErrorCode is the machine-readable code of an error line.
+type ErrorCode string
+
+// Error codes.
+const (
+	CodeBadJSON          ErrorCode = "bad_json"          // the line is not a JSON object
+	CodeLineTooLong      ErrorCode = "line_too_long"     // the line exceeds MaxLineBytes; closes
+	CodeUnknownOp        ErrorCode = "unknown_op"        // op is not one of the request ops
+	CodeBadRequest       ErrorCode = "bad_request"       // a field is missing, malformed or over a limit
+	CodeAuthFailed       ErrorCode = "auth_failed"       // the token is missing, invalid or for another user; closes
+	CodeHandshakeTimeout ErrorCode = "handshake_timeout" // no valid hello in time; closes
+	CodeNotAuthenticated ErrorCode = "not_authenticated" // a request before hello
+	CodeSuperseded       ErrorCode = "superseded"        // a newer connection took this (user, device); closes
+	CodeShuttingDown     ErrorCode = "shutting_down"     // the gateway is draining; closes
+	CodeSlowConsumer     ErrorCode = "slow_consumer"     // the client did not read fast enough; closes
+	CodeExpired          ErrorCode = "expired"           // no request within the timeout; closes
+	CodeInternal         ErrorCode = "internal"          // a gateway-side failure; the request changed nothing
+)
+
+// closes reports whether the gateway closes the connection after sending
+// an error with this code.
+func (c ErrorCode) closes() bool {
+	switch c {
+	case CodeAuthFailed, CodeHandshakeTimeout, CodeLineTooLong, CodeSuperseded,
+		CodeShuttingDown, CodeSlowConsumer, CodeExpired:
+		return true
+	}
+	return false
+}
+
+func (c ErrorCode) String() string { return string(c) }
+
+// Request is any client request; which fields matter depends on Op.
+type Request struct {
+	Op string `json:"op"`
+	// ID, when present, is echoed in the reply: a JSON string or number.
+	ID json.RawMessage `json:"id,omitempty"`
+
+	// hello
+	User      string   `json:"user,omitempty"`
+	Device    string   `json:"device,omitempty"`
+	Token     string   `json:"token,omitempty"`
+	LastEpoch uint64   `json:"last_epoch,omitempty"`
+	Groups    []string `json:"groups,omitempty"`
+
+	// hello, status
+	Status string `json:"status,omitempty"`
+
+	// account: absent fields are left unchanged
+	Override            *string `json:"override,omitempty"`
+	AuthoritativeDevice *string `json:"authoritative_device,omitempty"`
+
+	// join, leave, group, sub, unsub
+	Group string `json:"group,omitempty"`
+	// get, sub, unsub
+	Users []string `json:"users,omitempty"`
+
+	// send
+	To   string          `json:"to,omitempty"`
+	Body json.RawMessage `json:"body,omitempty"`
+}
+
+// Welcome is the reply to a successful hello.
+type Welcome struct {
+	Op          string          `json:"op"`
+	ID          json.RawMessage `json:"id,omitempty"`
+	Session     string          `json:"session"`
+	User        string          `json:"user"`
+	Device      string          `json:"device"`
+	Epoch       uint64          `json:"epoch"`
+	Gateway     string          `json:"gateway"`
+	HeartbeatMS int64           `json:"heartbeat_ms"`
+	TimeoutMS   int64           `json:"timeout_ms"`
+	ExpiresAt   string          `json:"expires_at"`
+	Protocol    int             `json:"protocol"`
+}
+
+// HBReply is the reply to an hb that carries an id.
+type HBReply struct {
+	Op        string          `json:"op"`
+	ID        json.RawMessage `json:"id,omitempty"`
+	ExpiresAt string          `json:"expires_at"`
+}
+
+// OK is the reply to requests that return nothing else; send fills
+// Delivered.
+type OK struct {
+	Op        string          `json:"op"`
+	ID        json.RawMessage `json:"id,omitempty"`
+	Delivered *int            `json:"delivered,omitempty"`
+}
+
+// SessionInfo is one active session as clients see it.
+type SessionInfo struct {
+	Session string `json:"session"`
+	Device  string `json:"device"`
+	Epoch   uint64 `json:"epoch"`
+	Gateway string `json:"gateway"`
+	Status  string `json:"status"`
+}
+
+// Presence is a user's aggregate presence (crdt.Aggregate's rules).
+// Version orders observations of one user on one gateway: higher means
+// newer or equal state. It is strictly increasing per user within one
+// connection's event stream.
+type Presence struct {
+	User     string        `json:"user"`
+	Online   bool          `json:"online"`
+	Status   string        `json:"status"`
+	Sessions []SessionInfo `json:"sessions"`
+	Version  uint64        `json:"version"`
+}
+
+// PresenceReply is the reply to get.
+type PresenceReply struct {
+	Op    string          `json:"op"`
+	ID    json.RawMessage `json:"id,omitempty"`
+	Users []Presence      `json:"users"`
+}
+
+// GroupReply is the reply to group: the group's online members.
+type GroupReply struct {
+	Op      string          `json:"op"`
+	ID      json.RawMessage `json:"id,omitempty"`
+	Group   string          `json:"group"`
+	Online  int             `json:"online"`
+	Members []Presence      `json:"members"`
+}
+
+// LocateReply is the reply to locate: the user's active sessions.
+type LocateReply struct {
+	Op       string          `json:"op"`
+	ID       json.RawMessage `json:"id,omitempty"`
+	User     string          `json:"user"`
+	Sessions []SessionInfo   `json:"sessions"`
+}
+
+// Event is pushed to subscribers: the subject's presence, and for a group
+// subscription the group and whether the user is (still) an online member
+// of it; "member":false tells a group subscriber the user left its view.
+type Event struct {
+	Op string `json:"op"`
+	Presence
+	Group  string `json:"group,omitempty"`
+	Member *bool  `json:"member,omitempty"`
+}
+
+// MessageFrame is pushed to every active session of a message's recipient.
+type MessageFrame struct {
+	Op         string          `json:"op"`
+	From       string          `json:"from"`
+	FromDevice string          `json:"from_device"`
+	Body       json.RawMessage `json:"body"`
+}
+
+// ErrorFrame is an error line.
+type ErrorFrame struct {
+	Op      string          `json:"op"`
+	Code    ErrorCode       `json:"code"`
+	Message string          `json:"message"`
+	ID      json.RawMessage `json:"id,omitempty"`
+}
+
+// requestError is a failed request: the code and message to send.
+type requestError struct {
+	code ErrorCode
+	msg  string
+}
+
+func (e *requestError) Error() string { return string(e.code) + ": " + e.msg }
+
+func errorf(code ErrorCode, format string, args ...any) *requestError {
+	return &requestError{code: code, msg: fmt.Sprintf(format, args...)}
+}

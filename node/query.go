@@ -1,0 +1,73 @@
+package node
+
+import "github.com/rollcall/rollcall/crdt"
+
+// Queries answer from this node's replica: the local projection of the
+// whole cluster, which may lag other gateways by the dissemination delay.
+
+// handleGet returns the presence of each requested user, in request order.
+func (n *Node) handleGet(_ *conn, req *Request) (any, *requestError) {
+	if len(req.Users) == 0 {
+		return nil, errorf(CodeBadRequest, "want users")
+	}
+	if len(req.Users) > MaxUsersPerRequest {
+		return nil, errorf(CodeBadRequest, "at most %d users per request", MaxUsersPerRequest)
+	}
+	for _, u := range req.Users {
+		if rerr := checkName("user", u); rerr != nil {
+			return nil, rerr
+		}
+	}
+	out := make([]Presence, 0, len(req.Users))
+	n.mu.Lock()
+	v := n.nextVersionLocked()
+	for _, u := range req.Users {
+		out = append(out, presenceJSON(n.replica.Presence(u), v))
+	}
+	n.mu.Unlock()
+	return PresenceReply{Op: OpPresence, ID: req.ID, Users: out}, nil
+}
+
+// handleGroup returns a group's online members.
+func (n *Node) handleGroup(_ *conn, req *Request) (any, *requestError) {
+	if rerr := checkName("group", req.Group); rerr != nil {
+		return nil, rerr
+	}
+	n.mu.Lock()
+	v := n.nextVersionLocked()
+	users := n.replica.GroupOnlineUsers(req.Group)
+	members := make([]Presence, 0, len(users))
+	for _, u := range users {
+		members = append(members, presenceJSON(n.replica.Presence(u), v))
+	}
+	n.mu.Unlock()
+	return GroupReply{Op: OpGroup, ID: req.ID, Group: req.Group, Online: len(members), Members: members}, nil
+}
+
+// handleLocate returns a user's active sessions, with their gateways.
+func (n *Node) handleLocate(_ *conn, req *Request) (any, *requestError) {
+	if rerr := checkName("user", req.User); rerr != nil {
+		return nil, rerr
+	}
+	n.mu.Lock()
+	sessions := n.activeSessionsLocked(req.User)
+	n.mu.Unlock()
+	out := make([]SessionInfo, 0, len(sessions))
+	for _, s := range sessions {
+		out = append(out, SessionInfo{Session: s.ID, Device: s.Device, Epoch: s.Epoch, Gateway: s.Gateway, Status: s.Status.String()})
+	}
+	return LocateReply{Op: OpLocate, ID: req.ID, User: req.User, Sessions: out}, nil
+}
+
+// activeSessionsLocked returns the user's sessions that are active in this
+// node's projection (a gateway marked down shows its sessions expired).
+func (n *Node) activeSessionsLocked(user string) []crdt.Session {
+	all := n.replica.UserSessions(user)
+	out := all[:0]
+	for _, s := range all {
+		if s.State == crdt.StateActive {
+			out = append(out, s)
+		}
+	}
+	return out
+}

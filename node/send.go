@@ -1,0 +1,104 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"sync"
+
+	"go.uber.org/zap"
+)
+
+// handleSend delivers a message to every active session of the recipient:
+// this node's directly, every other gateway's through one Cluster.Route call
+// per gateway, all concurrently and bounded by RouteTimeout. It replies with
+// the number of sessions reached.
+func (n *Node) handleSend(c *conn, req *Request) (any, *requestError) {
+	if rerr := checkName("to", req.To); rerr != nil {
+		return nil, rerr
+	}
+	if len(req.Body) == 0 {
+		return nil, errorf(CodeBadRequest, "missing body")
+	}
+	n.mu.Lock()
+	s, rerr := n.ownedLocked(c)
+	if rerr != nil {
+		n.mu.Unlock()
+		return nil, rerr
+	}
+	msg := Message{To: req.To, From: s.user, FromDevice: s.device, Body: slices.Clone(req.Body)}
+	var remote []string
+	for _, rs := range n.activeSessionsLocked(req.To) {
+		if rs.Gateway != n.cfg.Name && !slices.Contains(remote, rs.Gateway) {
+			remote = append(remote, rs.Gateway)
+		}
+	}
+	n.mu.Unlock()
+
+	delivered := n.DeliverLocal(msg)
+	if len(remote) > 0 {
+		delivered += n.route(msg, remote)
+	}
+	return OK{Op: OpOK, ID: req.ID, Delivered: &delivered}, nil
+}
+
+// route hands msg to each remote gateway concurrently and sums the sessions
+// reached. Without a cluster, remote sessions cannot be reached.
+func (n *Node) route(msg Message, gateways []string) int {
+	cl := n.getCluster()
+	if cl == nil {
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.RouteTimeout)
+	defer cancel()
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		total int
+	)
+	for _, gw := range gateways {
+		wg.Go(func() {
+			k, err := cl.Route(ctx, gw, msg)
+			if err != nil {
+				n.stats.routeFailures.Add(1)
+				n.log.Info("route failed", zap.String("gateway", gw), zap.String("to", msg.To), zap.Error(err))
+				return
+			}
+			mu.Lock()
+			total += k
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return total
+}
+
+// DeliverLocal delivers a message to the active sessions of msg.To that
+// this node owns and returns how many it reached (a session whose queue is
+// full is dropped as a slow consumer and not counted). It is part of Host:
+// the cluster layer calls it for messages routed here.
+func (n *Node) DeliverLocal(msg Message) int {
+	if len(msg.Body) == 0 || !json.Valid(msg.Body) {
+		n.log.Info("dropping message with an invalid body", zap.String("to", msg.To), zap.String("from", msg.From))
+		return 0
+	}
+	n.mu.Lock()
+	devs := n.local[msg.To]
+	conns := make([]*conn, 0, len(devs))
+	for _, c := range devs {
+		conns = append(conns, c)
+	}
+	n.mu.Unlock()
+	if len(conns) == 0 {
+		return 0
+	}
+	frame := encodeLine(MessageFrame{Op: OpMessage, From: msg.From, FromDevice: msg.FromDevice, Body: msg.Body})
+	k := 0
+	for _, c := range conns {
+		if c.send(frame) {
+			k++
+		}
+	}
+	n.stats.messages.Add(uint64(k))
+	return k
+}

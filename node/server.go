@@ -1,0 +1,113 @@
+package node
+
+import (
+	"errors"
+	"net"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// acceptLoop accepts client connections until the listener closes.
+func (n *Node) acceptLoop(ln net.Listener) {
+	defer n.loops.Done()
+	var backoff time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Out of file descriptors and the like: back off, never spin.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			n.log.Warn("accept failed; retrying", zap.Error(err), zap.Duration("backoff", backoff))
+			select {
+			case <-time.After(backoff):
+				continue
+			case <-n.done:
+				return
+			}
+		}
+		backoff = 0
+		n.stats.accepted.Add(1)
+		c := n.newConn(nc)
+		n.mu.Lock()
+		if n.draining {
+			n.mu.Unlock()
+			// Drain closed the listener, but a connection may have been
+			// accepted just before.
+			nc.Write(encodeError(nil, CodeShuttingDown, "the gateway is shutting down")) //nolint:errcheck // best effort
+			nc.Close()
+			continue
+		}
+		n.conns[c] = struct{}{}
+		n.connWG.Add(2)
+		n.mu.Unlock()
+		c.serve()
+	}
+}
+
+// dispatch runs one decoded request on the connection's reader goroutine.
+// Replies are queued in request order.
+func (n *Node) dispatch(c *conn, req *Request) {
+	if req.Op == OpHello {
+		n.handleHello(c, req)
+		return
+	}
+	if c.state.Load() != stateActive {
+		c.sendError(req.ID, CodeNotAuthenticated, "send hello first")
+		return
+	}
+	// Any valid request refreshes the deadline.
+	c.lastActive.Store(n.mono())
+	var (
+		reply any
+		rerr  *requestError
+	)
+	switch req.Op {
+	case OpHB:
+		if req.ID == nil {
+			return
+		}
+		reply = HBReply{Op: OpHB, ID: req.ID, ExpiresAt: n.formatTime(n.clock.Now().Add(n.cfg.Timeout))}
+	case OpStatus:
+		reply, rerr = n.handleStatus(c, req)
+	case OpAccount:
+		reply, rerr = n.handleAccount(c, req)
+	case OpJoin, OpLeave:
+		reply, rerr = n.handleJoinLeave(c, req)
+	case OpGet:
+		reply, rerr = n.handleGet(c, req)
+	case OpGroup:
+		reply, rerr = n.handleGroup(c, req)
+	case OpLocate:
+		reply, rerr = n.handleLocate(c, req)
+	case OpSub:
+		// handleSub queues its reply itself, ahead of the first events.
+		if rerr = n.handleSub(c, req); rerr == nil {
+			return
+		}
+	case OpUnsub:
+		reply, rerr = n.handleUnsub(c, req)
+	case OpSend:
+		reply, rerr = n.handleSend(c, req)
+	case OpBye:
+		rerr = n.handleBye(c, req)
+		if rerr == nil {
+			return
+		}
+	default:
+		rerr = errorf(CodeUnknownOp, "unknown op %q", truncate(req.Op, 64))
+	}
+	if rerr != nil {
+		n.stats.badRequests.Add(1)
+		c.sendError(req.ID, rerr.code, rerr.msg)
+		return
+	}
+	c.sendValue(reply)
+}
+
+// formatTime formats a time for the wire: RFC 3339 in UTC, milliseconds.
+func (n *Node) formatTime(t time.Time) string {
+	return t.UTC().Format("2006-01-02T15:04:05.000Z07:00")
+}

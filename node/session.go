@@ -1,0 +1,441 @@
+package node
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"math"
+	"slices"
+	"time"
+	"unicode/utf8"
+
+	"go.uber.org/zap"
+
+	"github.com/rollcall/rollcall/crdt"
+)
+
+// localSession is the session a connection owns. Guarded by n.mu.
+type localSession struct {
+	user   string
+	device string
+	id     string
+	epoch  uint64
+	status crdt.Status
+	groups []string // sorted, unique
+}
+
+// The session lifecycle (the seed's state machine), every transition a crdt
+// write by this node:
+//
+//	Connecting -> Active        handleHello: PutLocal(active), epoch =
+//	                            1 + max(replica.MaxEpoch, last_epoch)
+//	Active -> Active            status/join/leave: PutLocal(active, Seq+1);
+//	                            any request refreshes the deadline (no write)
+//	Active -> Disconnected      handleBye, connLost (TCP closed), Drain
+//	Active -> Expired           expireSession (the sweeper found it silent)
+//	Active -> (superseded)      a newer epoch for the same (user, device),
+//	                            here or on another gateway: no write, the
+//	                            newer record already replaced ours
+
+// handleHello authenticates the connection and opens its session.
+func (n *Node) handleHello(c *conn, req *Request) {
+	if c.state.Load() != stateConnecting {
+		c.sendError(req.ID, CodeBadRequest, "already authenticated")
+		return
+	}
+	if rerr := checkHello(req); rerr != nil {
+		n.stats.badRequests.Add(1)
+		c.sendError(req.ID, rerr.code, rerr.msg)
+		return
+	}
+	if !n.cfg.Dev {
+		if err := n.verifyToken(req.Token, req.User); err != nil {
+			n.stats.authFailed.Add(1)
+			n.log.Info("authentication failed", zap.Uint64("conn", c.id), zap.String("remote", c.remote),
+				zap.String("user", req.User), zap.Error(err))
+			c.sendError(req.ID, CodeAuthFailed, err.Error())
+			return
+		}
+	}
+	status := crdt.StatusAvailable
+	if req.Status != "" {
+		status, _ = crdt.ParseStatus(req.Status) // checked by checkHello
+	}
+	device := req.Device
+	if device == "" {
+		device = "dev-" + randomHex(6)
+	}
+	sess := &localSession{
+		user:   req.User,
+		device: device,
+		id:     "ses_" + randomHex(8),
+		status: status,
+		groups: crdt.NormalizeGroups(slices.Clone(req.Groups)),
+	}
+	now := n.clock.Now()
+	mono := int64(now.Sub(n.base))
+
+	n.mu.Lock()
+	if n.draining {
+		n.mu.Unlock()
+		c.sendError(req.ID, CodeShuttingDown, "the gateway is shutting down")
+		return
+	}
+	if !c.state.CompareAndSwap(stateConnecting, stateActive) {
+		n.mu.Unlock() // closing already: nothing to open
+		return
+	}
+	key := crdt.Key{User: sess.user, Device: sess.device}
+	sess.epoch = 1 + max(n.replica.MaxEpoch(key), req.LastEpoch)
+	c.lastActive.Store(mono)
+	c.sess = sess
+	d, err := n.replica.PutLocal(n.recordLocked(c, crdt.StateActive, now), now.UnixNano())
+	if err != nil {
+		// Cannot happen: the epoch is above every one held.
+		c.sess = nil
+		c.state.Store(stateConnecting)
+		n.mu.Unlock()
+		n.log.Error("open session", zap.String("key", key.String()), zap.Error(err))
+		c.sendError(req.ID, CodeInternal, "could not open the session")
+		return
+	}
+	old := n.local[sess.user][sess.device]
+	if old != nil {
+		n.unregisterLocked(old)
+	}
+	n.registerLocked(c)
+	n.markDirtyLocked(sess.user)
+	n.unlockAndPublish([]crdt.Delta{d})
+
+	n.stats.sessionsOpened.Add(1)
+	c.nc.SetReadDeadline(time.Time{}) //nolint:errcheck // the sweeper takes over from the handshake deadline
+	n.wheel.add(c, mono+int64(n.cfg.Timeout))
+	c.sendValue(Welcome{
+		Op: OpWelcome, ID: req.ID, Session: sess.id, User: sess.user, Device: sess.device,
+		Epoch: sess.epoch, Gateway: n.cfg.Name,
+		HeartbeatMS: n.cfg.Heartbeat.Milliseconds(), TimeoutMS: n.cfg.Timeout.Milliseconds(),
+		ExpiresAt: n.formatTime(now.Add(n.cfg.Timeout)), Protocol: ProtocolVersion,
+	})
+	n.log.Debug("session opened", zap.Uint64("conn", c.id), zap.String("user", sess.user),
+		zap.String("device", sess.device), zap.Uint64("epoch", sess.epoch), zap.String("session", sess.id))
+	if old != nil {
+		n.stats.superseded.Add(1)
+		old.closeWithError(nil, CodeSuperseded, "a newer connection (epoch "+utoa(sess.epoch)+") took "+key.String())
+	}
+}
+
+// checkHello validates a hello's fields.
+func checkHello(req *Request) *requestError {
+	if rerr := checkName("user", req.User); rerr != nil {
+		return rerr
+	}
+	if req.Device != "" {
+		if rerr := checkName("device", req.Device); rerr != nil {
+			return rerr
+		}
+	}
+	if req.Status != "" {
+		if _, err := crdt.ParseStatus(req.Status); err != nil {
+			return errorf(CodeBadRequest, "%v", err)
+		}
+	}
+	if len(req.Groups) > MaxGroups {
+		return errorf(CodeBadRequest, "at most %d groups", MaxGroups)
+	}
+	for _, g := range req.Groups {
+		if rerr := checkName("group", g); rerr != nil {
+			return rerr
+		}
+	}
+	if req.LastEpoch >= math.MaxUint64-1 {
+		return errorf(CodeBadRequest, "last_epoch out of range")
+	}
+	if len(req.Token) > MaxTokenLen {
+		return errorf(CodeBadRequest, "token longer than %d bytes", MaxTokenLen)
+	}
+	return nil
+}
+
+// checkName validates a user, device or group name: 1 to MaxNameLen bytes
+// of UTF-8 without control characters.
+func checkName(what, s string) *requestError {
+	if s == "" {
+		return errorf(CodeBadRequest, "missing %s", what)
+	}
+	if len(s) > MaxNameLen {
+		return errorf(CodeBadRequest, "%s longer than %d bytes", what, MaxNameLen)
+	}
+	if !utf8.ValidString(s) {
+		return errorf(CodeBadRequest, "%s is not valid UTF-8", what)
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f || r == utf8.RuneError {
+			return errorf(CodeBadRequest, "%s contains a control character", what)
+		}
+	}
+	return nil
+}
+
+// handleStatus sets the device's status.
+func (n *Node) handleStatus(c *conn, req *Request) (any, *requestError) {
+	st, err := crdt.ParseStatus(req.Status)
+	if err != nil {
+		return nil, errorf(CodeBadRequest, "%v", err)
+	}
+	return n.updateSession(c, req, func(s *localSession) bool {
+		if s.status == st {
+			return false
+		}
+		s.status = st
+		return true
+	})
+}
+
+// handleJoinLeave adds the session to a group or removes it.
+func (n *Node) handleJoinLeave(c *conn, req *Request) (any, *requestError) {
+	if rerr := checkName("group", req.Group); rerr != nil {
+		return nil, rerr
+	}
+	g := req.Group
+	var rerr *requestError
+	reply, uerr := n.updateSession(c, req, func(s *localSession) bool {
+		i, in := slices.BinarySearch(s.groups, g)
+		switch {
+		case req.Op == OpJoin && !in:
+			if len(s.groups) >= MaxGroups {
+				rerr = errorf(CodeBadRequest, "at most %d groups per session", MaxGroups)
+				return false
+			}
+			s.groups = slices.Insert(slices.Clone(s.groups), i, g)
+			return true
+		case req.Op == OpLeave && in:
+			s.groups = slices.Delete(slices.Clone(s.groups), i, i+1)
+			return true
+		}
+		return false
+	})
+	if rerr != nil {
+		return nil, rerr
+	}
+	return reply, uerr
+}
+
+// updateSession applies change to the connection's session and writes it.
+// change returns false for a no-op, which is acknowledged without a write.
+func (n *Node) updateSession(c *conn, req *Request, change func(*localSession) bool) (any, *requestError) {
+	now := n.clock.Now()
+	n.mu.Lock()
+	s, rerr := n.ownedLocked(c)
+	if rerr != nil {
+		n.mu.Unlock()
+		return nil, rerr
+	}
+	saved := *s
+	if !change(s) {
+		n.mu.Unlock()
+		return OK{Op: OpOK, ID: req.ID}, nil
+	}
+	d, err := n.replica.PutLocal(n.recordLocked(c, crdt.StateActive, now), now.UnixNano())
+	if err != nil {
+		*s = saved
+		rerr := n.writeFailedLocked(c, err)
+		n.mu.Unlock()
+		return nil, rerr
+	}
+	n.markDirtyLocked(s.user)
+	n.unlockAndPublish([]crdt.Delta{d})
+	return OK{Op: OpOK, ID: req.ID}, nil
+}
+
+// writeFailedLocked handles a failed PutLocal of c's session: a newer
+// record (from another gateway) won, so c no longer owns the session.
+func (n *Node) writeFailedLocked(c *conn, err error) *requestError {
+	if errors.Is(err, crdt.ErrSuperseded) {
+		n.unregisterLocked(c)
+		n.stats.superseded.Add(1)
+		return errorf(CodeSuperseded, "a newer connection took this session")
+	}
+	n.log.Error("session write failed", zap.Uint64("conn", c.id), zap.Error(err))
+	return errorf(CodeInternal, "could not write the session")
+}
+
+// handleAccount writes the user's account record.
+func (n *Node) handleAccount(c *conn, req *Request) (any, *requestError) {
+	if req.Override == nil && req.AuthoritativeDevice == nil {
+		return nil, errorf(CodeBadRequest, "want override and/or authoritative_device")
+	}
+	var ov crdt.Override
+	if req.Override != nil {
+		o, err := crdt.ParseOverride(*req.Override)
+		if err != nil {
+			return nil, errorf(CodeBadRequest, "%v", err)
+		}
+		ov = o
+	}
+	if ad := req.AuthoritativeDevice; ad != nil && *ad != "" {
+		if rerr := checkName("authoritative_device", *ad); rerr != nil {
+			return nil, rerr
+		}
+	}
+	now := n.clock.Now()
+	n.mu.Lock()
+	s, rerr := n.ownedLocked(c)
+	if rerr != nil {
+		n.mu.Unlock()
+		return nil, rerr
+	}
+	cur, _ := n.replica.Account(s.user)
+	if req.Override != nil {
+		cur.Override = ov
+	}
+	if req.AuthoritativeDevice != nil {
+		cur.AuthoritativeDevice = *req.AuthoritativeDevice
+	}
+	d, err := n.replica.PutAccountLocal(s.user, cur.Override, cur.AuthoritativeDevice, now.UnixNano())
+	if err != nil {
+		n.mu.Unlock()
+		n.log.Error("account write failed", zap.Error(err))
+		return nil, errorf(CodeInternal, "could not write the account")
+	}
+	n.markDirtyLocked(s.user)
+	n.unlockAndPublish([]crdt.Delta{d})
+	return OK{Op: OpOK, ID: req.ID}, nil
+}
+
+// handleBye ends the session cleanly; the connection closes after the ok.
+func (n *Node) handleBye(c *conn, req *Request) *requestError {
+	now := n.clock.Now()
+	n.mu.Lock()
+	if _, rerr := n.ownedLocked(c); rerr != nil {
+		n.mu.Unlock()
+		return rerr
+	}
+	d, ok := n.endSessionLocked(c, crdt.StateDisconnected, now)
+	n.dropSubsLocked(c)
+	var deltas []crdt.Delta
+	if ok {
+		deltas = append(deltas, d)
+	}
+	n.unlockAndPublish(deltas)
+	n.stats.disconnected.Add(1)
+	c.closeWith(encodeLine(OK{Op: OpOK, ID: req.ID}))
+	return nil
+}
+
+// connLost runs when a connection's reader stops: a live session is
+// disconnected at once.
+func (n *Node) connLost(c *conn) {
+	now := n.clock.Now()
+	n.mu.Lock()
+	delete(n.conns, c)
+	var deltas []crdt.Delta
+	if d, ok := n.endSessionLocked(c, crdt.StateDisconnected, now); ok {
+		deltas = append(deltas, d)
+		n.stats.disconnected.Add(1)
+	}
+	n.dropSubsLocked(c)
+	n.unlockAndPublish(deltas)
+}
+
+// expireSession ends c's session if it has been silent for Timeout.
+// nowMono is the sweeper's reading of Node.mono.
+func (n *Node) expireSession(c *conn, nowMono int64) {
+	now := n.clock.Now()
+	n.mu.Lock()
+	if _, rerr := n.ownedLocked(c); rerr != nil {
+		n.mu.Unlock()
+		return
+	}
+	if deadline := c.lastActive.Load() + int64(n.cfg.Timeout); deadline > nowMono {
+		// A request arrived after the sweeper looked.
+		n.mu.Unlock()
+		n.wheel.add(c, deadline)
+		return
+	}
+	var deltas []crdt.Delta
+	if d, ok := n.endSessionLocked(c, crdt.StateExpired, now); ok {
+		deltas = append(deltas, d)
+	}
+	n.unlockAndPublish(deltas)
+	n.stats.expired.Add(1)
+	n.log.Debug("session expired", zap.Uint64("conn", c.id))
+	c.closeWithError(nil, CodeExpired, "no request within "+n.cfg.Timeout.String())
+}
+
+// ownedLocked returns c's session if c still owns it.
+func (n *Node) ownedLocked(c *conn) (*localSession, *requestError) {
+	s := c.sess
+	if s == nil {
+		return nil, errorf(CodeNotAuthenticated, "send hello first")
+	}
+	if n.local[s.user][s.device] != c {
+		if n.draining {
+			return nil, errorf(CodeShuttingDown, "the gateway is shutting down")
+		}
+		return nil, errorf(CodeSuperseded, "this session has ended or was superseded")
+	}
+	return s, nil
+}
+
+// recordLocked returns the crdt record of c's session in state st.
+func (n *Node) recordLocked(c *conn, st crdt.State, now time.Time) crdt.Session {
+	s := c.sess
+	deadline := c.lastActive.Load() + int64(n.cfg.Timeout)
+	expires := now.Add(time.Duration(deadline - int64(now.Sub(n.base))))
+	return crdt.Session{
+		User: s.user, Device: s.device, ID: s.id, Epoch: s.epoch,
+		State: st, Status: s.status, Groups: s.groups, ExpiresAt: expires.UnixNano(),
+	}
+}
+
+// endSessionLocked writes c's session as ended (disconnected or expired)
+// and forgets it, if c still owns it. ok reports whether a delta was
+// written.
+func (n *Node) endSessionLocked(c *conn, st crdt.State, now time.Time) (d crdt.Delta, ok bool) {
+	if _, rerr := n.ownedLocked(c); rerr != nil {
+		return crdt.Delta{}, false
+	}
+	d, err := n.replica.PutLocal(n.recordLocked(c, st, now), now.UnixNano())
+	n.unregisterLocked(c)
+	if err != nil {
+		if !errors.Is(err, crdt.ErrSuperseded) {
+			n.log.Error("session end write failed", zap.Uint64("conn", c.id), zap.Error(err))
+		}
+		return crdt.Delta{}, false
+	}
+	return d, true
+}
+
+// registerLocked records c as the owner of its session.
+func (n *Node) registerLocked(c *conn) {
+	s := c.sess
+	devs := n.local[s.user]
+	if devs == nil {
+		devs = make(map[string]*conn, 1)
+		n.local[s.user] = devs
+	}
+	devs[s.device] = c
+	n.localCount++
+}
+
+// unregisterLocked forgets that c owns its session (without a write) and
+// marks its user dirty.
+func (n *Node) unregisterLocked(c *conn) {
+	s := c.sess
+	devs := n.local[s.user]
+	if devs[s.device] != c {
+		return
+	}
+	delete(devs, s.device)
+	if len(devs) == 0 {
+		delete(n.local, s.user)
+	}
+	n.localCount--
+	n.markDirtyLocked(s.user)
+}
+
+func randomHex(nbytes int) string {
+	b := make([]byte, nbytes)
+	rand.Read(b) //nolint:errcheck // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,403 @@
+package node
+
+import (
+	"encoding/json"
+	"maps"
+	"slices"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/rollcall/rollcall/crdt"
+)
+
+// Subscriptions and events.
+//
+// Every change to the replica marks its users dirty (markDirtyLocked): local
+// writes, remote deltas, anti-entropy, gateways marked down or up. The
+// notifier goroutine wakes, waits EventCoalesce so a burst collapses into one
+// pass, then flushes: for each dirty user, in sorted order, it compares the
+// presence with the last one it emitted and the user's membership of watched
+// groups with the last it emitted, and queues an event for each subscriber
+// that should see a difference. Nothing is emitted for a change that made no
+// visible difference (a heartbeat never even marks a user dirty).
+//
+// Versions come from one node-wide counter, taken under mu at the moment a
+// presence is read (a flush, a sub's snapshot, a get), and raised to at
+// least the clock in microseconds, so they also tend to grow across gateway
+// restarts. Frames are queued in version order because the flush and the sub
+// snapshot both hand off from mu to fanMu before queueing: within one
+// connection every user's versions strictly increase.
+
+// userWatch is what the notifier knows about a watched user. Guarded by mu.
+type userWatch struct {
+	subs   map[*conn]struct{}  // connections subscribed to the user directly
+	groups map[string]struct{} // watched groups the user was last seen online in
+	last   crdt.Presence       // the presence last emitted (or snapshotted)
+}
+
+// groupWatch is a watched group. Guarded by mu.
+type groupWatch struct {
+	subs    map[*conn]struct{}
+	members map[string]struct{} // users whose userWatch.groups holds this group
+}
+
+// delivery is one frame for one connection.
+type delivery struct {
+	c     *conn
+	frame []byte
+}
+
+// markDirtyLocked notes that user's presence may have changed.
+func (n *Node) markDirtyLocked(user string) {
+	n.dirty[user] = struct{}{}
+}
+
+// nextVersionLocked returns a fresh presence version.
+func (n *Node) nextVersionLocked() uint64 {
+	v := max(n.version+1, uint64(max(n.clock.Now().UnixMicro(), 0)))
+	n.version = v
+	return v
+}
+
+// handleSub subscribes the connection to users and/or a group. It queues the
+// ok and then one event per current subject itself, so that no change event
+// can overtake them.
+func (n *Node) handleSub(c *conn, req *Request) *requestError {
+	if rerr := checkSubjects(req); rerr != nil {
+		return rerr
+	}
+	n.mu.Lock()
+	if _, rerr := n.ownedLocked(c); rerr != nil {
+		n.mu.Unlock()
+		return rerr
+	}
+	added := 0
+	for _, u := range req.Users {
+		if _, ok := c.subUsers[u]; !ok {
+			added++
+		}
+	}
+	if req.Group != "" {
+		if _, ok := c.subGroups[req.Group]; !ok {
+			added++
+		}
+	}
+	if len(c.subUsers)+len(c.subGroups)+added > MaxSubscriptions {
+		n.mu.Unlock()
+		return errorf(CodeBadRequest, "at most %d subscriptions per connection", MaxSubscriptions)
+	}
+	version := n.nextVersionLocked()
+	frames := make([][]byte, 0, len(req.Users)+1)
+	frames = append(frames, encodeLine(OK{Op: OpOK, ID: req.ID}))
+	for _, u := range uniqueStrings(req.Users) {
+		if c.subUsers == nil {
+			c.subUsers = make(map[string]struct{})
+		}
+		c.subUsers[u] = struct{}{}
+		n.watchUserLocked(u).subs[c] = struct{}{}
+		frames = append(frames, encodeEvent(n.replica.Presence(u), version, "", nil))
+	}
+	if g := req.Group; g != "" {
+		if c.subGroups == nil {
+			c.subGroups = make(map[string]struct{})
+		}
+		c.subGroups[g] = struct{}{}
+		gw := n.watchGroupLocked(g)
+		gw.subs[c] = struct{}{}
+		member := true
+		for _, u := range n.replica.GroupOnlineUsers(g) {
+			frames = append(frames, encodeEvent(n.replica.Presence(u), version, g, &member))
+		}
+	}
+	n.fanMu.Lock()
+	n.mu.Unlock()
+	for _, f := range frames {
+		c.send(f)
+	}
+	n.fanMu.Unlock()
+	return nil
+}
+
+// handleUnsub removes subscriptions. Unknown subjects are ignored.
+func (n *Node) handleUnsub(c *conn, req *Request) (any, *requestError) {
+	if rerr := checkSubjects(req); rerr != nil {
+		return nil, rerr
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if _, rerr := n.ownedLocked(c); rerr != nil {
+		return nil, rerr
+	}
+	for _, u := range req.Users {
+		if _, ok := c.subUsers[u]; ok {
+			delete(c.subUsers, u)
+			n.unwatchUserLocked(u, c)
+		}
+	}
+	if g := req.Group; g != "" {
+		if _, ok := c.subGroups[g]; ok {
+			delete(c.subGroups, g)
+			n.unwatchGroupLocked(g, c)
+		}
+	}
+	return OK{Op: OpOK, ID: req.ID}, nil
+}
+
+func checkSubjects(req *Request) *requestError {
+	if len(req.Users) == 0 && req.Group == "" {
+		return errorf(CodeBadRequest, "want users and/or group")
+	}
+	if len(req.Users) > MaxUsersPerRequest {
+		return errorf(CodeBadRequest, "at most %d users per request", MaxUsersPerRequest)
+	}
+	for _, u := range req.Users {
+		if rerr := checkName("user", u); rerr != nil {
+			return rerr
+		}
+	}
+	if req.Group != "" {
+		if rerr := checkName("group", req.Group); rerr != nil {
+			return rerr
+		}
+	}
+	return nil
+}
+
+// dropSubsLocked removes every subscription of a closing connection.
+func (n *Node) dropSubsLocked(c *conn) {
+	for u := range c.subUsers {
+		n.unwatchUserLocked(u, c)
+	}
+	for g := range c.subGroups {
+		n.unwatchGroupLocked(g, c)
+	}
+	c.subUsers, c.subGroups = nil, nil
+}
+
+// watchUserLocked returns u's watch, creating it from the replica.
+func (n *Node) watchUserLocked(u string) *userWatch {
+	uw := n.users[u]
+	if uw == nil {
+		uw = &userWatch{
+			subs:   make(map[*conn]struct{}),
+			groups: make(map[string]struct{}),
+			last:   n.replica.Presence(u),
+		}
+		n.users[u] = uw
+	}
+	return uw
+}
+
+func (n *Node) unwatchUserLocked(u string, c *conn) {
+	uw := n.users[u]
+	if uw == nil {
+		return
+	}
+	delete(uw.subs, c)
+	n.gcUserWatchLocked(u, uw)
+}
+
+func (n *Node) gcUserWatchLocked(u string, uw *userWatch) {
+	if len(uw.subs) == 0 && len(uw.groups) == 0 {
+		delete(n.users, u)
+	}
+}
+
+// watchGroupLocked returns g's watch, creating it (and the watches of its
+// online members) from the replica.
+func (n *Node) watchGroupLocked(g string) *groupWatch {
+	gw := n.groups[g]
+	if gw == nil {
+		gw = &groupWatch{subs: make(map[*conn]struct{}), members: make(map[string]struct{})}
+		n.groups[g] = gw
+		for _, u := range n.replica.GroupOnlineUsers(g) {
+			n.watchUserLocked(u).groups[g] = struct{}{}
+			gw.members[u] = struct{}{}
+		}
+	}
+	return gw
+}
+
+func (n *Node) unwatchGroupLocked(g string, c *conn) {
+	gw := n.groups[g]
+	if gw == nil {
+		return
+	}
+	delete(gw.subs, c)
+	if len(gw.subs) > 0 {
+		return
+	}
+	delete(n.groups, g)
+	for u := range gw.members {
+		if uw := n.users[u]; uw != nil {
+			delete(uw.groups, g)
+			n.gcUserWatchLocked(u, uw)
+		}
+	}
+}
+
+// notifyLoop flushes presence changes to subscribers.
+func (n *Node) notifyLoop() {
+	defer n.loops.Done()
+	var timer *time.Timer
+	if n.cfg.EventCoalesce > 0 {
+		timer = time.NewTimer(time.Hour)
+		timer.Stop()
+	}
+	for {
+		select {
+		case <-n.done:
+			return
+		case <-n.notify:
+		}
+		if timer != nil {
+			timer.Reset(n.cfg.EventCoalesce)
+			select {
+			case <-n.done:
+				return
+			case <-timer.C:
+			}
+		}
+		n.flushEvents()
+	}
+}
+
+// flushEvents emits the events for every dirty user.
+func (n *Node) flushEvents() {
+	n.mu.Lock()
+	if len(n.dirty) == 0 {
+		n.mu.Unlock()
+		return
+	}
+	dirty := slices.Sorted(maps.Keys(n.dirty))
+	clear(n.dirty)
+	var out []delivery
+	var version uint64
+	for _, u := range dirty {
+		uw := n.users[u]
+		now := n.watchedGroupsOfLocked(u)
+		if uw == nil && len(now) == 0 {
+			continue
+		}
+		if uw == nil {
+			uw = n.watchUserLocked(u)
+			uw.last = crdt.Presence{User: u} // new to every group view
+		}
+		cur := n.replica.Presence(u)
+		changed := !cur.Equal(uw.last)
+		if version == 0 && (changed || len(now) > 0 || len(uw.groups) > 0) {
+			version = n.nextVersionLocked()
+		}
+		if changed && len(uw.subs) > 0 {
+			f := encodeEvent(cur, version, "", nil)
+			for c := range uw.subs {
+				out = append(out, delivery{c, f})
+			}
+		}
+		for _, g := range unionKeys(uw.groups, now) {
+			_, was := uw.groups[g]
+			_, is := now[g]
+			if was == is && !(is && changed) {
+				continue
+			}
+			gw := n.groups[g]
+			if gw == nil {
+				continue
+			}
+			member := is
+			f := encodeEvent(cur, version, g, &member)
+			for c := range gw.subs {
+				out = append(out, delivery{c, f})
+			}
+		}
+		uw.last = cur
+		for g := range uw.groups {
+			if _, ok := now[g]; !ok {
+				if gw := n.groups[g]; gw != nil {
+					delete(gw.members, u)
+				}
+			}
+		}
+		for g := range now {
+			n.groups[g].members[u] = struct{}{}
+		}
+		uw.groups = now
+		n.gcUserWatchLocked(u, uw)
+	}
+	n.fanMu.Lock()
+	n.mu.Unlock()
+	for _, d := range out {
+		if d.c.send(d.frame) {
+			n.stats.events.Add(1)
+		}
+	}
+	n.fanMu.Unlock()
+	if len(out) > 0 {
+		n.log.Debug("events flushed", zap.Int("users", len(dirty)), zap.Int("frames", len(out)))
+	}
+}
+
+// watchedGroupsOfLocked returns the watched groups u is online in now.
+func (n *Node) watchedGroupsOfLocked(u string) map[string]struct{} {
+	out := make(map[string]struct{})
+	if len(n.groups) == 0 {
+		return out
+	}
+	for _, s := range n.replica.UserSessions(u) {
+		if s.State != crdt.StateActive {
+			continue
+		}
+		for _, g := range s.Groups {
+			if _, ok := n.groups[g]; ok {
+				out[g] = struct{}{}
+			}
+		}
+	}
+	return out
+}
+
+func unionKeys(a, b map[string]struct{}) []string {
+	keys := make([]string, 0, len(a)+len(b))
+	for k := range a {
+		keys = append(keys, k)
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+func uniqueStrings(s []string) []string {
+	return slices.Compact(slices.Sorted(slices.Values(s)))
+}
+
+// presenceJSON converts a crdt aggregate to its wire form.
+func presenceJSON(p crdt.Presence, version uint64) Presence {
+	out := Presence{User: p.User, Online: p.Online, Status: p.Status.String(),
+		Sessions: make([]SessionInfo, 0, len(p.Sessions)), Version: version}
+	for _, s := range p.Sessions {
+		out.Sessions = append(out.Sessions, SessionInfo{
+			Session: s.Session, Device: s.Device, Epoch: s.Epoch, Gateway: s.Gateway, Status: s.Status.String(),
+		})
+	}
+	return out
+}
+
+func encodeEvent(p crdt.Presence, version uint64, group string, member *bool) []byte {
+	return encodeLine(Event{Op: OpEvent, Presence: presenceJSON(p, version), Group: group, Member: member})
+}
+
+// encodeLine encodes a protocol value as one line. The values are plain
+// structs of strings, numbers and validated raw JSON, so encoding cannot
+// fail; if it ever did, the line would be an internal error.
+func encodeLine(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return encodeError(nil, CodeInternal, "encode: "+err.Error())
+	}
+	return append(b, '\n')
+}
