@@ -16,7 +16,7 @@ type Config struct {
 	// counted from when this replica saw it end, before GC removes it. It
 	// must exceed the longest a late delta can still arrive (the anti-entropy
 	// interval times a safety factor). A peer whose digest lags further than
-	// this is repaired by a full snapshot of the origin. Default 10m.
+	// this is repaired by a full snapshot. Default 10m.
 	TombstoneHorizon time.Duration
 
 	// PurgeHorizon is how long the sessions of a node marked down stay in

@@ -82,6 +82,11 @@ func (s *Session) validate() error {
 	if err := checkNames("session", s.User, s.Device, s.ID, s.Gateway, s.Origin.Node); err != nil {
 		return err
 	}
+	if s.Gateway != s.Origin.Node {
+		// The projection marks a node down by Gateway and finds a node's
+		// records by Origin; they must name the same node.
+		return fmt.Errorf("%w: session %s has gateway %q but origin %s", ErrInvalidDelta, s.Key(), s.Gateway, s.Origin)
+	}
 	if s.Epoch == 0 || s.Version == 0 {
 		return fmt.Errorf("%w: session %s has epoch %d, version %d", ErrInvalidDelta, s.Key(), s.Epoch, s.Version)
 	}
@@ -194,8 +199,9 @@ type OriginSync struct {
 	// collected or purged.
 	GCFloor uint64
 	// Full marks a complete snapshot of the origin's records up to
-	// Watermark, sent when the asker lagged below GCFloor: the receiver drops
-	// any record of the origin at or below Watermark that the snapshot lacks.
+	// Watermark, sent when the asker lagged below the sender's GC floor of
+	// any origin (see Replica.Diff): the receiver drops any record of the
+	// origin at or below Watermark that the snapshot lacks.
 	Full     bool
 	Sessions []Session
 	Accounts []Account

@@ -15,8 +15,9 @@ var ErrSuperseded = errors.New("session superseded")
 // entry is the replica's copy of one session record plus local bookkeeping.
 type entry struct {
 	s Session
-	// endedAt is the local time this replica first held the record as
-	// terminal; 0 while active. Tombstone GC counts from it, so owner clock
+	// endedAt is the local time this replica first held the record's epoch
+	// as terminal; meaningless while active (0 is a valid time: a virtual
+	// clock may start there). Tombstone GC counts from it, so owner clock
 	// skew cannot shorten a tombstone's life.
 	endedAt int64
 	// counted records whether s is counted in the group index, i.e. it was
@@ -144,16 +145,16 @@ func (r *Replica) PutAccountLocal(user string, override Override, authoritativeD
 
 // Apply merges a delta received from another replica at local time now. It
 // reports whether the replica's state changed (the delta's user may need an
-// event) and the users whose sessions were dropped because the delta revealed
-// a new incarnation of their gateway. An invalid delta is an error and changes
+// event) and the users whose sessions ended because the delta revealed a new
+// incarnation of their gateway. An invalid delta is an error and changes
 // nothing; a stale or duplicate one is not an error.
 func (r *Replica) Apply(d Delta, now int64) (changed bool, dropped []string, err error) {
 	if err := d.Validate(); err != nil {
 		return false, nil, err
 	}
 	o := d.Origin()
-	ok, dropped := r.admit(o, d.Session != nil)
-	if !ok {
+	adm, dropped := r.admit(o, now)
+	if adm == refused {
 		return false, dropped, nil
 	}
 	st := r.originState(o)
@@ -161,7 +162,7 @@ func (r *Replica) Apply(d Delta, now int64) (changed bool, dropped []string, err
 		return false, dropped, nil
 	}
 	if d.Session != nil {
-		changed = r.mergeSession(d.Session, now)
+		changed = r.mergeSession(adm.session(d.Session), now)
 	} else {
 		r.hlc.Observe(now, d.Account.Stamp)
 		changed = r.mergeAccount(d.Account)
@@ -170,35 +171,82 @@ func (r *Replica) Apply(d Delta, now int64) (changed bool, dropped []string, err
 	return changed, dropped, nil
 }
 
-// admit decides whether records of origin o may be merged, retiring older
-// incarnations of o's node when o is newer. Our own origin (and older or
-// impostor incarnations of our node) are never admitted from outside.
-func (r *Replica) admit(o Origin, session bool) (bool, []string) {
-	if o.Node == r.cfg.Self.Node {
-		return false, nil
+// admission is how the records of one origin merge.
+type admission uint8
+
+const (
+	// refused: our own origin, or a newer (impostor) incarnation of our
+	// node. We are the only writer of our records; nothing of ours comes
+	// from outside.
+	refused admission = iota
+	// admitted: the newest known incarnation of its node.
+	admitted
+	// retired: an older incarnation of its node. Its sessions merge as
+	// expired; its account records, which are user settings, merge as they
+	// are.
+	retired
+)
+
+// session returns the record to merge for s under the admission: an active
+// session of a retired incarnation is merged as expired, exactly as retire
+// turns the ones already held, so the result does not depend on whether a
+// replica learned of the new incarnation before or after the record.
+func (a admission) session(s *Session) *Session {
+	if a != retired || s.State != StateActive {
+		return s
+	}
+	c := *s
+	c.State = StateExpired
+	return &c
+}
+
+// admit decides how records of origin o merge, retiring older incarnations
+// of o's node when o is newer.
+func (r *Replica) admit(o Origin, now int64) (admission, []string) {
+	if o.Node == r.cfg.Self.Node && o.Incarnation >= r.cfg.Self.Incarnation {
+		return refused, nil
 	}
 	latest, known := r.latestInc[o.Node]
 	switch {
 	case !known || o.Incarnation > latest:
 		r.latestInc[o.Node] = o.Incarnation
-		return true, r.retire(o.Node, o.Incarnation)
+		return admitted, r.retire(o.Node, o.Incarnation, now)
 	case o.Incarnation < latest:
-		// An older life of the node: its sessions are gone, but account
-		// records it wrote are user settings and still merge.
-		return !session, nil
+		return retired, nil
 	}
-	return true, nil
+	return admitted, nil
 }
 
-// retire drops the session records of every incarnation of node older than
-// inc: a restarted gateway's old sessions end everywhere at once.
-func (r *Replica) retire(node string, inc uint64) []string {
+// retire ends the active sessions of every incarnation of node older than
+// inc, at local time now: a restarted gateway's old sessions end everywhere
+// at once. They are turned into expired tombstones, not removed: a tombstone
+// still beats the older epochs it replaced (another gateway's session the
+// user moved away from), so every replica keeps the same winner whether or
+// not it saw the retired record, and GC removes it after the horizon like
+// any other.
+func (r *Replica) retire(node string, inc uint64, now int64) []string {
 	var users []string
 	for o, st := range r.origins {
 		if o.Node != node || o.Incarnation >= inc {
 			continue
 		}
-		users = append(users, r.dropSessions(st)...)
+		st.log.Ascend(func(it logItem) bool {
+			if it.account {
+				return true
+			}
+			e := r.sessions[Key{it.user, it.device}]
+			if e.s.State != StateActive {
+				return true
+			}
+			if e.counted {
+				users = append(users, it.user)
+			}
+			e.s.State = StateExpired
+			e.endedAt = now
+			r.recount(e)
+			r.tombstones = append(r.tombstones, tombstone{key: e.s.Key(), version: e.s.Version, origin: o, endedAt: now})
+			return true
+		})
 	}
 	return sortedUnique(users)
 }
@@ -234,11 +282,19 @@ func (r *Replica) mergeSession(s *Session, now int64) bool {
 	if cur != nil && CompareSessions(&cur.s, s) >= 0 {
 		return false
 	}
+	if r.versionTaken(s.Origin, s.Version, logItem{user: k.User, device: k.Device}) {
+		return false
+	}
 	e := &entry{s: *s}
 	e.s.Groups = slices.Clone(s.Groups)
 	if s.State.Terminal() {
 		e.endedAt = now
-		if cur != nil && cur.endedAt != 0 {
+		// Keep the age of a tombstone only when the new record ends the same
+		// epoch. The end of a newer epoch starts a new horizon: inheriting
+		// the older end's age would collect it early, and a delayed active
+		// write of the newer epoch would then revive the session
+		// (testdata/tombstone_epochs.txt).
+		if cur != nil && cur.s.State.Terminal() && cur.s.Epoch == s.Epoch {
 			e.endedAt = cur.endedAt
 		}
 	}
@@ -254,10 +310,23 @@ func (r *Replica) mergeSession(s *Session, now int64) bool {
 	devs[k.Device] = e
 	r.originState(s.Origin).log.ReplaceOrInsert(logItem{version: s.Version, user: k.User, device: k.Device})
 	r.recount(e)
-	if e.endedAt != 0 {
+	if e.s.State.Terminal() {
 		r.tombstones = append(r.tombstones, tombstone{key: k, version: s.Version, origin: s.Origin, endedAt: e.endedAt})
 	}
 	return true
+}
+
+// versionTaken reports whether the origin's log already names another
+// record at version v. An honest origin never writes two records with one
+// version; a corrupt or hostile peer could, and taking both would leave the
+// log naming only one of them. The first one held stays.
+func (r *Replica) versionTaken(o Origin, v uint64, slot logItem) bool {
+	st := r.origins[o]
+	if st == nil {
+		return false
+	}
+	it, ok := st.log.Get(logItem{version: v})
+	return ok && (it.account != slot.account || it.user != slot.user || it.device != slot.device)
 }
 
 // removeEntry deletes a session record and all index references to it.
@@ -269,7 +338,9 @@ func (r *Replica) removeEntry(e *entry) {
 	delete(r.sessions, k)
 	if devs := r.byUser[k.User]; devs != nil {
 		delete(devs, k.Device)
-		if len(devs) == 0 && r.accounts[k.User] == nil {
+		// byUser indexes sessions only (accounts have their own map), so an
+		// emptied user goes even when it has an account record.
+		if len(devs) == 0 {
 			delete(r.byUser, k.User)
 		}
 	}
@@ -281,6 +352,9 @@ func (r *Replica) removeEntry(e *entry) {
 func (r *Replica) mergeAccount(a *Account) bool {
 	cur := r.accounts[a.User]
 	if cur != nil && CompareAccounts(cur, a) >= 0 {
+		return false
+	}
+	if r.versionTaken(a.Origin, a.Version, logItem{user: a.User, account: true}) {
 		return false
 	}
 	if cur != nil {

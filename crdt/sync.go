@@ -19,33 +19,49 @@ func (r *Replica) Digest() Digest {
 
 // Diff answers a peer's digest with the records the peer lacks: per origin,
 // those above the peer's watermark. Its cost follows the number of records
-// sent, not the total state. Origins the peer already has to our watermark,
-// and incarnations the peer knows to be retired, are skipped.
+// sent, not the total state. Origins the peer already has to our watermark
+// are skipped; origins missing from the peer's digest are always listed, even
+// with nothing to send, so the peer learns of new incarnations (and retires
+// the old ones) before the new one writes anything.
+//
+// When the peer lags below what we have garbage collected for some origin
+// (its watermark is under our GC floor for it), the answer is a full
+// snapshot of every origin, not only of that one: a collected tombstone may
+// have superseded records of other origins that the peer still holds (the
+// session the user left on another gateway), and only a full snapshot of
+// those origins tells the peer to drop them (testdata/ghost_after_gc.txt).
 func (r *Replica) Diff(peer Digest) Sync {
 	peerW := make(map[Origin]uint64, len(peer))
-	peerInc := make(map[string]uint64, len(peer))
 	for _, e := range peer {
 		peerW[e.Origin] = e.Watermark
-		peerInc[e.Origin.Node] = max(peerInc[e.Origin.Node], e.Origin.Incarnation)
+	}
+	lagging := false
+	for o, st := range r.origins {
+		// A floor above our own watermark (a collected record in a pending
+		// range) is not something we can vouch for; comparing with the lower
+		// of the two keeps a peer level with us from being sent a full
+		// snapshot on every round.
+		if pw := peerW[o]; pw < st.gcFloor && pw < st.watermark {
+			lagging = true
+			break
+		}
 	}
 	var out Sync
 	for _, o := range slices.SortedFunc(maps.Keys(r.origins), compareOrigins) {
 		st := r.origins[o]
-		pw := peerW[o]
-		if st.watermark <= pw && st.maxVersion() <= pw {
+		pw, known := peerW[o]
+		if known && !lagging && st.watermark <= pw && st.maxVersion() <= pw {
 			continue
 		}
-		full := pw < st.gcFloor
-		retired := o.Incarnation < peerInc[o.Node]
-		os := OriginSync{Origin: o, Watermark: st.watermark, GCFloor: st.gcFloor, Full: full}
+		os := OriginSync{Origin: o, Watermark: st.watermark, GCFloor: st.gcFloor, Full: lagging}
 		from := pw + 1
-		if full {
+		if lagging {
 			from = 0
 		}
 		st.log.AscendGreaterOrEqual(logItem{version: from}, func(it logItem) bool {
 			if it.account {
 				os.Accounts = append(os.Accounts, *r.accounts[it.user])
-			} else if !retired {
+			} else {
 				os.Sessions = append(os.Sessions, r.sessions[Key{it.user, it.device}].s)
 			}
 			return true
@@ -64,23 +80,15 @@ func (r *Replica) ApplySync(s Sync, now int64) ([]string, error) {
 	var users []string
 	for i := range s {
 		os := &s[i]
-		ok, dropped := r.admit(os.Origin, true)
+		adm, dropped := r.admit(os.Origin, now)
 		users = append(users, dropped...)
-		if !ok {
-			if os.Origin.Node != r.cfg.Self.Node {
-				// a retired incarnation: its accounts still merge
-				for j := range os.Accounts {
-					if r.applySyncAccount(&os.Accounts[j], now) {
-						users = append(users, os.Accounts[j].User)
-					}
-				}
-			}
+		if adm == refused {
 			continue
 		}
 		st := r.originState(os.Origin)
 		for j := range os.Sessions {
 			rec := &os.Sessions[j]
-			if rec.Version > st.watermark && r.mergeSession(rec, now) {
+			if rec.Version > st.watermark && r.mergeSession(adm.session(rec), now) {
 				users = append(users, rec.User)
 			}
 		}
@@ -205,7 +213,7 @@ func (r *Replica) GC(now int64) GCStats {
 		}
 		n++
 		e := r.sessions[t.key]
-		if e == nil || e.s.Version != t.version || e.s.Origin != t.origin || e.endedAt == 0 {
+		if e == nil || e.s.Version != t.version || e.s.Origin != t.origin || !e.s.State.Terminal() {
 			continue // replaced since; its own tombstone (if any) is queued
 		}
 		if st := r.origins[e.s.Origin]; st != nil {

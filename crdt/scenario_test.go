@@ -1,0 +1,559 @@
+package crdt
+
+import (
+	"bytes"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestScenarios runs the scripts in testdata/*.txt. See scenario.handle for
+// the command language.
+func TestScenarios(t *testing.T) {
+	files, err := filepath.Glob("testdata/*.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatal("no scenarios in testdata/")
+	}
+	for _, path := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(path), ".txt"), func(t *testing.T) {
+			s := &scenario{reps: map[string]*Replica{}, outbox: map[string][]Delta{},
+				conns: map[Origin]map[Key]Session{}, handled: map[string]map[int]bool{}}
+			runDataDriven(t, path, s.handle)
+		})
+	}
+}
+
+// scenario is the state of one script: replicas by node name (the current
+// incarnation), every delta each node ever wrote, and a virtual clock that
+// starts at 0 and moves only with "tick".
+type scenario struct {
+	now    int64
+	names  []string // creation order
+	reps   map[string]*Replica
+	cfgs   map[string]Config
+	outbox map[string][]Delta         // node -> deltas it wrote, all incarnations, numbered from 1
+	conns  map[Origin]map[Key]Session // the last write of each connection a gateway serves
+	// handled[from+">"+to] holds the outbox positions already delivered or
+	// dropped on that link.
+	handled map[string]map[int]bool
+}
+
+// handle runs one directive and returns its output. Commands:
+//
+//	replica a [inc=1] [horizon=10m] [purge=30m]  create a replica
+//	restart a inc=2                         replace a by a new, empty incarnation
+//	connect a user=u device=d epoch=1 [id=s] [groups=g1,g2] [status=away]
+//	status a u/d away|available|busy        a change of a's own session
+//	groups a u/d g1,g2                      a group change ("-" for none)
+//	disconnect a u/d | expire a u/d         end a's own session
+//	account a u [override=dnd] [auth=desktop]
+//	deliver a->b [hold=1,2] [drop=3] [again=4]
+//	                                        a's undelivered deltas to b, in order,
+//	                                        through the codec; held ones stay
+//	                                        pending; again ones are sent again
+//	sync a b                                anti-entropy both ways (b's answer
+//	                                        to a's digest, then the reverse)
+//	pull a b                                a applies b's answer to a's digest
+//	converge a b c...                       pull between every pair until nothing
+//	                                        changes, then compare snapshots
+//	down b node=a | up b node=a             b's failure detector on node a
+//	tick 5m                                 advance the clock
+//	gc b                                    tombstone GC and purge at the clock
+//	presence b u | group b g | dump b | digest b
+//
+// After every command every replica's CheckInvariants must pass.
+func (s *scenario) handle(t *testing.T, c *ddCmd) string {
+	out, err := s.run(c)
+	if err != nil {
+		out = "error: " + err.Error()
+	}
+	for _, n := range s.names {
+		if err := s.reps[n].CheckInvariants(); err != nil {
+			t.Errorf("%s: %s: invariants of %s: %v", c.pos, c.line, n, err)
+		}
+	}
+	return out
+}
+
+func (s *scenario) run(c *ddCmd) (string, error) {
+	pos := c.positional()
+	need := func(n int) error {
+		if len(pos) < n {
+			return fmt.Errorf("%s needs %d positional arguments", c.name, n)
+		}
+		return nil
+	}
+	if c.name == "tick" {
+		if err := need(1); err != nil {
+			return "", err
+		}
+		d, err := time.ParseDuration(pos[0])
+		if err != nil {
+			return "", err
+		}
+		s.now += int64(d)
+		return "now=" + time.Duration(s.now).String(), nil
+	}
+	if c.name == "converge" {
+		return s.converge(pos)
+	}
+	if c.name == "deliver" {
+		return s.deliver(c, pos)
+	}
+	if err := need(1); err != nil {
+		return "", err
+	}
+	if c.name == "replica" || c.name == "restart" {
+		return s.newReplica(c, pos[0])
+	}
+	r := s.reps[pos[0]]
+	if r == nil {
+		return "", fmt.Errorf("no replica %q", pos[0])
+	}
+	switch c.name {
+	case "connect":
+		return s.connect(c, r)
+	case "status", "groups", "disconnect", "expire":
+		return s.change(c, r, pos)
+	case "account":
+		if err := need(2); err != nil {
+			return "", err
+		}
+		ov, _ := c.arg("override")
+		o, err := ParseOverride(ov)
+		if err != nil {
+			return "", err
+		}
+		auth, _ := c.arg("auth")
+		d, err := r.PutAccountLocal(pos[1], o, auth, s.now)
+		if err != nil {
+			return "", err
+		}
+		return s.wrote(r, d), nil
+	case "sync", "pull":
+		if err := need(2); err != nil {
+			return "", err
+		}
+		peer := s.reps[pos[1]]
+		if peer == nil {
+			return "", fmt.Errorf("no replica %q", pos[1])
+		}
+		var b strings.Builder
+		if err := s.pull(&b, pos[0], pos[1]); err != nil {
+			return "", err
+		}
+		if c.name == "sync" {
+			if err := s.pull(&b, pos[1], pos[0]); err != nil {
+				return "", err
+			}
+		}
+		return b.String(), nil
+	case "down", "up":
+		node, ok := c.arg("node")
+		if !ok {
+			return "", fmt.Errorf("%s needs node=", c.name)
+		}
+		var users []string
+		if c.name == "down" {
+			users = r.SetNodeDown(node, s.now)
+		} else {
+			users = r.SetNodeUp(node)
+		}
+		return "changed: " + listOrNone(users), nil
+	case "gc":
+		st := r.GC(s.now)
+		return fmt.Sprintf("tombstones=%d purged=%d", st.Tombstones, st.Purged), nil
+	case "presence":
+		if err := need(2); err != nil {
+			return "", err
+		}
+		return formatPresence(r.Presence(pos[1])), nil
+	case "group":
+		if err := need(2); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("%s: %d %v", pos[1], r.GroupOnlineCount(pos[1]), r.GroupOnlineUsers(pos[1])), nil
+	case "dump":
+		return dumpReplica(r), nil
+	case "digest":
+		var parts []string
+		for _, e := range r.Digest() {
+			parts = append(parts, fmt.Sprintf("%s=%d", e.Origin, e.Watermark))
+		}
+		return strings.Join(parts, " "), nil
+	}
+	return "", fmt.Errorf("unknown command %q", c.name)
+}
+
+func (s *scenario) newReplica(c *ddCmd, name string) (string, error) {
+	if s.cfgs == nil {
+		s.cfgs = map[string]Config{}
+	}
+	cfg, existed := s.cfgs[name]
+	if c.name == "replica" && existed {
+		return "", fmt.Errorf("replica %s exists", name)
+	}
+	if c.name == "restart" && !existed {
+		return "", fmt.Errorf("no replica %s to restart", name)
+	}
+	if !existed {
+		cfg = Config{Self: Origin{Node: name, Incarnation: 1}}
+	}
+	if v, ok := c.arg("inc"); ok {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return "", err
+		}
+		cfg.Self.Incarnation = n
+	} else if existed {
+		cfg.Self.Incarnation++
+	}
+	for key, field := range map[string]*time.Duration{"horizon": &cfg.TombstoneHorizon, "purge": &cfg.PurgeHorizon} {
+		if v, ok := c.arg(key); ok {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return "", err
+			}
+			*field = d
+		}
+	}
+	r, err := NewReplica(cfg)
+	if err != nil {
+		return "", err
+	}
+	s.cfgs[name] = r.Config()
+	s.reps[name] = r
+	if !existed {
+		s.names = append(s.names, name)
+	}
+	return r.Self().String(), nil
+}
+
+func (s *scenario) connect(c *ddCmd, r *Replica) (string, error) {
+	user, _ := c.arg("user")
+	dev, _ := c.arg("device")
+	ep, _ := c.arg("epoch")
+	epoch, err := strconv.ParseUint(ep, 10, 64)
+	if err != nil {
+		return "", fmt.Errorf("epoch: %w", err)
+	}
+	id, ok := c.arg("id")
+	if !ok {
+		id = fmt.Sprintf("%s.%s.%d", r.Self().Node, dev, epoch)
+	}
+	sess := Session{User: user, Device: dev, ID: id, Epoch: epoch, State: StateActive,
+		ExpiresAt: s.now + int64(30*time.Second)}
+	if g, ok := c.arg("groups"); ok {
+		sess.Groups = strings.Split(g, ",")
+	}
+	if st, ok := c.arg("status"); ok {
+		if sess.Status, err = ParseStatus(st); err != nil {
+			return "", err
+		}
+	}
+	d, err := r.PutLocal(sess, s.now)
+	if err != nil {
+		return "", err
+	}
+	return s.wrote(r, d), nil
+}
+
+// change writes a later state of r's own session for a key.
+func (s *scenario) change(c *ddCmd, r *Replica, pos []string) (string, error) {
+	if len(pos) < 2 {
+		return "", fmt.Errorf("%s needs a user/device", c.name)
+	}
+	user, dev, ok := strings.Cut(pos[1], "/")
+	if !ok {
+		return "", fmt.Errorf("want user/device, got %q", pos[1])
+	}
+	// The write comes from the connection's own memory of its session, not
+	// from the replica, which may already hold a newer epoch.
+	cur, ok := s.conns[r.Self()][Key{user, dev}]
+	if !ok {
+		return "", fmt.Errorf("%s has no connection for %s", r.Self(), pos[1])
+	}
+	cur.Groups = slices.Clone(cur.Groups)
+	cur.ExpiresAt = s.now + int64(30*time.Second)
+	switch c.name {
+	case "status":
+		if len(pos) < 3 {
+			return "", fmt.Errorf("status needs a status")
+		}
+		st, err := ParseStatus(pos[2])
+		if err != nil {
+			return "", err
+		}
+		cur.Status = st
+	case "groups":
+		if len(pos) < 3 {
+			return "", fmt.Errorf("groups needs a list")
+		}
+		cur.Groups = nil
+		if pos[2] != "-" {
+			cur.Groups = strings.Split(pos[2], ",")
+		}
+	case "disconnect":
+		cur.State = StateDisconnected
+	case "expire":
+		cur.State = StateExpired
+	}
+	d, err := r.PutLocal(cur, s.now)
+	if err != nil {
+		return "", err
+	}
+	return s.wrote(r, d), nil
+}
+
+// wrote records a local write in the writer's outbox and formats it.
+func (s *scenario) wrote(r *Replica, d Delta) string {
+	n := r.Self().Node
+	s.outbox[n] = append(s.outbox[n], d)
+	if d.Session != nil {
+		if s.conns[r.Self()] == nil {
+			s.conns[r.Self()] = map[Key]Session{}
+		}
+		s.conns[r.Self()][d.Session.Key()] = *d.Session.Clone()
+	}
+	return fmt.Sprintf("[%d] %s", len(s.outbox[n]), formatDelta(&d))
+}
+
+func (s *scenario) deliver(c *ddCmd, pos []string) (string, error) {
+	if len(pos) < 1 {
+		return "", fmt.Errorf("deliver needs from->to")
+	}
+	from, to, ok := strings.Cut(pos[0], "->")
+	if !ok || s.reps[to] == nil || s.outbox[from] == nil && s.reps[from] == nil {
+		return "", fmt.Errorf("deliver: bad link %q", pos[0])
+	}
+	set := func(key string) (map[int]bool, error) {
+		m := map[int]bool{}
+		v, ok := c.arg(key)
+		if !ok {
+			return m, nil
+		}
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(f)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", key, err)
+			}
+			m[n] = true
+		}
+		return m, nil
+	}
+	hold, err := set("hold")
+	if err != nil {
+		return "", err
+	}
+	drop, err := set("drop")
+	if err != nil {
+		return "", err
+	}
+	again, err := set("again")
+	if err != nil {
+		return "", err
+	}
+	link := from + ">" + to
+	if s.handled[link] == nil {
+		s.handled[link] = map[int]bool{}
+	}
+	r := s.reps[to]
+	var b strings.Builder
+	for i, d := range s.outbox[from] {
+		n := i + 1
+		if (s.handled[link][n] && !again[n]) || hold[n] {
+			continue
+		}
+		s.handled[link][n] = true
+		if drop[n] {
+			fmt.Fprintf(&b, "[%d] dropped\n", n)
+			continue
+		}
+		wire, err := AppendDeltas(nil, []Delta{d})
+		if err != nil {
+			return "", err
+		}
+		ds, err := DecodeDeltas(wire)
+		if err != nil {
+			return "", err
+		}
+		changed, dropped, err := r.Apply(ds[0], s.now)
+		switch {
+		case err != nil:
+			fmt.Fprintf(&b, "[%d] error: %v\n", n, err)
+		case changed:
+			fmt.Fprintf(&b, "[%d] applied", n)
+		default:
+			fmt.Fprintf(&b, "[%d] ignored", n)
+		}
+		if len(dropped) > 0 {
+			fmt.Fprintf(&b, "; retired sessions of %v", dropped)
+		}
+		b.WriteString("\n")
+	}
+	if b.Len() == 0 {
+		return "nothing to deliver", nil
+	}
+	return b.String(), nil
+}
+
+// pull makes replica a ask b for what it lacks, through the codec, and
+// describes the answer.
+func (s *scenario) pull(b *strings.Builder, a, peer string) error {
+	ra, rb := s.reps[a], s.reps[peer]
+	dwire, err := AppendDigest(nil, ra.Digest())
+	if err != nil {
+		return err
+	}
+	dg, err := DecodeDigest(dwire)
+	if err != nil {
+		return err
+	}
+	swire, err := AppendSync(nil, rb.Diff(dg))
+	if err != nil {
+		return err
+	}
+	sy, err := DecodeSync(swire)
+	if err != nil {
+		return err
+	}
+	for _, os := range sy {
+		fmt.Fprintf(b, "%s <- %s: %s w=%d gc=%d", a, peer, os.Origin, os.Watermark, os.GCFloor)
+		if os.Full {
+			b.WriteString(" full")
+		}
+		b.WriteString(":")
+		for _, x := range os.Sessions {
+			fmt.Fprintf(b, " %s@%d", x.Key(), x.Version)
+		}
+		for _, x := range os.Accounts {
+			fmt.Fprintf(b, " account:%s@%d", x.User, x.Version)
+		}
+		b.WriteString("\n")
+	}
+	users, err := ra.ApplySync(sy, s.now)
+	if err != nil {
+		return err
+	}
+	if len(sy) == 0 {
+		fmt.Fprintf(b, "%s <- %s: nothing\n", a, peer)
+	} else {
+		fmt.Fprintf(b, "%s <- %s: changed %s\n", a, peer, listOrNone(users))
+	}
+	return nil
+}
+
+func (s *scenario) converge(names []string) (string, error) {
+	if len(names) < 2 {
+		return "", fmt.Errorf("converge needs at least two replicas")
+	}
+	for _, n := range names {
+		if s.reps[n] == nil {
+			return "", fmt.Errorf("no replica %q", n)
+		}
+	}
+	rounds := 0
+	for changed := true; changed; rounds++ {
+		if rounds > 10 {
+			return "", fmt.Errorf("no fixed point after %d rounds", rounds)
+		}
+		changed = false
+		before := map[string]string{}
+		for _, n := range names {
+			before[n] = fmt.Sprint(s.reps[n].Digest(), string(canonicalSnapshot(s.reps[n])))
+		}
+		for _, a := range names {
+			for _, b := range names {
+				if a != b {
+					var discard strings.Builder
+					if err := s.pull(&discard, a, b); err != nil {
+						return "", err
+					}
+				}
+			}
+		}
+		for _, n := range names {
+			if fmt.Sprint(s.reps[n].Digest(), string(canonicalSnapshot(s.reps[n]))) != before[n] {
+				changed = true
+			}
+		}
+	}
+	first := canonicalSnapshot(s.reps[names[0]])
+	var diverged []string
+	for _, n := range names[1:] {
+		if !bytes.Equal(first, canonicalSnapshot(s.reps[n])) {
+			diverged = append(diverged, n)
+		}
+	}
+	if len(diverged) > 0 {
+		return fmt.Sprintf("diverged after %d rounds: %v differ from %s", rounds, diverged, names[0]), nil
+	}
+	return fmt.Sprintf("converged after %d rounds", rounds), nil
+}
+
+func formatDelta(d *Delta) string {
+	if d.Session != nil {
+		return d.Session.Origin.String() + " v" + strconv.FormatUint(d.Session.Version, 10) + " " + formatSession(d.Session)
+	}
+	a := d.Account
+	return fmt.Sprintf("%s v%d account %s override=%s auth=%s", a.Origin, a.Version, a.User, a.Override, orDash(a.AuthoritativeDevice))
+}
+
+func formatSession(x *Session) string {
+	s := fmt.Sprintf("%s epoch=%d seq=%d %s %s", x.Key(), x.Epoch, x.Seq, x.State, x.Status)
+	if len(x.Groups) > 0 {
+		s += " groups=" + strings.Join(x.Groups, ",")
+	}
+	return s
+}
+
+func dumpReplica(r *Replica) string {
+	ss, as := r.Snapshot()
+	var b strings.Builder
+	for i := range ss {
+		x := &ss[i]
+		fmt.Fprintf(&b, "%s origin=%s v%d", formatSession(x), x.Origin, x.Version)
+		if v, _ := r.Session(x.Key()); v.State != x.State {
+			fmt.Fprintf(&b, " (shown %s)", v.State)
+		}
+		b.WriteString("\n")
+	}
+	for _, a := range as {
+		fmt.Fprintf(&b, "account %s override=%s auth=%s writer=%s origin=%s v%d\n",
+			a.User, a.Override, orDash(a.AuthoritativeDevice), a.Writer, a.Origin, a.Version)
+	}
+	if b.Len() == 0 {
+		return "empty"
+	}
+	return b.String()
+}
+
+func formatPresence(p Presence) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %s", p.User, p.Status)
+	for _, c := range p.Sessions {
+		fmt.Fprintf(&b, "\n  %s id=%s epoch=%d gw=%s %s", c.Device, c.Session, c.Epoch, c.Gateway, c.Status)
+	}
+	return b.String()
+}
+
+func listOrNone(xs []string) string {
+	if len(xs) == 0 {
+		return "none"
+	}
+	return strings.Join(slices.Clone(xs), " ")
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
