@@ -1,0 +1,214 @@
+package gossip
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/rollcall/rollcall/crdt"
+	"github.com/rollcall/rollcall/node"
+)
+
+func TestClusterConvergesEagerly(t *testing.T) {
+	tc := newTestCluster(t, 4)
+	tc.waitMembers(4)
+	for i, h := range tc.hosts {
+		h.connect(t, fmt.Sprintf("user%d", i), "phone", "team")
+	}
+	waitFor(t, 5*time.Second, "every node to see every session", func() bool {
+		for _, h := range tc.hosts {
+			for i := range tc.hosts {
+				if !h.presence(fmt.Sprintf("user%d", i)).Online {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	waitFor(t, 5*time.Second, "identical projections", tc.converged)
+	// Eager mode: one direct copy per member per change, no relays.
+	var copies uint64
+	for _, c := range tc.nodes {
+		copies += c.Stats().DeltaCopies.Load()
+	}
+	if want := uint64(4 * 3); copies != want {
+		t.Errorf("delta copies sent = %d, want %d (N-1 per change)", copies, want)
+	}
+}
+
+func TestClusterRepairsLoss(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	tc.waitMembers(3)
+	tc.net.SetLoss(0.3)
+	for i := range 60 {
+		tc.hosts[i%3].connect(t, fmt.Sprintf("u%d", i), "d")
+		if i%7 == 0 {
+			tc.hosts[i%3].write(t, fmt.Sprintf("u%d", i), "d", crdt.StateActive, crdt.StatusAway, nil)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // let the flushers send under loss
+	tc.net.SetLoss(0)
+	waitFor(t, 10*time.Second, "convergence after 30% loss", tc.converged)
+	var pulls uint64
+	for _, c := range tc.nodes {
+		pulls += c.Stats().GapPulls.Load()
+	}
+	t.Logf("dropped %d packets; %d gap pulls", tc.net.Dropped, pulls)
+	if pulls == 0 {
+		t.Error("no gap pulls: the loss was repaired some other way than the designed one")
+	}
+	for _, h := range tc.hosts {
+		for i := range 60 {
+			if !h.presence(fmt.Sprintf("u%d", i)).Online {
+				t.Fatalf("u%d lost", i)
+			}
+		}
+	}
+}
+
+func TestClusterHealsPartition(t *testing.T) {
+	tc := newTestCluster(t, 4)
+	tc.waitMembers(4)
+	tc.net.Partition([]string{tc.addr(0), tc.addr(1)}, []string{tc.addr(2), tc.addr(3)})
+	tc.hosts[0].connect(t, "alice", "phone")
+	tc.hosts[3].connect(t, "bob", "laptop")
+	time.Sleep(300 * time.Millisecond)
+	if tc.hosts[3].presence("alice").Online {
+		t.Fatal("alice crossed the partition")
+	}
+	tc.net.Heal()
+	waitFor(t, 15*time.Second, "convergence after heal", func() bool {
+		for _, h := range tc.hosts {
+			if !h.presence("alice").Online || !h.presence("bob").Online {
+				return false
+			}
+		}
+		return tc.converged()
+	})
+}
+
+func TestCrashedNodeSessionsExpireEverywhere(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	tc.waitMembers(3)
+	tc.hosts[2].connect(t, "carol", "phone", "ops")
+	waitFor(t, 5*time.Second, "carol online everywhere", func() bool {
+		return tc.hosts[0].presence("carol").Online && tc.hosts[1].presence("carol").Online
+	})
+	crashed := time.Now()
+	tc.crash(2)
+	waitFor(t, 10*time.Second, "carol offline on survivors", func() bool {
+		return !tc.hosts[0].presence("carol").Online && !tc.hosts[1].presence("carol").Online
+	})
+	t.Logf("crash to offline on all survivors: %v", time.Since(crashed))
+	// The record itself is untouched: a projection, not a write.
+	tc.hosts[0].mu.Lock()
+	s, ok := tc.hosts[0].r.Session(crdt.Key{User: "carol", Device: "phone"})
+	_, down := tc.hosts[0].r.NodeDown("n2")
+	tc.hosts[0].mu.Unlock()
+	if !ok || s.State != crdt.StateExpired || !down {
+		t.Fatalf("carol's record on n0: %+v (down %v)", s, down)
+	}
+}
+
+func TestFalseSuspicionHeals(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	tc.waitMembers(3)
+	tc.hosts[2].connect(t, "dave", "phone")
+	waitFor(t, 5*time.Second, "dave online on n0", func() bool { return tc.hosts[0].presence("dave").Online })
+	// Cut n2 off both ways until the others give up on it.
+	tc.net.Partition([]string{tc.addr(2)}, []string{tc.addr(0), tc.addr(1)})
+	waitFor(t, 10*time.Second, "dave shown offline during the partition", func() bool {
+		return !tc.hosts[0].presence("dave").Online
+	})
+	tc.net.Heal()
+	waitFor(t, 15*time.Second, "dave online again after heal", func() bool {
+		return tc.hosts[0].presence("dave").Online && tc.hosts[1].presence("dave").Online
+	})
+}
+
+func TestRestartAsNewIncarnationDropsOldSessions(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	tc.waitMembers(3)
+	tc.hosts[2].connect(t, "erin", "phone")
+	waitFor(t, 5*time.Second, "erin online on n0", func() bool { return tc.hosts[0].presence("erin").Online })
+	tc.crash(2)
+	// Restart at once, before any lease could pass: the new incarnation
+	// alone must end the old sessions.
+	i := tc.start("n2", 2)
+	restarted := time.Now()
+	waitFor(t, 5*time.Second, "erin offline after restart", func() bool {
+		return !tc.hosts[0].presence("erin").Online && !tc.hosts[1].presence("erin").Online
+	})
+	t.Logf("restart to old sessions dropped: %v", time.Since(restarted))
+	tc.hosts[i].connect(t, "frank", "phone")
+	waitFor(t, 10*time.Second, "the new incarnation's sessions visible", func() bool {
+		return tc.hosts[0].presence("frank").Online && tc.hosts[1].presence("frank").Online
+	})
+}
+
+func TestRouteGoesThroughOwner(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	tc.waitMembers(3)
+	tc.hosts[1].connect(t, "gina", "phone")
+	body := json.RawMessage(`{"text":"hi"}`)
+	n, err := tc.nodes[0].Route(context.Background(), "n1", node.Message{To: "gina", From: "hank", FromDevice: "web", Body: body})
+	if err != nil || n != 1 {
+		t.Fatalf("route: delivered %d, err %v", n, err)
+	}
+	got := tc.hosts[1].deliveredMessages()
+	if len(got) != 1 || got[0].From != "hank" || string(got[0].Body) != string(body) {
+		t.Fatalf("owner received %+v", got)
+	}
+	for _, i := range []int{0, 2} {
+		if len(tc.hosts[i].deliveredMessages()) != 0 {
+			t.Fatalf("n%d received a message it does not own", i)
+		}
+	}
+	if _, err := tc.nodes[0].Route(context.Background(), "nobody", node.Message{To: "gina", From: "hank"}); err == nil {
+		t.Fatal("route to an unknown gateway succeeded")
+	}
+}
+
+func TestGarbagePacketsAreCountedAndDropped(t *testing.T) {
+	tc := newTestCluster(t, 2)
+	tc.waitMembers(2)
+	target := tc.nodes[0].member("n1")
+	for _, junk := range [][]byte{{}, {0}, {1}, {wireVersion, 99}, {wireVersion, byte(msgDeltas), 0xff, 0xff}, []byte("GET / HTTP/1.1\r\n"),
+		append([]byte{wireVersion, byte(msgDeltas), 0xdd, 0xff, 0xff, 0xff, 0xff}, make([]byte, 64)...)} {
+		if err := tc.nodes[0].ml.SendBestEffort(target, junk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 5*time.Second, "bad messages counted", func() bool { return tc.nodes[1].Stats().BadMessages.Load() >= 6 })
+	tc.hosts[0].connect(t, "ivy", "phone")
+	waitFor(t, 5*time.Second, "the node still works", func() bool { return tc.hosts[1].presence("ivy").Online })
+}
+
+func TestLeaveFlushesDisconnects(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	tc.waitMembers(3)
+	tc.hosts[2].connect(t, "jack", "phone")
+	waitFor(t, 5*time.Second, "jack online", func() bool { return tc.hosts[0].presence("jack").Online })
+	tc.net.SetLoss(1) // packets all lost: leave must not depend on them
+	tc.hosts[2].write(t, "jack", "phone", crdt.StateDisconnected, crdt.StatusAvailable, nil)
+	left := time.Now()
+	if err := tc.nodes[2].Leave(time.Second); err != nil {
+		t.Logf("leave: %v", err)
+	}
+	tc.nodes[2] = nil
+	tc.net.SetLoss(0)
+	waitFor(t, 5*time.Second, "jack offline after leave", func() bool {
+		return !tc.hosts[0].presence("jack").Online && !tc.hosts[1].presence("jack").Online
+	})
+	t.Logf("leave to offline: %v", time.Since(left))
+	s, _ := func() (crdt.Session, bool) {
+		tc.hosts[0].mu.Lock()
+		defer tc.hosts[0].mu.Unlock()
+		return tc.hosts[0].r.Session(crdt.Key{User: "jack", Device: "phone"})
+	}()
+	if s.State != crdt.StateDisconnected {
+		t.Fatalf("jack's record is %v, want disconnected (a clean close, not a detected failure)", s.State)
+	}
+}

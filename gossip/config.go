@@ -1,0 +1,155 @@
+package gossip
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"go.uber.org/zap"
+)
+
+// Config configures a Cluster. DefaultConfig documents every default.
+type Config struct {
+	// Name is this node's name in the cluster; it must be unique and stable
+	// across restarts (a restart is a new incarnation of the same name).
+	Name string
+	// Incarnation distinguishes restarts of the same name; it must grow on
+	// every start (the node's boot time in Unix nanos is usual) and equal the
+	// crdt origin incarnation the node writes as.
+	Incarnation uint64
+
+	// BindAddr is the gossip listen address, host:port (UDP and TCP).
+	// Default 127.0.0.1:7946.
+	BindAddr string
+	// AdvertiseAddr is the address other nodes use to reach this one;
+	// empty means BindAddr (or memberlist's pick when binding 0.0.0.0).
+	AdvertiseAddr string
+	// Join lists gossip addresses of existing members to join at start.
+	Join []string
+	// Profile picks memberlist's timing defaults: "lan" (default),
+	// "wan" or "local".
+	Profile string
+	// ClientAddr is this node's client address, published in its
+	// metadata so `locate` can say where a session lives.
+	ClientAddr string
+
+	// Keyring enables AES-GCM encryption of all gossip (nil: plaintext).
+	// The first key encrypts; all decrypt. Rotate with Cluster.KeyOp.
+	Keyring *memberlist.Keyring
+
+	// LeaseTimeout is how long a peer stays up in this node's projection
+	// without being heard from (deltas or alive announcements) before its
+	// sessions are shown expired. Use the session timeout. Default 15s.
+	LeaseTimeout time.Duration
+	// AliveInterval is how often a node announces itself (lease refresh and
+	// watermark for loss detection). Detection of a lost delta takes about
+	// two intervals. Default 1s.
+	AliveInterval time.Duration
+	// BatchDelay is how long writes wait to share a packet. Default 2ms.
+	BatchDelay time.Duration
+	// EagerThreshold is the cluster size up to which deltas go straight to
+	// every member (N-1 copies a change, one hop); beyond it, epidemic
+	// gossip through a bounded piggyback queue. Default 64.
+	EagerThreshold int
+	// PacketBudget is the payload bytes of one best-effort packet.
+	// Default DefaultPacketBudget (1300).
+	PacketBudget int
+	// MaxQueue bounds the epidemic broadcast queue (in messages); past it
+	// the oldest, most-transmitted are pruned and anti-entropy repairs.
+	// Default 4096.
+	MaxQueue int
+	// RouteTimeout bounds one routed message's round trip. Default 2s.
+	RouteTimeout time.Duration
+	// InboundQueue bounds received messages waiting to be handled; past it
+	// messages are dropped and counted (anti-entropy repairs). Default 8192.
+	InboundQueue int
+
+	// Memberlist, if set, adjusts the memberlist configuration after the
+	// profile defaults are applied (tests shorten timers here).
+	Memberlist func(*memberlist.Config)
+	// WrapTransport, if set, wraps the network transport (fault injection).
+	WrapTransport func(memberlist.NodeAwareTransport) memberlist.NodeAwareTransport
+
+	// Logger receives the cluster's logs; default a no-op logger.
+	Logger *zap.Logger
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+}
+
+// DefaultConfig returns a Config with every default filled in, except Name.
+func DefaultConfig() Config {
+	return Config{
+		BindAddr:       "127.0.0.1:7946",
+		Profile:        "lan",
+		LeaseTimeout:   15 * time.Second,
+		AliveInterval:  time.Second,
+		BatchDelay:     2 * time.Millisecond,
+		EagerThreshold: 64,
+		PacketBudget:   DefaultPacketBudget,
+		MaxQueue:       4096,
+		RouteTimeout:   2 * time.Second,
+		InboundQueue:   8192,
+	}
+}
+
+// Validate fills zero fields with defaults and rejects contradictions.
+func (c *Config) Validate() error {
+	d := DefaultConfig()
+	if c.Name == "" {
+		return errors.New("gossip: Config.Name is required")
+	}
+	if c.BindAddr == "" {
+		c.BindAddr = d.BindAddr
+	}
+	if c.Profile == "" {
+		c.Profile = d.Profile
+	}
+	if _, err := profileConfig(c.Profile); err != nil {
+		return err
+	}
+	setDur := func(p *time.Duration, v time.Duration) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	setDur(&c.LeaseTimeout, d.LeaseTimeout)
+	setDur(&c.AliveInterval, d.AliveInterval)
+	setDur(&c.BatchDelay, d.BatchDelay)
+	setDur(&c.RouteTimeout, d.RouteTimeout)
+	setInt := func(p *int, v int) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	setInt(&c.EagerThreshold, d.EagerThreshold)
+	setInt(&c.PacketBudget, d.PacketBudget)
+	setInt(&c.MaxQueue, d.MaxQueue)
+	setInt(&c.InboundQueue, d.InboundQueue)
+	if c.AliveInterval*2 >= c.LeaseTimeout {
+		return fmt.Errorf("gossip: AliveInterval %v must be well under LeaseTimeout %v", c.AliveInterval, c.LeaseTimeout)
+	}
+	if c.PacketBudget < 256 || c.PacketBudget > 60000 {
+		return fmt.Errorf("gossip: PacketBudget %d out of range 256..60000", c.PacketBudget)
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return nil
+}
+
+// profileConfig returns memberlist's defaults for a profile name.
+func profileConfig(profile string) (*memberlist.Config, error) {
+	switch profile {
+	case "lan":
+		return memberlist.DefaultLANConfig(), nil
+	case "wan":
+		return memberlist.DefaultWANConfig(), nil
+	case "local":
+		return memberlist.DefaultLocalConfig(), nil
+	}
+	return nil, fmt.Errorf("gossip: unknown profile %q (want lan, wan or local)", profile)
+}

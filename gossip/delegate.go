@@ -1,0 +1,149 @@
+package gossip
+
+import (
+	"bytes"
+	"slices"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/vmihailenco/msgpack/v5"
+	"go.uber.org/zap"
+)
+
+// delegate is the Cluster's memberlist.Delegate. memberlist calls it from
+// its own goroutines; every method must be quick and thread-safe.
+type delegate Cluster
+
+var _ memberlist.Delegate = (*delegate)(nil)
+
+// meta is the node metadata memberlist carries: [incarnation, client_addr].
+type meta struct {
+	Incarnation uint64
+	ClientAddr  string
+}
+
+func encodeMeta(m meta) []byte {
+	var buf bytes.Buffer
+	enc := msgpack.NewEncoder(&buf)
+	_ = enc.EncodeArrayLen(2)
+	_ = enc.EncodeUint(m.Incarnation)
+	_ = enc.EncodeString(m.ClientAddr)
+	return buf.Bytes()
+}
+
+func decodeMeta(b []byte) (meta, error) {
+	fd := newFieldDecoder(b, 2)
+	m := meta{Incarnation: fd.u64(), ClientAddr: fd.str(512)}
+	return m, fd.done()
+}
+
+func (d *delegate) NodeMeta(limit int) []byte {
+	b := encodeMeta(meta{Incarnation: d.cfg.Incarnation, ClientAddr: d.cfg.ClientAddr})
+	if len(b) > limit {
+		return encodeMeta(meta{Incarnation: d.cfg.Incarnation})
+	}
+	return b
+}
+
+// NotifyMsg receives a user message (packet or stream). memberlist may reuse
+// the buffer, so it is copied.
+func (d *delegate) NotifyMsg(b []byte) {
+	(*Cluster)(d).enqueue(slices.Clone(b))
+}
+
+func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
+	return d.queue.GetBroadcasts(overhead, limit)
+}
+
+// LocalState is our half of memberlist's push/pull: our digest. The peer
+// answers it with a sync of what we lack.
+func (d *delegate) LocalState(join bool) []byte {
+	b, err := encodeDigestMsg(msgState, digestMsg{From: d.cfg.Name, Digest: d.host.Digest()})
+	if err != nil {
+		d.log.Error("encode push/pull state", zap.Error(err))
+		return nil
+	}
+	return b
+}
+
+// MergeRemoteState receives the peer's digest; we answer with what it lacks.
+func (d *delegate) MergeRemoteState(b []byte, join bool) {
+	if len(b) == 0 {
+		return
+	}
+	(*Cluster)(d).enqueue(slices.Clone(b))
+}
+
+// events is the Cluster's memberlist.EventDelegate.
+type events Cluster
+
+var _ memberlist.EventDelegate = (*events)(nil)
+
+func (e *events) NotifyJoin(n *memberlist.Node) { (*Cluster)(e).observeMember(n, "alive") }
+
+func (e *events) NotifyUpdate(n *memberlist.Node) { (*Cluster)(e).observeMember(n, "alive") }
+
+func (e *events) NotifyLeave(n *memberlist.Node) {
+	c := (*Cluster)(e)
+	if n.Name == c.cfg.Name {
+		return
+	}
+	state := "dead"
+	if n.State == memberlist.StateLeft {
+		state = "left"
+	}
+	c.mu.Lock()
+	c.peerLocked(n.Name).state = state
+	wasUp := c.leases.Fail(n.Name)
+	c.mu.Unlock()
+	if wasUp {
+		c.log.Info("member failed or left; its sessions are shown expired", zap.String("node", n.Name), zap.String("state", state))
+		// Not under memberlist's lock-sensitive path for long: the host
+		// only updates its projection and queues events.
+		c.host.MarkNodeDown(n.Name)
+	}
+}
+
+// observeMember records a member's metadata; a new incarnation retires the
+// sessions of the old one at once.
+func (c *Cluster) observeMember(n *memberlist.Node, state string) {
+	if n.Name == c.cfg.Name {
+		return
+	}
+	m, err := decodeMeta(n.Meta)
+	if err != nil {
+		c.stats.BadMessages.Add(1)
+		c.log.Warn("member with unreadable metadata", zap.String("node", n.Name), zap.Error(err))
+	}
+	c.mu.Lock()
+	p := c.peerLocked(n.Name)
+	newInc := m.Incarnation > p.incarnation
+	p.incarnation = max(p.incarnation, m.Incarnation)
+	if m.ClientAddr != "" {
+		p.clientAddr = m.ClientAddr
+	}
+	p.addr, p.state = n.Address(), state
+	c.mu.Unlock()
+	if newInc {
+		c.retire(originOf(n.Name, m.Incarnation))
+	}
+}
+
+// broadcast is one piggybacked message in the epidemic queue. Named
+// broadcasts (alive announcements) replace older ones of the same name.
+type broadcast struct {
+	msg  []byte
+	name string
+}
+
+var _ memberlist.NamedBroadcast = (*broadcast)(nil)
+
+func (b *broadcast) Invalidates(other memberlist.Broadcast) bool {
+	o, ok := other.(*broadcast)
+	return ok && b.name != "" && o.name == b.name
+}
+
+func (b *broadcast) Name() string { return b.name }
+
+func (b *broadcast) Message() []byte { return b.msg }
+
+func (b *broadcast) Finished() {}

@@ -1,0 +1,202 @@
+package gossip
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/rollcall/rollcall/crdt"
+	"github.com/rollcall/rollcall/node"
+)
+
+// fakeHost is a ReplicaHost with test helpers.
+type fakeHost struct {
+	*ReplicaHost
+	cluster *Cluster
+	epochs  map[crdt.Key]uint64
+
+	tmu       sync.Mutex
+	delivered []node.Message
+}
+
+func newFakeHost(t testing.TB, name string, inc uint64) *fakeHost {
+	rh, err := NewReplicaHost(crdt.Origin{Node: name, Incarnation: inc}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &fakeHost{ReplicaHost: rh, epochs: make(map[crdt.Key]uint64)}
+	rh.OnDeliver = func(m node.Message) {
+		h.tmu.Lock()
+		h.delivered = append(h.delivered, m)
+		h.tmu.Unlock()
+	}
+	return h
+}
+
+func (h *fakeHost) deliveredMessages() []node.Message {
+	h.tmu.Lock()
+	defer h.tmu.Unlock()
+	return slices.Clone(h.delivered)
+}
+
+// connect writes an active session for user/device and publishes it.
+func (h *fakeHost) connect(t testing.TB, user, device string, groups ...string) {
+	h.write(t, user, device, crdt.StateActive, crdt.StatusAvailable, groups)
+}
+
+func (h *fakeHost) write(t testing.TB, user, device string, state crdt.State, status crdt.Status, groups []string) {
+	k := crdt.Key{User: user, Device: device}
+	var ep uint64
+	h.Do(func(r *crdt.Replica) {
+		ep = h.epochs[k]
+		if ep == 0 || r.MaxEpoch(k) > ep {
+			ep = r.MaxEpoch(k) + 1
+			h.epochs[k] = ep
+		}
+	})
+	d, err := h.Put(crdt.Session{User: user, Device: device, ID: fmt.Sprintf("%s-%s-%d", user, device, ep),
+		Epoch: ep, State: state, Status: status, Groups: groups})
+	if err != nil {
+		t.Fatalf("write %s/%s: %v", user, device, err)
+	}
+	h.cluster.Publish([]crdt.Delta{d})
+}
+
+func (h *fakeHost) snapshot() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ss, as := h.r.Snapshot()
+	b, _ := crdt.AppendSync(nil, crdt.Sync{{Origin: crdt.Origin{Node: "snapshot"}, Sessions: ss, Accounts: as}})
+	return string(b)
+}
+
+func (h *fakeHost) presence(user string) crdt.Presence {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.r.Presence(user)
+}
+
+// testCluster is an in-process cluster of real memberlist nodes on loopback.
+type testCluster struct {
+	t     testing.TB
+	net   *FaultNetwork
+	nodes []*Cluster
+	hosts []*fakeHost
+}
+
+func fastMemberlist(mlc *memberlist.Config) {
+	mlc.ProbeInterval = 100 * time.Millisecond
+	mlc.ProbeTimeout = 50 * time.Millisecond
+	mlc.SuspicionMult = 2
+	mlc.GossipInterval = 20 * time.Millisecond
+	mlc.PushPullInterval = time.Second
+	mlc.TCPTimeout = time.Second
+	mlc.DeadNodeReclaimTime = 10 * time.Millisecond
+}
+
+func testConfig(name string, inc uint64) Config {
+	cfg := DefaultConfig()
+	cfg.Name = name
+	cfg.Incarnation = inc
+	cfg.BindAddr = "127.0.0.1:0"
+	cfg.Profile = "local"
+	cfg.LeaseTimeout = 2 * time.Second
+	cfg.AliveInterval = 100 * time.Millisecond
+	cfg.Memberlist = fastMemberlist
+	return cfg
+}
+
+func newTestCluster(t testing.TB, n int) *testCluster {
+	tc := &testCluster{t: t, net: NewFaultNetwork(1)}
+	for i := range n {
+		tc.start(fmt.Sprintf("n%d", i), 1)
+	}
+	t.Cleanup(func() {
+		for _, c := range tc.nodes {
+			if c != nil {
+				_ = c.Shutdown()
+			}
+		}
+	})
+	return tc
+}
+
+// start adds (or restarts, as a new incarnation) a node and joins it.
+func (tc *testCluster) start(name string, inc uint64) int {
+	tc.t.Helper()
+	h := newFakeHost(tc.t, name, inc)
+	cfg := testConfig(name, inc)
+	cfg.WrapTransport = tc.net.Wrap
+	for _, c := range tc.nodes {
+		if c != nil {
+			cfg.Join = []string{c.LocalAddr()}
+			break
+		}
+	}
+	c, err := New(cfg, h)
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	h.cluster = c
+	tc.nodes = append(tc.nodes, c)
+	tc.hosts = append(tc.hosts, h)
+	return len(tc.nodes) - 1
+}
+
+func (tc *testCluster) addr(i int) string { return tc.nodes[i].LocalAddr() }
+
+// live returns the indexes of running nodes.
+func (tc *testCluster) live() []int {
+	var out []int
+	for i, c := range tc.nodes {
+		if c != nil {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+func (tc *testCluster) crash(i int) {
+	_ = tc.nodes[i].Shutdown()
+	tc.nodes[i] = nil
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %v waiting for %s", d, what)
+}
+
+// converged reports whether every live node holds the same records.
+func (tc *testCluster) converged() bool {
+	live := tc.live()
+	first := tc.hosts[live[0]].snapshot()
+	for _, i := range live[1:] {
+		if tc.hosts[i].snapshot() != first {
+			return false
+		}
+	}
+	return true
+}
+
+func (tc *testCluster) waitMembers(n int) {
+	waitFor(tc.t, 10*time.Second, fmt.Sprintf("%d members", n), func() bool {
+		for _, i := range tc.live() {
+			if tc.nodes[i].ml.NumMembers() != n {
+				return false
+			}
+		}
+		return true
+	})
+}

@@ -1,0 +1,76 @@
+package gossip
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/rollcall/rollcall/crdt"
+)
+
+func originOf(name string, inc uint64) crdt.Origin { return crdt.Origin{Node: name, Incarnation: inc} }
+
+// Member describes one cluster member as this node sees it.
+type Member struct {
+	Name        string `json:"name"`
+	Addr        string `json:"addr"`
+	State       string `json:"state"` // alive, suspect, dead or left (memberlist)
+	Incarnation uint64 `json:"incarnation"`
+	ClientAddr  string `json:"client_addr"`
+	Sessions    int    `json:"sessions"` // active sessions it owns, as last announced
+	// LeaseExpired is true when this node shows the member's sessions
+	// expired (lease passed or memberlist declared it failed).
+	LeaseExpired bool `json:"lease_expired"`
+	Self         bool `json:"self,omitempty"`
+}
+
+// Members lists every member this node knows of, itself included, sorted by
+// name.
+func (c *Cluster) Members() []Member {
+	out := []Member{{Name: c.cfg.Name, Addr: c.LocalAddr(), State: "alive", Incarnation: c.cfg.Incarnation,
+		ClientAddr: c.cfg.ClientAddr, Sessions: c.host.SessionCount(), Self: true}}
+	live := make(map[string]string)
+	for _, n := range c.ml.Members() {
+		live[n.Name] = stateName(n.State)
+	}
+	c.mu.Lock()
+	for _, p := range c.peers {
+		state := p.state
+		if s, ok := live[p.name]; ok {
+			state = s
+		}
+		out = append(out, Member{Name: p.name, Addr: p.addr, State: state, Incarnation: p.incarnation,
+			ClientAddr: p.clientAddr, Sessions: p.sessions, LeaseExpired: c.leases.Down(p.name)})
+	}
+	c.mu.Unlock()
+	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// ClientAddrOf returns the client address a member published, if known.
+func (c *Cluster) ClientAddrOf(name string) string {
+	if name == c.cfg.Name {
+		return c.cfg.ClientAddr
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p := c.peers[name]; p != nil {
+		return p.clientAddr
+	}
+	return ""
+}
+
+func stateName(s memberlist.NodeStateType) string {
+	switch s {
+	case memberlist.StateAlive:
+		return "alive"
+	case memberlist.StateSuspect:
+		return "suspect"
+	case memberlist.StateDead:
+		return "dead"
+	case memberlist.StateLeft:
+		return "left"
+	}
+	return "unknown"
+}

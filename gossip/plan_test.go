@@ -1,0 +1,123 @@
+package gossip
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rollcall/rollcall/crdt"
+)
+
+func TestMemberlistFormulas(t *testing.T) {
+	// Values memberlist itself computes (util.go), so the simulator models
+	// the real thing.
+	for _, tc := range []struct{ mult, n, want int }{{4, 1, 4}, {4, 9, 4}, {4, 10, 8}, {4, 99, 8}, {4, 100, 12}, {2, 16, 4}} {
+		if got := RetransmitLimit(tc.mult, tc.n); got != tc.want {
+			t.Errorf("RetransmitLimit(%d, %d) = %d, want %d", tc.mult, tc.n, got, tc.want)
+		}
+	}
+	if got := PushPullScale(30*time.Second, 32); got != 30*time.Second {
+		t.Errorf("PushPullScale(32) = %v", got)
+	}
+	if got := PushPullScale(30*time.Second, 64); got != 60*time.Second {
+		t.Errorf("PushPullScale(64) = %v, want 60s", got)
+	}
+	if got := SuspicionTimeout(4, 100, time.Second); got != 8*time.Second {
+		t.Errorf("SuspicionTimeout(4, 100, 1s) = %v, want 8s", got)
+	}
+	if ChooseMode(64, 64) != ModeEager || ChooseMode(65, 64) != ModeEpidemic {
+		t.Error("ChooseMode threshold is not inclusive of the threshold")
+	}
+}
+
+func testDelta(user string, version uint64, groups int) crdt.Delta {
+	s := &crdt.Session{User: user, Device: "phone", ID: "s-" + user, Epoch: 1, Seq: 1, Gateway: "n1",
+		Origin: crdt.Origin{Node: "n1", Incarnation: 1}, Version: version}
+	for i := range groups {
+		s.Groups = append(s.Groups, fmt.Sprintf("group-%03d-%s", i, strings.Repeat("x", 40)))
+	}
+	return crdt.Delta{Since: version - 1, Session: s}
+}
+
+func TestPackDeltasFitsBudgetAndLosesNothing(t *testing.T) {
+	var ds []crdt.Delta
+	for i := range 200 {
+		g := 0
+		if i%50 == 0 {
+			g = 40 // about 2 KB: larger than a packet
+		}
+		ds = append(ds, testDelta(fmt.Sprintf("user-%d", i), uint64(i+1), g))
+	}
+	batches, oversized := PackDeltas(ds, DefaultPacketBudget)
+	big := map[int]bool{}
+	for _, i := range oversized {
+		big[i] = true
+	}
+	total := 0
+	for i, b := range batches {
+		enc, err := encodeDeltas(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(enc) > DefaultPacketBudget+2 && !big[i] {
+			t.Errorf("batch %d is %d bytes, over budget, yet not marked oversized", i, len(enc))
+		}
+		if big[i] && len(b) != 1 {
+			t.Errorf("oversized batch %d holds %d deltas; want it alone", i, len(b))
+		}
+		for _, d := range b {
+			if d.Session.Version != uint64(total+1) {
+				t.Fatalf("order broken: got version %d at position %d", d.Session.Version, total)
+			}
+			total++
+		}
+	}
+	if total != len(ds) {
+		t.Fatalf("packed %d deltas of %d", total, len(ds))
+	}
+	if len(oversized) != 4 {
+		t.Errorf("oversized = %v, want the 4 large deltas", oversized)
+	}
+}
+
+func TestLeases(t *testing.T) {
+	l := NewLeases(time.Second)
+	l.Heard("a", 0)
+	l.Heard("b", int64(500*time.Millisecond))
+	if got := l.Expire(int64(1200 * time.Millisecond)); len(got) != 1 || got[0] != "a" {
+		t.Fatalf("Expire = %v, want [a]", got)
+	}
+	if got := l.Expire(int64(1300 * time.Millisecond)); len(got) != 0 {
+		t.Fatalf("a expired twice: %v", got)
+	}
+	if !l.Heard("a", int64(1400*time.Millisecond)) {
+		t.Fatal("hearing a down node must report it was down")
+	}
+	if !l.Fail("b") || l.Fail("b") {
+		t.Fatal("Fail must report up->down once")
+	}
+	if l.Down("a") || !l.Down("b") {
+		t.Fatal("Down disagrees")
+	}
+}
+
+func TestGapTrackerPullsOnlyPersistentGaps(t *testing.T) {
+	g := NewGapTracker()
+	o := crdt.Origin{Node: "n1", Incarnation: 1}
+	if g.Observe(o, 10, 10) {
+		t.Fatal("pulled with no gap")
+	}
+	if g.Observe(o, 12, 10) {
+		t.Fatal("pulled on a first sighting: deltas may be in flight")
+	}
+	if g.Observe(o, 13, 12) {
+		t.Fatal("pulled though the earlier gap closed")
+	}
+	if !g.Observe(o, 14, 12) {
+		t.Fatal("did not pull on a gap that persisted across announcements")
+	}
+	if g.Observe(o, 14, 14) {
+		t.Fatal("pulled after catching up")
+	}
+}
