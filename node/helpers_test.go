@@ -1,0 +1,352 @@
+package node
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/rollcall/rollcall/crdt"
+)
+
+// testSecret is the HS256 key of token tests.
+var testSecret = []byte("0123456789abcdef0123456789abcdef")
+
+// fakeClock is a Clock tests move by hand.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{t: time.Date(2026, 9, 24, 17, 45, 0, 0, time.UTC)}
+}
+
+func (f *fakeClock) Now() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.t
+}
+
+func (f *fakeClock) Advance(d time.Duration) {
+	f.mu.Lock()
+	f.t = f.t.Add(d)
+	f.mu.Unlock()
+}
+
+// fakeCluster records what a node hands the cluster layer.
+type fakeCluster struct {
+	mu      sync.Mutex
+	deltas  []crdt.Delta
+	calls   int
+	routes  []string
+	routeFn func(ctx context.Context, gateway string, msg Message) (int, error)
+}
+
+var _ Cluster = (*fakeCluster)(nil)
+
+func (f *fakeCluster) Publish(ds []crdt.Delta) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	f.deltas = append(f.deltas, ds...)
+}
+
+func (f *fakeCluster) Route(ctx context.Context, gateway string, msg Message) (int, error) {
+	f.mu.Lock()
+	f.routes = append(f.routes, gateway)
+	fn := f.routeFn
+	f.mu.Unlock()
+	if fn == nil {
+		return 0, errors.New("no route")
+	}
+	return fn(ctx, gateway, msg)
+}
+
+func (f *fakeCluster) published() []crdt.Delta {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]crdt.Delta(nil), f.deltas...)
+}
+
+// newTestNode starts a node on 127.0.0.1:0 in dev mode with short timings;
+// mut adjusts the config first.
+func newTestNode(t testing.TB, mut func(*Config)) *Node {
+	t.Helper()
+	cfg := Config{
+		Name:          "n1",
+		ClientAddr:    "127.0.0.1:0",
+		Dev:           true,
+		SweepInterval: 5 * time.Millisecond,
+		EventCoalesce: time.Millisecond,
+		Logger:        zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)),
+	}
+	if mut != nil {
+		mut(&cfg)
+	}
+	n, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	if err := n.Start(); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return n
+}
+
+// frame is one decoded line from the gateway.
+type frame map[string]any
+
+func (f frame) str(k string) string {
+	s, _ := f[k].(string)
+	return s
+}
+
+func (f frame) num(k string) float64 {
+	v, _ := f[k].(float64)
+	return v
+}
+
+// client is a test client speaking the protocol over TCP.
+type client struct {
+	t  testing.TB
+	nc net.Conn
+	r  *bufio.Reader
+}
+
+func dial(t testing.TB, n *Node) *client {
+	t.Helper()
+	nc, err := net.DialTimeout("tcp", n.ClientAddr().String(), 5*time.Second)
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	return &client{t: t, nc: nc, r: bufio.NewReaderSize(nc, 64<<10)}
+}
+
+func (c *client) sendRaw(line string) {
+	c.t.Helper()
+	c.nc.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c.nc, line+"\n"); err != nil {
+		c.t.Fatalf("write: %v", err)
+	}
+}
+
+func (c *client) send(v any) {
+	c.t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.sendRaw(string(b))
+}
+
+// recv reads the next frame, failing the test after 5s.
+func (c *client) recv() frame {
+	c.t.Helper()
+	f, err := c.tryRecv(5 * time.Second)
+	if err != nil {
+		c.t.Fatalf("recv: %v", err)
+	}
+	return f
+}
+
+func (c *client) tryRecv(d time.Duration) (frame, error) {
+	c.nc.SetReadDeadline(time.Now().Add(d))
+	line, err := c.r.ReadBytes('\n')
+	if err != nil {
+		return nil, err
+	}
+	var f frame
+	if err := json.Unmarshal(line, &f); err != nil {
+		return nil, errors.New("bad frame " + string(line) + ": " + err.Error())
+	}
+	return f, nil
+}
+
+// expect reads frames until one with op arrives, failing on an error frame
+// (unless op is "error") and skipping events and messages.
+func (c *client) expect(op string) frame {
+	c.t.Helper()
+	for {
+		f := c.recv()
+		switch {
+		case f.str("op") == op:
+			return f
+		case f.str("op") == OpEvent || f.str("op") == OpMessage:
+			continue
+		default:
+			c.t.Fatalf("want %q, got %v", op, f)
+		}
+	}
+}
+
+// expectError reads until an error frame and checks its code.
+func (c *client) expectError(code ErrorCode) frame {
+	c.t.Helper()
+	f := c.expect(OpError)
+	if f.str("code") != string(code) {
+		c.t.Fatalf("want error %s, got %v", code, f)
+	}
+	return f
+}
+
+// expectEvent reads until an event about user.
+func (c *client) expectEvent(user string) frame {
+	c.t.Helper()
+	for {
+		f := c.recv()
+		if f.str("op") == OpEvent && f.str("user") == user {
+			return f
+		}
+		if f.str("op") == OpError {
+			c.t.Fatalf("want event for %s, got %v", user, f)
+		}
+	}
+}
+
+// expectClosed reads until EOF, failing on more frames than skip allows.
+func (c *client) expectClosed() {
+	c.t.Helper()
+	for {
+		f, err := c.tryRecv(5 * time.Second)
+		if err == nil {
+			if f.str("op") == OpEvent || f.str("op") == OpMessage {
+				continue
+			}
+			c.t.Fatalf("want EOF, got %v", f)
+		}
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			c.t.Fatalf("connection still open")
+		}
+		c.nc.Close() // as a real client does on EOF
+		return
+	}
+}
+
+// expectQuiet checks that nothing arrives for d.
+func (c *client) expectQuiet(d time.Duration) {
+	c.t.Helper()
+	f, err := c.tryRecv(d)
+	if err == nil {
+		c.t.Fatalf("want silence, got %v", f)
+	}
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		c.t.Fatalf("want silence, got %v", err)
+	}
+}
+
+// hello authenticates and returns the welcome.
+func (c *client) hello(user, device string, extra ...map[string]any) frame {
+	c.t.Helper()
+	req := map[string]any{"op": "hello", "user": user}
+	if device != "" {
+		req["device"] = device
+	}
+	for _, e := range extra {
+		for k, v := range e {
+			req[k] = v
+		}
+	}
+	c.send(req)
+	return c.expect(OpWelcome)
+}
+
+// call sends a request with an id and returns the reply carrying it.
+func (c *client) call(req map[string]any) frame {
+	c.t.Helper()
+	req["id"] = "c"
+	c.send(req)
+	for {
+		f := c.recv()
+		if f.str("id") == "c" {
+			return f
+		}
+		if f.str("op") != OpEvent && f.str("op") != OpMessage {
+			c.t.Fatalf("unexpected frame %v waiting for reply to %v", f, req)
+		}
+	}
+}
+
+// ok sends a request and checks the reply is ok.
+func (c *client) ok(req map[string]any) frame {
+	c.t.Helper()
+	f := c.call(req)
+	if f.str("op") != OpOK {
+		c.t.Fatalf("%v: want ok, got %v", req, f)
+	}
+	return f
+}
+
+// connect dials and says hello.
+func connect(t testing.TB, n *Node, user, device string, extra ...map[string]any) (*client, frame) {
+	t.Helper()
+	c := dial(t, n)
+	w := c.hello(user, device, extra...)
+	return c, w
+}
+
+// waitFor polls cond until it holds or 5s pass.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// presenceOf returns the node's view of user.
+func presenceOf(n *Node, user string) crdt.Presence {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.replica.Presence(user)
+}
+
+// sessionOf returns the node's record for a key.
+func sessionOf(n *Node, k crdt.Key) (crdt.Session, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.replica.Session(k)
+}
+
+// checkInvariants checks the replica's invariants and the node's indexes.
+func checkInvariants(t testing.TB, n *Node) {
+	t.Helper()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := n.replica.CheckInvariants(); err != nil {
+		t.Fatalf("replica: %v", err)
+	}
+	count := 0
+	for u, devs := range n.local {
+		for d, c := range devs {
+			count++
+			s, ok := n.replica.Session(crdt.Key{User: u, Device: d})
+			if !ok || s.State != crdt.StateActive || s.ID != c.sess.id || s.Origin != n.origin {
+				t.Fatalf("local session %s/%s not active and ours in the replica: %+v", u, d, s)
+			}
+		}
+	}
+	if count != n.localCount {
+		t.Fatalf("localCount %d, indexed %d", n.localCount, count)
+	}
+}
+
+func statusOf(p crdt.Presence) string { return p.Status.String() }
+
+func joinLines(lines ...string) string { return strings.Join(lines, "\n") }
