@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -188,12 +189,14 @@ func splitHeader(b []byte) (msgType, []byte, error) {
 // fieldDecoder reads a fixed-length msgpack array field by field, checking
 // types and sizes.
 type fieldDecoder struct {
+	r   *bytes.Reader // unbuffered under dec: r.Len() is what is left
 	dec *msgpack.Decoder
 	err error
 }
 
 func newFieldDecoder(b []byte, n int) *fieldDecoder {
-	fd := &fieldDecoder{dec: msgpack.NewDecoder(bytes.NewReader(b))}
+	r := bytes.NewReader(b)
+	fd := &fieldDecoder{r: r, dec: msgpack.NewDecoder(r)}
 	l, err := fd.dec.DecodeArrayLen()
 	switch {
 	case err != nil:
@@ -204,17 +207,32 @@ func newFieldDecoder(b []byte, n int) *fieldDecoder {
 	return fd
 }
 
-func (fd *fieldDecoder) str(max int) string {
+func (fd *fieldDecoder) str(max int) string { return string(fd.raw(max)) }
+
+// raw reads a msgpack str or bin of at most max bytes, checking the length
+// against max and against the input left before allocating.
+func (fd *fieldDecoder) raw(max int) []byte {
 	if fd.err != nil {
-		return ""
+		return nil
 	}
-	s, err := fd.dec.DecodeString()
-	if err != nil {
+	n, err := fd.dec.DecodeBytesLen()
+	switch {
+	case err != nil:
 		fd.err = fmt.Errorf("%w: %w", errBadMessage, err)
-	} else if len(s) > max {
-		fd.err = fmt.Errorf("%w: string of %d bytes (max %d)", errBadMessage, len(s), max)
+	case n < 0:
+		return nil // nil
+	case n > max:
+		fd.err = fmt.Errorf("%w: field of %d bytes (max %d)", errBadMessage, n, max)
+	case n > fd.r.Len():
+		fd.err = fmt.Errorf("%w: field of %d bytes with %d left", errBadMessage, n, fd.r.Len())
+	default:
+		b := make([]byte, n)
+		if _, err := io.ReadFull(fd.r, b); err != nil {
+			fd.err = fmt.Errorf("%w: %w", errBadMessage, err)
+		}
+		return b
 	}
-	return s
+	return nil
 }
 
 func (fd *fieldDecoder) u64() uint64 {
@@ -239,18 +257,7 @@ func (fd *fieldDecoder) int() int {
 	return v
 }
 
-func (fd *fieldDecoder) bytes(max int) []byte {
-	if fd.err != nil {
-		return nil
-	}
-	b, err := fd.dec.DecodeBytes()
-	if err != nil {
-		fd.err = fmt.Errorf("%w: %w", errBadMessage, err)
-	} else if len(b) > max {
-		fd.err = fmt.Errorf("%w: %d bytes (max %d)", errBadMessage, len(b), max)
-	}
-	return b
-}
+func (fd *fieldDecoder) bytes(max int) []byte { return fd.raw(max) }
 
 func (fd *fieldDecoder) done() error {
 	if fd.err != nil {
