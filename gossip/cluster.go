@@ -246,22 +246,20 @@ func (c *Cluster) flush(reliable bool) {
 			c.log.Error("encode deltas", zap.Error(err))
 			continue
 		}
-		if reliable || big[i] {
-			c.sendAll(members, msg, true)
-			c.stats.DeltaCopies.Add(uint64(len(p) * len(members)))
-			continue
-		}
-		switch mode {
-		case ModeEager:
-			c.sendAll(members, msg, false)
-			c.stats.DeltaCopies.Add(uint64(len(p) * len(members)))
-		case ModeEpidemic:
+		targets := members
+		switch {
+		case reliable || big[i]:
+			c.sendAll(targets, msg, true)
+		case mode == ModeEager:
+			c.sendAll(targets, msg, false)
+		default:
 			c.enqueueBroadcast(msg, "")
 			// Seed the epidemic at once rather than at the next gossip tick.
-			seeds := pickRandom(members, 3)
-			c.sendAll(seeds, msg, false)
-			c.stats.DeltaCopies.Add(uint64(len(p) * len(seeds)))
+			targets = pickRandom(members, 3)
+			c.sendAll(targets, msg, false)
 		}
+		c.stats.DeltaCopies.Add(uint64(len(p) * len(targets)))
+		c.stats.DeltaBytes.Add(uint64(len(msg) * len(targets)))
 	}
 }
 
@@ -515,6 +513,7 @@ func (c *Cluster) goPull(from string) {
 		}()
 		msg, err := encodeDigestMsg(msgPull, digestMsg{From: c.cfg.Name, Digest: c.host.Digest()})
 		if err == nil {
+			c.stats.PullBytes.Add(uint64(len(msg)))
 			err = c.sendReliableTo(from, msg)
 		}
 		if err != nil {
@@ -640,6 +639,7 @@ func (c *Cluster) announce() {
 	members := c.otherMembers()
 	if ChooseMode(len(members)+1, c.cfg.EagerThreshold) == ModeEager {
 		c.sendAll(members, msg, false)
+		c.stats.AliveBytes.Add(uint64(len(msg) * len(members)))
 		return
 	}
 	c.enqueueBroadcast(msg, "alive/"+c.cfg.Name)
@@ -678,6 +678,10 @@ type Stats struct {
 	BytesSent           atomic.Uint64
 	SendErrors          atomic.Uint64
 	DeltaCopies         atomic.Uint64 // delta copies sent directly (not counting piggyback retransmits)
+	DeltaBytes          atomic.Uint64 // bytes of delta messages sent directly
+	AliveBytes          atomic.Uint64 // bytes of alive announcements sent directly
+	StateBytes          atomic.Uint64 // bytes of push/pull digests handed to memberlist
+	PullBytes           atomic.Uint64 // bytes of pull requests sent
 	MessagesReceived    atomic.Uint64
 	BytesReceived       atomic.Uint64
 	DeltasReceived      atomic.Uint64

@@ -62,6 +62,7 @@ func (d *delegate) LocalState(join bool) []byte {
 		d.log.Error("encode push/pull state", zap.Error(err))
 		return nil
 	}
+	d.stats.StateBytes.Add(uint64(len(b)))
 	return b
 }
 

@@ -86,6 +86,9 @@ type testCluster struct {
 	net   *FaultNetwork
 	nodes []*Cluster
 	hosts []*fakeHost
+	opts  []func(*Config)
+	// onHost, if set, is called for each new host before its cluster starts.
+	onHost func(i int, h *fakeHost)
 }
 
 func fastMemberlist(mlc *memberlist.Config) {
@@ -110,8 +113,8 @@ func testConfig(name string, inc uint64) Config {
 	return cfg
 }
 
-func newTestCluster(t testing.TB, n int) *testCluster {
-	tc := &testCluster{t: t, net: NewFaultNetwork(1)}
+func newTestCluster(t testing.TB, n int, opts ...func(*Config)) *testCluster {
+	tc := &testCluster{t: t, net: NewFaultNetwork(1), opts: opts}
 	for i := range n {
 		tc.start(fmt.Sprintf("n%d", i), 1)
 	}
@@ -131,6 +134,12 @@ func (tc *testCluster) start(name string, inc uint64) int {
 	h := newFakeHost(tc.t, name, inc)
 	cfg := testConfig(name, inc)
 	cfg.WrapTransport = tc.net.Wrap
+	for _, o := range tc.opts {
+		o(&cfg)
+	}
+	if tc.onHost != nil {
+		tc.onHost(len(tc.nodes), h)
+	}
 	for _, c := range tc.nodes {
 		if c != nil {
 			cfg.Join = []string{c.LocalAddr()}
