@@ -65,7 +65,8 @@ type peer struct {
 	clientAddr  string
 	sessions    int
 	addr        string
-	state       string // alive, suspect, dead, left
+	state       string    // alive, suspect, dead, left
+	deadSince   time.Time // when memberlist declared it dead
 }
 
 // New starts memberlist for host and joins cfg.Join (if any). Call Leave
@@ -608,6 +609,8 @@ func (c *Cluster) tickLoop() {
 	defer aliveT.Stop()
 	leaseT := time.NewTicker(min(c.cfg.LeaseTimeout/20, 250*time.Millisecond))
 	defer leaseT.Stop()
+	reconnectT := time.NewTicker(c.cfg.ReconnectInterval)
+	defer reconnectT.Stop()
 	c.announce()
 	for {
 		select {
@@ -615,6 +618,8 @@ func (c *Cluster) tickLoop() {
 			return
 		case <-aliveT.C:
 			c.announce()
+		case <-reconnectT.C:
+			c.reconnect()
 		case <-leaseT.C:
 			c.mu.Lock()
 			expired := c.leases.Expire(c.cfg.Now().UnixNano())
@@ -625,6 +630,36 @@ func (c *Cluster) tickLoop() {
 			}
 		}
 	}
+}
+
+// reconnect tries to rejoin members memberlist declared dead, as serf does:
+// a healed partition would otherwise stay split, each side holding the
+// other dead.
+func (c *Cluster) reconnect() {
+	now := c.cfg.Now()
+	var addrs []string
+	c.mu.Lock()
+	for name, p := range c.peers {
+		if p.state != "dead" || p.addr == "" {
+			continue
+		}
+		if now.Sub(p.deadSince) > c.cfg.ReconnectTimeout {
+			delete(c.peers, name)
+			continue
+		}
+		addrs = append(addrs, p.addr)
+	}
+	c.mu.Unlock()
+	if len(addrs) == 0 {
+		return
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		if n, err := c.ml.Join(addrs); err == nil || n > 0 {
+			c.log.Info("rejoined failed members", zap.Int("answered", n))
+		}
+	}()
 }
 
 // announce sends this node's alive message: to every member while eager,

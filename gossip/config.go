@@ -61,6 +61,14 @@ type Config struct {
 	MaxQueue int
 	// RouteTimeout bounds one routed message's round trip. Default 2s.
 	RouteTimeout time.Duration
+	// ReconnectInterval is how often this node tries to rejoin members
+	// memberlist declared dead (not those that left): after a partition
+	// heals, each side would otherwise keep the other dead forever.
+	// Default 10s.
+	ReconnectInterval time.Duration
+	// ReconnectTimeout is how long a dead member is retried before it is
+	// given up on. Default 24h.
+	ReconnectTimeout time.Duration
 	// InboundQueue bounds received messages waiting to be handled; past it
 	// messages are dropped and counted (anti-entropy repairs). Default 8192.
 	InboundQueue int
@@ -90,6 +98,9 @@ func DefaultConfig() Config {
 		MaxQueue:       4096,
 		RouteTimeout:   2 * time.Second,
 		InboundQueue:   8192,
+
+		ReconnectInterval: 10 * time.Second,
+		ReconnectTimeout:  24 * time.Hour,
 	}
 }
 
@@ -117,6 +128,8 @@ func (c *Config) Validate() error {
 	setDur(&c.AliveInterval, d.AliveInterval)
 	setDur(&c.BatchDelay, d.BatchDelay)
 	setDur(&c.RouteTimeout, d.RouteTimeout)
+	setDur(&c.ReconnectInterval, d.ReconnectInterval)
+	setDur(&c.ReconnectTimeout, d.ReconnectTimeout)
 	setInt := func(p *int, v int) {
 		if *p == 0 {
 			*p = v

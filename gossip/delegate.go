@@ -93,7 +93,11 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 		state = "left"
 	}
 	c.mu.Lock()
-	c.peerLocked(n.Name).state = state
+	p := c.peerLocked(n.Name)
+	p.state, p.deadSince = state, c.cfg.Now()
+	if p.addr == "" {
+		p.addr = n.Address()
+	}
 	wasUp := c.leases.Fail(n.Name)
 	c.mu.Unlock()
 	if wasUp {

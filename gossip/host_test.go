@@ -110,6 +110,7 @@ func testConfig(name string, inc uint64) Config {
 	cfg.LeaseTimeout = 2 * time.Second
 	cfg.AliveInterval = 100 * time.Millisecond
 	cfg.Memberlist = fastMemberlist
+	cfg.ReconnectInterval = 300 * time.Millisecond
 	return cfg
 }
 
