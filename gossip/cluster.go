@@ -2,7 +2,6 @@ package gossip
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -406,9 +405,12 @@ func (c *Cluster) handle(b []byte) {
 			ch <- m.ack
 		}
 	case msgKey:
+		ack := routeAck{ID: m.key.ID, Delivered: 1}
 		if err := c.applyKeyOp(m.key); err != nil {
 			c.log.Warn("keyring operation from peer failed", zap.String("op", m.key.Op), zap.Error(err))
+			ack = routeAck{ID: m.key.ID, Err: err.Error()}
 		}
+		c.goReply(m.key.FromNode, ack)
 	}
 }
 
@@ -553,14 +555,27 @@ func (c *Cluster) goRoute(r routeReq) {
 	go func() {
 		defer c.wg.Done()
 		n := c.host.DeliverLocal(node.Message{To: r.To, From: r.From, FromDevice: r.FromDevice, Body: r.Body})
-		msg, err := encodeRouteAck(routeAck{ID: r.ID, Delivered: n})
-		if err == nil {
-			err = c.sendReliableTo(r.FromNode, msg)
-		}
-		if err != nil {
-			c.log.Debug("route ack failed", zap.String("to", r.FromNode), zap.Error(err))
-		}
+		c.reply(r.FromNode, routeAck{ID: r.ID, Delivered: n})
 	}()
+}
+
+func (c *Cluster) goReply(to string, ack routeAck) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		c.reply(to, ack)
+	}()
+}
+
+// reply answers a request with an ack.
+func (c *Cluster) reply(to string, ack routeAck) {
+	msg, err := encodeRouteAck(ack)
+	if err == nil {
+		err = c.sendReliableTo(to, msg)
+	}
+	if err != nil {
+		c.log.Debug("ack failed", zap.String("to", to), zap.Error(err))
+	}
 }
 
 // Route delivers msg through the gateway that owns the recipient's
@@ -572,6 +587,14 @@ func (c *Cluster) Route(ctx context.Context, gateway string, msg node.Message) (
 	if len(msg.Body) > maxBodyBytes {
 		return 0, fmt.Errorf("gossip: message body of %d bytes exceeds %d", len(msg.Body), maxBodyBytes)
 	}
+	return c.request(ctx, gateway, func(id uint64) ([]byte, error) {
+		return encodeRouteReq(routeReq{ID: id, FromNode: c.cfg.Name, To: msg.To, From: msg.From, FromDevice: msg.FromDevice, Body: msg.Body})
+	})
+}
+
+// request sends a message that the peer answers with a msgRouteAck carrying
+// the same id, and waits for the answer (at most RouteTimeout).
+func (c *Cluster) request(ctx context.Context, to string, encode func(id uint64) ([]byte, error)) (int, error) {
 	c.routeMu.Lock()
 	c.routeSeq++
 	id := c.routeSeq
@@ -583,23 +606,23 @@ func (c *Cluster) Route(ctx context.Context, gateway string, msg node.Message) (
 		delete(c.routes, id)
 		c.routeMu.Unlock()
 	}()
-	b, err := encodeRouteReq(routeReq{ID: id, FromNode: c.cfg.Name, To: msg.To, From: msg.From, FromDevice: msg.FromDevice, Body: msg.Body})
+	b, err := encode(id)
 	if err != nil {
 		return 0, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.RouteTimeout)
 	defer cancel()
-	if err := c.sendReliableTo(gateway, b); err != nil {
+	if err := c.sendReliableTo(to, b); err != nil {
 		return 0, err
 	}
 	select {
 	case ack := <-ch:
 		if ack.Err != "" {
-			return ack.Delivered, errors.New(ack.Err)
+			return ack.Delivered, fmt.Errorf("%s: %s", to, ack.Err)
 		}
 		return ack.Delivered, nil
 	case <-ctx.Done():
-		return 0, fmt.Errorf("gossip: route via %s: %w", gateway, ctx.Err())
+		return 0, fmt.Errorf("gossip: request to %s: %w", to, ctx.Err())
 	}
 }
 

@@ -24,7 +24,7 @@ func FuzzDecodeMessage(f *testing.F) {
 	add(encodeSync(crdt.Sync{{Origin: d.Session.Origin, Watermark: 3, Sessions: []crdt.Session{*d.Session}}}))
 	add(encodeRouteReq(routeReq{ID: 1, FromNode: "n1", To: "bob", From: "alice", FromDevice: "web", Body: []byte(`"hi"`)}))
 	add(encodeRouteAck(routeAck{ID: 1, Delivered: 2}))
-	add(encodeKeyOp(keyOp{Op: "install", Key: make([]byte, 32)}))
+	add(encodeKeyOp(keyOp{Op: "install", Key: make([]byte, 32), ID: 3, FromNode: "n1"}))
 	seeds = append(seeds, []byte{}, []byte{wireVersion}, []byte{wireVersion, 200}, []byte{2, 1, 0x90})
 	for _, s := range seeds {
 		f.Add(s)

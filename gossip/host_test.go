@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -210,3 +211,5 @@ func (tc *testCluster) waitMembers(n int) {
 		return true
 	})
 }
+
+func writeFile(path, s string) error { return os.WriteFile(path, []byte(s), 0o600) }

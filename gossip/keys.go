@@ -1,10 +1,12 @@
 package gossip
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"os"
+	"sync"
 
 	"github.com/hashicorp/memberlist"
 )
@@ -63,21 +65,42 @@ func (c *Cluster) Keys() []string {
 }
 
 // KeyOp applies a keyring operation ("install", "use" or "remove") on this
-// node and every live member.
-func (c *Cluster) KeyOp(op string, key []byte) error {
-	k := keyOp{Op: op, Key: key}
-	msg, err := encodeKeyOp(k)
+// node and then on every live member, waiting for each to acknowledge. It
+// returns the members that failed, with their errors; a step should succeed
+// everywhere before the next one is taken (install, then use, then remove).
+func (c *Cluster) KeyOp(ctx context.Context, op string, key []byte) (map[string]error, error) {
+	probe, err := encodeKeyOp(keyOp{Op: op, Key: key, FromNode: c.cfg.Name})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if _, err := decodeKeyOp(msg[2:]); err != nil {
-		return err
+	if _, err := decodeKeyOp(probe[2:]); err != nil {
+		return nil, err
 	}
-	if err := c.applyKeyOp(k); err != nil {
-		return err
+	if err := c.applyKeyOp(keyOp{Op: op, Key: key}); err != nil {
+		return nil, fmt.Errorf("on %s: %w", c.cfg.Name, err)
 	}
-	c.sendAll(c.otherMembers(), msg, true)
-	return nil
+	var mu sync.Mutex
+	failed := make(map[string]error)
+	var wg sync.WaitGroup
+	for _, m := range c.otherMembers() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := c.request(ctx, m.Name, func(id uint64) ([]byte, error) {
+				return encodeKeyOp(keyOp{Op: op, Key: key, ID: id, FromNode: c.cfg.Name})
+			})
+			if err != nil {
+				mu.Lock()
+				failed[m.Name] = err
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(failed) > 0 {
+		return failed, fmt.Errorf("keyring %s failed on %d member(s)", op, len(failed))
+	}
+	return nil, nil
 }
 
 func (c *Cluster) applyKeyOp(k keyOp) error {

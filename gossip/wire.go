@@ -28,7 +28,8 @@ import (
 //	msgSync      crdt Sync                             answer to a pull/digest
 //	msgRoute     [req_id, from_node, to, from, from_device, body]
 //	msgRouteAck  [req_id, delivered, error]
-//	msgKey       [op, key]                             keyring rotation
+//	msgKey       [op, key, req_id, from_node]         keyring rotation step;
+//	             answered with a msgRouteAck (delivered 1, or an error)
 //	msgState     [from_node, crdt Digest]              push/pull local state
 //
 // Protocol flow. Writes: owner -> every member (eager, UDP, batches of a few
@@ -104,10 +105,13 @@ type routeAck struct {
 	Err       string
 }
 
-// keyOp is a keyring rotation step broadcast to the cluster.
+// keyOp is a keyring rotation step sent to every member, each of which
+// acknowledges it.
 type keyOp struct {
-	Op  string // install | use | remove
-	Key []byte
+	Op       string // install | use | remove
+	Key      []byte
+	ID       uint64
+	FromNode string
 }
 
 // digestMsg is a pull request or push/pull state: who asks, and what it has.
@@ -169,7 +173,7 @@ func encodeRouteAck(r routeAck) ([]byte, error) {
 	return encodeMsg(msgRouteAck, r.ID, r.Delivered, r.Err)
 }
 
-func encodeKeyOp(k keyOp) ([]byte, error) { return encodeMsg(msgKey, k.Op, k.Key) }
+func encodeKeyOp(k keyOp) ([]byte, error) { return encodeMsg(msgKey, k.Op, k.Key, k.ID, k.FromNode) }
 
 // splitHeader checks the header and returns the type and payload.
 func splitHeader(b []byte) (msgType, []byte, error) {
@@ -326,8 +330,8 @@ func decodeRouteAck(b []byte) (routeAck, error) {
 }
 
 func decodeKeyOp(b []byte) (keyOp, error) {
-	fd := newFieldDecoder(b, 2)
-	k := keyOp{Op: fd.str(16), Key: fd.bytes(64)}
+	fd := newFieldDecoder(b, 4)
+	k := keyOp{Op: fd.str(16), Key: fd.bytes(64), ID: fd.u64(), FromNode: fd.str(crdt.MaxNameLen)}
 	if err := fd.done(); err != nil {
 		return keyOp{}, err
 	}
