@@ -310,10 +310,17 @@ func (q *outQueue) recycle(frames [][]byte) {
 
 func (c *conn) writeLoop() {
 	defer c.n.connWG.Done()
+	ended := false
 	for range c.q.wake {
 		frames, closing, dead := c.q.take()
 		if dead {
 			return
+		}
+		if closing && !ended {
+			// The connection is closing (slow consumer, line too long, bye,
+			// ...): end its session now, not when the socket is gone.
+			c.n.endConnSession(c, false)
+			ended = true
 		}
 		if len(frames) > 0 {
 			timeout := c.n.cfg.WriteTimeout

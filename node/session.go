@@ -323,11 +323,21 @@ func (n *Node) handleBye(c *conn, req *Request) *requestError {
 }
 
 // connLost runs when a connection's reader stops: a live session is
-// disconnected at once.
+// disconnected at once, and the connection is forgotten.
 func (n *Node) connLost(c *conn) {
+	n.endConnSession(c, true)
+}
+
+// endConnSession disconnects c's session if c still owns it and drops its
+// subscriptions; forget also removes c from the open connections. The
+// writer calls it as soon as a closing error is queued, so a session never
+// outlives the decision to close its connection.
+func (n *Node) endConnSession(c *conn, forget bool) {
 	now := n.clock.Now()
 	n.mu.Lock()
-	delete(n.conns, c)
+	if forget {
+		delete(n.conns, c)
+	}
 	var deltas []crdt.Delta
 	if d, ok := n.endSessionLocked(c, crdt.StateDisconnected, now); ok {
 		deltas = append(deltas, d)
