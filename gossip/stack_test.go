@@ -53,7 +53,6 @@ func (s *stack) start(name string, opts ...func(*Config)) int {
 	ncfg.Dev = true
 	ncfg.Timeout = s.timeout
 	ncfg.Heartbeat = s.timeout / 4
-	ncfg.EventCoalesce = time.Millisecond
 	gw, err := node.New(ncfg)
 	if err != nil {
 		s.t.Fatal(err)
@@ -137,6 +136,7 @@ func (s *stack) dial(i int, user, device string, extra map[string]any) *client {
 		for sc.Scan() {
 			var m map[string]any
 			if json.Unmarshal(sc.Bytes(), &m) == nil {
+				m["_at"] = time.Now() // receipt time, for benchmarks
 				c.in <- m
 			}
 		}
