@@ -1,0 +1,433 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rollcall/rollcall/node"
+)
+
+const connectHelp = `commands:
+  status available|away|busy      set this device's status
+  account none|away|dnd|busy      set the account override
+  account auth DEVICE             make DEVICE authoritative ("account auth -" clears)
+  get USER...                     presence of users
+  group GROUP                     online members of a group
+  locate USER                     a user's active sessions
+  sub USER...  |  sub group G     subscribe (events print as they come)
+  unsub USER... | unsub group G   unsubscribe
+  join G  |  leave G              join or leave a group
+  send USER TEXT...               message every session of USER (TEXT may be JSON)
+  hb                              heartbeat now (automatic anyway)
+  bye                             end the session and exit
+  help                            this text
+  {...}                           a raw JSON request line`
+
+// runConnect is `rollcall connect`: an interactive client on stdin/stdout.
+func runConnect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return connectClient(ctx, args, os.Stdin, stdout, stderr)
+}
+
+// connectClient runs the interactive client with explicit streams.
+func connectClient(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("connect", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", node.DefaultClientAddr, "gateway client address")
+	user := fs.String("user", "", "user to connect as")
+	device := fs.String("device", "", "device name (default: the gateway assigns one)")
+	token := fs.String("token", "", "client token (see 'rollcall token'); not needed by a --dev gateway")
+	status := fs.String("status", "", "initial status: available, away or busy")
+	groups := fs.String("groups", "", "comma-separated groups to join")
+	raw := fs.Bool("json", false, "print the gateway's lines as raw JSON")
+	if err := parseFlags(fs, args, os.Getenv); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if *user == "" {
+		return errors.New("need --user")
+	}
+	var d net.Dialer
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	nc, err := d.DialContext(dctx, "tcp", *addr)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer nc.Close()
+	cl := &interactive{nc: nc, out: stdout, raw: *raw, done: make(chan struct{})}
+	hello := map[string]any{"op": "hello", "user": *user}
+	for k, v := range map[string]string{"device": *device, "token": *token, "status": *status} {
+		if v != "" {
+			hello[k] = v
+		}
+	}
+	if g := splitList(*groups); len(g) > 0 {
+		hello["groups"] = g
+	}
+	if err := cl.sendJSON(hello); err != nil {
+		return err
+	}
+	go cl.readLoop()
+
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stdin)
+		sc.Buffer(make([]byte, 64<<10), 64<<10)
+		for sc.Scan() {
+			select {
+			case lines <- sc.Text():
+			case <-cl.done:
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case <-cl.done:
+			return cl.result()
+		case <-ctx.Done():
+			return cl.bye()
+		case line, ok := <-lines:
+			if !ok {
+				return cl.bye()
+			}
+			req, quit, err := parseCommand(line)
+			switch {
+			case err != nil:
+				cl.printf("? %v (try 'help')", err)
+			case quit:
+				return cl.bye()
+			case req == nil && strings.TrimSpace(line) == "help":
+				cl.printf("%s", connectHelp)
+			case req != nil:
+				if err := cl.sendRaw(req); err != nil {
+					return err
+				}
+			}
+		}
+	}
+}
+
+// interactive is the state of one `rollcall connect` session.
+type interactive struct {
+	nc  net.Conn
+	raw bool
+
+	wmu sync.Mutex // serialises writes to nc (commands and heartbeats)
+
+	omu sync.Mutex // serialises writes to out
+	out io.Writer
+
+	done     chan struct{} // closed when the gateway closed the connection
+	closeErr error         // the closing error the gateway sent, if any; set before done closes
+	hbOnce   sync.Once
+}
+
+func (cl *interactive) printf(format string, args ...any) {
+	cl.omu.Lock()
+	defer cl.omu.Unlock()
+	fmt.Fprintf(cl.out, format+"\n", args...)
+}
+
+func (cl *interactive) sendRaw(line []byte) error {
+	cl.wmu.Lock()
+	defer cl.wmu.Unlock()
+	cl.nc.SetWriteDeadline(time.Now().Add(10 * time.Second)) //nolint:errcheck // shows as a write error
+	if _, err := cl.nc.Write(append(line, '\n')); err != nil {
+		return fmt.Errorf("send: %w", err)
+	}
+	return nil
+}
+
+func (cl *interactive) sendJSON(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return cl.sendRaw(b)
+}
+
+// bye ends the session cleanly and waits for the gateway to close.
+func (cl *interactive) bye() error {
+	if err := cl.sendJSON(map[string]string{"op": "bye"}); err != nil {
+		return nil // the connection is gone already
+	}
+	select {
+	case <-cl.done:
+	case <-time.After(5 * time.Second):
+	}
+	return nil
+}
+
+func (cl *interactive) result() error { return cl.closeErr }
+
+// readLoop prints what the gateway sends until it closes the connection.
+func (cl *interactive) readLoop() {
+	defer close(cl.done)
+	r := bufio.NewReaderSize(cl.nc, 64<<10)
+	for {
+		line, err := r.ReadBytes('\n')
+		if len(line) > 0 {
+			cl.show(line)
+		}
+		if err != nil {
+			if cl.closeErr == nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				cl.closeErr = err
+			}
+			cl.printf("-- connection closed")
+			return
+		}
+	}
+}
+
+// reply is any line from the gateway, decoded loosely for printing.
+type reply struct {
+	Op          string             `json:"op"`
+	ID          json.RawMessage    `json:"id"`
+	Code        string             `json:"code"`
+	Message     string             `json:"message"`
+	Session     string             `json:"session"`
+	User        string             `json:"user"`
+	Device      string             `json:"device"`
+	Epoch       uint64             `json:"epoch"`
+	Gateway     string             `json:"gateway"`
+	HeartbeatMS int64              `json:"heartbeat_ms"`
+	TimeoutMS   int64              `json:"timeout_ms"`
+	ExpiresAt   string             `json:"expires_at"`
+	Delivered   *int               `json:"delivered"`
+	Users       []node.Presence    `json:"users"`
+	Group       string             `json:"group"`
+	Online      json.RawMessage    `json:"online"`
+	Members     []node.Presence    `json:"members"`
+	Sessions    []node.SessionInfo `json:"sessions"`
+	Member      *bool              `json:"member"`
+	From        string             `json:"from"`
+	FromDevice  string             `json:"from_device"`
+	Body        json.RawMessage    `json:"body"`
+	Status      string             `json:"status"`
+	Version     uint64             `json:"version"`
+}
+
+func (cl *interactive) show(line []byte) {
+	line = []byte(strings.TrimSpace(string(line)))
+	var m reply
+	if err := json.Unmarshal(line, &m); err != nil {
+		cl.printf("%s", line)
+		return
+	}
+	if m.Op == node.OpWelcome && m.HeartbeatMS > 0 {
+		cl.hbOnce.Do(func() { go cl.heartbeat(time.Duration(m.HeartbeatMS) * time.Millisecond) })
+	}
+	if m.Op == node.OpError && closingCode(m.Code) {
+		cl.closeErr = fmt.Errorf("gateway closed the session: %s: %s", m.Code, m.Message)
+	}
+	if cl.raw {
+		cl.printf("%s", line)
+		return
+	}
+	cl.printf("%s", formatReply(&m))
+}
+
+// heartbeat sends hb every interval until the connection closes.
+func (cl *interactive) heartbeat(every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-cl.done:
+			return
+		case <-t.C:
+			if cl.sendRaw([]byte(`{"op":"hb"}`)) != nil {
+				return
+			}
+		}
+	}
+}
+
+func closingCode(code string) bool {
+	switch node.ErrorCode(code) {
+	case node.CodeAuthFailed, node.CodeHandshakeTimeout, node.CodeLineTooLong, node.CodeSuperseded,
+		node.CodeShuttingDown, node.CodeSlowConsumer, node.CodeExpired:
+		return true
+	}
+	return false
+}
+
+// formatReply renders a gateway line for people.
+func formatReply(m *reply) string {
+	switch m.Op {
+	case node.OpWelcome:
+		return fmt.Sprintf("connected to %s as %s/%s (session %s, epoch %d); heartbeat every %v, session expires after %v of silence",
+			m.Gateway, m.User, m.Device, m.Session, m.Epoch,
+			time.Duration(m.HeartbeatMS)*time.Millisecond, time.Duration(m.TimeoutMS)*time.Millisecond)
+	case node.OpOK:
+		if m.Delivered != nil {
+			return fmt.Sprintf("ok: delivered to %d session(s)", *m.Delivered)
+		}
+		return "ok"
+	case node.OpHB:
+		return "hb ok, session expires at " + m.ExpiresAt
+	case node.OpPresence:
+		var b strings.Builder
+		for i, p := range m.Users {
+			if i > 0 {
+				b.WriteString("\n")
+			}
+			b.WriteString(formatPresence(p))
+		}
+		return b.String()
+	case node.OpGroup:
+		var b strings.Builder
+		fmt.Fprintf(&b, "group %s: %s online", m.Group, string(m.Online))
+		for _, p := range m.Members {
+			b.WriteString("\n  " + formatPresence(p))
+		}
+		return b.String()
+	case node.OpLocate:
+		var b strings.Builder
+		fmt.Fprintf(&b, "%s: %d active session(s)", m.User, len(m.Sessions))
+		for _, s := range m.Sessions {
+			fmt.Fprintf(&b, "\n  %s on %s: %s, epoch %d, %s", s.Device, s.Gateway, s.Session, s.Epoch, s.Status)
+		}
+		return b.String()
+	case node.OpEvent:
+		p := node.Presence{User: m.User, Status: m.Status, Sessions: m.Sessions, Version: m.Version}
+		_ = json.Unmarshal(m.Online, &p.Online)
+		prefix := "* "
+		if m.Group != "" {
+			prefix = "* [" + m.Group + "] "
+			if m.Member != nil && !*m.Member {
+				if p.Online {
+					return prefix + m.User + " left the group"
+				}
+				return prefix + m.User + " is offline"
+			}
+		}
+		return prefix + formatPresence(p) + fmt.Sprintf("  (v%d)", m.Version)
+	case node.OpMessage:
+		body := string(m.Body)
+		var s string
+		if json.Unmarshal(m.Body, &s) == nil {
+			body = s
+		}
+		return fmt.Sprintf("<%s/%s> %s", m.From, m.FromDevice, body)
+	case node.OpError:
+		return fmt.Sprintf("error %s: %s", m.Code, m.Message)
+	}
+	b, _ := json.Marshal(m)
+	return string(b)
+}
+
+// formatPresence renders a presence in one line: "bob: busy (phone busy
+// @n1, desktop available @n2)".
+func formatPresence(p node.Presence) string {
+	if !p.Online {
+		return p.User + ": offline"
+	}
+	parts := make([]string, 0, len(p.Sessions))
+	for _, s := range p.Sessions {
+		parts = append(parts, fmt.Sprintf("%s %s @%s", s.Device, s.Status, s.Gateway))
+	}
+	return fmt.Sprintf("%s: %s (%s)", p.User, p.Status, strings.Join(parts, ", "))
+}
+
+// parseCommand turns a command line into a request line. quit reports bye;
+// a nil request without error is a line to ignore (blank) or "help".
+func parseCommand(line string) (req []byte, quit bool, err error) {
+	line = strings.TrimSpace(line)
+	if line == "" || line == "help" || line == "?" {
+		return nil, false, nil
+	}
+	if strings.HasPrefix(line, "{") {
+		if !json.Valid([]byte(line)) {
+			return nil, false, errors.New("not valid JSON")
+		}
+		return []byte(line), false, nil
+	}
+	f := strings.Fields(line)
+	cmd, args := f[0], f[1:]
+	var v map[string]any
+	need := func(n int, usage string) error {
+		if len(args) < n {
+			return fmt.Errorf("usage: %s", usage)
+		}
+		return nil
+	}
+	switch cmd {
+	case "bye", "quit", "exit":
+		return nil, true, nil
+	case "hb":
+		v = map[string]any{"op": "hb", "id": "hb"}
+	case "status":
+		if err := need(1, "status available|away|busy"); err != nil {
+			return nil, false, err
+		}
+		v = map[string]any{"op": "status", "status": args[0]}
+	case "account":
+		if err := need(1, "account none|away|dnd|busy  or  account auth DEVICE"); err != nil {
+			return nil, false, err
+		}
+		if args[0] == "auth" {
+			if err := need(2, "account auth DEVICE"); err != nil {
+				return nil, false, err
+			}
+			dev := args[1]
+			if dev == "-" {
+				dev = ""
+			}
+			v = map[string]any{"op": "account", "authoritative_device": dev}
+		} else {
+			v = map[string]any{"op": "account", "override": args[0]}
+		}
+	case "get":
+		if err := need(1, "get USER..."); err != nil {
+			return nil, false, err
+		}
+		v = map[string]any{"op": "get", "users": args}
+	case "group", "locate", "join", "leave":
+		if err := need(1, cmd+" NAME"); err != nil {
+			return nil, false, err
+		}
+		key := "group"
+		if cmd == "locate" {
+			key = "user"
+		}
+		v = map[string]any{"op": cmd, key: args[0]}
+	case "sub", "unsub":
+		if err := need(1, cmd+" USER...  or  "+cmd+" group G"); err != nil {
+			return nil, false, err
+		}
+		if args[0] == "group" && len(args) == 2 {
+			v = map[string]any{"op": cmd, "group": args[1]}
+		} else {
+			v = map[string]any{"op": cmd, "users": args}
+		}
+	case "send":
+		if err := need(2, "send USER TEXT..."); err != nil {
+			return nil, false, err
+		}
+		text := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(line[len("send"):]), args[0]))
+		var body any = text
+		if json.Valid([]byte(text)) && (strings.HasPrefix(text, "{") || strings.HasPrefix(text, "[")) {
+			body = json.RawMessage(text)
+		}
+		v = map[string]any{"op": "send", "to": args[0], "body": body}
+	default:
+		return nil, false, fmt.Errorf("unknown command %q", cmd)
+	}
+	b, err := json.Marshal(v)
+	return b, false, err
+}

@@ -1,0 +1,41 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/rollcall/rollcall/node"
+)
+
+// runToken prints a client token: an HS256 JWT whose sub is the user.
+func runToken(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("token", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	secretFile := fs.String("secret-file", "", "file holding the HS256 key (the agent's --secret-file)")
+	user := fs.String("user", "", "the user the token is for (its sub claim)")
+	ttl := fs.Duration("ttl", time.Hour, "how long the token is valid")
+	if err := parseFlags(fs, args, os.Getenv); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if *secretFile == "" || *user == "" {
+		return errors.New("need --secret-file and --user")
+	}
+	secret, err := node.ReadSecretFile(*secretFile)
+	if err != nil {
+		return err
+	}
+	tok, err := node.NewToken(secret, *user, *ttl, time.Now())
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(stdout, tok)
+	return err
+}
