@@ -163,13 +163,15 @@ func (cl *interactive) sendJSON(v any) error {
 // bye ends the session cleanly and waits for the gateway to close.
 func (cl *interactive) bye() error {
 	if err := cl.sendJSON(map[string]string{"op": "bye"}); err != nil {
-		return nil // the connection is gone already
+		<-cl.done // the connection is gone already
+		return cl.result()
 	}
 	select {
 	case <-cl.done:
+		return cl.result()
 	case <-time.After(5 * time.Second):
+		return errors.New("the gateway did not close the connection after bye")
 	}
-	return nil
 }
 
 func (cl *interactive) result() error { return cl.closeErr }

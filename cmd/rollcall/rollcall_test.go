@@ -1,0 +1,279 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"go.uber.org/zap"
+)
+
+func TestParseFlagsEnv(t *testing.T) {
+	env := map[string]string{"ROLLCALL_CLIENT_ADDR": "0.0.0.0:1", "ROLLCALL_DEV": "true", "ROLLCALL_TIMEOUT": "30s", "ROLLCALL_NAME": "from-env"}
+	var af agentFlags
+	fs, join := agentFlagSet(&af, io.Discard)
+	if err := parseFlags(fs, []string{"--name", "from-flag", "--join", "a:1, b:2"}, func(k string) string { return env[k] }); err != nil {
+		t.Fatal(err)
+	}
+	if af.clientAddr != "0.0.0.0:1" || !af.dev || af.timeout != 30*time.Second || af.name != "from-flag" ||
+		*join != "a:1, b:2" || af.heartbeat != 5*time.Second {
+		t.Fatalf("flags %+v", af)
+	}
+	if got := splitList(*join); len(got) != 2 || got[1] != "b:2" {
+		t.Fatalf("join %q", got)
+	}
+	fs, _ = agentFlagSet(&agentFlags{}, io.Discard)
+	if err := parseFlags(fs, nil, func(k string) string {
+		if k == "ROLLCALL_HEARTBEAT" {
+			return "soon"
+		}
+		return ""
+	}); err == nil || !strings.Contains(err.Error(), "ROLLCALL_HEARTBEAT") {
+		t.Fatalf("bad env accepted: %v", err)
+	}
+	fs, _ = agentFlagSet(&agentFlags{}, io.Discard)
+	if err := parseFlags(fs, []string{"extra"}, os.Getenv); err == nil {
+		t.Fatal("positional argument accepted")
+	}
+	if envName("gossip-advertise") != "ROLLCALL_GOSSIP_ADVERTISE" {
+		t.Fatal(envName("gossip-advertise"))
+	}
+}
+
+func TestAgentConfigNeedsAuth(t *testing.T) {
+	af := agentFlags{name: "n", clientAddr: "127.0.0.1:0", heartbeat: time.Second, timeout: 3 * time.Second}
+	if _, err := af.nodeConfig(zap.NewNop()); err == nil {
+		t.Fatal("no --secret-file and no --dev accepted")
+	}
+	af.secretFile = writeSecret(t)
+	cfg, err := af.nodeConfig(zap.NewNop())
+	if err != nil || len(cfg.Secret) != 32 || cfg.Dev {
+		t.Fatalf("config %+v %v", cfg, err)
+	}
+}
+
+func writeSecret(t *testing.T) string {
+	p := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(p, []byte("0123456789abcdef0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestTokenCommand(t *testing.T) {
+	secret := writeSecret(t)
+	var out bytes.Buffer
+	if err := runToken(t.Context(), []string{"--secret-file", secret, "--user", "alice", "--ttl", "2h"}, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	var claims jwt.RegisteredClaims
+	_, err := jwt.ParseWithClaims(strings.TrimSpace(out.String()), &claims, func(*jwt.Token) (any, error) {
+		return []byte("0123456789abcdef0123456789abcdef"), nil
+	}, jwt.WithValidMethods([]string{"HS256"}))
+	if err != nil || claims.Subject != "alice" || time.Until(claims.ExpiresAt.Time) < 110*time.Minute {
+		t.Fatalf("token claims %+v %v", claims, err)
+	}
+	if err := runToken(t.Context(), []string{"--user", "alice"}, io.Discard, io.Discard); err == nil {
+		t.Fatal("missing --secret-file accepted")
+	}
+}
+
+// freeAddr returns a loopback address that was free a moment ago.
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a poller.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func waitOutput(t *testing.T, what string, buf *syncBuffer, want string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(buf.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %q never appeared in:\n%s", what, want, buf.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestAgentAndConnect runs the agent with a secret, mints tokens with the
+// token command, and has two interactive clients see each other: the
+// newcomer's walkthrough in docs/protocol.md.
+func TestAgentAndConnect(t *testing.T) {
+	secret := writeSecret(t)
+	addr, httpAddr := freeAddr(t), freeAddr(t)
+	ctx, stop := context.WithCancel(t.Context())
+	agentDone := make(chan error, 1)
+	go func() {
+		agentDone <- runAgent(ctx, []string{"--name", "gw1", "--client-addr", addr, "--http-addr", httpAddr,
+			"--secret-file", secret, "--heartbeat", "100ms", "--timeout", "1s", "--log-level", "warn", "--log-format", "json"}, io.Discard, io.Discard)
+	}()
+	waitDial(t, addr)
+
+	token := func(user string) string {
+		var out bytes.Buffer
+		if err := runToken(t.Context(), []string{"--secret-file", secret, "--user", user}, &out, io.Discard); err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(out.String())
+	}
+	type session struct {
+		in   *io.PipeWriter
+		out  *syncBuffer
+		done chan error
+	}
+	start := func(user, device string, extra ...string) *session {
+		s := &session{out: &syncBuffer{}, done: make(chan error, 1)}
+		var r *io.PipeReader
+		r, s.in = io.Pipe()
+		args := append([]string{"--addr", addr, "--user", user, "--device", device, "--token", token(user)}, extra...)
+		go func() { s.done <- connectClient(t.Context(), args, r, s.out, io.Discard) }()
+		return s
+	}
+	bob := start("bob", "laptop")
+	waitOutput(t, "bob welcome", bob.out, "connected to gw1 as bob/laptop")
+	fmt.Fprintln(bob.in, "sub alice")
+	waitOutput(t, "bob's snapshot", bob.out, "* alice: offline")
+
+	alice := start("alice", "phone", "--groups", "team")
+	waitOutput(t, "alice welcome", alice.out, "connected to gw1 as alice/phone")
+	waitOutput(t, "bob sees alice", bob.out, "* alice: available (phone available @gw1)")
+	fmt.Fprintln(alice.in, "status busy")
+	fmt.Fprintln(alice.in, "account auth phone")
+	waitOutput(t, "bob sees busy", bob.out, "* alice: busy (phone busy @gw1)")
+	fmt.Fprintln(alice.in, "send bob hello there")
+	waitOutput(t, "delivered", alice.out, "ok: delivered to 1 session(s)")
+	waitOutput(t, "message", bob.out, "<alice/phone> hello there")
+	fmt.Fprintln(bob.in, "group team")
+	waitOutput(t, "group", bob.out, "group team: 1 online")
+	fmt.Fprintln(bob.in, "locate alice")
+	waitOutput(t, "locate", bob.out, "alice: 1 active session(s)")
+	fmt.Fprintln(bob.in, "get alice nobody")
+	waitOutput(t, "get", bob.out, "nobody: offline")
+	fmt.Fprintln(bob.in, "nonsense")
+	waitOutput(t, "unknown command", bob.out, `unknown command "nonsense"`)
+	fmt.Fprintln(bob.in, `{"op":"dance"}`)
+	waitOutput(t, "raw JSON", bob.out, "error unknown_op")
+
+	// Heartbeats are automatic: well past the 1s timeout, alice is online.
+	time.Sleep(1500 * time.Millisecond)
+	fmt.Fprintln(alice.in, "bye")
+	if err := <-alice.done; err != nil {
+		t.Fatalf("alice: %v", err)
+	}
+	if strings.Count(bob.out.String(), "* alice: offline") != 1 {
+		t.Fatalf("alice expired while heartbeating?\n%s", bob.out.String())
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for strings.Count(bob.out.String(), "* alice: offline") != 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("bob never saw alice leave:\n%s", bob.out.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	// SIGTERM: bob is told and his client exits with the reason.
+	stop()
+	if err := <-bob.done; err == nil || !strings.Contains(err.Error(), "shutting_down") {
+		t.Fatalf("bob: %v", err)
+	}
+	if err := <-agentDone; err != nil {
+		t.Fatalf("agent: %v", err)
+	}
+	bob.in.Close()
+}
+
+func TestConnectBadToken(t *testing.T) {
+	secret := writeSecret(t)
+	addr := freeAddr(t)
+	ctx, stop := context.WithCancel(t.Context())
+	defer stop()
+	go runAgent(ctx, []string{"--name", "gw", "--client-addr", addr, "--http-addr", "", "--secret-file", secret, "--log-level", "error"}, io.Discard, io.Discard)
+	waitDial(t, addr)
+	out := &syncBuffer{}
+	err := connectClient(t.Context(), []string{"--addr", addr, "--user", "mallory", "--token", "x.y.z"}, strings.NewReader(""), out, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "auth_failed") {
+		t.Fatalf("connect: %v\n%s", err, out.String())
+	}
+}
+
+func TestParseCommand(t *testing.T) {
+	for line, want := range map[string]string{
+		"status busy":          `{"op":"status","status":"busy"}`,
+		"account dnd":          `{"op":"account","override":"dnd"}`,
+		"account auth desktop": `{"authoritative_device":"desktop","op":"account"}`,
+		"account auth -":       `{"authoritative_device":"","op":"account"}`,
+		"get bob carol":        `{"op":"get","users":["bob","carol"]}`,
+		"group g":              `{"group":"g","op":"group"}`,
+		"locate bob":           `{"op":"locate","user":"bob"}`,
+		"sub bob":              `{"op":"sub","users":["bob"]}`,
+		"sub group g":          `{"group":"g","op":"sub"}`,
+		"unsub bob carol":      `{"op":"unsub","users":["bob","carol"]}`,
+		"join g":               `{"group":"g","op":"join"}`,
+		"leave g":              `{"group":"g","op":"leave"}`,
+		"send bob hello  you":  `{"body":"hello  you","op":"send","to":"bob"}`,
+		`send bob {"x":1}`:     `{"body":{"x":1},"op":"send","to":"bob"}`,
+		"hb":                   `{"id":"hb","op":"hb"}`,
+		`{"op":"hb"}`:          `{"op":"hb"}`,
+	} {
+		got, quit, err := parseCommand(line)
+		if err != nil || quit || string(got) != want {
+			t.Errorf("%q: got %s %v %v, want %s", line, got, quit, err, want)
+		}
+	}
+	for _, line := range []string{"status", "send bob", "frobnicate", "{bad", "get"} {
+		if _, _, err := parseCommand(line); err == nil {
+			t.Errorf("%q accepted", line)
+		}
+	}
+	if _, quit, _ := parseCommand("bye"); !quit {
+		t.Error("bye does not quit")
+	}
+}
+
+func waitDial(t *testing.T, addr string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			// Say nothing; the agent's handshake timeout closes it.
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("agent not listening on %s: %v", addr, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
