@@ -202,7 +202,7 @@ func (c *Config) Validate() error {
 	}
 	var errs []error
 	if len(c.Name) > crdt.MaxNameLen {
-		errs = append(errs, fmt.Errorf("Name longer than %d bytes", crdt.MaxNameLen))
+		errs = append(errs, fmt.Errorf("name longer than %d bytes", crdt.MaxNameLen))
 	}
 	if c.Heartbeat < 0 || c.Timeout < 0 || c.HandshakeTimeout < 0 || c.SweepInterval < 0 ||
 		c.WriteTimeout < 0 || c.RouteTimeout < 0 || c.GCInterval < 0 || c.DrainTimeout < 0 ||
@@ -210,25 +210,25 @@ func (c *Config) Validate() error {
 		errs = append(errs, errors.New("durations must not be negative"))
 	}
 	if c.Timeout <= c.Heartbeat {
-		errs = append(errs, fmt.Errorf("Timeout (%v) must exceed Heartbeat (%v)", c.Timeout, c.Heartbeat))
+		errs = append(errs, fmt.Errorf("timeout (%v) must exceed heartbeat (%v)", c.Timeout, c.Heartbeat))
 	}
 	if c.SweepInterval > c.Timeout {
-		errs = append(errs, fmt.Errorf("SweepInterval (%v) must not exceed Timeout (%v)", c.SweepInterval, c.Timeout))
+		errs = append(errs, fmt.Errorf("sweep interval (%v) must not exceed timeout (%v)", c.SweepInterval, c.Timeout))
 	}
 	if c.MaxLineBytes < minMaxLineBytes {
-		errs = append(errs, fmt.Errorf("MaxLineBytes must be at least %d", minMaxLineBytes))
+		errs = append(errs, fmt.Errorf("max line bytes must be at least %d", minMaxLineBytes))
 	}
 	if c.OutboundQueue < 1 {
-		errs = append(errs, errors.New("OutboundQueue must be at least 1"))
+		errs = append(errs, errors.New("outbound queue must be at least 1"))
 	}
 	if c.OutboundQueueBytes <= c.MaxLineBytes {
-		errs = append(errs, fmt.Errorf("OutboundQueueBytes (%d) must exceed MaxLineBytes (%d)", c.OutboundQueueBytes, c.MaxLineBytes))
+		errs = append(errs, fmt.Errorf("outbound queue bytes (%d) must exceed max line bytes (%d)", c.OutboundQueueBytes, c.MaxLineBytes))
 	}
 	if !c.Dev && len(c.Secret) == 0 {
-		errs = append(errs, errors.New("a Secret is required unless Dev is set"))
+		errs = append(errs, errors.New("a secret is required unless Dev is set"))
 	}
 	if len(c.Secret) > 0 && len(c.Secret) < MinSecretBytes {
-		errs = append(errs, fmt.Errorf("Secret must be at least %d bytes", MinSecretBytes))
+		errs = append(errs, fmt.Errorf("secret must be at least %d bytes", MinSecretBytes))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("node: invalid config: %w", errors.Join(errs...))

@@ -347,6 +347,4 @@ func checkInvariants(t testing.TB, n *Node) {
 	}
 }
 
-func statusOf(p crdt.Presence) string { return p.Status.String() }
-
 func joinLines(lines ...string) string { return strings.Join(lines, "\n") }
