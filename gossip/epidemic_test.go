@@ -149,6 +149,10 @@ func TestKeyringFileAndBadKeys(t *testing.T) {
 	if err != nil || len(kr.GetKeys()) != 1 {
 		t.Fatalf("LoadKeyring: %v", err)
 	}
+	_ = writeFile(path, "# rotated 2026-11\n"+good+"\n\nAAECAwQFBgcICQoLDA0ODw==\n")
+	if kr, err = LoadKeyring(path); err != nil || len(kr.GetKeys()) != 2 {
+		t.Fatalf("line-per-key keyring: %v", err)
+	}
 	_ = writeFile(path, `[]`)
 	if _, err := LoadKeyring(path); err == nil {
 		t.Error("accepted an empty keyring")

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 
 	"github.com/hashicorp/memberlist"
@@ -28,24 +29,33 @@ func ParseKey(s string) ([]byte, error) {
 	return k, nil
 }
 
-// LoadKeyring reads a keyring file: a JSON array of base64 keys, the first
-// being the primary one (serf's format).
+// LoadKeyring reads a keyring file: base64 keys, primary first, either one
+// per line (blank lines and # comments ignored) or as a JSON array (serf's
+// format).
 func LoadKeyring(path string) (*memberlist.Keyring, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read keyring: %w", err)
 	}
 	var enc []string
-	if err := json.Unmarshal(b, &enc); err != nil {
-		return nil, fmt.Errorf("keyring %s: want a JSON array of base64 keys: %w", path, err)
+	if text := strings.TrimSpace(string(b)); strings.HasPrefix(text, "[") {
+		if err := json.Unmarshal(b, &enc); err != nil {
+			return nil, fmt.Errorf("keyring %s: bad JSON array of base64 keys: %w", path, err)
+		}
+	} else {
+		for _, line := range strings.Split(text, "\n") {
+			if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+				enc = append(enc, line)
+			}
+		}
 	}
 	if len(enc) == 0 {
-		return nil, fmt.Errorf("keyring %s is empty", path)
+		return nil, fmt.Errorf("keyring %s holds no keys", path)
 	}
 	keys := make([][]byte, len(enc))
 	for i, s := range enc {
 		if keys[i], err = ParseKey(s); err != nil {
-			return nil, fmt.Errorf("keyring %s entry %d: %w", path, i, err)
+			return nil, fmt.Errorf("keyring %s entry %d: %w", path, i+1, err)
 		}
 	}
 	return memberlist.NewKeyring(keys, keys[0])
