@@ -119,6 +119,7 @@ func (c ErrorCode) closes() bool {
 	return false
 }
 
+// String returns the code as sent on the wire.
 func (c ErrorCode) String() string { return string(c) }
 
 // Request is any client request; which fields matter depends on Op.
