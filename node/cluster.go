@@ -23,6 +23,12 @@ type Cluster interface {
 	Route(ctx context.Context, gateway string, msg Message) (int, error)
 }
 
+// AddressBook is implemented by a Cluster that knows its members' client
+// addresses; locate replies then say where each session lives.
+type AddressBook interface {
+	ClientAddrOf(gateway string) string
+}
+
 // Message is a user-to-user message routed through the gateway that owns
 // each recipient session.
 type Message struct {

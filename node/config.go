@@ -3,6 +3,7 @@ package node
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"time"
 
@@ -107,6 +108,11 @@ type Config struct {
 	// record timestamps. Tests inject a fake one. Default: the system clock.
 	// Socket deadlines (handshake, writes) always use real time.
 	Clock Clock
+
+	// HTTPHandlers are extra routes mounted on the HTTP endpoint, by
+	// http.ServeMux pattern (e.g. "GET /v1/members"): the agent adds the
+	// cluster's routes here.
+	HTTPHandlers map[string]http.Handler
 
 	// Cluster disseminates this node's writes and routes messages to other
 	// gateways. Nil runs standalone; see also Node.SetCluster.

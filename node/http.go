@@ -22,6 +22,9 @@ func (n *Node) httpHandler() http.Handler {
 	mux.HandleFunc("GET /v1/presence/{user}", n.handlePresenceHTTP)
 	mux.HandleFunc("GET /v1/sessions", n.handleSessionsHTTP)
 	mux.HandleFunc("GET /v1/stats", n.handleStatsHTTP)
+	for pattern, h := range n.cfg.HTTPHandlers {
+		mux.Handle(pattern, h)
+	}
 	return mux
 }
 

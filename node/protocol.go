@@ -189,6 +189,9 @@ type SessionInfo struct {
 	Epoch   uint64 `json:"epoch"`
 	Gateway string `json:"gateway"`
 	Status  string `json:"status"`
+	// GatewayAddr is the owning gateway's client address, when known (in
+	// locate replies; from the cluster's member metadata).
+	GatewayAddr string `json:"gateway_addr,omitempty"`
 }
 
 // Presence is a user's aggregate presence (crdt.Aggregate's rules).

@@ -52,9 +52,17 @@ func (n *Node) handleLocate(_ *conn, req *Request) (any, *requestError) {
 	n.mu.Lock()
 	sessions := n.activeSessionsLocked(req.User)
 	n.mu.Unlock()
+	book, _ := n.getCluster().(AddressBook)
 	out := make([]SessionInfo, 0, len(sessions))
 	for _, s := range sessions {
-		out = append(out, SessionInfo{Session: s.ID, Device: s.Device, Epoch: s.Epoch, Gateway: s.Gateway, Status: s.Status.String()})
+		info := SessionInfo{Session: s.ID, Device: s.Device, Epoch: s.Epoch, Gateway: s.Gateway, Status: s.Status.String()}
+		switch {
+		case s.Gateway == n.cfg.Name && n.ln != nil:
+			info.GatewayAddr = n.ln.Addr().String()
+		case book != nil:
+			info.GatewayAddr = book.ClientAddrOf(s.Gateway)
+		}
+		out = append(out, info)
 	}
 	return LocateReply{Op: OpLocate, ID: req.ID, User: req.User, Sessions: out}, nil
 }

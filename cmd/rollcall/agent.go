@@ -57,7 +57,7 @@ func agentFlagSet(af *agentFlags, stderr io.Writer) (*flag.FlagSet, *string) {
 	fs.StringVar(&af.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&af.logFormat, "log-format", "console", "console or json")
 	cf := &af.cluster
-	fs.StringVar(&cf.GossipAddr, "gossip-addr", "127.0.0.1:7946", "gossip (memberlist) bind address")
+	fs.StringVar(&cf.GossipAddr, "gossip-addr", "127.0.0.1:7946", "gossip (memberlist) bind address, UDP and TCP; empty runs standalone")
 	join := fs.String("join", "", "comma-separated gossip addresses of cluster members to join")
 	fs.StringVar(&cf.GossipProfile, "gossip-profile", "lan", "gossip timings: lan, wan or local")
 	fs.StringVar(&cf.GossipKey, "gossip-key", "", "base64 key (16, 24 or 32 bytes) encrypting gossip")
@@ -90,11 +90,16 @@ func runAgent(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// POST /v1/leave (rollcall leave) ends the run like SIGTERM does.
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	api := &clusterAPI{leave: stop}
+	cfg.HTTPHandlers = api.handlers()
 	n, err := node.New(cfg)
 	if err != nil {
 		return err
 	}
-	cl, leave, err := startCluster(ctx, af.cluster, n, log)
+	cl, leave, err := startCluster(ctx, af.cluster, n, log, api)
 	if err != nil {
 		return fmt.Errorf("start cluster: %w", err)
 	}
@@ -156,23 +161,6 @@ func (af *agentFlags) nodeConfig(log *zap.Logger) (node.Config, error) {
 		return cfg, err
 	}
 	return cfg, nil
-}
-
-// startCluster joins the node to its cluster.
-//
-// ==== CLUSTER HOOK (issue 4) ====
-// It receives the parsed gossip flags, the node (a node.Host: pass it to the
-// cluster layer, which calls its ApplyDeltas, Digest, Diff, ApplySync,
-// MarkNodeDown/Up, DeliverLocal and SessionCount), and the agent's logger.
-// It returns the node.Cluster to attach (nil runs standalone) and a leave
-// function (nil for none) that runAgent calls after node.Drain has written
-// and published every local session as disconnected: it should flush those
-// deltas and leave memberlist within the context's deadline. It runs before
-// the node accepts clients; an error stops the agent.
-//
-// For now it returns nil: every agent runs standalone.
-func startCluster(_ context.Context, _ clusterFlags, _ *node.Node, _ *zap.Logger) (node.Cluster, func(context.Context) error, error) {
-	return nil, nil, nil
 }
 
 func splitList(s string) []string {

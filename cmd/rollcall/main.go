@@ -24,6 +24,9 @@ func commands() map[string]command {
 		"agent":   {"run a gateway node", runAgent},
 		"token":   {"print a client token (HS256 JWT)", runToken},
 		"connect": {"an interactive client for a gateway", runConnect},
+		"members": {"list the cluster's members, as one agent sees them", runMembers},
+		"leave":   {"make an agent leave the cluster gracefully and exit", runLeave},
+		"keys":    {"list or rotate the gossip encryption keys", runKeys},
 	}
 }
 

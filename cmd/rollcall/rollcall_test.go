@@ -135,7 +135,7 @@ func TestAgentAndConnect(t *testing.T) {
 	ctx, stop := context.WithCancel(t.Context())
 	agentDone := make(chan error, 1)
 	go func() {
-		agentDone <- runAgent(ctx, []string{"--name", "gw1", "--client-addr", addr, "--http-addr", httpAddr,
+		agentDone <- runAgent(ctx, []string{"--name", "gw1", "--client-addr", addr, "--http-addr", httpAddr, "--gossip-addr", "",
 			"--secret-file", secret, "--heartbeat", "100ms", "--timeout", "1s", "--log-level", "warn", "--log-format", "json"}, io.Discard, io.Discard)
 	}()
 	waitDial(t, addr)
@@ -218,7 +218,7 @@ func TestConnectBadToken(t *testing.T) {
 	addr := freeAddr(t)
 	ctx, stop := context.WithCancel(t.Context())
 	defer stop()
-	go runAgent(ctx, []string{"--name", "gw", "--client-addr", addr, "--http-addr", "", "--secret-file", secret, "--log-level", "error"}, io.Discard, io.Discard)
+	go runAgent(ctx, []string{"--name", "gw", "--client-addr", addr, "--http-addr", "", "--gossip-addr", "", "--secret-file", secret, "--log-level", "error"}, io.Discard, io.Discard)
 	waitDial(t, addr)
 	out := &syncBuffer{}
 	err := connectClient(t.Context(), []string{"--addr", addr, "--user", "mallory", "--token", "x.y.z"}, strings.NewReader(""), out, io.Discard)

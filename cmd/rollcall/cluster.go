@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"go.uber.org/zap"
+
+	"github.com/rollcall/rollcall/gossip"
+	"github.com/rollcall/rollcall/node"
+)
+
+// startCluster joins the node to its cluster with gossip/ (memberlist). It
+// returns the cluster to attach and the leave function runAgent calls after
+// node.Drain has written and published every local session as
+// disconnected: it flushes those deltas reliably to every member and leaves
+// memberlist within the context's deadline.
+//
+// An empty --gossip-addr runs the agent standalone.
+func startCluster(_ context.Context, cf clusterFlags, n *node.Node, log *zap.Logger, api *clusterAPI) (node.Cluster, func(context.Context) error, error) {
+	if cf.GossipAddr == "" {
+		return nil, nil, nil
+	}
+	cfg := gossip.DefaultConfig()
+	cfg.Name = n.Name()
+	cfg.Incarnation = n.Origin().Incarnation
+	cfg.BindAddr = cf.GossipAddr
+	cfg.AdvertiseAddr = cf.GossipAdvertise
+	cfg.Join = cf.Join
+	cfg.Profile = cf.GossipProfile
+	cfg.LeaseTimeout = n.Config().Timeout
+	cfg.AliveInterval = min(time.Second, cfg.LeaseTimeout/5)
+	cfg.Logger = log
+	if a := n.Config().ClientAddr; a != "" {
+		cfg.ClientAddr = a
+	}
+	switch {
+	case cf.GossipKey != "" && cf.KeyringFile != "":
+		return nil, nil, errors.New("give --gossip-key or --keyring-file, not both")
+	case cf.GossipKey != "":
+		key, err := gossip.ParseKey(cf.GossipKey)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--gossip-key: %w", err)
+		}
+		if cfg.Keyring, err = memberlistKeyring(key); err != nil {
+			return nil, nil, err
+		}
+	case cf.KeyringFile != "":
+		kr, err := gossip.LoadKeyring(cf.KeyringFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--keyring-file: %w", err)
+		}
+		cfg.Keyring = kr
+	default:
+		log.Warn("gossip is NOT encrypted: give --gossip-key or --keyring-file on untrusted networks")
+	}
+	c, err := gossip.New(cfg, n)
+	if err != nil {
+		return nil, nil, err
+	}
+	api.cluster.Store(c)
+	log.Info("gossip started", zap.String("gossip_addr", c.LocalAddr()), zap.Strings("join", cf.Join),
+		zap.String("profile", cfg.Profile), zap.Bool("encrypted", cfg.Keyring != nil))
+	leave := func(ctx context.Context) error {
+		timeout := 5 * time.Second
+		if dl, ok := ctx.Deadline(); ok {
+			timeout = max(time.Until(dl), 100*time.Millisecond)
+		}
+		return c.Leave(timeout)
+	}
+	return c, leave, nil
+}
+
+// clusterAPI serves the cluster's HTTP routes on the node's HTTP endpoint:
+//
+//	GET  /v1/members   the members, as `rollcall members` shows them
+//	GET  /v1/keys      the installed gossip keys (base64), primary first
+//	POST /v1/keys      {"op":"install|use|remove","key":"<base64>"}: a
+//	                   keyring step on every member
+//	POST /v1/leave     graceful leave: drain, publish, leave, exit
+type clusterAPI struct {
+	cluster atomic.Pointer[gossip.Cluster]
+	leave   func() // cancels the agent's run context
+}
+
+func (a *clusterAPI) handlers() map[string]http.Handler {
+	return map[string]http.Handler{
+		"GET /v1/members": http.HandlerFunc(a.members),
+		"GET /v1/keys":    http.HandlerFunc(a.keys),
+		"POST /v1/keys":   http.HandlerFunc(a.keyOp),
+		"POST /v1/leave":  http.HandlerFunc(a.leaveNow),
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func (a *clusterAPI) standalone(w http.ResponseWriter) *gossip.Cluster {
+	c := a.cluster.Load()
+	if c == nil {
+		writeJSON(w, http.StatusConflict, map[string]string{"error": "this agent runs standalone (no cluster)"})
+	}
+	return c
+}
+
+func (a *clusterAPI) members(w http.ResponseWriter, _ *http.Request) {
+	if c := a.standalone(w); c != nil {
+		writeJSON(w, http.StatusOK, c.Members())
+	}
+}
+
+func (a *clusterAPI) keys(w http.ResponseWriter, _ *http.Request) {
+	if c := a.standalone(w); c != nil {
+		writeJSON(w, http.StatusOK, map[string]any{"keys": c.Keys()})
+	}
+}
+
+// keyOpRequest is the body of POST /v1/keys.
+type keyOpRequest struct {
+	Op  string `json:"op"`
+	Key string `json:"key"`
+}
+
+func (a *clusterAPI) keyOp(w http.ResponseWriter, r *http.Request) {
+	c := a.standalone(w)
+	if c == nil {
+		return
+	}
+	var req keyOpRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&req); err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "want {\"op\":\"install|use|remove\",\"key\":\"<base64>\"}"})
+		return
+	}
+	key, err := gossip.ParseKey(req.Key)
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		return
+	}
+	failed, err := c.KeyOp(r.Context(), req.Op, key)
+	if err != nil {
+		out := map[string]any{"error": err.Error()}
+		if len(failed) > 0 {
+			per := map[string]string{}
+			for n, e := range failed {
+				per[n] = e.Error()
+			}
+			out["failed"] = per
+		}
+		writeJSON(w, http.StatusBadGateway, out)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "keys": c.Keys()})
+}
+
+func (a *clusterAPI) leaveNow(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusAccepted, map[string]string{"status": "leaving"})
+	if a.leave != nil {
+		a.leave()
+	}
+}
+
+func memberlistKeyring(key []byte) (*memberlist.Keyring, error) {
+	kr, err := memberlist.NewKeyring(nil, key)
+	if err != nil {
+		return nil, fmt.Errorf("gossip keyring: %w", err)
+	}
+	return kr, nil
+}

@@ -1,0 +1,231 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/rollcall/rollcall/gossip"
+)
+
+// TestThreeAgentProcesses runs three real `rollcall agent` processes joined
+// by gossip on loopback: connect on one, see it on another, route a message,
+// kill -9 the owner, see the session offline on the survivors, reconnect
+// elsewhere with a newer epoch, then leave gracefully.
+func TestThreeAgentProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and runs three processes")
+	}
+	bin := filepath.Join(t.TempDir(), "rollcall")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	const timeout = 2 * time.Second
+	type agent struct {
+		name, client, http, gossip string
+		cmd                        *exec.Cmd
+		exited                     chan error
+	}
+	var agents []*agent
+	for i := 1; i <= 3; i++ {
+		a := &agent{name: fmt.Sprintf("gw%d", i), client: freeAddr(t), http: freeAddr(t), gossip: freeAddr(t), exited: make(chan error, 1)}
+		args := []string{"agent", "--name", a.name, "--dev", "--client-addr", a.client, "--http-addr", a.http,
+			"--gossip-addr", a.gossip, "--gossip-profile", "local", "--timeout", timeout.String(), "--heartbeat", "500ms",
+			"--log-level", "warn"}
+		if i > 1 {
+			args = append(args, "--join", agents[0].gossip)
+		}
+		a.cmd = exec.Command(bin, args...)
+		a.cmd.Stderr = os.Stderr
+		if err := a.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() { a.exited <- a.cmd.Wait() }()
+		t.Cleanup(func() { _ = a.cmd.Process.Kill() })
+		agents = append(agents, a)
+		waitDial(t, a.client)
+	}
+	waitFor := func(what string, d time.Duration, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(d)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitFor("3 alive members", 10*time.Second, func() bool {
+		var ms []gossip.Member
+		if err := callAgent(t.Context(), "GET", agents[2].http, "/v1/members", nil, &ms); err != nil {
+			return false
+		}
+		alive := 0
+		for _, m := range ms {
+			if m.State == "alive" {
+				alive++
+			}
+		}
+		return alive == 3
+	})
+
+	bob := dialLine(t, agents[1].client, "bob", "laptop", nil)
+	bob.heartbeat(300 * time.Millisecond)
+	bob.send(map[string]any{"op": "sub", "users": []string{"alice"}, "id": 1})
+	bob.expect("ok")
+	if ev := bob.expect("event"); ev["online"] != false {
+		t.Fatalf("alice online before she connected: %v", ev)
+	}
+	alice := dialLine(t, agents[0].client, "alice", "phone", nil)
+	alice.heartbeat(300 * time.Millisecond)
+	ev := bob.expect("event")
+	if ev["online"] != true {
+		t.Fatalf("bob on gw2 did not see alice connect on gw1: %v", ev)
+	}
+
+	bob.send(map[string]any{"op": "send", "to": "alice", "body": "hello from gw2", "id": 2})
+	if ok := bob.expect("ok"); ok["delivered"] != float64(1) {
+		t.Fatalf("send: %v", ok)
+	}
+	if m := alice.expect("message"); m["body"] != "hello from gw2" || m["from"] != "bob" {
+		t.Fatalf("alice got %v", m)
+	}
+
+	carol := dialLine(t, agents[2].client, "carol", "web", nil)
+	carol.send(map[string]any{"op": "locate", "user": "alice", "id": 3})
+	loc := carol.expect("locate")
+	ss, _ := loc["sessions"].([]any)
+	if len(ss) != 1 || ss[0].(map[string]any)["gateway"] != "gw1" || ss[0].(map[string]any)["gateway_addr"] != agents[0].client {
+		t.Fatalf("locate from gw3: %v", loc)
+	}
+
+	// kill -9 alice's gateway.
+	killed := time.Now()
+	if err := agents[0].cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if ev := bob.expectWithin("event", timeout+10*time.Second); ev["online"] != false {
+		t.Fatalf("after kill -9 of gw1: %v", ev)
+	}
+	t.Logf("kill -9 to offline at a subscriber on another node: %v (timeout %v)", time.Since(killed), timeout)
+
+	// Alice reconnects on gw3 with her last epoch.
+	last := alice.welcome["epoch"].(float64)
+	alice2 := dialLine(t, agents[2].client, "alice", "phone", map[string]any{"last_epoch": last})
+	if ep := alice2.welcome["epoch"].(float64); ep <= last {
+		t.Fatalf("reconnect epoch %v, old %v", ep, last)
+	}
+	alice2.heartbeat(300 * time.Millisecond)
+	ev = bob.expect("event")
+	sess, _ := ev["sessions"].([]any)
+	if ev["online"] != true || len(sess) != 1 || sess[0].(map[string]any)["gateway"] != "gw3" {
+		t.Fatalf("after reconnect on gw3: %v", ev)
+	}
+
+	// rollcall leave on gw3: alice is told, bob sees her offline, the
+	// process exits cleanly.
+	left := time.Now()
+	if err := runLeave(t.Context(), []string{"--http-addr", agents[2].http}, &syncBuffer{}, &syncBuffer{}); err != nil {
+		t.Fatal(err)
+	}
+	if e := alice2.expect("error"); e["code"] != "shutting_down" {
+		t.Fatalf("alice on leaving gw3 got %v", e)
+	}
+	if ev := bob.expect("event"); ev["online"] != false {
+		t.Fatalf("after gw3 left: %v", ev)
+	}
+	t.Logf("graceful leave to offline at a subscriber: %v", time.Since(left))
+	select {
+	case err := <-agents[2].exited:
+		if err != nil {
+			t.Fatalf("gw3 exited with %v after leave", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("gw3 did not exit after leave")
+	}
+}
+
+// lineClient speaks the client protocol for process tests.
+type lineClient struct {
+	t       *testing.T
+	conn    net.Conn
+	in      chan map[string]any
+	welcome map[string]any
+	stop    chan struct{}
+}
+
+func dialLine(t *testing.T, addr, user, device string, extra map[string]any) *lineClient {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &lineClient{t: t, conn: conn, in: make(chan map[string]any, 256), stop: make(chan struct{})}
+	t.Cleanup(func() { close(c.stop); conn.Close() })
+	go func() {
+		defer close(c.in)
+		sc := bufio.NewScanner(conn)
+		for sc.Scan() {
+			var m map[string]any
+			if json.Unmarshal(sc.Bytes(), &m) == nil {
+				c.in <- m
+			}
+		}
+	}()
+	hello := map[string]any{"op": "hello", "user": user, "device": device}
+	for k, v := range extra {
+		hello[k] = v
+	}
+	c.send(hello)
+	c.welcome = c.expect("welcome")
+	return c
+}
+
+func (c *lineClient) send(m map[string]any) {
+	b, _ := json.Marshal(m)
+	_, _ = c.conn.Write(append(b, '\n'))
+}
+
+func (c *lineClient) heartbeat(every time.Duration) {
+	go func() {
+		tk := time.NewTicker(every)
+		defer tk.Stop()
+		for {
+			select {
+			case <-c.stop:
+				return
+			case <-tk.C:
+				c.send(map[string]any{"op": "hb"})
+			}
+		}
+	}()
+}
+
+func (c *lineClient) expect(op string) map[string]any { return c.expectWithin(op, 10*time.Second) }
+
+func (c *lineClient) expectWithin(op string, d time.Duration) map[string]any {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	for {
+		select {
+		case m, ok := <-c.in:
+			if !ok {
+				c.t.Fatalf("connection closed waiting for %q", op)
+			}
+			if m["op"] == op {
+				return m
+			}
+		case <-ctx.Done():
+			c.t.Fatalf("no %q within %v", op, d)
+		}
+	}
+}
