@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/memberlist"
+
 	"github.com/rollcall/rollcall/crdt"
 	"github.com/rollcall/rollcall/node"
 )
@@ -39,28 +41,49 @@ func TestClusterConvergesEagerly(t *testing.T) {
 }
 
 func TestClusterRepairsLoss(t *testing.T) {
-	tc := newTestCluster(t, 3)
+	// Push/pull only every minute: lost deltas must be found through the
+	// alive announcements' watermarks and pulled.
+	tc := newTestCluster(t, 3, func(c *Config) {
+		c.Memberlist = func(m *memberlist.Config) { fastMemberlist(m); m.PushPullInterval = time.Minute }
+	})
 	tc.waitMembers(3)
 	tc.net.SetLoss(0.3)
-	for i := range 60 {
+	users := 0
+	for users < 60 || tc.net.Dropped() == 0 {
+		i := users
 		tc.hosts[i%3].connect(t, fmt.Sprintf("u%d", i), "d")
 		if i%7 == 0 {
 			tc.hosts[i%3].write(t, fmt.Sprintf("u%d", i), "d", crdt.StateActive, crdt.StatusAway, nil)
 		}
+		users++
+		time.Sleep(time.Millisecond) // separate batches: separate packets to lose
+		if users > 5000 {
+			t.Fatal("no packet was ever dropped: the fault network is broken")
+		}
 	}
-	time.Sleep(100 * time.Millisecond) // let the flushers send under loss
+	waitFor(t, 5*time.Second, "writes flushed", func() bool {
+		for _, c := range tc.nodes {
+			c.mu.Lock()
+			n := len(c.pending)
+			c.mu.Unlock()
+			if n > 0 {
+				return false
+			}
+		}
+		return true
+	})
 	tc.net.SetLoss(0)
 	waitFor(t, 10*time.Second, "convergence after 30% loss", tc.converged)
 	var pulls uint64
 	for _, c := range tc.nodes {
 		pulls += c.Stats().GapPulls.Load()
 	}
-	t.Logf("dropped %d packets; %d gap pulls", tc.net.Dropped, pulls)
+	t.Logf("dropped %d packets; %d gap pulls", tc.net.Dropped(), pulls)
 	if pulls == 0 {
 		t.Error("no gap pulls: the loss was repaired some other way than the designed one")
 	}
 	for _, h := range tc.hosts {
-		for i := range 60 {
+		for i := range users {
 			if !h.presence(fmt.Sprintf("u%d", i)).Online {
 				t.Fatalf("u%d lost", i)
 			}

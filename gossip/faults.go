@@ -23,9 +23,14 @@ type FaultNetwork struct {
 	jitter  time.Duration
 	blocked map[[2]string]bool // [from, to] gossip addresses
 	rng     *rand.Rand
+	drops   int64 // packets dropped by loss or partition
+}
 
-	// Dropped counts packets dropped by loss or partition.
-	Dropped int64
+// Dropped returns how many packets were dropped by loss or partition.
+func (f *FaultNetwork) Dropped() int64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.drops
 }
 
 // NewFaultNetwork returns a fault-free network; seed makes loss repeatable.
@@ -80,11 +85,11 @@ func (f *FaultNetwork) verdict(from, to string, packet bool) (drop bool, delay t
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.blocked[[2]string{from, to}] {
-		f.Dropped++
+		f.drops++
 		return true, 0
 	}
 	if packet && f.loss > 0 && f.rng.Float64() < f.loss {
-		f.Dropped++
+		f.drops++
 		return true, 0
 	}
 	delay = f.delay
