@@ -235,3 +235,28 @@ func TestLeaveFlushesDisconnects(t *testing.T) {
 		t.Fatalf("jack's record is %v, want disconnected (a clean close, not a detected failure)", s.State)
 	}
 }
+
+// TestOversizedDeltaGoesOverStream writes a session whose delta is far
+// larger than a packet (many long group names): it must arrive, over TCP,
+// not be dropped.
+func TestOversizedDeltaGoesOverStream(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	tc.waitMembers(3)
+	var groups []string
+	for i := range crdt.MaxGroups {
+		groups = append(groups, fmt.Sprintf("group-%03d-%0200d", i, i))
+	}
+	streams0 := tc.nodes[0].Stats().StreamsSent.Load()
+	tc.hosts[0].connect(t, "big", "phone", groups...)
+	waitFor(t, 5*time.Second, "the 60 KB delta everywhere", func() bool {
+		return tc.hosts[1].presence("big").Online && tc.hosts[2].presence("big").Online
+	})
+	if tc.nodes[0].Stats().StreamsSent.Load() == streams0 {
+		t.Fatal("the oversized delta did not go over a stream")
+	}
+	tc.hosts[2].Do(func(r *crdt.Replica) {
+		if n := r.GroupOnlineCount(groups[crdt.MaxGroups-1]); n != 1 {
+			t.Fatalf("last group has %d online on n2", n)
+		}
+	})
+}
