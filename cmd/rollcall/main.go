@@ -21,6 +21,7 @@ type command struct {
 func commands() map[string]command {
 	return map[string]command{
 		"version": {"print the version", runVersion},
+		"sim":     {"simulate cluster convergence and failure detection (sim calibrate: check it against a real cluster)", runSim},
 		"agent":   {"run a gateway node", runAgent},
 		"token":   {"print a client token (HS256 JWT)", runToken},
 		"connect": {"an interactive client for a gateway", runConnect},

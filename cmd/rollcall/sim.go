@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/rollcall/rollcall/sim"
+	"github.com/rollcall/rollcall/sim/calibrate"
+)
+
+// runSim is `rollcall sim`: the convergence simulator, or `rollcall sim
+// calibrate`, which checks it against a real in-process cluster.
+func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "calibrate" {
+		return calibrate.Main(ctx, args[1:], stdout, stderr)
+	}
+	o, err := sim.ParseArgs(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	runs, err := o.Runs()
+	if err != nil {
+		return err
+	}
+	// Large runs hold every node's replica: trade memory for less GC work.
+	debug.SetGCPercent(200)
+	bar := newProgress(stderr, o.Format == "json" && !isTerminal(stdout))
+	rows := make([]sim.Row, 0, len(runs))
+	for i, cfg := range runs {
+		row := sim.Row{}
+		if o.SweepParam != "" {
+			row.Sweep, row.Value = o.SweepParam, strings.TrimSpace(o.SweepValues[i])
+		}
+		cfg.Progress = bar.update(fmt.Sprintf("run %d/%d", i+1, len(runs)))
+		res, err := sim.Run(ctx, cfg)
+		bar.done()
+		if err != nil {
+			return err
+		}
+		row.Result = res
+		rows = append(rows, row)
+	}
+	switch o.Format {
+	case "json":
+		err = sim.WriteJSON(stdout, rows)
+	case "csv":
+		err = sim.WriteCSV(stdout, rows)
+	default:
+		err = sim.WriteTable(stdout, rows)
+	}
+	if err != nil {
+		return err
+	}
+	if o.Plot != "" {
+		if err := sim.Plot(o.Plot, rows); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "wrote %s\n", o.Plot)
+	}
+	return nil
+}
+
+// progress draws a progress bar on stderr, only when stderr is a terminal,
+// and only once a run has taken more than two seconds.
+type progress struct {
+	w       io.Writer
+	on      bool
+	start   time.Time
+	drawn   bool
+	lastPct int
+}
+
+func newProgress(stderr io.Writer, suppress bool) *progress {
+	return &progress{w: stderr, on: !suppress && isTerminal(stderr)}
+}
+
+func (p *progress) update(label string) func(float64) {
+	p.start, p.drawn, p.lastPct = time.Now(), false, -1
+	if !p.on {
+		return nil
+	}
+	return func(done float64) {
+		if time.Since(p.start) < 2*time.Second {
+			return
+		}
+		pct := int(done * 100)
+		if pct == p.lastPct {
+			return
+		}
+		p.lastPct = pct
+		const width = 40
+		n := pct * width / 100
+		fmt.Fprintf(p.w, "\r%s [%s%s] %3d%%", label, strings.Repeat("=", n), strings.Repeat(" ", width-n), pct)
+		p.drawn = true
+	}
+}
+
+func (p *progress) done() {
+	if p.drawn {
+		fmt.Fprint(p.w, "\r\033[K")
+	}
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

@@ -1,0 +1,260 @@
+package sim
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Options is a parsed `rollcall sim` command line: the scenario plus what to
+// do with the result.
+type Options struct {
+	Config Config
+	// Format is table, json or csv.
+	Format string
+	// Plot, if set, is an .svg or .png file to draw.
+	Plot string
+	// Sweep is the parameter swept (a flag name) and its values; empty for
+	// a single run.
+	SweepParam  string
+	SweepValues []string
+	// args are the flags given, for re-parsing one sweep value at a time.
+	args []string
+}
+
+// Usage is the text of `rollcall sim --help` before the flag list.
+const Usage = `usage: rollcall sim [flags]
+       rollcall sim calibrate [flags]
+
+Simulates a Rollcall cluster in virtual time: the real crdt merge code on
+every node, gossip's dissemination decisions (eager or epidemic, batching,
+packing, alive announcements and gap pulls, push/pull anti-entropy, leases)
+and a model of memberlist (probes, suspicion, piggyback queue). It reports
+how fast session changes reach every node, what that costs, and how long
+failures take to show. The same flags and seed always give the same output.
+
+Client actions happen at random times in the first half of --duration; the
+second half lets them settle.
+
+flags (durations take Go syntax: 500ms, 2s, 1m):
+`
+
+// NewFlagSet returns the flag set of `rollcall sim`, writing into o.
+func NewFlagSet(o *Options, out io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("rollcall sim", flag.ContinueOnError)
+	fs.SetOutput(out)
+	c := &o.Config
+	*c = DefaultConfig()
+	o.Format = "table"
+	fs.IntVar(&c.Nodes, "nodes", c.Nodes, "number of gateway nodes (2..1048576)")
+	fs.StringVar(&c.Profile, "profile", c.Profile, "memberlist timing profile: lan, wan or local (sets every memberlist default below)")
+	fs.DurationVar(&c.GossipInterval, "interval", 0, "memberlist gossip interval, a duration (default: the profile's, lan 200ms)")
+	fs.IntVar(&c.GossipNodes, "fanout", 0, "members each gossip tick sends to, a count (default: the profile's, lan 3)")
+	fs.IntVar(&c.RetransmitMult, "retransmit-mult", 0, "retransmit multiplier: each node sends a broadcast mult*ceil(log10(n+1)) times (default: the profile's, lan 4)")
+	fs.DurationVar(&c.PushPullInterval, "pushpull", 0, "memberlist push/pull interval before scaling with cluster size, a duration (default: the profile's, lan 30s)")
+	fs.DurationVar(&c.ProbeInterval, "probe-interval", 0, "failure-detection probe interval, a duration (default: the profile's, lan 1s)")
+	fs.DurationVar(&c.ProbeTimeout, "probe-timeout", 0, "probe ack timeout, a duration (default: the profile's, lan 500ms)")
+	fs.IntVar(&c.SuspicionMult, "suspicion-mult", 0, "suspicion timeout multiplier (default: the profile's, lan 4)")
+	fs.IntVar(&c.SuspicionMaxTimeoutMult, "suspicion-max-mult", 0, "maximum suspicion timeout as a multiple of the minimum (default: the profile's, 6)")
+	fs.IntVar(&c.IndirectChecks, "indirect-checks", 0, "members asked to ping a silent node (default: the profile's, lan 3)")
+	fs.DurationVar(&c.LeaseTimeout, "lease", 0, "Rollcall peer lease: a peer not heard from this long is shown failed, a duration (default 15s)")
+	fs.DurationVar(&c.AliveInterval, "alive", 0, "Rollcall alive announcement interval, a duration (default 1s)")
+	fs.DurationVar(&c.BatchDelay, "batch-delay", 0, "how long an owner's writes wait to share a packet, a duration (default 2ms)")
+	fs.IntVar(&c.EagerThreshold, "eager-threshold", 0, "largest cluster that sends deltas straight to every member; larger ones gossip epidemically, a node count (default 64)")
+	fs.Float64Var(&c.Loss, "loss", 0, "probability that a UDP packet is lost, a fraction in [0,1) (0.05 = 5%)")
+	fs.Func("latency", "one-way network delay: fixed (1ms), uniform (1ms..5ms), normal:MEAN,SD (normal:2ms,500us) or lognormal:MEDIAN,SHAPE (lognormal:2ms,0.5) (default 1ms)", func(s string) error {
+		l, err := ParseLatency(s)
+		c.Latency = l
+		return err
+	})
+	fs.IntVar(&c.Changes, "changes", c.Changes, "client actions (connects, status changes, disconnects, silent failures) over the first half of the run, a count")
+	fs.DurationVar(&c.Duration, "duration", c.Duration, "simulated time, a duration")
+	fs.DurationVar(&c.Timeout, "timeout", c.Timeout, "session timeout: a silent client's gateway expires its session this long after its last request, a duration")
+	fs.DurationVar(&c.Heartbeat, "heartbeat", DefaultHeartbeat, "client heartbeat interval, a duration")
+	fs.Func("partition", "a network partition, repeatable: AT[..HEAL]:GROUP|GROUP..., groups of node indexes and ranges, or 'half'; e.g. 10s..30s:0-15|16-31 (nodes in no group form one more group)", func(s string) error {
+		p, err := ParsePartition(s, &c.Nodes)
+		if err == nil {
+			c.Partitions = append(c.Partitions, p)
+		}
+		return err
+	})
+	fs.Func("crash", "a silent node crash, repeatable: NODE@AT[..RESTART], e.g. 3@10s or 3@10s..40s (restart as a new incarnation)", func(s string) error {
+		cr, err := ParseCrash(s)
+		if err == nil {
+			c.Crashes = append(c.Crashes, cr)
+		}
+		return err
+	})
+	fs.Func("churn", "relative weights of client actions: connect=W,status=W,disconnect=W,fail=W (default connect=4,status=4,disconnect=1,fail=1; fail is a silent failure)", func(s string) error {
+		ch, err := ParseChurn(s)
+		c.Churn = ch
+		return err
+	})
+	fs.Uint64Var(&c.Seed, "seed", c.Seed, "random seed: the same flags and seed give byte-identical output")
+	fs.StringVar(&o.Format, "format", o.Format, "output format: table, json or csv")
+	fs.StringVar(&o.Plot, "plot", "", "also draw FILE (.svg or .png): converged fraction against time since the change; with --sweep, p99 convergence against the swept value")
+	fs.Func("sweep", "run once per value of one flag and print one row each: PARAM=V1,V2,... e.g. nodes=10,100,1000 or loss=0,0.05,0.1", func(s string) error {
+		k, v, ok := strings.Cut(s, "=")
+		if !ok || k == "" || v == "" {
+			return errors.New("want PARAM=V1,V2,...")
+		}
+		if k == "sweep" || k == "format" || k == "plot" {
+			return fmt.Errorf("cannot sweep %q", k)
+		}
+		o.SweepParam, o.SweepValues = strings.TrimPrefix(k, "--"), strings.Split(v, ",")
+		return nil
+	})
+	return fs
+}
+
+// ParseArgs parses a `rollcall sim` command line. Help goes to out.
+func ParseArgs(args []string, out io.Writer) (*Options, error) {
+	o := &Options{}
+	fs := NewFlagSet(o, out)
+	fs.Usage = func() {
+		fmt.Fprint(out, Usage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	switch o.Format {
+	case "table", "json", "csv":
+	default:
+		return nil, fmt.Errorf("unknown format %q (want table, json or csv)", o.Format)
+	}
+	if o.SweepParam != "" && fs.Lookup(o.SweepParam) == nil {
+		return nil, fmt.Errorf("cannot sweep %q: no such flag", o.SweepParam)
+	}
+	o.args = args
+	if o.SweepParam == "" {
+		if err := o.Config.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	return o, nil
+}
+
+// Runs returns the configurations to run: one, or one per sweep value.
+func (o *Options) Runs() ([]Config, error) {
+	if o.SweepParam == "" {
+		return []Config{o.Config}, nil
+	}
+	out := make([]Config, 0, len(o.SweepValues))
+	for _, v := range o.SweepValues {
+		var p Options
+		fs := NewFlagSet(&p, io.Discard)
+		args := append(append([]string(nil), o.args...), "--"+o.SweepParam+"="+strings.TrimSpace(v))
+		if err := fs.Parse(args); err != nil {
+			return nil, fmt.Errorf("sweep %s=%s: %w", o.SweepParam, v, err)
+		}
+		if err := p.Config.Validate(); err != nil {
+			return nil, fmt.Errorf("sweep %s=%s: %w", o.SweepParam, v, err)
+		}
+		out = append(out, p.Config)
+	}
+	return out, nil
+}
+
+// ParsePartition parses AT[..HEAL]:GROUP|GROUP... . A group is a comma list
+// of node indexes and ranges (0-15); "half" splits the nodes in two (nodes
+// is read when the scenario is validated, so --nodes may come later).
+func ParsePartition(s string, nodes *int) (Partition, error) {
+	when, groups, ok := strings.Cut(s, ":")
+	if !ok {
+		return Partition{}, fmt.Errorf("partition %q: want AT[..HEAL]:GROUP|GROUP", s)
+	}
+	var p Partition
+	at, heal, _ := strings.Cut(when, "..")
+	var err error
+	if p.At, err = time.ParseDuration(at); err != nil {
+		return p, fmt.Errorf("partition %q: %w", s, err)
+	}
+	if heal != "" {
+		if p.Heal, err = time.ParseDuration(heal); err != nil {
+			return p, fmt.Errorf("partition %q: %w", s, err)
+		}
+	}
+	if groups == "half" {
+		p.Groups = [][]int{{-1}} // resolved in Validate
+		p.half = nodes
+		return p, nil
+	}
+	for _, g := range strings.Split(groups, "|") {
+		var ids []int
+		for _, r := range strings.Split(g, ",") {
+			lo, hi, isRange := strings.Cut(strings.TrimSpace(r), "-")
+			a, err := strconv.Atoi(lo)
+			if err != nil {
+				return p, fmt.Errorf("partition %q: bad node %q", s, r)
+			}
+			b := a
+			if isRange {
+				if b, err = strconv.Atoi(hi); err != nil || b < a {
+					return p, fmt.Errorf("partition %q: bad range %q", s, r)
+				}
+			}
+			for i := a; i <= b; i++ {
+				ids = append(ids, i)
+			}
+		}
+		p.Groups = append(p.Groups, ids)
+	}
+	return p, nil
+}
+
+// ParseCrash parses NODE@AT[..RESTART].
+func ParseCrash(s string) (Crash, error) {
+	node, when, ok := strings.Cut(s, "@")
+	if !ok {
+		return Crash{}, fmt.Errorf("crash %q: want NODE@AT[..RESTART]", s)
+	}
+	var c Crash
+	var err error
+	if c.Node, err = strconv.Atoi(node); err != nil {
+		return c, fmt.Errorf("crash %q: bad node: %w", s, err)
+	}
+	at, restart, _ := strings.Cut(when, "..")
+	if c.At, err = time.ParseDuration(at); err != nil {
+		return c, fmt.Errorf("crash %q: %w", s, err)
+	}
+	if restart != "" {
+		if c.Restart, err = time.ParseDuration(restart); err != nil {
+			return c, fmt.Errorf("crash %q: %w", s, err)
+		}
+	}
+	return c, nil
+}
+
+// ParseChurn parses connect=W,status=W,disconnect=W,fail=W (any subset;
+// missing weights are zero).
+func ParseChurn(s string) (Churn, error) {
+	var c Churn
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		w, err := strconv.ParseFloat(v, 64)
+		if !ok || err != nil || w < 0 {
+			return c, fmt.Errorf("churn %q: want connect=W,status=W,disconnect=W,fail=W with W >= 0", s)
+		}
+		switch k {
+		case "connect":
+			c.Connect = w
+		case "status":
+			c.Status = w
+		case "disconnect":
+			c.Disconnect = w
+		case "fail":
+			c.Fail = w
+		default:
+			return c, fmt.Errorf("churn %q: unknown action %q", s, k)
+		}
+	}
+	return c, nil
+}

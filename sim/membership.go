@@ -1,0 +1,352 @@
+package sim
+
+import (
+	"math"
+	"time"
+
+	"github.com/rollcall/rollcall/gossip"
+)
+
+// This file models memberlist (v0.7.0): the state of each member as one
+// node sees it, suspicion with Lifeguard confirmations, the alive, suspect
+// and dead broadcasts, and random member selection. Names of functions
+// follow memberlist's state.go and suspicion.go.
+
+// mlState is a member's state in one node's view (memberlist's
+// NodeStateType).
+type mlState uint8
+
+const (
+	stAlive mlState = iota
+	stSuspect
+	stDead
+	stLeft
+)
+
+func (s mlState) String() string {
+	return [...]string{"alive", "suspect", "dead", "left"}[s]
+}
+
+// peerView is what one node believes of another. Views equal to the
+// default (alive, memberlist incarnation 1, life 1) are not stored, so a
+// healthy 10,000-node cluster holds no per-pair state.
+type peerView struct {
+	state    mlState
+	inc      uint32
+	life     uint32
+	changeAt int64
+	susp     *suspicion
+}
+
+var defaultView = peerView{state: stAlive, inc: 1, life: 1, changeAt: math.MinInt64 / 2}
+
+func (v *peerView) isDefault() bool {
+	return v.state == stAlive && v.inc == 1 && v.life == 1 && v.susp == nil
+}
+
+// suspicion is memberlist's suspicion timer with its confirmations.
+type suspicion struct {
+	id       uint64
+	k, n     int
+	min, max time.Duration
+	start    int64
+	conf     map[int32]struct{}
+}
+
+func (s *Sim) viewOf(n *node, p int32) peerView {
+	if v := n.view[p]; v != nil {
+		return *v
+	}
+	return defaultView
+}
+
+// setView stores n's view of p, keeping the down count in step.
+func (s *Sim) setView(n *node, p int32, v peerView) {
+	old := s.viewOf(n, p)
+	if old.state >= stDead {
+		n.numDown--
+	}
+	if old.state != stAlive {
+		n.numNotAlive--
+	}
+	if v.state >= stDead {
+		n.numDown++
+	}
+	if v.state != stAlive {
+		n.numNotAlive++
+	}
+	if v.isDefault() {
+		delete(n.view, p)
+		return
+	}
+	if cur := n.view[p]; cur != nil {
+		*cur = v
+		return
+	}
+	nv := v
+	n.view[p] = &nv
+}
+
+// numMembers is memberlist's NumMembers: members not dead or left, self
+// included. It sizes the Rollcall queue's retransmit limit.
+func (s *Sim) numMembers(n *node) int { return s.cfg.Nodes - n.numDown }
+
+// estNumNodes is memberlist's estimate of the cluster size: every node in
+// its list, dead ones included until reaped. The simulator counts every
+// node slot.
+func (s *Sim) estNumNodes(*node) int { return s.cfg.Nodes }
+
+// kRandom is memberlist's kRandomNodes over the node list: up to k distinct
+// members that exclude does not reject.
+func (s *Sim) kRandom(k int, exclude func(p int32) bool) []int32 {
+	n := s.cfg.Nodes
+	out := make([]int32, 0, k)
+	if n < k*3 {
+		perm := s.rng.Perm(n)
+		for _, i := range perm {
+			if len(out) == k {
+				break
+			}
+			if !exclude(int32(i)) {
+				out = append(out, int32(i))
+			}
+		}
+		return out
+	}
+outer:
+	for i := 0; i < 3*n && len(out) < k; i++ {
+		p := int32(s.rng.IntN(n))
+		if exclude(p) {
+			continue
+		}
+		for _, q := range out {
+			if q == p {
+				continue outer
+			}
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// broadcastML queues a memberlist alive, suspect or dead message in n's
+// memberlist queue, replacing any older one about the same node.
+func (s *Sim) broadcastML(n *node, p part) {
+	switch p.kind {
+	case pAlive:
+		p.size = s.sizes.alive
+	case pSuspect:
+		p.size = s.sizes.suspect
+	case pDead:
+		p.size = s.sizes.dead
+	}
+	b := s.register(p)
+	n.mlQueue.QueueBroadcast(&mlBroadcast{node: s.names[p.node], msg: b})
+}
+
+// refute answers an accusation against n with a higher incarnation.
+func (s *Sim) refute(n *node, accused uint32) {
+	inc := n.mlInc + 1
+	if accused >= inc {
+		inc = accused + 1
+	}
+	n.mlInc = inc
+	s.stats.refutes++
+	s.broadcastML(n, part{kind: pAlive, node: n.id, inc: inc, life: n.life})
+}
+
+// aliveNode handles an alive message about p (memberlist's aliveNode).
+func (s *Sim) aliveNode(n *node, a part) {
+	if a.node == n.id {
+		return // about ourselves: only a stale message of an earlier life
+	}
+	v := s.viewOf(n, a.node)
+	if a.inc <= v.inc {
+		return
+	}
+	old := v
+	v.susp = nil
+	s.broadcastML(n, part{kind: pAlive, node: a.node, inc: a.inc, life: a.life})
+	v.inc, v.life = a.inc, a.life
+	if v.state != stAlive {
+		v.state = stAlive
+		v.changeAt = s.now
+	}
+	s.setView(n, a.node, v)
+	if old.state >= stDead || old.life != a.life {
+		// NotifyJoin, or NotifyUpdate for new metadata (a new incarnation).
+		s.observeMember(n, a.node, a.life)
+	}
+}
+
+// suspectNode handles a suspicion of p raised by from (memberlist's
+// suspectNode).
+func (s *Sim) suspectNode(n *node, p part) {
+	if p.node == n.id {
+		if p.inc < n.mlInc {
+			return
+		}
+		s.refute(n, p.inc)
+		return
+	}
+	v := s.viewOf(n, p.node)
+	if p.inc < v.inc {
+		return
+	}
+	if v.susp != nil {
+		if s.confirm(n, p.node, v.susp, p.from) {
+			s.broadcastML(n, part{kind: pSuspect, node: p.node, inc: p.inc, from: p.from})
+		}
+		return
+	}
+	if v.state != stAlive {
+		return
+	}
+	s.broadcastML(n, part{kind: pSuspect, node: p.node, inc: p.inc, from: p.from})
+	s.stats.suspicions++
+	v.inc = p.inc
+	v.state = stSuspect
+	v.changeAt = s.now
+	k := s.cfg.SuspicionMult - 2
+	est := s.estNumNodes(n)
+	if est-2 < k {
+		k = 0
+	}
+	lo := gossip.SuspicionTimeout(s.cfg.SuspicionMult, est, s.cfg.ProbeInterval)
+	hi := time.Duration(s.cfg.SuspicionMaxTimeoutMult) * lo
+	n.suspSeq++
+	sp := &suspicion{id: n.suspSeq, k: k, min: lo, max: hi, start: s.now, conf: map[int32]struct{}{p.from: {}}}
+	v.susp = sp
+	s.setView(n, p.node, v)
+	timeout := hi
+	if k < 1 {
+		timeout = lo
+	}
+	s.after(n, timeout, evSuspicion, p.node, sp.id)
+}
+
+// confirm is memberlist's suspicion.Confirm: a new accuser shortens the
+// timeout towards min, logarithmically in the number of confirmations.
+func (s *Sim) confirm(n *node, target int32, sp *suspicion, from int32) bool {
+	if sp.n >= sp.k {
+		return false
+	}
+	if _, ok := sp.conf[from]; ok {
+		return false
+	}
+	sp.conf[from] = struct{}{}
+	sp.n++
+	remaining := remainingSuspicionTime(sp.n, sp.k, time.Duration(s.now-sp.start), sp.min, sp.max)
+	n.suspSeq++
+	sp.id = n.suspSeq
+	s.after(n, max(remaining, 0), evSuspicion, target, sp.id)
+	return true
+}
+
+// remainingSuspicionTime is memberlist's formula.
+func remainingSuspicionTime(n, k int, elapsed, lo, hi time.Duration) time.Duration {
+	frac := math.Log(float64(n)+1.0) / math.Log(float64(k)+1.0)
+	raw := hi.Seconds() - frac*(hi.Seconds()-lo.Seconds())
+	timeout := time.Duration(math.Floor(1000.0*raw)) * time.Millisecond
+	if timeout < lo {
+		timeout = lo
+	}
+	return timeout - elapsed
+}
+
+// suspicionFired declares target dead if n still suspects it.
+func (s *Sim) suspicionFired(n *node, target int32, id uint64) {
+	v := s.viewOf(n, target)
+	if v.susp == nil || v.susp.id != id || v.state != stSuspect || v.changeAt != v.susp.start {
+		return
+	}
+	s.deadNode(n, part{kind: pDead, node: target, inc: v.inc, from: n.id})
+}
+
+// deadNode handles a dead message (memberlist's deadNode).
+func (s *Sim) deadNode(n *node, d part) {
+	if d.node == n.id {
+		if d.inc < n.mlInc {
+			return
+		}
+		s.refute(n, d.inc)
+		return
+	}
+	v := s.viewOf(n, d.node)
+	if d.inc < v.inc {
+		return
+	}
+	v.susp = nil
+	if v.state >= stDead {
+		s.setView(n, d.node, v)
+		return
+	}
+	s.broadcastML(n, part{kind: pDead, node: d.node, inc: d.inc, from: d.from})
+	s.stats.deaths++
+	v.inc = d.inc
+	v.state = stDead
+	if d.from == d.node {
+		v.state = stLeft
+	}
+	v.changeAt = s.now
+	s.setView(n, d.node, v)
+	s.onLeave(n, d.node)
+}
+
+// getBroadcasts is memberlist's getBroadcasts: memberlist's own messages
+// first, then Rollcall's, within limit bytes.
+func (s *Sim) getBroadcasts(n *node, overhead, limit int) []part {
+	var out []part
+	used := 0
+	for _, b := range n.mlQueue.GetBroadcasts(overhead, limit) {
+		out = append(out, s.lookup(b))
+		used += len(b) + overhead
+	}
+	if avail := limit - used; avail > overhead+userMsgFrame {
+		for _, b := range n.queue.GetBroadcasts(overhead+userMsgFrame, avail) {
+			out = append(out, s.lookup(b))
+		}
+	}
+	return out
+}
+
+// sendMsg is memberlist's sendMsg: one message plus whatever broadcasts
+// fit in the rest of the packet.
+func (s *Sim) sendMsg(n *node, to int32, p part) {
+	avail := s.cfg.UDPBufferSize - p.size - compoundHeader
+	parts := append([]part{p}, s.getBroadcasts(n, compoundPerPart, avail)...)
+	s.sendPacket(&packet{from: n.id, to: to, parts: parts})
+}
+
+// gossipTick is memberlist's gossip: broadcasts to GossipNodes random
+// members (alive, suspect, or recently dead).
+func (s *Sim) gossipTick(n *node) {
+	targets := s.kRandom(s.cfg.GossipNodes, func(p int32) bool { return s.gossipExclude(n, p) })
+	limit := s.cfg.UDPBufferSize - compoundHeader
+	for _, t := range targets {
+		msgs := s.getBroadcasts(n, compoundPerPart, limit)
+		if len(msgs) == 0 {
+			return
+		}
+		s.sendPacket(&packet{from: n.id, to: t, parts: msgs})
+	}
+}
+
+func (s *Sim) gossipExclude(n *node, p int32) bool {
+	if p == n.id {
+		return true
+	}
+	v := s.viewOf(n, p)
+	switch v.state {
+	case stAlive, stSuspect:
+		return false
+	case stDead:
+		return time.Duration(s.now-v.changeAt) > s.cfg.GossipToTheDeadTime
+	}
+	return true
+}
+
+// aliveMember reports whether n sees p as alive (memberlist StateAlive).
+func (s *Sim) aliveMember(n *node, p int32) bool {
+	return p != n.id && s.viewOf(n, p).state == stAlive
+}

@@ -1,0 +1,232 @@
+package sim
+
+import (
+	"encoding/binary"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/rollcall/rollcall/crdt"
+)
+
+// partKind is the kind of one message inside a packet.
+type partKind uint8
+
+const (
+	pPing     partKind = iota // memberlist ping
+	pAck                      // memberlist ack
+	pIndirect                 // memberlist indirect ping request
+	pNack                     // memberlist nack
+	pSuspect                  // memberlist suspect broadcast
+	pAlive                    // memberlist alive broadcast
+	pDead                     // memberlist dead broadcast
+	pUser                     // a Rollcall gossip message
+)
+
+// part is one message of a packet: a memberlist message or a Rollcall one.
+type part struct {
+	kind partKind
+	seq  uint32
+	node int32 // the node the message is about (ping target, suspect...)
+	from int32 // suspect/dead accuser, indirect requester, ping source
+	inc  uint32
+	life uint32 // alive: the Rollcall incarnation in the node's metadata
+	msg  *umsg
+	size int
+}
+
+// umsgKind is a Rollcall gossip message type (gossip/wire.go).
+type umsgKind uint8
+
+const (
+	uDeltas umsgKind = iota + 1
+	uAlive
+	uPull
+	uSync
+	uState
+)
+
+// umsg is a Rollcall gossip message. Messages are immutable once sent and
+// shared by every copy in flight.
+type umsg struct {
+	kind umsgKind
+	size int // encoded bytes, with the two-byte gossip header
+	// deltas
+	deltas []crdt.Delta
+	did    int32 // index in Sim.deltaMsgs, for per-node duplicate detection
+	// alive
+	origin    crdt.Origin
+	watermark uint64
+	sessions  int
+	// pull, state
+	from   int32
+	digest crdt.Digest
+	// sync
+	sync crdt.Sync
+	// antiEntropy marks pull, state and sync traffic for the byte counters.
+	antiEntropy bool
+	// reg is the message's registered bytes once it is queued for
+	// piggybacking.
+	reg []byte
+}
+
+// packet is one UDP datagram.
+type packet struct {
+	from, to int32
+	parts    []part
+}
+
+// stream is one TCP exchange: a Rollcall message sent reliably, or
+// memberlist's push/pull.
+type stream struct {
+	from, to int32
+	msg      *umsg
+	pushPull bool // a push/pull request (answered by the receiver) or reply
+	reply    bool
+	members  []memberState // push/pull: the sender's membership
+}
+
+// memberState is one member's entry in a push/pull (memberlist's
+// pushNodeState).
+type memberState struct {
+	node  int32
+	state mlState
+	inc   uint32
+	life  uint32
+}
+
+// rcBroadcast is a Rollcall message in a node's piggyback queue; it behaves
+// as gossip's broadcast type: named broadcasts (alive announcements) replace
+// older ones of the same name.
+type rcBroadcast struct {
+	msg  []byte
+	name string
+}
+
+var _ memberlist.NamedBroadcast = (*rcBroadcast)(nil)
+
+func (b *rcBroadcast) Invalidates(other memberlist.Broadcast) bool {
+	o, ok := other.(*rcBroadcast)
+	return ok && b.name != "" && o.name == b.name
+}
+func (b *rcBroadcast) Name() string    { return b.name }
+func (b *rcBroadcast) Message() []byte { return b.msg }
+func (b *rcBroadcast) Finished()       {}
+
+// rcUnique is an unnamed Rollcall broadcast (a delta batch). gossip's
+// broadcast type leaves these unnamed, and memberlist then scans the whole
+// queue on every enqueue for messages to invalidate, skipping every named
+// one, which all of them are: the scan never finds anything. Declaring the
+// message unique gives the same queue without the O(queue) scan.
+type rcUnique struct{ msg []byte }
+
+var _ memberlist.UniqueBroadcast = (*rcUnique)(nil)
+
+func (b *rcUnique) Invalidates(memberlist.Broadcast) bool { return false }
+func (b *rcUnique) Message() []byte                       { return b.msg }
+func (b *rcUnique) Finished()                             {}
+func (b *rcUnique) UniqueBroadcast()                      {}
+
+// mlBroadcast is a memberlist alive, suspect or dead message in a node's
+// memberlist queue; like memberlist's own, it replaces any older message
+// about the same node.
+type mlBroadcast struct {
+	node string
+	msg  []byte
+}
+
+var _ memberlist.NamedBroadcast = (*mlBroadcast)(nil)
+
+func (b *mlBroadcast) Invalidates(other memberlist.Broadcast) bool {
+	o, ok := other.(*mlBroadcast)
+	return ok && o.node == b.node
+}
+func (b *mlBroadcast) Name() string    { return b.node }
+func (b *mlBroadcast) Message() []byte { return b.msg }
+func (b *mlBroadcast) Finished()       {}
+
+// register gives a broadcast part a byte slice of its encoded size whose
+// first four bytes name it, so that what memberlist's queue hands back can
+// be turned into the part again.
+func (s *Sim) register(p part) []byte {
+	id := len(s.registry)
+	s.registry = append(s.registry, p)
+	b := make([]byte, max(p.size, 4))
+	binary.LittleEndian.PutUint32(b, uint32(id))
+	return b
+}
+
+func (s *Sim) lookup(b []byte) part { return s.registry[binary.LittleEndian.Uint32(b)] }
+
+// blocked reports whether a partition separates two nodes.
+func (s *Sim) blocked(a, b int32) bool {
+	return s.group != nil && s.group[a] != s.group[b]
+}
+
+// sendPacket sends a UDP datagram: counted at the sender, lost with
+// probability Loss or across a partition, delivered after one latency.
+func (s *Sim) sendPacket(p *packet) {
+	size := crcOverhead
+	if len(p.parts) > 1 {
+		size += compoundHeader + compoundPerPart*len(p.parts)
+	}
+	for i := range p.parts {
+		size += p.parts[i].size
+		if p.parts[i].kind == pUser {
+			size += userMsgFrame
+			if m := p.parts[i].msg; m.kind == uDeltas {
+				s.stats.deltaCopies += uint64(len(m.deltas))
+			}
+		}
+	}
+	st := &s.stats
+	st.packets++
+	st.bytes += uint64(size)
+	if s.blocked(p.from, p.to) || (s.cfg.Loss > 0 && s.rng.Float64() < s.cfg.Loss) {
+		st.lost++
+		return
+	}
+	s.q.push(event{at: s.now + s.cfg.Latency.sample(s.rng), kind: evPacket, pkt: p})
+}
+
+// tcpDelay is the time a stream message takes: handshake and data (three
+// one-way delays), plus a retransmission timeout for each lost segment (1s
+// for a SYN, 200ms, Linux's minimum RTO, for data).
+func (s *Sim) tcpDelay(size int) int64 {
+	d := int64(0)
+	for range 3 {
+		d += s.cfg.Latency.sample(s.rng)
+	}
+	if s.cfg.Loss > 0 {
+		for s.rng.Float64() < s.cfg.Loss {
+			d += 1e9
+		}
+		for range 1 + size/1448 {
+			if s.rng.Float64() < s.cfg.Loss {
+				d += 200e6
+			}
+		}
+	}
+	return d
+}
+
+// sendStream sends a message over TCP. It fails at once, as a dial does,
+// when the peer is down or across a partition.
+func (s *Sim) sendStream(st *stream, size int) bool {
+	s.stats.streams++
+	s.stats.bytes += uint64(size + streamOverhead)
+	switch {
+	case st.pushPull:
+		s.stats.antiEntropyBytes += uint64(st.msg.size)
+	case st.msg != nil && st.msg.antiEntropy:
+		s.stats.antiEntropyBytes += uint64(size + streamOverhead)
+	}
+	if st.msg != nil && st.msg.kind == uDeltas {
+		s.stats.deltaCopies += uint64(len(st.msg.deltas))
+	}
+	if s.blocked(st.from, st.to) || !s.nodes[st.to].up {
+		return false
+	}
+	s.lastStreamAt = s.now + s.tcpDelay(size)
+	s.q.push(event{at: s.lastStreamAt, kind: evStream, strm: st})
+	return true
+}

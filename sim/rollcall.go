@@ -1,0 +1,498 @@
+package sim
+
+import (
+	"fmt"
+
+	"github.com/rollcall/rollcall/crdt"
+	"github.com/rollcall/rollcall/gossip"
+)
+
+// This file is the simulated counterpart of gossip.Cluster (cluster.go and
+// delegate.go): the same steps in the same order, calling the same pure
+// functions of gossip/plan.go (ChooseMode, PackDeltas, Leases, GapTracker,
+// PushPullScale) and the same crdt.Replica methods, with the network and the
+// clock replaced. Function names match cluster.go's.
+
+// publish is Cluster.Publish: queue an owner's delta; flush after
+// BatchDelay.
+func (s *Sim) publish(n *node, d crdt.Delta) {
+	n.pending = append(n.pending, d)
+	n.ownVersion = d.Version()
+	if !n.flushArmed {
+		n.flushArmed = true
+		s.after(n, s.cfg.BatchDelay, evFlush, 0, 0)
+	}
+}
+
+// liveMembers is len(Cluster.otherMembers()): members n sees as alive.
+func (s *Sim) liveMembers(n *node) int { return s.cfg.Nodes - 1 - n.numNotAlive }
+
+// flush is Cluster.flush.
+func (s *Sim) flush(n *node) {
+	batch := n.pending
+	n.pending = nil
+	if len(batch) == 0 {
+		return
+	}
+	batch = crdt.Coalesce(batch)
+	packets, oversized := gossip.PackDeltas(batch, s.cfg.PacketBudget)
+	big := make(map[int]bool, len(oversized))
+	for _, i := range oversized {
+		big[i] = true
+	}
+	members := s.liveMembers(n)
+	mode := gossip.ChooseMode(members+1, s.cfg.EagerThreshold)
+	for i, p := range packets {
+		m := s.deltaMsg(p)
+		switch {
+		case big[i]:
+			s.sendAll(n, m, true)
+			s.stats.directCopies += uint64(len(p) * members)
+		case mode == gossip.ModeEager:
+			s.sendAll(n, m, false)
+			s.stats.directCopies += uint64(len(p) * members)
+		default:
+			s.enqueueBroadcast(n, m, "")
+			seeds := s.kRandom(3, func(q int32) bool { return !s.aliveMember(n, q) })
+			for _, t := range seeds {
+				s.sendBestEffort(n, t, m)
+			}
+			s.stats.directCopies += uint64(len(p) * len(seeds))
+		}
+	}
+}
+
+// deltaMsg builds the gossip message for one packed batch, sized by crdt's
+// real encoder.
+func (s *Sim) deltaMsg(ds []crdt.Delta) *umsg {
+	b, err := crdt.AppendDeltas(nil, ds)
+	if err != nil {
+		panic(fmt.Sprintf("sim: encode deltas: %v", err)) // our own records: a bug
+	}
+	m := &umsg{kind: uDeltas, deltas: ds, size: rollcallHeader + len(b), did: int32(len(s.dseen))}
+	s.dseen = append(s.dseen, make([]uint64, (s.cfg.Nodes+63)/64))
+	return m
+}
+
+// sendAll is Cluster.sendAll to every live member.
+func (s *Sim) sendAll(n *node, m *umsg, reliable bool) {
+	for p := range int32(s.cfg.Nodes) {
+		if !s.aliveMember(n, p) {
+			continue
+		}
+		if reliable {
+			s.sendStream(&stream{from: n.id, to: p, msg: m}, m.size)
+		} else {
+			s.sendBestEffort(n, p, m)
+		}
+	}
+}
+
+// sendBestEffort is memberlist's SendBestEffort: one user message in its
+// own packet, nothing piggybacked.
+func (s *Sim) sendBestEffort(n *node, to int32, m *umsg) {
+	s.sendPacket(&packet{from: n.id, to: to, parts: []part{{kind: pUser, msg: m, size: m.size}}})
+}
+
+// enqueueBroadcast is Cluster.enqueueBroadcast. A message is registered
+// once and its bytes shared by every queue that holds it, as the bytes of a
+// relayed message are equal.
+func (s *Sim) enqueueBroadcast(n *node, m *umsg, name string) {
+	if m.reg == nil {
+		m.reg = s.register(part{kind: pUser, msg: m, size: m.size})
+	}
+	if name == "" {
+		n.queue.QueueBroadcast(&rcUnique{msg: m.reg})
+	} else {
+		n.queue.QueueBroadcast(&rcBroadcast{msg: m.reg, name: name})
+	}
+	if n.queue.NumQueued() > s.cfg.MaxQueue {
+		n.queue.Prune(s.cfg.MaxQueue)
+		s.stats.queuePruned++
+	}
+}
+
+// handleUser is Cluster.handle for one Rollcall message.
+func (s *Sim) handleUser(n *node, m *umsg) {
+	switch m.kind {
+	case uDeltas:
+		s.handleDeltas(n, m)
+	case uAlive:
+		s.handleAlive(n, m)
+	case uPull, uState:
+		s.goAnswer(n, m.from, m.digest)
+	case uSync:
+		s.applySync(n, m.sync)
+	}
+}
+
+// handleDeltas is Cluster.handleDeltas. A message this node already
+// applied is not applied again (crdt's Apply is idempotent: the state would
+// not change) and cannot be fresh (its versions are all at most what was
+// seen then), so only the lease refresh is done for it.
+func (s *Sim) handleDeltas(n *node, m *umsg) {
+	bits := s.dseen[m.did]
+	dup := bits[n.id/64]&(1<<(n.id%64)) != 0
+	fresh := false
+	var up []int32
+	last := int32(-1)
+	for i := range m.deltas {
+		d := &m.deltas[i]
+		o := d.Origin()
+		if o.Node == n.name {
+			continue
+		}
+		p := s.index(o.Node)
+		if !dup {
+			k := originKey(p, o)
+			if v := d.Version(); v > n.seen[k] {
+				fresh = true
+				n.seen[k] = v
+			}
+		}
+		// Heard twice at one instant is heard once.
+		if p != last {
+			last = p
+			if s.heard(n, p) {
+				up = append(up, p)
+			}
+		}
+	}
+	// Cluster uses len(c.peers)+1: every node it has ever known.
+	epidemic := gossip.ChooseMode(s.cfg.Nodes, s.cfg.EagerThreshold) == gossip.ModeEpidemic
+	for _, p := range up {
+		s.markUp(n, p)
+	}
+	if !dup {
+		bits[n.id/64] |= 1 << (n.id % 64)
+		s.applyDeltas(n, m.deltas)
+	}
+	if epidemic && fresh {
+		s.enqueueBroadcast(n, m, "")
+	}
+}
+
+// originKey packs an origin into a map key: its node's slot and the life
+// its incarnation encodes.
+func originKey(slot int32, o crdt.Origin) uint64 {
+	return uint64(slot)<<32 | (o.Incarnation - uint64(wallBase))
+}
+
+// handleAlive is Cluster.handleAlive.
+func (s *Sim) handleAlive(n *node, m *umsg) {
+	o := m.origin
+	if o.Node == n.name {
+		return
+	}
+	p := s.index(o.Node)
+	local := n.wm.get(o)
+	wasDown := s.heard(n, p)
+	known := n.peerLife[p]
+	if known == 0 {
+		known = 1
+	}
+	newInc := o.Incarnation > incarnation(known)
+	if newInc {
+		n.peerLife[p] = uint32(o.Incarnation - uint64(wallBase))
+	}
+	pull := n.gaps.Observe(o, m.watermark, local) && !n.pulling[p]
+	if pull {
+		n.pulling[p] = true
+	}
+	if newInc {
+		s.retire(n, p, o)
+	}
+	if wasDown {
+		s.markUp(n, p)
+	}
+	if pull {
+		s.stats.gapPulls++
+		s.goPull(n, p)
+	}
+}
+
+// digestMsg builds a pull or push/pull state message carrying n's digest.
+// Its size counts, besides the digest the replica returns, one entry per
+// member the replica has no records of: a real node holds an (empty) origin
+// for every member it learned of through memberlist, which the simulator
+// does not materialise (it would cost nodes² memory).
+func (s *Sim) digestMsg(n *node, kind umsgKind) *umsg {
+	d := n.r.Digest()
+	b, err := crdt.AppendDigest(nil, d)
+	if err != nil {
+		panic(fmt.Sprintf("sim: encode digest: %v", err))
+	}
+	size := rollcallHeader + 1 + mpStr(len(n.name)) + len(b)
+	if extra := s.cfg.Nodes - len(d); extra > 0 {
+		size += extra * digestEntrySize(len(n.name), incarnation(1), 0)
+	}
+	return &umsg{kind: kind, from: n.id, digest: d, size: size, antiEntropy: true}
+}
+
+// goPull is Cluster.goPull: ask the origin, over TCP, for what n lacks.
+func (s *Sim) goPull(n *node, from int32) {
+	m := s.digestMsg(n, uPull)
+	at := s.sendStreamAt(&stream{from: n.id, to: from, msg: m}, m.size)
+	s.q.push(event{at: at, kind: evPullDone, node: n.id, life: n.life, a: from})
+}
+
+// sendStreamAt sends a stream and returns when the send completes (or now,
+// when it fails at once).
+func (s *Sim) sendStreamAt(st *stream, size int) int64 {
+	if !s.sendStream(st, size) {
+		return s.now
+	}
+	return s.lastStreamAt
+}
+
+// goAnswer is Cluster.goAnswer: answer a digest with what the asker lacks.
+func (s *Sim) goAnswer(n *node, asker int32, d crdt.Digest) {
+	if asker == n.id {
+		return
+	}
+	sync := n.r.Diff(d)
+	if len(sync) == 0 {
+		return
+	}
+	b, err := crdt.AppendSync(nil, sync)
+	if err != nil {
+		panic(fmt.Sprintf("sim: encode sync: %v", err))
+	}
+	s.stats.syncRecords += uint64(sync.Len())
+	m := &umsg{kind: uSync, sync: sync, size: rollcallHeader + len(b), antiEntropy: true}
+	s.sendStream(&stream{from: n.id, to: asker, msg: m}, m.size)
+}
+
+// announce is Cluster.announce.
+func (s *Sim) announce(n *node) {
+	m := &umsg{kind: uAlive, origin: n.self, watermark: n.ownVersion, sessions: n.sessions}
+	m.size = aliveMsgSize(len(n.name), n.self.Incarnation, n.ownVersion, n.sessions)
+	if gossip.ChooseMode(s.liveMembers(n)+1, s.cfg.EagerThreshold) == gossip.ModeEager {
+		for p := range int32(s.cfg.Nodes) {
+			if s.aliveMember(n, p) {
+				s.sendBestEffort(n, p, m)
+			}
+		}
+		return
+	}
+	s.enqueueBroadcast(n, m, "alive/"+n.name)
+}
+
+// heard is Leases.Heard for peer p at now, kept in step with the FIFO that
+// lets leaseTick skip lease scans that cannot expire anything.
+func (s *Sim) heard(n *node, p int32) (wasDown bool) {
+	w := s.wall()
+	wasDown = n.leases.Heard(s.names[p], w)
+	if n.heardAt[p] != w {
+		n.heardAt[p] = w
+		n.leaseFIFO = append(n.leaseFIFO, leaseRec{peer: p, at: w})
+	}
+	return wasDown
+}
+
+// leaseTick is the lease half of Cluster.tickLoop. Leases.Expire scans
+// every peer; it is called only when some peer's lease may have passed
+// (Config.Check verifies that the skipped calls would expire nothing).
+func (s *Sim) leaseTick(n *node) {
+	w := s.wall()
+	ttl := int64(s.cfg.LeaseTimeout)
+	due := false
+	i := 0
+	for ; i < len(n.leaseFIFO); i++ {
+		r := n.leaseFIFO[i]
+		if w-r.at <= ttl {
+			break
+		}
+		if n.heardAt[r.peer] == r.at && !n.leases.Down(s.names[r.peer]) {
+			due = true
+		}
+	}
+	if i > 0 {
+		n.leaseFIFO = append(n.leaseFIFO[:0], n.leaseFIFO[i:]...)
+	}
+	if !due {
+		if s.cfg.Check {
+			if got := n.leases.Expire(w); len(got) > 0 {
+				panic(fmt.Sprintf("sim: lease index missed expiries %v at %s", got, n.name))
+			}
+		}
+		return
+	}
+	for _, name := range sortedStrings(n.leases.Expire(w)) {
+		s.markDown(n, s.index(name))
+	}
+}
+
+// onLeave is events.NotifyLeave: memberlist declared p dead or left.
+func (s *Sim) onLeave(n *node, p int32) {
+	if n.leases.Fail(s.names[p]) {
+		s.markDown(n, p)
+	}
+}
+
+// observeMember is Cluster.observeMember: a member's metadata carries its
+// Rollcall incarnation; a new one retires the old one's sessions.
+func (s *Sim) observeMember(n *node, p int32, life uint32) {
+	known := n.peerLife[p]
+	if known == 0 {
+		known = 1
+	}
+	if life > known {
+		n.peerLife[p] = life
+		s.retire(n, p, crdt.Origin{Node: s.names[p], Incarnation: incarnation(life)})
+	}
+}
+
+// Host operations: the real ReplicaHost calls, plus the simulator's
+// bookkeeping of what each node shows.
+
+func (s *Sim) applyDeltas(n *node, ds []crdt.Delta) {
+	w := s.wall()
+	for i := range ds {
+		changed, dropped, err := n.r.Apply(ds[i], w)
+		if err != nil {
+			panic(fmt.Sprintf("sim: %s rejected a delta: %v", n.name, err))
+		}
+		n.wm.applied(&ds[i])
+		if changed {
+			s.observeUser(n, ds[i].User())
+		}
+		for _, u := range dropped {
+			s.observeUser(n, u)
+		}
+	}
+}
+
+func (s *Sim) applySync(n *node, sync crdt.Sync) {
+	users, err := n.r.ApplySync(sync, s.wall())
+	if err != nil {
+		panic(fmt.Sprintf("sim: %s rejected a sync: %v", n.name, err))
+	}
+	n.wm.synced(sync)
+	for _, u := range users {
+		s.observeUser(n, u)
+	}
+}
+
+func (s *Sim) markDown(n *node, p int32) {
+	for _, u := range n.r.SetNodeDown(s.names[p], s.wall()) {
+		s.observeUser(n, u)
+	}
+	s.track.nodeShownDown(s, n, p)
+}
+
+func (s *Sim) markUp(n *node, p int32) {
+	for _, u := range n.r.SetNodeUp(s.names[p]) {
+		s.observeUser(n, u)
+	}
+}
+
+func (s *Sim) retire(n *node, p int32, o crdt.Origin) {
+	s.applySync(n, crdt.Sync{{Origin: o}})
+	s.track.nodeShownDown(s, n, p)
+}
+
+// index returns the slot of a node name.
+func (s *Sim) index(name string) int32 {
+	i, ok := s.nameIdx[name]
+	if !ok {
+		panic("sim: unknown node " + name)
+	}
+	return i
+}
+
+// pushPull is memberlist's pushPull: exchange membership and Rollcall
+// digests with one random live member over TCP.
+func (s *Sim) pushPull(n *node) {
+	peers := s.kRandom(1, func(p int32) bool { return !s.aliveMember(n, p) })
+	if len(peers) == 0 {
+		return
+	}
+	s.startPushPull(n, peers[0])
+}
+
+func (s *Sim) startPushPull(n *node, to int32) {
+	s.stats.pushPulls++
+	m := s.digestMsg(n, uState)
+	st := &stream{from: n.id, to: to, msg: m, pushPull: true, members: s.membershipOf(n)}
+	s.sendStream(st, s.pushPullSize(m))
+}
+
+func (s *Sim) pushPullSize(m *umsg) int {
+	return s.sizes.pushHeader + s.cfg.Nodes*s.sizes.pushNode + m.size
+}
+
+// membershipOf snapshots the non-default part of n's view, plus n itself,
+// as push/pull carries it.
+func (s *Sim) membershipOf(n *node) []memberState {
+	out := make([]memberState, 0, len(n.view)+1)
+	out = append(out, memberState{node: n.id, state: stAlive, inc: n.mlInc, life: n.life})
+	for _, p := range sortedKeys(n.view) {
+		v := n.view[p]
+		out = append(out, memberState{node: p, state: v.state, inc: v.inc, life: v.life})
+	}
+	return out
+}
+
+// mergeState is memberlist's mergeState of a peer's membership.
+func (s *Sim) mergeState(n *node, remote []memberState) {
+	for _, r := range remote {
+		switch r.state {
+		case stAlive:
+			s.aliveNode(n, part{kind: pAlive, node: r.node, inc: r.inc, life: r.life})
+		case stLeft:
+			s.deadNode(n, part{kind: pDead, node: r.node, inc: r.inc, from: r.node})
+		default:
+			s.suspectNode(n, part{kind: pSuspect, node: r.node, inc: r.inc, from: n.id})
+		}
+	}
+}
+
+// deliverPacket hands each message of a datagram to its handler.
+func (s *Sim) deliverPacket(p *packet) {
+	n := s.nodes[p.to]
+	if !n.up {
+		return
+	}
+	for i := range p.parts {
+		pt := &p.parts[i]
+		switch pt.kind {
+		case pPing:
+			s.sendMsg(n, p.from, part{kind: pAck, seq: pt.seq, size: s.sizes.ack})
+		case pAck:
+			s.handleAck(n, pt.seq)
+		case pIndirect:
+			s.handleIndirect(n, *pt)
+		case pNack:
+		case pSuspect:
+			s.suspectNode(n, *pt)
+		case pAlive:
+			s.aliveNode(n, *pt)
+		case pDead:
+			s.deadNode(n, *pt)
+		case pUser:
+			s.handleUser(n, pt.msg)
+		}
+	}
+}
+
+// deliverStream completes a TCP exchange.
+func (s *Sim) deliverStream(st *stream) {
+	n := s.nodes[st.to]
+	if !n.up {
+		return
+	}
+	if !st.pushPull {
+		s.handleUser(n, st.msg)
+		return
+	}
+	// The receiving side of a push/pull replies with its own state before
+	// merging the remote one; then both merge and answer the digest.
+	if !st.reply {
+		m := s.digestMsg(n, uState)
+		s.sendStream(&stream{from: n.id, to: st.from, msg: m, pushPull: true, reply: true, members: s.membershipOf(n)},
+			s.pushPullSize(m))
+	}
+	s.mergeState(n, st.members)
+	s.goAnswer(n, st.msg.from, st.msg.digest)
+}

@@ -1,0 +1,325 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/rollcall/rollcall/crdt"
+	"github.com/rollcall/rollcall/gossip"
+)
+
+// wallBase offsets virtual time so that timestamps and incarnations encode
+// to the same sizes as real Unix nanoseconds do (November 2023).
+const wallBase = int64(1_700_000_000_000_000_000)
+
+// Sim is one run of a scenario. Create it with New and run it with Run; a Sim
+// is single-use and not safe for concurrent use.
+type Sim struct {
+	// static after New
+	cfg     Config
+	sizes   mlSizes
+	names   []string
+	nameIdx map[string]int32
+
+	// owned by the event loop
+	now      int64
+	rng      *rand.Rand
+	q        eventQueue
+	nodes    []*node
+	group    []int32 // partition group per node; nil when whole
+	registry []part
+	stats    counters
+	// lastStreamAt is when the last stream sent will arrive.
+	lastStreamAt int64
+
+	// dseen[did] has bit i set once node i applied delta message did: a
+	// node skips re-applying a message it already applied (crdt's Apply is
+	// idempotent, so the state is the same) but still handles it otherwise.
+	dseen [][]uint64
+
+	clients  []*client
+	online   []int32 // clients with a live session, for picking
+	byUser   map[string]int32
+	changes  []*change
+	openByCl map[int32][]*change // unconverged changes by client
+	track    *tracker
+	// ages counts (change, node) arrivals by age bin; targetsTotal is the
+	// number of (change, target) pairs.
+	ages         [ageBinCount]uint64
+	targetsTotal int
+	events       uint64
+}
+
+// counters are cluster-wide traffic totals.
+type counters struct {
+	packets, streams, bytes, lost uint64
+	deltaCopies                   uint64 // delta copies in packets and streams, piggyback included
+	directCopies                  uint64 // delta copies sent straight by owners (gossip's Stats.DeltaCopies)
+	antiEntropyBytes              uint64
+	syncRecords                   uint64
+	gapPulls, pushPulls           uint64
+	queuePruned                   uint64
+	supersededWrites              uint64
+	suspicions, deaths, refutes   uint64
+}
+
+// New validates cfg and builds a simulation ready to run.
+func New(cfg Config) (*Sim, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Sim{
+		cfg:      cfg,
+		rng:      rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
+		byUser:   make(map[string]int32),
+		openByCl: make(map[int32][]*change),
+	}
+	width := len(fmt.Sprint(cfg.Nodes - 1))
+	s.names = make([]string, cfg.Nodes)
+	s.nameIdx = make(map[string]int32, cfg.Nodes)
+	for i := range s.names {
+		s.names[i] = fmt.Sprintf("n%0*d", width, i)
+		s.nameIdx[s.names[i]] = int32(i)
+	}
+	s.sizes = newMLSizes(len(s.names[0]))
+	s.track = newTracker(cfg.Nodes)
+	s.nodes = make([]*node, cfg.Nodes)
+	for i := range s.nodes {
+		n, err := s.newNode(int32(i), 1, 1)
+		if err != nil {
+			return nil, err
+		}
+		s.nodes[i] = n
+	}
+	// Every node has joined and its timers run from a random phase, as
+	// memberlist's triggerFunc staggers them.
+	for _, n := range s.nodes {
+		s.startTimers(n, true)
+	}
+	s.scheduleWorkload()
+	for i, p := range cfg.Partitions {
+		s.q.push(event{at: int64(p.At), kind: evSplit, a: int32(i)})
+		if p.Heal > 0 {
+			s.q.push(event{at: int64(p.Heal), kind: evHeal, a: int32(i)})
+		}
+	}
+	for _, c := range cfg.Crashes {
+		s.q.push(event{at: int64(c.At), kind: evCrash, node: int32(c.Node)})
+		if c.Restart > 0 {
+			s.q.push(event{at: int64(c.Restart), kind: evRestart, node: int32(c.Node)})
+		}
+	}
+	return s, nil
+}
+
+// Run simulates the scenario and returns its result. Cancelling ctx stops
+// the run early with ctx's error.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	s, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return s.Run(ctx)
+}
+
+// Run executes the simulation to the configured duration.
+func (s *Sim) Run(ctx context.Context) (*Result, error) {
+	end := int64(s.cfg.Duration)
+	nextReport := int64(0)
+	for s.q.len() > 0 && s.q.peekAt() <= end {
+		e := s.q.pop()
+		s.now = e.at
+		s.events++
+		if s.events&0xffff == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			if s.cfg.Progress != nil && s.now >= nextReport {
+				s.cfg.Progress(float64(s.now) / float64(end))
+				nextReport = s.now + end/100
+			}
+		}
+		s.dispatch(&e)
+		if s.cfg.Check {
+			if err := s.check(); err != nil {
+				return nil, fmt.Errorf("sim: after %v event at %v: %w", e.kind, time.Duration(s.now), err)
+			}
+		}
+	}
+	s.now = end
+	if s.cfg.Progress != nil {
+		s.cfg.Progress(1)
+	}
+	return s.result(), nil
+}
+
+func (s *Sim) dispatch(e *event) {
+	switch e.kind {
+	case evPacket:
+		s.deliverPacket(e.pkt)
+		return
+	case evStream:
+		s.deliverStream(e.strm)
+		return
+	case evChange:
+		s.clientAction(int(e.a))
+		return
+	case evExpire:
+		s.expire(e.a, e.b)
+		return
+	case evSplit:
+		s.split(int(e.a))
+		return
+	case evHeal:
+		s.heal(int(e.a))
+		return
+	case evCrash:
+		s.crash(e.node)
+		return
+	case evRestart:
+		s.restart(e.node)
+		return
+	}
+	n := s.nodes[e.node]
+	if !n.up || n.life != e.life {
+		return // a timer of a crashed incarnation
+	}
+	switch e.kind {
+	case evFlush:
+		n.flushArmed = false
+		s.flush(n)
+	case evGossip:
+		s.gossipTick(n)
+		s.after(n, s.cfg.GossipInterval, evGossip, 0, 0)
+	case evProbe:
+		s.probe(n)
+		s.after(n, s.cfg.ProbeInterval, evProbe, 0, 0)
+	case evProbeTimeout:
+		s.probeTimeout(n, uint32(e.b))
+	case evProbeDeadline:
+		s.probeDeadline(n, uint32(e.b))
+	case evHelperTimeout:
+		s.helperTimeout(n, uint32(e.b))
+	case evAlive:
+		s.announce(n)
+		s.after(n, s.cfg.AliveInterval, evAlive, 0, 0)
+	case evLease:
+		s.leaseTick(n)
+		s.after(n, s.leaseTickEvery(), evLease, 0, 0)
+	case evPushPull:
+		s.pushPull(n)
+		s.after(n, gossip.PushPullScale(s.cfg.PushPullInterval, s.estNumNodes(n)), evPushPull, 0, 0)
+	case evSuspicion:
+		s.suspicionFired(n, e.a, e.b)
+	case evPullDone:
+		delete(n.pulling, e.a)
+	}
+}
+
+// after schedules a timer of node n's current life.
+func (s *Sim) after(n *node, d time.Duration, k evKind, a int32, b uint64) {
+	s.q.push(event{at: s.now + int64(d), kind: k, node: n.id, life: n.life, a: a, b: b})
+}
+
+// leaseTickEvery is gossip's lease check period.
+func (s *Sim) leaseTickEvery() time.Duration {
+	return min(s.cfg.LeaseTimeout/20, 250*time.Millisecond)
+}
+
+// startTimers starts a node's periodic timers. stagger picks a random
+// phase within each period (memberlist's triggerFunc does).
+func (s *Sim) startTimers(n *node, stagger bool) {
+	phase := func(d time.Duration) time.Duration {
+		if !stagger {
+			return d
+		}
+		return time.Duration(s.rng.Int64N(int64(d)))
+	}
+	s.after(n, phase(s.cfg.GossipInterval), evGossip, 0, 0)
+	s.after(n, phase(s.cfg.ProbeInterval), evProbe, 0, 0)
+	s.after(n, phase(s.cfg.PushPullInterval), evPushPull, 0, 0)
+	// gossip's tickLoop announces at once, then every AliveInterval.
+	s.after(n, phase(s.cfg.AliveInterval), evAlive, 0, 0)
+	s.after(n, phase(s.leaseTickEvery()), evLease, 0, 0)
+}
+
+// wall converts virtual time to the Unix nanoseconds crdt sees.
+func (s *Sim) wall() int64 { return wallBase + s.now }
+
+// incarnation is the crdt incarnation of a node's life: a boot timestamp,
+// as a real node uses.
+func incarnation(life uint32) uint64 { return uint64(wallBase) + uint64(life) }
+
+// node is one simulated gateway: its replica, the state gossip.Cluster
+// keeps, and its memberlist view.
+type node struct {
+	id   int32
+	name string
+	up   bool
+	life uint32 // 1 + restarts
+	born int64  // virtual time this life started
+
+	// Rollcall (mirrors gossip.Cluster)
+	self       crdt.Origin
+	r          *crdt.Replica
+	wm         *watermarks
+	pending    []crdt.Delta
+	ownVersion uint64 // our origin's watermark: the version of our last write
+	flushArmed bool
+	queue      *memberlist.TransmitLimitedQueue
+	leases     *gossip.Leases
+	heardAt    map[int32]int64 // shadow of the lease table's times, for leaseFIFO
+	leaseFIFO  []leaseRec
+	gaps       *gossip.GapTracker
+	pulling    map[int32]bool
+	seen       map[uint64]uint64 // Cluster.seen, keyed by originKey
+	peerLife   map[int32]uint32  // Rollcall incarnation known per peer, when not 1
+	sessions   int               // active sessions owned (alive announcements carry it)
+
+	// memberlist
+	mlInc       uint32
+	mlQueue     *memberlist.TransmitLimitedQueue
+	view        map[int32]*peerView // peers whose state differs from "alive, incarnation 1, life 1"
+	numDown     int                 // peers dead or left in view
+	numNotAlive int                 // peers suspect, dead or left in view
+	probeSeq    uint32
+	probeIdx    int
+	probeA      uint64 // probe order of this pass: i -> (probeA*i + probeB) mod Nodes
+	probeB      uint64
+	probe       *probeState
+	helping     map[uint32]*helpState
+	suspSeq     uint64
+}
+
+type leaseRec struct {
+	peer int32
+	at   int64
+}
+
+func (s *Sim) newNode(id int32, life, mlInc uint32) (*node, error) {
+	self := crdt.Origin{Node: s.names[id], Incarnation: incarnation(life)}
+	r, err := crdt.NewReplica(crdt.Config{Self: self})
+	if err != nil {
+		return nil, err
+	}
+	n := &node{
+		id: id, name: s.names[id], up: true, life: life, born: s.now,
+		self: self, r: r, wm: newWatermarks(self, r.Config().MaxPendingRanges),
+		leases:   gossip.NewLeases(s.cfg.LeaseTimeout),
+		heardAt:  make(map[int32]int64),
+		gaps:     gossip.NewGapTracker(),
+		pulling:  make(map[int32]bool),
+		peerLife: make(map[int32]uint32),
+		seen:     make(map[uint64]uint64),
+		mlInc:    mlInc,
+		view:     make(map[int32]*peerView),
+		helping:  make(map[uint32]*helpState),
+	}
+	n.queue = &memberlist.TransmitLimitedQueue{NumNodes: func() int { return s.numMembers(n) }, RetransmitMult: s.cfg.RetransmitMult}
+	n.mlQueue = &memberlist.TransmitLimitedQueue{NumNodes: func() int { return s.estNumNodes(n) }, RetransmitMult: s.cfg.RetransmitMult}
+	return n, nil
+}
