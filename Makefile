@@ -5,7 +5,7 @@ BIN       := bin/rollcall
 FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
 
-.PHONY: all build test test-short bench lint fuzz run clean tools
+.PHONY: all build test test-short bench lint fuzz run clean image
 
 all: build
 
@@ -45,3 +45,8 @@ run: build
 
 clean:
 	rm -rf bin
+
+# A FROM-scratch container image with a static binary (deploy/Dockerfile).
+image:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o deploy/rollcall ./cmd/rollcall
+	docker build -t rollcall deploy
