@@ -42,6 +42,9 @@ type Cluster struct {
 
 	inbound chan []byte
 	flushCh chan struct{}
+	// answers bounds concurrent anti-entropy answers (each computes a Diff
+	// and opens a stream); requests past it are dropped and counted.
+	answers chan struct{}
 
 	mu      sync.Mutex // guards the fields below
 	pending []crdt.Delta
@@ -51,6 +54,12 @@ type Cluster struct {
 	pulling map[string]bool  // pulls in flight, by peer
 	seen    map[crdt.Origin]uint64
 	leaving bool
+
+	// memberlist events, queued by the event delegate (which memberlist
+	// calls with its node lock held) and handled by handleLoop.
+	evMu     sync.Mutex
+	evQueue  []func()
+	evSignal chan struct{}
 
 	routeMu  sync.Mutex
 	routeSeq uint64
@@ -64,9 +73,13 @@ type peer struct {
 	clientAddr  string
 	sessions    int
 	addr        string
-	state       string    // alive, suspect, dead, left
-	deadSince   time.Time // when memberlist declared it dead
+	node        *memberlist.Node // copy from the latest join/update event
+	state       string           // alive, dead or left (memberlist events)
+	deadSince   time.Time        // when memberlist declared it dead
 }
+
+// maxConcurrentAnswers bounds the anti-entropy answers computed at once.
+const maxConcurrentAnswers = 4
 
 // New starts memberlist for host and joins cfg.Join (if any). Call Leave
 // or Shutdown to stop.
@@ -77,17 +90,19 @@ func New(cfg Config, host Host) (*Cluster, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Cluster{
 		cfg: cfg, host: host, log: cfg.Logger.Named("gossip"),
-		self:    crdt.Origin{Node: cfg.Name, Incarnation: cfg.Incarnation},
-		ctx:     ctx,
-		cancel:  cancel,
-		inbound: make(chan []byte, cfg.InboundQueue),
-		flushCh: make(chan struct{}, 1),
-		leases:  NewLeases(cfg.LeaseTimeout),
-		gaps:    NewGapTracker(),
-		peers:   make(map[string]*peer),
-		pulling: make(map[string]bool),
-		seen:    make(map[crdt.Origin]uint64),
-		routes:  make(map[uint64]chan routeAck),
+		self:     crdt.Origin{Node: cfg.Name, Incarnation: cfg.Incarnation},
+		ctx:      ctx,
+		cancel:   cancel,
+		inbound:  make(chan []byte, cfg.InboundQueue),
+		flushCh:  make(chan struct{}, 1),
+		answers:  make(chan struct{}, maxConcurrentAnswers),
+		evSignal: make(chan struct{}, 1),
+		leases:   NewLeases(cfg.LeaseTimeout),
+		gaps:     NewGapTracker(),
+		peers:    make(map[string]*peer),
+		pulling:  make(map[string]bool),
+		seen:     make(map[crdt.Origin]uint64),
+		routes:   make(map[uint64]chan routeAck),
 	}
 	mlc, err := c.memberlistConfig()
 	if err != nil {
@@ -271,23 +286,29 @@ func (c *Cluster) enqueueBroadcast(msg []byte, name string) {
 	}
 }
 
-// otherMembers returns the live members except this node.
+// otherMembers returns the live members except this node, as copies taken
+// from memberlist's events. (memberlist.Members returns pointers into its own
+// state, which it keeps changing under its lock: reading them races.)
 func (c *Cluster) otherMembers() []*memberlist.Node {
-	all := c.ml.Members()
-	out := all[:0:0]
-	for _, n := range all {
-		if n.Name != c.cfg.Name && n.State == memberlist.StateAlive {
-			out = append(out, n)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]*memberlist.Node, 0, len(c.peers))
+	for _, p := range c.peers {
+		if p.node != nil && p.state == "alive" {
+			n := *p.node
+			out = append(out, &n)
 		}
 	}
 	return out
 }
 
+// member returns a copy of a live member's node, or nil.
 func (c *Cluster) member(name string) *memberlist.Node {
-	for _, n := range c.ml.Members() {
-		if n.Name == name {
-			return n
-		}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p := c.peers[name]; p != nil && p.node != nil && p.state == "alive" {
+		n := *p.node
+		return &n
 	}
 	return nil
 }
@@ -369,7 +390,27 @@ func (c *Cluster) handleLoop() {
 			return
 		case b := <-c.inbound:
 			c.handle(b)
+		case <-c.evSignal:
+			c.evMu.Lock()
+			q := c.evQueue
+			c.evQueue = nil
+			c.evMu.Unlock()
+			for _, f := range q {
+				f()
+			}
 		}
+	}
+}
+
+// queueEvent defers a memberlist event's handling to handleLoop. It never
+// blocks: memberlist holds its node lock while it calls us.
+func (c *Cluster) queueEvent(f func()) {
+	c.evMu.Lock()
+	c.evQueue = append(c.evQueue, f)
+	c.evMu.Unlock()
+	select {
+	case c.evSignal <- struct{}{}:
+	default:
 	}
 }
 
@@ -418,6 +459,9 @@ func (c *Cluster) handleDeltas(ds []crdt.Delta, raw []byte) {
 	now := c.cfg.Now().UnixNano()
 	fresh := false
 	var up []string
+	// Never call memberlist with mu held: memberlist calls our event
+	// delegate with its own lock held.
+	epidemic := ChooseMode(c.ml.NumMembers(), c.cfg.EagerThreshold) == ModeEpidemic
 	c.mu.Lock()
 	for i := range ds {
 		o := ds[i].Origin()
@@ -428,11 +472,12 @@ func (c *Cluster) handleDeltas(ds []crdt.Delta, raw []byte) {
 			fresh = true
 			c.seen[o] = ds[i].Version()
 		}
-		if c.leases.Heard(o.Node, now) {
+		// Eager deltas come straight from their owner: proof it is alive.
+		// Relayed epidemic deltas prove nothing about the owner now.
+		if !epidemic && c.leases.Heard(o.Node, now) {
 			up = append(up, o.Node)
 		}
 	}
-	epidemic := ChooseMode(len(c.peers)+1, c.cfg.EagerThreshold) == ModeEpidemic
 	c.mu.Unlock()
 	for _, n := range up {
 		c.host.MarkNodeUp(n)
@@ -530,9 +575,16 @@ func (c *Cluster) goAnswer(d digestMsg) {
 	if d.From == c.cfg.Name {
 		return
 	}
+	select {
+	case c.answers <- struct{}{}:
+	default:
+		c.stats.AnswersDropped.Add(1) // the asker retries at its next pull or push/pull
+		return
+	}
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
+		defer func() { <-c.answers }()
 		s := c.host.Diff(d.Digest)
 		if len(s) == 0 {
 			return
@@ -747,6 +799,7 @@ type Stats struct {
 	InboundDropped      atomic.Uint64 // dropped because the inbound queue was full
 	QueuePruned         atomic.Uint64
 	GapPulls            atomic.Uint64
+	AnswersDropped      atomic.Uint64 // anti-entropy requests dropped: too many at once
 	SyncRecordsSent     atomic.Uint64
 	SyncBytesSent       atomic.Uint64
 	SyncRecordsReceived atomic.Uint64

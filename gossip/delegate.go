@@ -79,12 +79,26 @@ type events Cluster
 
 var _ memberlist.EventDelegate = (*events)(nil)
 
-func (e *events) NotifyJoin(n *memberlist.Node) { (*Cluster)(e).observeMember(n, "alive") }
+// memberlist calls these with its node lock held: they copy the node and
+// queue the work for the handler goroutine.
 
-func (e *events) NotifyUpdate(n *memberlist.Node) { (*Cluster)(e).observeMember(n, "alive") }
+func (e *events) NotifyJoin(n *memberlist.Node) {
+	c, cp := (*Cluster)(e), *n
+	c.queueEvent(func() { c.observeMember(&cp, "alive") })
+}
+
+func (e *events) NotifyUpdate(n *memberlist.Node) {
+	c, cp := (*Cluster)(e), *n
+	c.queueEvent(func() { c.observeMember(&cp, "alive") })
+}
 
 func (e *events) NotifyLeave(n *memberlist.Node) {
-	c := (*Cluster)(e)
+	c, cp := (*Cluster)(e), *n
+	c.queueEvent(func() { c.memberFailed(&cp) })
+}
+
+// memberFailed handles a member memberlist declared dead or that left.
+func (c *Cluster) memberFailed(n *memberlist.Node) {
 	if n.Name == c.cfg.Name {
 		return
 	}
@@ -102,8 +116,6 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 	c.mu.Unlock()
 	if wasUp {
 		c.log.Info("member failed or left; its sessions are shown expired", zap.String("node", n.Name), zap.String("state", state))
-		// Not under memberlist's lock-sensitive path for long: the host
-		// only updates its projection and queues events.
 		c.host.MarkNodeDown(n.Name)
 	}
 }
@@ -126,7 +138,7 @@ func (c *Cluster) observeMember(n *memberlist.Node, state string) {
 	if m.ClientAddr != "" {
 		p.clientAddr = m.ClientAddr
 	}
-	p.addr, p.state = n.Address(), state
+	p.addr, p.state, p.node = n.Address(), state, n
 	c.mu.Unlock()
 	if newInc {
 		c.retire(originOf(n.Name, m.Incarnation))

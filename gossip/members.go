@@ -4,8 +4,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/hashicorp/memberlist"
-
 	"github.com/rollcall/rollcall/crdt"
 )
 
@@ -30,17 +28,12 @@ type Member struct {
 func (c *Cluster) Members() []Member {
 	out := []Member{{Name: c.cfg.Name, Addr: c.LocalAddr(), State: "alive", Incarnation: c.cfg.Incarnation,
 		ClientAddr: c.cfg.ClientAddr, Sessions: c.host.SessionCount(), Self: true}}
-	live := make(map[string]string)
-	for _, n := range c.ml.Members() {
-		live[n.Name] = stateName(n.State)
-	}
 	c.mu.Lock()
 	for _, p := range c.peers {
-		state := p.state
-		if s, ok := live[p.name]; ok {
-			state = s
+		if p.node == nil && p.state == "alive" {
+			continue // heard of through gossip, not yet a memberlist member
 		}
-		out = append(out, Member{Name: p.name, Addr: p.addr, State: state, Incarnation: p.incarnation,
+		out = append(out, Member{Name: p.name, Addr: p.addr, State: p.state, Incarnation: p.incarnation,
 			ClientAddr: p.clientAddr, Sessions: p.sessions, LeaseExpired: c.leases.Down(p.name)})
 	}
 	c.mu.Unlock()
@@ -59,18 +52,4 @@ func (c *Cluster) ClientAddrOf(name string) string {
 		return p.clientAddr
 	}
 	return ""
-}
-
-func stateName(s memberlist.NodeStateType) string {
-	switch s {
-	case memberlist.StateAlive:
-		return "alive"
-	case memberlist.StateSuspect:
-		return "suspect"
-	case memberlist.StateDead:
-		return "dead"
-	case memberlist.StateLeft:
-		return "left"
-	}
-	return "unknown"
 }
