@@ -35,10 +35,10 @@ type client struct {
 
 var devices = [...]string{"phone", "laptop", "web", "tablet"}
 
-// scheduleWorkload draws the times of the client actions: uniform over the
-// first half of the run, so the second half lets them settle.
+// scheduleWorkload draws the times of the client actions: uniform over
+// Window.
 func (s *Sim) scheduleWorkload() {
-	window := int64(s.cfg.Duration) / 2
+	window := int64(s.cfg.Window)
 	times := make([]int64, s.cfg.Changes)
 	for i := range times {
 		times[i] = s.rng.Int64N(max(window, 1))

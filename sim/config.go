@@ -55,6 +55,10 @@ type Config struct {
 	EagerThreshold int
 	PacketBudget   int
 	MaxQueue       int
+	// ReconnectInterval is how often a node tries to rejoin members
+	// memberlist declared dead; ReconnectTimeout how long it keeps trying.
+	ReconnectInterval time.Duration
+	ReconnectTimeout  time.Duration
 
 	// Network.
 
@@ -74,6 +78,9 @@ type Config struct {
 	Changes int
 	// Duration is the simulated time. Default 60s.
 	Duration time.Duration
+	// Window is the time over which the client actions are spread, from
+	// the start. Default Duration/2, so the rest lets them settle.
+	Window time.Duration
 	// Timeout is the session timeout: a silent client's session is expired
 	// by its gateway this long after its last request (node.Config.Timeout).
 	// Default 15s.
@@ -199,6 +206,8 @@ func (c *Config) Validate() error {
 	num(&c.EagerThreshold, g.EagerThreshold)
 	num(&c.PacketBudget, g.PacketBudget)
 	num(&c.MaxQueue, g.MaxQueue)
+	dur(&c.ReconnectInterval, g.ReconnectInterval)
+	dur(&c.ReconnectTimeout, g.ReconnectTimeout)
 
 	if c.Latency.Kind == LatencyUnset {
 		c.Latency = d.Latency
@@ -210,6 +219,7 @@ func (c *Config) Validate() error {
 		c.Changes = d.Changes
 	}
 	dur(&c.Duration, d.Duration)
+	dur(&c.Window, c.Duration/2)
 	dur(&c.Timeout, d.Timeout)
 	dur(&c.Heartbeat, DefaultHeartbeat)
 	if c.SweepInterval == 0 {
@@ -222,6 +232,9 @@ func (c *Config) Validate() error {
 	var errs []error
 	if c.Loss < 0 || c.Loss >= 1 {
 		errs = append(errs, fmt.Errorf("loss %v out of range [0,1)", c.Loss))
+	}
+	if c.Window > c.Duration {
+		errs = append(errs, fmt.Errorf("window %v exceeds the duration %v", c.Window, c.Duration))
 	}
 	if c.Changes < 0 {
 		errs = append(errs, fmt.Errorf("changes %d is negative", c.Changes))

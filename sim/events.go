@@ -23,12 +23,14 @@ const (
 	evSplit                       // partition a starts
 	evHeal                        // partition a heals
 	evPullDone                    // node: pull to a sent (clears the in-flight mark)
+	evAnswerDone                  // node: an anti-entropy answer finished sending
+	evReconnect                   // node: try to rejoin dead members
 )
 
 func (k evKind) String() string {
 	names := [...]string{"change", "expire", "flush", "gossip", "probe", "probe-timeout", "probe-deadline",
 		"helper-timeout", "packet", "stream", "alive", "lease", "push-pull", "suspicion", "crash", "restart",
-		"split", "heal", "pull-done"}
+		"split", "heal", "pull-done", "answer-done", "reconnect"}
 	if int(k) < len(names) {
 		return names[k]
 	}

@@ -37,8 +37,8 @@ and a model of memberlist (probes, suspicion, piggyback queue). It reports
 how fast session changes reach every node, what that costs, and how long
 failures take to show. The same flags and seed always give the same output.
 
-Client actions happen at random times in the first half of --duration; the
-second half lets them settle.
+Client actions happen at random times in the first --window of the run
+(default half of --duration); the rest lets them settle.
 
 flags (durations take Go syntax: 500ms, 2s, 1m):
 `
@@ -73,6 +73,7 @@ func NewFlagSet(o *Options, out io.Writer) *flag.FlagSet {
 	})
 	fs.IntVar(&c.Changes, "changes", c.Changes, "client actions (connects, status changes, disconnects, silent failures) over the first half of the run, a count")
 	fs.DurationVar(&c.Duration, "duration", c.Duration, "simulated time, a duration")
+	fs.DurationVar(&c.Window, "window", 0, "time over which the client actions are spread, a duration (default: half the duration)")
 	fs.DurationVar(&c.Timeout, "timeout", c.Timeout, "session timeout: a silent client's gateway expires its session this long after its last request, a duration")
 	fs.DurationVar(&c.Heartbeat, "heartbeat", DefaultHeartbeat, "client heartbeat interval, a duration")
 	fs.Func("partition", "a network partition, repeatable: AT[..HEAL]:GROUP|GROUP..., groups of node indexes and ranges, or 'half'; e.g. 10s..30s:0-15|16-31 (nodes in no group form one more group)", func(s string) error {

@@ -75,6 +75,7 @@ type Result struct {
 
 // Percentiles summarises a distribution of times in milliseconds.
 type Percentiles struct {
+	Min     float64 `json:"min"`
 	P50     float64 `json:"p50"`
 	P90     float64 `json:"p90"`
 	P99     float64 `json:"p99"`
@@ -108,6 +109,7 @@ type Counters struct {
 	Refutes      uint64 `json:"refutes"`
 	QueuePruned  uint64 `json:"queue_pruned"`
 	Superseded   uint64 `json:"superseded_writes"`
+	AnswersDrop  uint64 `json:"answers_dropped"`
 	Events       uint64 `json:"events"`
 	ClientsTotal int    `json:"clients"`
 }
@@ -136,6 +138,7 @@ func percentiles(xs []float64) Percentiles {
 	if len(xs) == 0 {
 		return p
 	}
+	p.Min = round3(xs[0])
 	p.P50, p.P90, p.P99 = round3(percentile(xs, 50)), round3(percentile(xs, 90)), round3(percentile(xs, 99))
 	p.Max = round3(xs[len(xs)-1])
 	return p
@@ -218,7 +221,7 @@ func (s *Sim) result() *Result {
 		Packets: s.stats.packets, PacketsLost: s.stats.lost, Streams: s.stats.streams, Bytes: s.stats.bytes,
 		DeltaCopies: s.stats.deltaCopies, GapPulls: s.stats.gapPulls, PushPulls: s.stats.pushPulls,
 		SyncRecords: s.stats.syncRecords, Suspicions: s.stats.suspicions, Deaths: s.stats.deaths,
-		Refutes: s.stats.refutes, QueuePruned: s.stats.queuePruned, Superseded: s.stats.supersededWrites,
+		Refutes: s.stats.refutes, QueuePruned: s.stats.queuePruned, Superseded: s.stats.supersededWrites, AnswersDrop: s.stats.answersDropped,
 		Events: s.events, ClientsTotal: len(s.clients),
 	}
 	return r

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/rollcall/rollcall/crdt"
 	"github.com/rollcall/rollcall/gossip"
@@ -245,9 +246,18 @@ func (s *Sim) sendStreamAt(st *stream, size int) int64 {
 	return s.lastStreamAt
 }
 
+// maxConcurrentAnswers mirrors gossip's bound on anti-entropy answers
+// computed at once; past it a digest goes unanswered (the asker retries at
+// its next pull or push/pull).
+const maxConcurrentAnswers = 4
+
 // goAnswer is Cluster.goAnswer: answer a digest with what the asker lacks.
 func (s *Sim) goAnswer(n *node, asker int32, d crdt.Digest) {
 	if asker == n.id {
+		return
+	}
+	if n.answering >= maxConcurrentAnswers {
+		s.stats.answersDropped++
 		return
 	}
 	sync := n.r.Diff(d)
@@ -260,7 +270,22 @@ func (s *Sim) goAnswer(n *node, asker int32, d crdt.Digest) {
 	}
 	s.stats.syncRecords += uint64(sync.Len())
 	m := &umsg{kind: uSync, sync: sync, size: rollcallHeader + len(b), antiEntropy: true}
-	s.sendStream(&stream{from: n.id, to: asker, msg: m}, m.size)
+	n.answering++
+	at := s.sendStreamAt(&stream{from: n.id, to: asker, msg: m}, m.size)
+	s.q.push(event{at: at, kind: evAnswerDone, node: n.id, life: n.life})
+}
+
+// reconnect is Cluster.reconnect: try to rejoin (a join push/pull) every
+// member memberlist declared dead within ReconnectTimeout, so a healed
+// partition re-merges.
+func (s *Sim) reconnect(n *node) {
+	for _, p := range sortedKeys(n.view) {
+		v := n.view[p]
+		if v.state != stDead || time.Duration(s.now-v.changeAt) > s.cfg.ReconnectTimeout {
+			continue
+		}
+		s.startPushPull(n, p)
+	}
 }
 
 // announce is Cluster.announce.

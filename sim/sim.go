@@ -64,6 +64,7 @@ type counters struct {
 	gapPulls, pushPulls           uint64
 	queuePruned                   uint64
 	supersededWrites              uint64
+	answersDropped                uint64
 	suspicions, deaths, refutes   uint64
 }
 
@@ -217,6 +218,11 @@ func (s *Sim) dispatch(e *event) {
 		s.suspicionFired(n, e.a, e.b)
 	case evPullDone:
 		delete(n.pulling, e.a)
+	case evAnswerDone:
+		n.answering--
+	case evReconnect:
+		s.reconnect(n)
+		s.after(n, s.cfg.ReconnectInterval, evReconnect, 0, 0)
 	}
 }
 
@@ -245,6 +251,7 @@ func (s *Sim) startTimers(n *node, stagger bool) {
 	// gossip's tickLoop announces at once, then every AliveInterval.
 	s.after(n, phase(s.cfg.AliveInterval), evAlive, 0, 0)
 	s.after(n, phase(s.leaseTickEvery()), evLease, 0, 0)
+	s.after(n, phase(s.cfg.ReconnectInterval), evReconnect, 0, 0)
 }
 
 // wall converts virtual time to the Unix nanoseconds crdt sees.
@@ -276,6 +283,7 @@ type node struct {
 	leaseFIFO  []leaseRec
 	gaps       *gossip.GapTracker
 	pulling    map[int32]bool
+	answering  int               // anti-entropy answers in flight (gossip bounds them at 4)
 	seen       map[uint64]uint64 // Cluster.seen, keyed by originKey
 	peerLife   map[int32]uint32  // Rollcall incarnation known per peer, when not 1
 	sessions   int               // active sessions owned (alive announcements carry it)

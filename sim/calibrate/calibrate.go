@@ -14,8 +14,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
-	"net"
 	"slices"
 	"sort"
 	"strings"
@@ -42,9 +42,12 @@ type Scenario struct {
 	Settle         time.Duration // after the window, before the crash
 	Observe        time.Duration // after the crash
 	Seed           uint64
-	// Latency is the simulator's one-way delay; zero means measure the
-	// loopback round trip and use half of it.
+	// Latency is the simulator's one-way delay; zero means measure it on
+	// the real cluster first (see Run).
 	Latency sim.Latency
+	// Warmup is the number of single writes used to measure the real
+	// cluster's hop delay before the scenario (default 40).
+	Warmup int
 }
 
 // Timers used on both sides: memberlist's local profile with the gossip
@@ -89,23 +92,68 @@ type Report struct {
 }
 
 // Run runs the scenario on a real cluster, then in the simulator.
+//
+// The simulator has no model of CPU time, and an in-process cluster of
+// dozens of nodes on a small machine spends more time waiting for a core
+// than on the loopback wire. So, unless sc.Latency is set, the real cluster
+// first measures its own hop delay: Warmup single writes, well apart, each
+// timed from the owner's write to each receiver's replica change, less
+// BatchDelay. A lognormal fitted to those samples is the simulator's
+// latency. The scenario itself (fan-out, batching, piggybacking,
+// retransmit limits, failure detection) is then compared on both sides.
 func Run(ctx context.Context, sc Scenario) (*Report, error) {
-	if sc.Latency.Kind == sim.LatencyUnset {
-		rtt, err := loopbackRTT(200)
-		if err != nil {
-			return nil, err
-		}
-		sc.Latency = sim.Latency{Kind: sim.LatencyFixed, Min: rtt / 2}
+	if sc.Warmup == 0 {
+		sc.Warmup = 40
 	}
-	real, err := runReal(ctx, sc)
+	real, hops, err := runReal(ctx, sc)
 	if err != nil {
 		return nil, err
+	}
+	if sc.Latency.Kind == sim.LatencyUnset {
+		sc.Latency = fitLognormal(hops)
 	}
 	simm, err := runSim(ctx, sc)
 	if err != nil {
 		return nil, err
 	}
 	return &Report{Scenario: sc, LatencyUS: float64(sc.Latency.Min) / 1e3, Real: *real, Sim: *simm}, nil
+}
+
+// fitLognormal fits the simulator's lognormal latency to hop delays (ns),
+// grouped by write: the median of all of them, and the spread of the logs
+// within a write (pooled). The spread between writes is left out on
+// purpose: it is one owner's timer and scheduling delay, shared by all the
+// receivers of a write, which independent per-packet delays cannot
+// represent (fitting it would make the slowest of N receivers far too slow).
+func fitLognormal(groups [][]float64) sim.Latency {
+	var all []float64
+	var ss float64
+	n := 0
+	for _, g := range groups {
+		if len(g) == 0 {
+			continue
+		}
+		var mean float64
+		for _, x := range g {
+			mean += math.Log(math.Max(x, 1000)) / float64(len(g))
+		}
+		for _, x := range g {
+			d := math.Log(math.Max(x, 1000)) - mean
+			ss += d * d
+			n++
+		}
+		all = append(all, g...)
+	}
+	if len(all) == 0 {
+		return sim.Latency{Kind: sim.LatencyFixed, Min: 50 * time.Microsecond}
+	}
+	sort.Float64s(all)
+	med := math.Max(all[len(all)/2], 1000)
+	sigma := 0.0
+	if n > 1 {
+		sigma = math.Min(math.Sqrt(ss/float64(n-1)), 5)
+	}
+	return sim.Latency{Kind: sim.LatencyLognormal, Min: time.Duration(med), Sigma: sigma}
 }
 
 // SimConfig is the simulator's configuration of the scenario.
@@ -122,9 +170,9 @@ func SimConfig(sc Scenario) sim.Config {
 	cfg.Latency = sc.Latency
 	cfg.Changes = sc.Changes
 	cfg.Churn = sim.Churn{Connect: 1, Status: 1}
-	// The simulator spreads actions over the first half of the run.
-	cfg.Crashes = []sim.Crash{{Node: sc.Nodes - 1, At: 2*sc.Window + sc.Settle}}
-	cfg.Duration = 2*sc.Window + sc.Settle + sc.Observe
+	cfg.Window = sc.Window
+	cfg.Crashes = []sim.Crash{{Node: sc.Nodes - 1, At: sc.Window + sc.Settle}}
+	cfg.Duration = sc.Window + sc.Settle + sc.Observe
 	cfg.Seed = sc.Seed
 	return cfg
 }
@@ -150,45 +198,6 @@ func runSim(ctx context.Context, sc Scenario) (*Measure, error) {
 	return &m, nil
 }
 
-// loopbackRTT measures the median UDP round trip on loopback.
-func loopbackRTT(n int) (time.Duration, error) {
-	a, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer a.Close()
-	b, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer b.Close()
-	go func() {
-		buf := make([]byte, 64)
-		for {
-			k, from, err := b.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			_, _ = b.WriteTo(buf[:k], from)
-		}
-	}()
-	rtts := make([]time.Duration, 0, n)
-	buf := make([]byte, 64)
-	for range n {
-		start := time.Now()
-		if _, err := a.WriteTo([]byte("ping"), b.LocalAddr()); err != nil {
-			return 0, err
-		}
-		_ = a.SetReadDeadline(time.Now().Add(time.Second))
-		if _, _, err := a.ReadFrom(buf); err != nil {
-			return 0, err
-		}
-		rtts = append(rtts, time.Since(start))
-	}
-	slices.Sort(rtts)
-	return rtts[len(rtts)/2], nil
-}
-
 // realChange is one write in the real cluster.
 type realChange struct {
 	key          crdt.Key
@@ -211,7 +220,7 @@ type realRun struct {
 	copies  atomic.Uint64
 }
 
-func runReal(ctx context.Context, sc Scenario) (*Measure, error) {
+func runReal(ctx context.Context, sc Scenario) (*Measure, [][]float64, error) {
 	rr := &realRun{sc: sc, byUser: make(map[string][]*realChange), offline: make(map[int]time.Time), crashed: -1}
 	defer func() {
 		for _, c := range rr.nodes {
@@ -222,16 +231,22 @@ func runReal(ctx context.Context, sc Scenario) (*Measure, error) {
 	}()
 	for i := range sc.Nodes {
 		if err := rr.start(i); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	if err := rr.waitMembers(ctx, 20*time.Second); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// Let joins and their push/pulls settle before measuring.
-	time.Sleep(2 * time.Second)
-	rr.copies.Store(0)
+	if err := sleepUntil(ctx, time.Now().Add(2*time.Second)); err != nil {
+		return nil, nil, err
+	}
 	rng := rand.New(rand.NewPCG(sc.Seed, 7))
+	hops, err := rr.warmup(ctx, rng)
+	if err != nil {
+		return nil, nil, err
+	}
+	rr.copies.Store(0)
 	times := make([]time.Duration, sc.Changes)
 	for i := range times {
 		times[i] = time.Duration(rng.Int64N(int64(sc.Window)))
@@ -241,7 +256,7 @@ func runReal(ctx context.Context, sc Scenario) (*Measure, error) {
 	var users []string
 	for _, t := range times {
 		if err := sleepUntil(ctx, start.Add(t)); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		owner := rng.IntN(sc.Nodes)
 		if len(users) > 0 && rng.IntN(2) == 0 {
@@ -254,23 +269,74 @@ func runReal(ctx context.Context, sc Scenario) (*Measure, error) {
 	}
 	copies := rr.copies.Load()
 	if err := sleepUntil(ctx, start.Add(sc.Window+sc.Settle)); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	// Crash the last node (after giving it a session to lose).
+	// Crash the last node; every survivor is polled for when it marks the
+	// node down (the simulator's definition of crash-to-offline).
 	victim := sc.Nodes - 1
-	rr.connect(victim, "victim")
-	if err := sleepUntil(ctx, time.Now().Add(500*time.Millisecond)); err != nil {
-		return nil, err
-	}
 	rr.mu.Lock()
 	rr.crashed, rr.crashAt = victim, time.Now()
 	rr.mu.Unlock()
 	_ = rr.nodes[victim].Shutdown()
 	rr.nodes[victim] = nil
-	if err := sleepUntil(ctx, time.Now().Add(sc.Observe)); err != nil {
+	victimName := fmt.Sprintf("n%02d", victim)
+	deadline := time.Now().Add(sc.Observe)
+	for time.Now().Before(deadline) {
+		for i, h := range rr.hosts {
+			if i == victim {
+				continue
+			}
+			if _, seen := rr.offline[i]; seen {
+				continue
+			}
+			var down bool
+			h.Do(func(r *crdt.Replica) { _, down = r.NodeDown(victimName) })
+			if down {
+				rr.offline[i] = time.Now()
+			}
+		}
+		if err := sleepUntil(ctx, time.Now().Add(2*time.Millisecond)); err != nil {
+			return nil, nil, err
+		}
+	}
+	return rr.measure(copies), hops, nil
+}
+
+// warmup makes single writes well apart and returns, per write, each
+// receiver's delay (ns) from the write to its replica change, less
+// BatchDelay.
+func (rr *realRun) warmup(ctx context.Context, rng *rand.Rand) ([][]float64, error) {
+	first := len(rr.changes)
+	for i := range rr.sc.Warmup {
+		rr.connect(rng.IntN(rr.sc.Nodes), fmt.Sprintf("warm-%03d", i))
+		if err := sleepUntil(ctx, time.Now().Add(25*time.Millisecond)); err != nil {
+			return nil, err
+		}
+	}
+	if err := sleepUntil(ctx, time.Now().Add(time.Second)); err != nil {
 		return nil, err
 	}
-	return rr.measure(copies), nil
+	batch := gossip.DefaultConfig().BatchDelay
+	epidemic := gossip.ChooseMode(rr.sc.Nodes, rr.sc.EagerThreshold) == gossip.ModeEpidemic
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	var out [][]float64
+	for _, ch := range rr.changes[first:] {
+		var ds []float64
+		for i, t := range ch.reached {
+			if i != ch.reachedOwner {
+				ds = append(ds, float64(t.Sub(ch.at)-batch))
+			}
+		}
+		if epidemic {
+			// Only the three seeds get the write in one hop.
+			sort.Float64s(ds)
+			ds = ds[:min(3, len(ds))]
+		}
+		out = append(out, ds)
+	}
+	rr.changes = rr.changes[:first]
+	return out, nil
 }
 
 func sleepUntil(ctx context.Context, t time.Time) error {
@@ -392,11 +458,6 @@ func (rr *realRun) changed(i int, users []string) {
 				ch.reached[i] = now
 			}
 		}
-		if u == "victim" && rr.crashed >= 0 && sess.State != crdt.StateActive {
-			if _, seen := rr.offline[i]; !seen {
-				rr.offline[i] = now
-			}
-		}
 		rr.mu.Unlock()
 	}
 }
@@ -408,9 +469,6 @@ func (rr *realRun) measure(copies uint64) *Measure {
 	converged := 0
 	var n int
 	for _, ch := range rr.changes {
-		if ch.key.User == "victim" {
-			continue
-		}
 		n++
 		if len(ch.reached) < rr.sc.Nodes {
 			continue
@@ -525,8 +583,8 @@ func countDeltas(b []byte) int {
 func (r *Report) Write(w io.Writer) error {
 	sc := r.Scenario
 	mode := gossip.ChooseMode(sc.Nodes, sc.EagerThreshold)
-	fmt.Fprintf(w, "%d nodes, %s dissemination, %d changes over %v; simulator latency %.0fus one way (half the measured loopback RTT)\n",
-		sc.Nodes, mode, sc.Changes, sc.Window, r.LatencyUS)
+	fmt.Fprintf(w, "%d nodes, %s dissemination, %d changes over %v; simulator latency %s (fitted to the real cluster's hop delays)\n",
+		sc.Nodes, mode, sc.Changes, sc.Window, sc.Latency)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "metric\treal\tsim\tsim/real\t")
 	row := func(name string, a, b float64) {

@@ -1,0 +1,149 @@
+package sim
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var rewrite = flag.Bool("rewrite", false, "rewrite the golden outputs in testdata/")
+
+// scenarioCase is one command of a scenario file and its expected output.
+type scenarioCase struct {
+	comment []string
+	args    string
+	want    string
+	line    int
+}
+
+// Scenario files (testdata/*.txt) hold cases of the form
+//
+//	# what the case shows
+//	run --nodes 16 --crash 3@10s ...
+//	----
+//	the expected table output
+//	<blank line>
+//
+// The arguments are `rollcall sim` flags. Run with -rewrite to record the
+// current output as expected.
+func parseScenarios(t *testing.T, path string) []scenarioCase {
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var cases []scenarioCase
+	var cur scenarioCase
+	var comment []string
+	sc := bufio.NewScanner(f)
+	line := 0
+	state := 0 // 0 header, 1 expecting ----, 2 output
+	var out []string
+	for sc.Scan() {
+		line++
+		l := sc.Text()
+		switch state {
+		case 0:
+			switch {
+			case strings.HasPrefix(l, "#") || strings.TrimSpace(l) == "":
+				comment = append(comment, l)
+			case strings.HasPrefix(l, "run "):
+				cur = scenarioCase{comment: comment, args: strings.TrimPrefix(l, "run "), line: line}
+				comment = nil
+				state = 1
+			default:
+				t.Fatalf("%s:%d: want '# comment' or 'run ARGS', got %q", path, line, l)
+			}
+		case 1:
+			if l != "----" {
+				t.Fatalf("%s:%d: want ----", path, line)
+			}
+			state, out = 2, nil
+		case 2:
+			if l == "" {
+				cur.want = strings.Join(out, "\n")
+				cases = append(cases, cur)
+				state = 0
+				continue
+			}
+			out = append(out, l)
+		}
+	}
+	if state == 2 {
+		cur.want = strings.Join(out, "\n")
+		cases = append(cases, cur)
+	} else if state == 1 {
+		t.Fatalf("%s: last case has no ----", path)
+	}
+	return cases
+}
+
+func runScenario(args string) (string, error) {
+	o, err := ParseArgs(strings.Fields(args), io.Discard)
+	if err != nil {
+		return "", err
+	}
+	runs, err := o.Runs()
+	if err != nil {
+		return "", err
+	}
+	var rows []Row
+	for i, cfg := range runs {
+		// Small scenarios also check the simulator's indexes against the
+		// real code after every event.
+		cfg.Check = cfg.Nodes <= 16
+		res, err := Run(context.Background(), cfg)
+		if err != nil {
+			return "", err
+		}
+		row := Row{Result: res}
+		if o.SweepParam != "" {
+			row.Sweep, row.Value = o.SweepParam, o.SweepValues[i]
+		}
+		rows = append(rows, row)
+	}
+	var b bytes.Buffer
+	if err := WriteTable(&b, rows); err != nil {
+		return "", err
+	}
+	return strings.TrimRight(b.String(), "\n"), nil
+}
+
+func TestScenarios(t *testing.T) {
+	files, err := filepath.Glob("testdata/*.txt")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no scenario files: %v", err)
+	}
+	for _, path := range files {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			t.Parallel()
+			cases := parseScenarios(t, path)
+			var out bytes.Buffer
+			for _, c := range cases {
+				got, err := runScenario(c.args)
+				if err != nil {
+					got = "error: " + err.Error()
+				}
+				if !*rewrite && got != c.want {
+					t.Errorf("%s:%d: run %s\n--- got\n%s\n--- want\n%s", path, c.line, c.args, got, c.want)
+				}
+				for _, l := range c.comment {
+					fmt.Fprintln(&out, l)
+				}
+				fmt.Fprintf(&out, "run %s\n----\n%s\n\n", c.args, got)
+			}
+			if *rewrite {
+				if err := os.WriteFile(path, bytes.TrimRight(out.Bytes(), "\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
