@@ -119,7 +119,7 @@ func (r *Replica) Stats() Stats {
 		if e.counted {
 			st.Active++
 		}
-		if e.s.State.Terminal() {
+		if r.ended(&e.s) {
 			st.Tombstones++
 		}
 	}

@@ -153,8 +153,8 @@ func (r *Replica) Apply(d Delta, now int64) (changed bool, dropped []string, err
 		return false, nil, err
 	}
 	o := d.Origin()
-	adm, dropped := r.admit(o, now)
-	if adm == refused {
+	ok, dropped := r.admit(o, now)
+	if !ok {
 		return false, dropped, nil
 	}
 	st := r.originState(o)
@@ -162,7 +162,7 @@ func (r *Replica) Apply(d Delta, now int64) (changed bool, dropped []string, err
 		return false, dropped, nil
 	}
 	if d.Session != nil {
-		changed = r.mergeSession(adm.session(d.Session), now)
+		changed = r.mergeSession(d.Session, now)
 	} else {
 		r.hlc.Observe(now, d.Account.Stamp)
 		changed = r.mergeAccount(d.Account)
@@ -171,84 +171,76 @@ func (r *Replica) Apply(d Delta, now int64) (changed bool, dropped []string, err
 	return changed, dropped, nil
 }
 
-// admission is how the records of one origin merge.
-type admission uint8
-
-const (
-	// refused: our own origin, or a newer (impostor) incarnation of our
-	// node. We are the only writer of our records; nothing of ours comes
-	// from outside.
-	refused admission = iota
-	// admitted: the newest known incarnation of its node.
-	admitted
-	// retired: an older incarnation of its node. Its sessions merge as
-	// expired; its account records, which are user settings, merge as they
-	// are.
-	retired
-)
-
-// session returns the record to merge for s under the admission: an active
-// session of a retired incarnation is merged as expired, exactly as retire
-// turns the ones already held, so the result does not depend on whether a
-// replica learned of the new incarnation before or after the record.
-func (a admission) session(s *Session) *Session {
-	if a != retired || s.State != StateActive {
-		return s
-	}
-	c := *s
-	c.State = StateExpired
-	return &c
-}
-
-// admit decides how records of origin o merge, retiring older incarnations
-// of o's node when o is newer.
-func (r *Replica) admit(o Origin, now int64) (admission, []string) {
+// admit decides whether records of origin o may be merged, retiring older
+// incarnations of o's node when o is newer. Our own origin, and newer
+// (impostor) incarnations of our node, are never admitted from outside: we
+// are the only writer of our records. Older incarnations of any node,
+// ours included, are: their records merge like any other (a restarted node
+// needs the account settings it wrote in its previous life), and the
+// projection shows their sessions ended (see retired).
+func (r *Replica) admit(o Origin, now int64) (bool, []string) {
 	if o.Node == r.cfg.Self.Node && o.Incarnation >= r.cfg.Self.Incarnation {
-		return refused, nil
+		return false, nil
 	}
 	latest, known := r.latestInc[o.Node]
-	switch {
-	case !known || o.Incarnation > latest:
+	if !known || o.Incarnation > latest {
 		r.latestInc[o.Node] = o.Incarnation
-		return admitted, r.retire(o.Node, o.Incarnation, now)
-	case o.Incarnation < latest:
-		return retired, nil
+		if known {
+			return true, r.retire(Origin{Node: o.Node, Incarnation: latest}, now)
+		}
 	}
-	return admitted, nil
+	return true, nil
 }
 
-// retire ends the active sessions of every incarnation of node older than
-// inc, at local time now: a restarted gateway's old sessions end everywhere
-// at once. They are turned into expired tombstones, not removed: a tombstone
-// still beats the older epochs it replaced (another gateway's session the
-// user moved away from), so every replica keeps the same winner whether or
-// not it saw the retired record, and GC removes it after the horizon like
-// any other.
-func (r *Replica) retire(node string, inc uint64, now int64) []string {
-	var users []string
-	for o, st := range r.origins {
-		if o.Node != node || o.Incarnation >= inc {
-			continue
-		}
-		st.log.Ascend(func(it logItem) bool {
-			if it.account {
-				return true
-			}
-			e := r.sessions[Key{it.user, it.device}]
-			if e.s.State != StateActive {
-				return true
-			}
-			if e.counted {
-				users = append(users, it.user)
-			}
-			e.s.State = StateExpired
-			e.endedAt = now
-			r.recount(e)
-			r.tombstones = append(r.tombstones, tombstone{key: e.s.Key(), version: e.s.Version, origin: o, endedAt: now})
-			return true
-		})
+// retired reports whether o is an older incarnation of its node than one
+// this replica has heard from. A retired origin's sessions have ended with
+// it: the projection shows them expired, as it does for a node marked down,
+// and GC collects them like tombstones.
+//
+// Retirement does not rewrite the records. Merging compares them as they
+// were written, so every replica keeps the same winner for a key whether it
+// learned of the new incarnation before or after it saw the record: the
+// retired session still beats the older epoch it replaced on another
+// gateway, and still loses to a record that beat it before. (Deleting or
+// rewriting them as expired at retirement would change winners on some
+// replicas and not others: testdata/retire_moved_session.txt.)
+func (r *Replica) retired(o Origin) bool {
+	return o.Incarnation < r.latestInc[o.Node]
+}
+
+// retire ends, in the projection, the active sessions of an origin that has
+// just been retired at local time now, queues them for GC and returns the
+// users whose presence changed. Older incarnations were retired before.
+func (r *Replica) retire(o Origin, now int64) []string {
+	st := r.origins[o]
+	if st == nil {
+		return nil
 	}
+	var users []string
+	st.log.Ascend(func(it logItem) bool {
+		if it.account {
+			return true
+		}
+		e := r.sessions[Key{it.user, it.device}]
+		if e.s.State != StateActive {
+			return true // a tombstone already, queued when it ended
+		}
+		if e.counted {
+			users = append(users, it.user)
+		}
+		e.endedAt = now
+		r.recount(e)
+		r.tombstones = append(r.tombstones, tombstone{key: e.s.Key(), version: e.s.Version, origin: o, endedAt: now})
+		return true
+	})
 	return sortedUnique(users)
+}
+
+// ended reports whether a record has ended in this replica's view: terminal,
+// or written by a retired incarnation. Ended records are GC'd after the
+// tombstone horizon.
+func (r *Replica) ended(s *Session) bool {
+	return s.State.Terminal() || r.retired(s.Origin)
 }
 
 // dropSessions removes every session record of an origin, raising its GC
@@ -287,14 +279,15 @@ func (r *Replica) mergeSession(s *Session, now int64) bool {
 	}
 	e := &entry{s: *s}
 	e.s.Groups = slices.Clone(s.Groups)
-	if s.State.Terminal() {
+	ended := r.ended(s)
+	if ended {
 		e.endedAt = now
 		// Keep the age of a tombstone only when the new record ends the same
 		// epoch. The end of a newer epoch starts a new horizon: inheriting
 		// the older end's age would collect it early, and a delayed active
 		// write of the newer epoch would then revive the session
 		// (testdata/tombstone_epochs.txt).
-		if cur != nil && cur.s.State.Terminal() && cur.s.Epoch == s.Epoch {
+		if cur != nil && r.ended(&cur.s) && cur.s.Epoch == s.Epoch {
 			e.endedAt = cur.endedAt
 		}
 	}
@@ -310,7 +303,7 @@ func (r *Replica) mergeSession(s *Session, now int64) bool {
 	devs[k.Device] = e
 	r.originState(s.Origin).log.ReplaceOrInsert(logItem{version: s.Version, user: k.User, device: k.Device})
 	r.recount(e)
-	if e.s.State.Terminal() {
+	if ended {
 		r.tombstones = append(r.tombstones, tombstone{key: k, version: s.Version, origin: s.Origin, endedAt: e.endedAt})
 	}
 	return true
@@ -369,9 +362,10 @@ func (r *Replica) mergeAccount(a *Account) bool {
 }
 
 // effectiveActive reports whether a record counts as active in this
-// replica's projection: active, and its gateway not marked down.
+// replica's projection: active, written by the newest incarnation of its
+// gateway that this replica knows, and its gateway not marked down.
 func (r *Replica) effectiveActive(s *Session) bool {
-	if s.State != StateActive {
+	if s.State != StateActive || r.retired(s.Origin) {
 		return false
 	}
 	_, down := r.downSince[s.Gateway]

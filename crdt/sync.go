@@ -78,27 +78,40 @@ func (r *Replica) ApplySync(s Sync, now int64) ([]string, error) {
 		return nil, err
 	}
 	var users []string
+	admitted := make([]*originState, len(s))
 	for i := range s {
-		os := &s[i]
-		adm, dropped := r.admit(os.Origin, now)
+		ok, dropped := r.admit(s[i].Origin, now)
 		users = append(users, dropped...)
-		if adm == refused {
+		if ok {
+			admitted[i] = r.originState(s[i].Origin)
+		}
+	}
+	// Drop what a full snapshot lacks before merging anything: a record
+	// the sender no longer has may be the one that made us refuse one of
+	// the records it sends for another origin (testdata/full_sync_order.txt).
+	for i := range s {
+		if st := admitted[i]; st != nil && s[i].Full {
+			users = append(users, r.dropMissing(st, &s[i])...)
+		}
+	}
+	for i := range s {
+		os, st := &s[i], admitted[i]
+		if st == nil {
 			continue
 		}
-		st := r.originState(os.Origin)
+		// A full snapshot's records all merge, even those at or below our
+		// watermark: we may have refused one because of a record the
+		// snapshot just dropped.
 		for j := range os.Sessions {
 			rec := &os.Sessions[j]
-			if rec.Version > st.watermark && r.mergeSession(adm.session(rec), now) {
+			if (os.Full || rec.Version > st.watermark) && r.mergeSession(rec, now) {
 				users = append(users, rec.User)
 			}
 		}
 		for j := range os.Accounts {
-			if os.Accounts[j].Version > st.watermark && r.applySyncAccount(&os.Accounts[j], now) {
+			if (os.Full || os.Accounts[j].Version > st.watermark) && r.applySyncAccount(&os.Accounts[j], now) {
 				users = append(users, os.Accounts[j].User)
 			}
-		}
-		if os.Full {
-			users = append(users, r.dropMissing(st, os)...)
 		}
 		st.raise(os.Watermark)
 		st.gcFloor = max(st.gcFloor, os.GCFloor)
@@ -112,7 +125,13 @@ func (r *Replica) applySyncAccount(a *Account, now int64) bool {
 }
 
 // dropMissing removes our records of a full snapshot's origin, at or below
-// its watermark, that the snapshot lacks: the sender collected or purged them.
+// its watermark, that the snapshot lacks: the sender collected or purged
+// them, or holds a record that replaced them (sent in the snapshot of its
+// own origin, and merged after this). Account records are never collected,
+// so an account the sender lacks is one it saw replaced; it goes too, or a
+// replica that was cut off past the horizon could keep for ever the only
+// copy of a retired incarnation's last write, which the others have given up
+// for lost (see GC).
 func (r *Replica) dropMissing(st *originState, os *OriginSync) []string {
 	present := make(map[uint64]struct{}, len(os.Sessions)+len(os.Accounts))
 	for j := range os.Sessions {
@@ -122,19 +141,28 @@ func (r *Replica) dropMissing(st *originState, os *OriginSync) []string {
 		present[os.Accounts[j].Version] = struct{}{}
 	}
 	var victims []logItem
-	st.log.AscendLessThan(logItem{version: os.Watermark + 1}, func(it logItem) bool {
-		if _, ok := present[it.version]; !ok && !it.account {
+	st.log.Ascend(func(it logItem) bool {
+		if it.version > os.Watermark {
+			return false
+		}
+		if _, ok := present[it.version]; !ok {
 			victims = append(victims, it)
 		}
 		return true
 	})
 	var users []string
 	for _, it := range victims {
+		st.gcFloor = max(st.gcFloor, it.version)
+		if it.account {
+			delete(r.accounts, it.user)
+			st.log.Delete(it)
+			users = append(users, it.user)
+			continue
+		}
 		e := r.sessions[Key{it.user, it.device}]
 		if e.counted {
 			users = append(users, it.user)
 		}
-		st.gcFloor = max(st.gcFloor, it.version)
 		r.removeEntry(e)
 	}
 	return users
@@ -213,11 +241,23 @@ func (r *Replica) GC(now int64) GCStats {
 		}
 		n++
 		e := r.sessions[t.key]
-		if e == nil || e.s.Version != t.version || e.s.Origin != t.origin || !e.s.State.Terminal() {
+		if e == nil || e.s.Version != t.version || e.s.Origin != t.origin || !r.ended(&e.s) {
 			continue // replaced since; its own tombstone (if any) is queued
 		}
 		if st := r.origins[e.s.Origin]; st != nil {
 			st.gcFloor = max(st.gcFloor, e.s.Version)
+			if r.retired(e.s.Origin) {
+				// A retired incarnation never fills the gaps below its
+				// last writes, so its watermark would stay below what
+				// we collect forever: every anti-entropy round would
+				// resend what lies above it, and a peer that lagged past
+				// our GC floor would never be found lagging (Diff
+				// compares with the lower of the two). A horizon after
+				// this record arrived, anything of the gaps that any
+				// replica held has reached us; the rest is lost with
+				// the incarnation.
+				st.raise(e.s.Version)
+			}
 		}
 		r.removeEntry(e)
 		stats.Tombstones++
