@@ -66,14 +66,8 @@ func (s *Sim) setView(n *node, p int32, v peerView) {
 	if old.state >= stDead {
 		n.numDown--
 	}
-	if old.state != stAlive {
-		n.numNotAlive--
-	}
 	if v.state >= stDead {
 		n.numDown++
-	}
-	if v.state != stAlive {
-		n.numNotAlive++
 	}
 	if v.isDefault() {
 		delete(n.view, p)

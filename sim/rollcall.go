@@ -25,8 +25,15 @@ func (s *Sim) publish(n *node, d crdt.Delta) {
 	}
 }
 
-// liveMembers is len(Cluster.otherMembers()): members n sees as alive.
-func (s *Sim) liveMembers(n *node) int { return s.cfg.Nodes - 1 - n.numNotAlive }
+// liveMembers is len(Cluster.otherMembers()): members whose last
+// memberlist event was a join or update, i.e. alive or suspect (memberlist
+// sends no event for a suspicion).
+func (s *Sim) liveMembers(n *node) int { return s.cfg.Nodes - 1 - n.numDown }
+
+// member reports whether Cluster.otherMembers includes p.
+func (s *Sim) member(n *node, p int32) bool {
+	return p != n.id && s.viewOf(n, p).state < stDead
+}
 
 // flush is Cluster.flush.
 func (s *Sim) flush(n *node) {
@@ -54,7 +61,7 @@ func (s *Sim) flush(n *node) {
 			s.stats.directCopies += uint64(len(p) * members)
 		default:
 			s.enqueueBroadcast(n, m, "")
-			seeds := s.kRandom(3, func(q int32) bool { return !s.aliveMember(n, q) })
+			seeds := s.kRandom(3, func(q int32) bool { return !s.member(n, q) })
 			for _, t := range seeds {
 				s.sendBestEffort(n, t, m)
 			}
@@ -78,7 +85,7 @@ func (s *Sim) deltaMsg(ds []crdt.Delta) *umsg {
 // sendAll is Cluster.sendAll to every live member.
 func (s *Sim) sendAll(n *node, m *umsg, reliable bool) {
 	for p := range int32(s.cfg.Nodes) {
-		if !s.aliveMember(n, p) {
+		if !s.member(n, p) {
 			continue
 		}
 		if reliable {
@@ -137,6 +144,9 @@ func (s *Sim) handleDeltas(n *node, m *umsg) {
 	fresh := false
 	var up []int32
 	last := int32(-1)
+	// Cluster asks memberlist's NumMembers (alive and suspect, self
+	// included).
+	epidemic := gossip.ChooseMode(s.numMembers(n), s.cfg.EagerThreshold) == gossip.ModeEpidemic
 	for i := range m.deltas {
 		d := &m.deltas[i]
 		o := d.Origin()
@@ -151,16 +161,16 @@ func (s *Sim) handleDeltas(n *node, m *umsg) {
 				n.seen[k] = v
 			}
 		}
-		// Heard twice at one instant is heard once.
-		if p != last {
+		// Eager deltas come straight from their owner and refresh its
+		// lease; relayed epidemic ones do not. Heard twice at one instant
+		// is heard once.
+		if !epidemic && p != last {
 			last = p
 			if s.heard(n, p) {
 				up = append(up, p)
 			}
 		}
 	}
-	// Cluster uses len(c.peers)+1: every node it has ever known.
-	epidemic := gossip.ChooseMode(s.cfg.Nodes, s.cfg.EagerThreshold) == gossip.ModeEpidemic
 	for _, p := range up {
 		s.markUp(n, p)
 	}
@@ -186,7 +196,7 @@ func (s *Sim) handleAlive(n *node, m *umsg) {
 		return
 	}
 	p := s.index(o.Node)
-	local := n.wm.get(o)
+	local := n.r.Watermark(o)
 	wasDown := s.heard(n, p)
 	known := n.peerLife[p]
 	if known == 0 {
@@ -294,7 +304,7 @@ func (s *Sim) announce(n *node) {
 	m.size = aliveMsgSize(len(n.name), n.self.Incarnation, n.ownVersion, n.sessions)
 	if gossip.ChooseMode(s.liveMembers(n)+1, s.cfg.EagerThreshold) == gossip.ModeEager {
 		for p := range int32(s.cfg.Nodes) {
-			if s.aliveMember(n, p) {
+			if s.member(n, p) {
 				s.sendBestEffort(n, p, m)
 			}
 		}
@@ -378,7 +388,6 @@ func (s *Sim) applyDeltas(n *node, ds []crdt.Delta) {
 		if err != nil {
 			panic(fmt.Sprintf("sim: %s rejected a delta: %v", n.name, err))
 		}
-		n.wm.applied(&ds[i])
 		if changed {
 			s.observeUser(n, ds[i].User())
 		}
@@ -393,7 +402,6 @@ func (s *Sim) applySync(n *node, sync crdt.Sync) {
 	if err != nil {
 		panic(fmt.Sprintf("sim: %s rejected a sync: %v", n.name, err))
 	}
-	n.wm.synced(sync)
 	for _, u := range users {
 		s.observeUser(n, u)
 	}

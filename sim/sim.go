@@ -273,7 +273,6 @@ type node struct {
 	// Rollcall (mirrors gossip.Cluster)
 	self       crdt.Origin
 	r          *crdt.Replica
-	wm         *watermarks
 	pending    []crdt.Delta
 	ownVersion uint64 // our origin's watermark: the version of our last write
 	flushArmed bool
@@ -316,7 +315,7 @@ func (s *Sim) newNode(id int32, life, mlInc uint32) (*node, error) {
 	}
 	n := &node{
 		id: id, name: s.names[id], up: true, life: life, born: s.now,
-		self: self, r: r, wm: newWatermarks(self, r.Config().MaxPendingRanges),
+		self: self, r: r,
 		leases:   gossip.NewLeases(s.cfg.LeaseTimeout),
 		heardAt:  make(map[int32]int64),
 		gaps:     gossip.NewGapTracker(),
