@@ -50,7 +50,7 @@ func NewFlagSet(o *Options, out io.Writer) *flag.FlagSet {
 	c := &o.Config
 	*c = DefaultConfig()
 	o.Format = "table"
-	fs.IntVar(&c.Nodes, "nodes", c.Nodes, "number of gateway nodes (2..1048576)")
+	fs.IntVar(&c.Nodes, "nodes", c.Nodes, "number of gateway nodes, a count (2..1048576)")
 	fs.StringVar(&c.Profile, "profile", c.Profile, "memberlist timing profile: lan, wan or local (sets every memberlist default below)")
 	fs.DurationVar(&c.GossipInterval, "interval", 0, "memberlist gossip interval, a duration (default: the profile's, lan 200ms)")
 	fs.IntVar(&c.GossipNodes, "fanout", 0, "members each gossip tick sends to, a count (default: the profile's, lan 3)")
