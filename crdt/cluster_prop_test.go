@@ -70,7 +70,7 @@ type world struct {
 	// since-retired incarnation that the others have given up for lost
 	// (see the report; the digest would need to carry GC floors).
 	allowLag bool
-	noGC     bool // no time jumps and no GC: the merge laws hold exactly
+	noGC     bool     // no time jumps and no GC: the merge laws hold exactly
 	trace    []string // what happened, for failure messages
 }
 
