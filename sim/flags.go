@@ -18,6 +18,9 @@ type Options struct {
 	Format string
 	// Plot, if set, is an .svg or .png file to draw.
 	Plot string
+	// Curves, if set, is an .svg or .png file for every run's convergence
+	// curve (useful with a sweep).
+	Curves string
 	// Sweep is the parameter swept (a flag name) and its values; empty for
 	// a single run.
 	SweepParam  string
@@ -98,6 +101,7 @@ func NewFlagSet(o *Options, out io.Writer) *flag.FlagSet {
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "random seed: the same flags and seed give byte-identical output")
 	fs.StringVar(&o.Format, "format", o.Format, "output format: table, json or csv")
 	fs.StringVar(&o.Plot, "plot", "", "also draw FILE (.svg or .png): converged fraction against time since the change; with --sweep, p99 convergence against the swept value")
+	fs.StringVar(&o.Curves, "curves", "", "also draw FILE (.svg or .png): every run's converged fraction against time, one line per run (for a sweep)")
 	fs.Func("sweep", "run once per value of one flag and print one row each: PARAM=V1,V2,... e.g. nodes=10,100,1000 or loss=0,0.05,0.1", func(s string) error {
 		k, v, ok := strings.Cut(s, "=")
 		if !ok || k == "" || v == "" {

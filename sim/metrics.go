@@ -46,6 +46,7 @@ type tracker struct {
 	shown [][]uint64 // per client: observers showing its session online
 
 	lateGhost map[obsKey]int64          // ghosts that began after the death
+	failOff   map[int32]map[int32]int64 // silent failure: client -> observer -> last flip to offline
 	falseOpen map[int32]map[int32]int64 // client -> observer -> start
 	crashes   map[int32]*crashTrack     // open crash detections by node
 	causes    map[int32]deathCause      // client -> why its last session ended
@@ -70,6 +71,7 @@ func newTracker(nodes int) *tracker {
 	return &tracker{
 		words:     (nodes + 63) / 64,
 		lateGhost: make(map[obsKey]int64),
+		failOff:   make(map[int32]map[int32]int64),
 		falseOpen: make(map[int32]map[int32]int64),
 		crashes:   make(map[int32]*crashTrack),
 		causes:    make(map[int32]deathCause),
@@ -149,8 +151,25 @@ func (t *tracker) closeGhost(s *Sim, c *client, n int32, detected bool) {
 	t.ghost.n++
 	t.ghost.max = math.Max(t.ghost.max, d)
 	if detected && t.causes[c.id] == causeFail {
-		t.clientDet = append(t.clientDet, float64(s.now-c.diedAt)/1e6)
+		// The last flip counts: a lapsed lease can show the session
+		// offline, then online again, before the failure is detected.
+		m := t.failOff[c.id]
+		if m == nil {
+			m = make(map[int32]int64)
+			t.failOff[c.id] = m
+		}
+		m[n] = s.now
 	}
+}
+
+// flushFailures turns a failed client's last offline flips into detection
+// samples: at its reconnect, or at the end of the run.
+func (t *tracker) flushFailures(c *client) {
+	m := t.failOff[c.id]
+	for _, n := range sortedKeys(m) {
+		t.clientDet = append(t.clientDet, float64(m[n]-c.diedAt)/1e6)
+	}
+	delete(t.failOff, c.id)
 }
 
 // clientDown: the client is gone; every node showing it online now shows
@@ -166,6 +185,7 @@ func (t *tracker) clientDown(s *Sim, c *client, cause deathCause) {
 
 // clientUp: the client is back; a ghost of its old session is now right.
 func (t *tracker) clientUp(s *Sim, c *client) {
+	t.flushFailures(c)
 	b := t.shown[c.id]
 	for w, word := range b {
 		for word != 0 {

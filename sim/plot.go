@@ -36,6 +36,19 @@ func Plot(file string, rows []Row) error {
 	return p.Save(16*vg.Centimeter, 10*vg.Centimeter, file)
 }
 
+// PlotCurves draws the convergence curve of every row, whatever the sweep.
+func PlotCurves(file string, rows []Row) error {
+	ext := strings.ToLower(filepath.Ext(file))
+	if ext != ".svg" && ext != ".png" {
+		return fmt.Errorf("plot %q: want a .svg or .png file", file)
+	}
+	p, err := curvePlot(rows)
+	if err != nil {
+		return err
+	}
+	return p.Save(16*vg.Centimeter, 10*vg.Centimeter, file)
+}
+
 var palette = []color.Color{
 	color.RGBA{0x1f, 0x77, 0xb4, 0xff}, color.RGBA{0xd6, 0x27, 0x28, 0xff}, color.RGBA{0x2c, 0xa0, 0x2c, 0xff},
 	color.RGBA{0xff, 0x7f, 0x0e, 0xff}, color.RGBA{0x94, 0x67, 0xbd, 0xff}, color.RGBA{0x8c, 0x56, 0x4b, 0xff},
@@ -71,6 +84,9 @@ func parseDurationMS(s string) (float64, error) {
 
 func label(r Row) string {
 	res := r.Result
+	if r.Sweep == "calibration" {
+		return r.Value
+	}
 	if r.Sweep != "" {
 		return fmt.Sprintf("%s=%s", r.Sweep, r.Value)
 	}

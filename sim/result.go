@@ -164,11 +164,15 @@ func (s *Sim) result() *Result {
 				word &= word - 1
 				t.closeGhost(s, c, i, false)
 				if t.causes[c.id] == causeFail {
+					if m := t.failOff[c.id]; m != nil {
+						delete(m, i) // shown online at the end: not detected
+					}
 					t.clientDet = append(t.clientDet, float64(s.now-c.diedAt)/1e6)
 					t.clientCensored++
 				}
 			}
 		}
+		t.flushFailures(c)
 	}
 	for _, cid := range sortedKeys(t.falseOpen) {
 		for _, n := range sortedKeys(t.falseOpen[cid]) {

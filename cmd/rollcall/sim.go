@@ -67,6 +67,12 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		fmt.Fprintf(stderr, "wrote %s\n", o.Plot)
 	}
+	if o.Curves != "" {
+		if err := sim.PlotCurves(o.Curves, rows); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "wrote %s\n", o.Curves)
+	}
 	return nil
 }
 

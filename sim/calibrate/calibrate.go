@@ -82,6 +82,9 @@ type Measure struct {
 	CrashP50         float64 // ms, crash to offline, per survivor
 	CrashMax         float64
 	Converged        float64 // fraction of changes that reached every node
+	// Curve is the fraction of (change, node) pairs converged against the
+	// time since the change (the simulator's first seed, or the real run).
+	Curve []sim.CurvePoint
 }
 
 // Report is a calibration result.
@@ -194,6 +197,9 @@ func runSim(ctx context.Context, sc Scenario) (*Measure, error) {
 		m.CrashP50 += r.NodeCrash.P50 / seeds
 		m.CrashMax += r.NodeCrash.Max / seeds
 		m.Converged += r.ConvergedFraction / seeds
+		if i == 0 {
+			m.Curve = r.Curve
+		}
 	}
 	return &m, nil
 }
@@ -465,11 +471,14 @@ func (rr *realRun) changed(i int, users []string) {
 func (rr *realRun) measure(copies uint64) *Measure {
 	rr.mu.Lock()
 	defer rr.mu.Unlock()
-	var conv []float64
+	var conv, ages []float64
 	converged := 0
 	var n int
 	for _, ch := range rr.changes {
 		n++
+		for _, t := range ch.reached {
+			ages = append(ages, float64(t.Sub(ch.at))/1e6)
+		}
 		if len(ch.reached) < rr.sc.Nodes {
 			continue
 		}
@@ -496,6 +505,15 @@ func (rr *realRun) measure(copies uint64) *Measure {
 	sort.Float64s(conv)
 	sort.Float64s(crash)
 	m := &Measure{ConvP50: pct(conv, 50), ConvP99: pct(conv, 99), CrashP50: pct(crash, 50), CrashMax: pct(crash, 100)}
+	sort.Float64s(ages)
+	total := float64(n * rr.sc.Nodes)
+	last := -1.0
+	for i, a := range ages {
+		if f := float64(i+1) / total; f-last >= 0.005 || i == len(ages)-1 {
+			m.Curve = append(m.Curve, sim.CurvePoint{MS: a, Fraction: f})
+			last = f
+		}
+	}
 	if n > 0 {
 		m.CopiesPerChange = float64(copies) / float64(n)
 		m.Converged = float64(converged) / float64(n)
@@ -612,6 +630,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	window := fs.Duration("window", 5*time.Second, "time over which the writes are spread, a duration")
 	seed := fs.Uint64("seed", 1, "random seed for owners and timing")
 	modes := fs.String("modes", "eager,epidemic", "dissemination modes to calibrate: eager, epidemic or both (epidemic forces the eager threshold below the cluster size)")
+	plotFile := fs.String("plot", "", "also draw FILE (.svg or .png): converged fraction against time, real and simulated, per mode")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: rollcall sim calibrate [flags]\n\nRuns one scenario on a real in-process cluster and in the simulator and prints both.\nfast memberlist timers: probe 100ms, probe timeout 50ms, suspicion mult 2, gossip 20ms, push/pull 1s; lease 2s, alive 100ms.\n\nflags:")
 		fs.PrintDefaults()
@@ -622,6 +641,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return err
 	}
+	var rows []sim.Row
 	for _, mode := range splitComma(*modes) {
 		sc := Scenario{Nodes: *nodes, Changes: *changes, Window: *window, Settle: 3 * time.Second,
 			Observe: 3 * time.Second, Seed: *seed, EagerThreshold: 64}
@@ -642,6 +662,15 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		fmt.Fprintln(stdout)
+		rows = append(rows,
+			sim.Row{Sweep: "calibration", Value: mode + " real cluster", Result: &sim.Result{Curve: r.Real.Curve}},
+			sim.Row{Sweep: "calibration", Value: mode + " simulator", Result: &sim.Result{Curve: r.Sim.Curve}})
+	}
+	if *plotFile != "" {
+		if err := sim.Plot(*plotFile, rows); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "wrote %s\n", *plotFile)
 	}
 	return nil
 }
