@@ -75,6 +75,7 @@ type peer struct {
 	addr        string
 	node        *memberlist.Node // copy from the latest join/update event
 	state       string           // alive, dead or left (memberlist events)
+	leaving     bool             // it announced a graceful leave
 	deadSince   time.Time        // when memberlist declared it dead
 }
 
@@ -427,6 +428,12 @@ func (c *Cluster) handle(b []byte) {
 		c.handleDeltas(m.deltas, b)
 	case msgAlive:
 		c.handleAlive(m.alive)
+	case msgLeaving:
+		if m.alive.Origin.Node != c.cfg.Name {
+			c.mu.Lock()
+			c.peerLocked(m.alive.Origin.Node).leaving = true
+			c.mu.Unlock()
+		}
 	case msgPull, msgState:
 		c.goAnswer(m.digest)
 	case msgSync:
@@ -763,6 +770,9 @@ func (c *Cluster) Leave(timeout time.Duration) error {
 	c.leaving = true
 	c.mu.Unlock()
 	c.flush(true)
+	if msg, err := encodeAliveAs(msgLeaving, alive{Origin: c.self, Sessions: c.host.SessionCount(), ClientAddr: c.cfg.ClientAddr}); err == nil {
+		c.sendAll(c.otherMembers(), msg, true)
+	}
 	err := c.ml.Leave(timeout)
 	if serr := c.Shutdown(); err == nil {
 		err = serr
@@ -810,8 +820,10 @@ type Stats struct {
 type zapWriter struct{ log *zap.Logger }
 
 func (w *zapWriter) Write(p []byte) (int, error) {
-	s := string(p)
+	s := strings.TrimSpace(string(p))
 	switch {
+	case strings.Contains(s, "use of closed network connection"):
+		w.log.Debug(s) // sockets closing under a send during shutdown
 	case strings.Contains(s, "[ERR]"):
 		w.log.Error(s)
 	case strings.Contains(s, "[WARN]"):

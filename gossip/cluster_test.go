@@ -234,6 +234,14 @@ func TestLeaveFlushesDisconnects(t *testing.T) {
 	if s.State != crdt.StateDisconnected {
 		t.Fatalf("jack's record is %v, want disconnected (a clean close, not a detected failure)", s.State)
 	}
+	waitFor(t, 5*time.Second, "n2 listed as left, not dead", func() bool {
+		for _, m := range tc.nodes[0].Members() {
+			if m.Name == "n2" {
+				return m.State == "left"
+			}
+		}
+		return false
+	})
 }
 
 // TestOversizedDeltaGoesOverStream writes a session whose delta is far

@@ -102,12 +102,14 @@ func (c *Cluster) memberFailed(n *memberlist.Node) {
 	if n.Name == c.cfg.Name {
 		return
 	}
-	state := "dead"
-	if n.State == memberlist.StateLeft {
-		state = "left"
-	}
 	c.mu.Lock()
 	p := c.peerLocked(n.Name)
+	// memberlist does not update the State of the Node it hands to
+	// NotifyLeave; the leave intent says whether this was a graceful leave.
+	state := "dead"
+	if p.leaving || n.State == memberlist.StateLeft {
+		state = "left"
+	}
 	p.state, p.deadSince = state, c.cfg.Now()
 	if p.addr == "" {
 		p.addr = n.Address()
@@ -139,6 +141,7 @@ func (c *Cluster) observeMember(n *memberlist.Node, state string) {
 		p.clientAddr = m.ClientAddr
 	}
 	p.addr, p.state, p.node = n.Address(), state, n
+	p.leaving = false
 	c.mu.Unlock()
 	if newInc {
 		c.retire(originOf(n.Name, m.Incarnation))

@@ -38,8 +38,8 @@ func FuzzDecodeMessage(f *testing.F) {
 		switch m.typ {
 		case msgDeltas:
 			again, err = encodeDeltas(m.deltas)
-		case msgAlive:
-			again, err = encodeAlive(m.alive)
+		case msgAlive, msgLeaving:
+			again, err = encodeAliveAs(m.typ, m.alive)
 		case msgPull, msgState:
 			again, err = encodeDigestMsg(m.typ, m.digest)
 		case msgSync:

@@ -31,6 +31,9 @@ import (
 //	msgKey       [op, key, req_id, from_node]         keyring rotation step;
 //	             answered with a msgRouteAck (delivered 1, or an error)
 //	msgState     [from_node, crdt Digest]              push/pull local state
+//	msgLeaving   [node, inc, watermark, sessions, client_addr] (as alive)
+//	             a graceful leave is coming: the member is "left", not
+//	             failed, and is not reconnected to (serf's leave intent)
 //
 // Protocol flow. Writes: owner -> every member (eager, UDP, batches of a few
 // ms under the packet budget; a larger batch goes over TCP) or -> piggyback
@@ -55,11 +58,12 @@ const (
 	msgRouteAck
 	msgKey
 	msgState
-	msgTypeMax = msgState
+	msgLeaving
+	msgTypeMax = msgLeaving
 )
 
 func (t msgType) String() string {
-	names := [...]string{"?", "deltas", "alive", "pull", "sync", "route", "route-ack", "key", "state"}
+	names := [...]string{"?", "deltas", "alive", "pull", "sync", "route", "route-ack", "key", "state", "leaving"}
 	if int(t) < len(names) {
 		return names[t]
 	}
@@ -161,8 +165,10 @@ func encodeMsg(t msgType, fields ...any) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-func encodeAlive(a alive) ([]byte, error) {
-	return encodeMsg(msgAlive, a.Origin.Node, a.Origin.Incarnation, a.Watermark, a.Sessions, a.ClientAddr)
+func encodeAlive(a alive) ([]byte, error) { return encodeAliveAs(msgAlive, a) }
+
+func encodeAliveAs(t msgType, a alive) ([]byte, error) {
+	return encodeMsg(t, a.Origin.Node, a.Origin.Incarnation, a.Watermark, a.Sessions, a.ClientAddr)
 }
 
 func encodeRouteReq(r routeReq) ([]byte, error) {
@@ -369,7 +375,7 @@ func decodeMessage(b []byte) (message, error) {
 	switch t {
 	case msgDeltas:
 		m.deltas, err = crdt.DecodeDeltas(payload)
-	case msgAlive:
+	case msgAlive, msgLeaving:
 		m.alive, err = decodeAlive(payload)
 	case msgPull, msgState:
 		m.digest, err = decodeDigestMsg(payload)

@@ -12,6 +12,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -123,7 +124,8 @@ func runLeave(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, addr := httpFlagSet("keys", stderr)
 	fs.Usage = func() {
-		fmt.Fprint(stderr, `usage: rollcall keys [--http-addr A] list | generate | install KEY | use KEY | remove KEY
+		fmt.Fprint(stderr, `usage: rollcall keys list|generate [--http-addr A]
+       rollcall keys install|use|remove KEY [--http-addr A]
 
 Rotate the gossip encryption key across the whole cluster in three steps,
 each of which must succeed on every member before the next:
@@ -136,13 +138,17 @@ Update the agents' --gossip-key / --keyring-file too, for their next start.
 `)
 		fs.PrintDefaults()
 	}
+	// The subcommand (and its KEY) come first, then flags.
+	var rest []string
+	for len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		rest, args = append(rest, args[0]), args[1:]
+	}
 	if err := parseFlags(fs, args, os.Getenv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
 		return err
 	}
-	rest := fs.Args()
 	if len(rest) == 0 {
 		fs.Usage()
 		return errors.New("missing a keys subcommand")
