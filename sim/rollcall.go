@@ -141,12 +141,15 @@ func (s *Sim) handleUser(n *node, m *umsg) {
 func (s *Sim) handleDeltas(n *node, m *umsg) {
 	bits := s.dseen[m.did]
 	dup := bits[n.id/64]&(1<<(n.id%64)) != 0
-	fresh := false
-	var up []int32
-	last := int32(-1)
 	// Cluster asks memberlist's NumMembers (alive and suspect, self
 	// included).
 	epidemic := gossip.ChooseMode(s.numMembers(n), s.cfg.EagerThreshold) == gossip.ModeEpidemic
+	if dup && epidemic {
+		return // nothing fresh, no lease refresh, nothing to apply or relay
+	}
+	fresh := false
+	var up []int32
+	last := int32(-1)
 	for i := range m.deltas {
 		d := &m.deltas[i]
 		o := d.Origin()

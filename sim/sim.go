@@ -237,7 +237,10 @@ func (s *Sim) leaseTickEvery() time.Duration {
 }
 
 // startTimers starts a node's periodic timers. stagger picks a random
-// phase within each period (memberlist's triggerFunc does).
+// phase within each period (memberlist's triggerFunc does): at the start
+// of a run the cluster is taken to be in steady state, all joined, timers
+// at random phases. A restarted node starts its timers the same way, with
+// its push/pull within the base interval as memberlist's does.
 func (s *Sim) startTimers(n *node, stagger bool) {
 	phase := func(d time.Duration) time.Duration {
 		if !stagger {
@@ -247,7 +250,14 @@ func (s *Sim) startTimers(n *node, stagger bool) {
 	}
 	s.after(n, phase(s.cfg.GossipInterval), evGossip, 0, 0)
 	s.after(n, phase(s.cfg.ProbeInterval), evProbe, 0, 0)
-	s.after(n, phase(s.cfg.PushPullInterval), evPushPull, 0, 0)
+	// memberlist staggers its first push/pull within the base interval
+	// after a start; a cluster in steady state has its push/pulls spread
+	// over the scaled interval.
+	pp := s.cfg.PushPullInterval
+	if n.life == 1 {
+		pp = gossip.PushPullScale(pp, s.estNumNodes(n))
+	}
+	s.after(n, phase(pp), evPushPull, 0, 0)
 	// gossip's tickLoop announces at once, then every AliveInterval.
 	s.after(n, phase(s.cfg.AliveInterval), evAlive, 0, 0)
 	s.after(n, phase(s.leaseTickEvery()), evLease, 0, 0)
