@@ -102,7 +102,8 @@ func curvePlot(rows []Row) (*plot.Plot, error) {
 	p.X.Scale = plot.LogScale{}
 	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
 	p.Y.Min, p.Y.Max = 0, 1
-	p.Legend.Top = false
+	// Curves start near zero and rise to the right: the top left is free.
+	p.Legend.Top = true
 	p.Legend.Left = true
 	p.Add(plotter.NewGrid())
 	for i, r := range rows {
