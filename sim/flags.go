@@ -105,7 +105,7 @@ func NewFlagSet(o *Options, out io.Writer) *flag.FlagSet {
 	fs.Func("sweep", "run once per value of one flag and print one row each: PARAM=V1,V2,... e.g. nodes=10,100,1000 or loss=0,0.05,0.1", func(s string) error {
 		k, v, ok := strings.Cut(s, "=")
 		if !ok || k == "" || v == "" {
-			return errors.New("want PARAM=V1,V2,...")
+			return errors.New("want PARAM=V1,V2 (comma-separated values)")
 		}
 		if k == "sweep" || k == "format" || k == "plot" {
 			return fmt.Errorf("cannot sweep %q", k)

@@ -298,18 +298,17 @@ type node struct {
 	sessions   int               // active sessions owned (alive announcements carry it)
 
 	// memberlist
-	mlInc       uint32
-	mlQueue     *memberlist.TransmitLimitedQueue
-	view        map[int32]*peerView // peers whose state differs from "alive, incarnation 1, life 1"
-	numDown     int                 // peers dead or left in view
-	numNotAlive int                 // peers suspect, dead or left in view
-	probeSeq    uint32
-	probeIdx    int
-	probeA      uint64 // probe order of this pass: i -> (probeA*i + probeB) mod Nodes
-	probeB      uint64
-	probe       *probeState
-	helping     map[uint32]*helpState
-	suspSeq     uint64
+	mlInc    uint32
+	mlQueue  *memberlist.TransmitLimitedQueue
+	view     map[int32]*peerView // peers whose state differs from "alive, incarnation 1, life 1"
+	numDown  int                 // peers dead or left in view
+	probeSeq uint32
+	probeIdx int
+	probeA   uint64 // probe order of this pass: i -> (probeA*i + probeB) mod Nodes
+	probeB   uint64
+	probe    *probeState
+	helping  map[uint32]*helpState
+	suspSeq  uint64
 }
 
 type leaseRec struct {
