@@ -40,7 +40,8 @@ type Scenario struct {
 	Changes        int
 	Window         time.Duration
 	Settle         time.Duration // after the window, before the crash
-	Observe        time.Duration // after the crash
+	Observe        time.Duration // after each crash
+	Crashes        int           // nodes crashed one after the other (default 3)
 	Seed           uint64
 	// Latency is the simulator's one-way delay; zero means measure it on
 	// the real cluster first (see Run).
@@ -79,7 +80,7 @@ func fastMemberlist(mlc *memberlist.Config) {
 type Measure struct {
 	ConvP50, ConvP99 float64 // ms, per change, to every live node
 	CopiesPerChange  float64 // delta copies in packets per change
-	CrashP50         float64 // ms, crash to offline, per survivor
+	CrashP50         float64 // ms, crash to offline, per (crash, survivor)
 	CrashMax         float64
 	Converged        float64 // fraction of changes that reached every node
 	// Curve is the fraction of (change, node) pairs converged against the
@@ -107,6 +108,9 @@ type Report struct {
 func Run(ctx context.Context, sc Scenario) (*Report, error) {
 	if sc.Warmup == 0 {
 		sc.Warmup = 40
+	}
+	if sc.Crashes == 0 {
+		sc.Crashes = 3
 	}
 	real, hops, err := runReal(ctx, sc)
 	if err != nil {
@@ -174,8 +178,11 @@ func SimConfig(sc Scenario) sim.Config {
 	cfg.Changes = sc.Changes
 	cfg.Churn = sim.Churn{Connect: 1, Status: 1}
 	cfg.Window = sc.Window
-	cfg.Crashes = []sim.Crash{{Node: sc.Nodes - 1, At: sc.Window + sc.Settle}}
-	cfg.Duration = sc.Window + sc.Settle + sc.Observe
+	cfg.Crashes = nil
+	for k := range sc.Crashes {
+		cfg.Crashes = append(cfg.Crashes, sim.Crash{Node: sc.Nodes - 1 - k, At: sc.Window + sc.Settle + time.Duration(k)*sc.Observe})
+	}
+	cfg.Duration = sc.Window + sc.Settle + time.Duration(sc.Crashes)*sc.Observe
 	cfg.Seed = sc.Seed
 	return cfg
 }
@@ -220,14 +227,12 @@ type realRun struct {
 	nodes   []*gossip.Cluster
 	changes []*realChange
 	byUser  map[string][]*realChange
-	crashed int
-	crashAt time.Time
-	offline map[int]time.Time
+	crash   []float64 // ms, crash to each survivor marking the node down
 	copies  atomic.Uint64
 }
 
 func runReal(ctx context.Context, sc Scenario) (*Measure, [][]float64, error) {
-	rr := &realRun{sc: sc, byUser: make(map[string][]*realChange), offline: make(map[int]time.Time), crashed: -1}
+	rr := &realRun{sc: sc, byUser: make(map[string][]*realChange)}
 	defer func() {
 		for _, c := range rr.nodes {
 			if c != nil {
@@ -277,35 +282,51 @@ func runReal(ctx context.Context, sc Scenario) (*Measure, [][]float64, error) {
 	if err := sleepUntil(ctx, start.Add(sc.Window+sc.Settle)); err != nil {
 		return nil, nil, err
 	}
-	// Crash the last node; every survivor is polled for when it marks the
-	// node down (the simulator's definition of crash-to-offline).
-	victim := sc.Nodes - 1
-	rr.mu.Lock()
-	rr.crashed, rr.crashAt = victim, time.Now()
-	rr.mu.Unlock()
-	_ = rr.nodes[victim].Shutdown()
-	rr.nodes[victim] = nil
-	victimName := fmt.Sprintf("n%02d", victim)
-	deadline := time.Now().Add(sc.Observe)
-	for time.Now().Before(deadline) {
-		for i, h := range rr.hosts {
-			if i == victim {
-				continue
-			}
-			if _, seen := rr.offline[i]; seen {
-				continue
-			}
-			var down bool
-			h.Do(func(r *crdt.Replica) { _, down = r.NodeDown(victimName) })
-			if down {
-				rr.offline[i] = time.Now()
-			}
-		}
-		if err := sleepUntil(ctx, time.Now().Add(2*time.Millisecond)); err != nil {
+	// Crash the last Crashes nodes, Observe apart; every survivor is polled
+	// for when it marks the node down (the simulator's definition of
+	// crash-to-offline).
+	for k := range sc.Crashes {
+		if err := rr.crashOne(ctx, sc.Nodes-1-k, sc.Nodes-k); err != nil {
 			return nil, nil, err
 		}
 	}
 	return rr.measure(copies), hops, nil
+}
+
+// crashOne crashes node victim and records, for each of the nodes below
+// live (the survivors), how long it takes to mark it down.
+func (rr *realRun) crashOne(ctx context.Context, victim, live int) error {
+	at := time.Now()
+	_ = rr.nodes[victim].Shutdown()
+	rr.nodes[victim] = nil
+	name := fmt.Sprintf("n%02d", victim)
+	seen := make(map[int]time.Time)
+	deadline := at.Add(rr.sc.Observe)
+	for time.Now().Before(deadline) {
+		for i := range live - 1 {
+			if _, ok := seen[i]; ok {
+				continue
+			}
+			var down bool
+			rr.hosts[i].Do(func(r *crdt.Replica) { _, down = r.NodeDown(name) })
+			if down {
+				seen[i] = time.Now()
+			}
+		}
+		if err := sleepUntil(ctx, time.Now().Add(2*time.Millisecond)); err != nil {
+			return err
+		}
+	}
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	for i := range live - 1 {
+		if t, ok := seen[i]; ok {
+			rr.crash = append(rr.crash, float64(t.Sub(at))/1e6)
+		} else {
+			rr.crash = append(rr.crash, float64(rr.sc.Observe)/1e6)
+		}
+	}
+	return nil
 }
 
 // warmup makes single writes well apart and returns, per write, each
@@ -445,7 +466,7 @@ func (rr *realRun) write(owner int, s crdt.Session) {
 }
 
 // changed is a host's OnChange hook: which changes of these users does
-// node i now hold, and has the crashed node's session gone offline there?
+// node i now hold?
 func (rr *realRun) changed(i int, users []string) {
 	now := time.Now()
 	for _, u := range users {
@@ -491,17 +512,7 @@ func (rr *realRun) measure(copies uint64) *Measure {
 		}
 		conv = append(conv, float64(last.Sub(ch.at))/1e6)
 	}
-	var crash []float64
-	for i := range rr.sc.Nodes {
-		if i == rr.crashed {
-			continue
-		}
-		if t, ok := rr.offline[i]; ok {
-			crash = append(crash, float64(t.Sub(rr.crashAt))/1e6)
-		} else {
-			crash = append(crash, float64(rr.sc.Observe)/1e6)
-		}
-	}
+	crash := slices.Clone(rr.crash)
 	sort.Float64s(conv)
 	sort.Float64s(crash)
 	m := &Measure{ConvP50: pct(conv, 50), ConvP99: pct(conv, 99), CrashP50: pct(crash, 50), CrashMax: pct(crash, 100)}
