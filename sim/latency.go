@@ -27,6 +27,7 @@ const (
 	LatencyLognormal
 )
 
+// String names the kind.
 func (k LatencyKind) String() string {
 	switch k {
 	case LatencyUnset:
