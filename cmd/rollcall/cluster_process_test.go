@@ -168,6 +168,12 @@ func dialLine(t *testing.T, addr, user, device string, extra map[string]any) *li
 	if err != nil {
 		t.Fatal(err)
 	}
+	return newLineClient(t, conn, user, device, extra)
+}
+
+// newLineClient says hello on conn and waits for the welcome.
+func newLineClient(t *testing.T, conn net.Conn, user, device string, extra map[string]any) *lineClient {
+	t.Helper()
 	c := &lineClient{t: t, conn: conn, in: make(chan map[string]any, 256), stop: make(chan struct{})}
 	t.Cleanup(func() { close(c.stop); conn.Close() })
 	go func() {
