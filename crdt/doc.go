@@ -24,6 +24,19 @@
 // overwrites a higher one, and a terminal record (disconnected or expired) of
 // an epoch is never revived by an active record of the same or an older epoch.
 //
+// A gateway that restarts writes as a new incarnation. A replica that hears
+// of it retires the older ones: their sessions stay as written (so merges keep
+// the same winners everywhere) but show as expired, and GC collects them like
+// tombstones. Account records of retired incarnations still merge.
+//
+// Tombstones are collected TombstoneHorizon after a replica first held them.
+// The contract: no write arrives later than that unless anti-entropy has
+// already covered it, and no new write of a key uses an epoch at or below one
+// that may still be held anywhere (an epoch allocator that restarts from
+// MaxEpoch after GC breaks this; see testdata/epoch_reuse_after_gc.txt). A
+// replica that lags past another's GC floor gets a full snapshot of every
+// origin from it.
+//
 // The driving loop, in node/ and sim/ alike:
 //
 //	r := crdt.NewReplica(crdt.Config{Self: origin})
