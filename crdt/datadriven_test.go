@@ -44,16 +44,6 @@ func (c *ddCmd) arg(key string) (string, bool) {
 	return "", false
 }
 
-// has reports whether a bare word (not key=value) was given.
-func (c *ddCmd) has(word string) bool {
-	for _, a := range c.args {
-		if a == word {
-			return true
-		}
-	}
-	return false
-}
-
 // positional returns the words that are not key=value pairs.
 func (c *ddCmd) positional() []string {
 	var out []string
