@@ -280,7 +280,11 @@ func (c *Cluster) flush(reliable bool) {
 }
 
 func (c *Cluster) enqueueBroadcast(msg []byte, name string) {
-	c.queue.QueueBroadcast(&broadcast{msg: msg, name: name})
+	var b memberlist.Broadcast = &uniqueBroadcast{msg: msg}
+	if name != "" {
+		b = &namedBroadcast{msg: msg, name: name}
+	}
+	c.queue.QueueBroadcast(b)
 	if c.queue.NumQueued() > c.cfg.MaxQueue {
 		c.queue.Prune(c.cfg.MaxQueue)
 		c.stats.QueuePruned.Add(1)
@@ -703,6 +707,9 @@ func (c *Cluster) tickLoop() {
 		case <-reconnectT.C:
 			c.reconnect()
 		case <-leaseT.C:
+			if !LeasesEnforced(ChooseMode(c.ml.NumMembers(), c.cfg.EagerThreshold)) {
+				continue
+			}
 			c.mu.Lock()
 			expired := c.leases.Expire(c.cfg.Now().UnixNano())
 			c.mu.Unlock()

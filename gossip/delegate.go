@@ -148,22 +148,32 @@ func (c *Cluster) observeMember(n *memberlist.Node, state string) {
 	}
 }
 
-// broadcast is one piggybacked message in the epidemic queue. Named
-// broadcasts (alive announcements) replace older ones of the same name.
-type broadcast struct {
+// namedBroadcast is a piggybacked message that replaces older ones of the
+// same name (an origin's alive announcement).
+type namedBroadcast struct {
 	msg  []byte
 	name string
 }
 
-var _ memberlist.NamedBroadcast = (*broadcast)(nil)
+var _ memberlist.NamedBroadcast = (*namedBroadcast)(nil)
 
-func (b *broadcast) Invalidates(other memberlist.Broadcast) bool {
-	o, ok := other.(*broadcast)
-	return ok && b.name != "" && o.name == b.name
+func (b *namedBroadcast) Invalidates(other memberlist.Broadcast) bool {
+	o, ok := other.(*namedBroadcast)
+	return ok && o.name == b.name
 }
 
-func (b *broadcast) Name() string { return b.name }
+func (b *namedBroadcast) Name() string    { return b.name }
+func (b *namedBroadcast) Message() []byte { return b.msg }
+func (b *namedBroadcast) Finished()       {}
 
-func (b *broadcast) Message() []byte { return b.msg }
+// uniqueBroadcast is a piggybacked delta batch. It invalidates nothing, and
+// says so (memberlist.UniqueBroadcast), so queueing it does not scan the
+// whole queue for something to replace.
+type uniqueBroadcast struct{ msg []byte }
 
-func (b *broadcast) Finished() {}
+var _ memberlist.UniqueBroadcast = (*uniqueBroadcast)(nil)
+
+func (b *uniqueBroadcast) Invalidates(memberlist.Broadcast) bool { return false }
+func (b *uniqueBroadcast) UniqueBroadcast()                      {}
+func (b *uniqueBroadcast) Message() []byte                       { return b.msg }
+func (b *uniqueBroadcast) Finished()                             {}

@@ -332,6 +332,9 @@ func (s *Sim) heard(n *node, p int32) (wasDown bool) {
 // every peer; it is called only when some peer's lease may have passed
 // (Config.Check verifies that the skipped calls would expire nothing).
 func (s *Sim) leaseTick(n *node) {
+	if !gossip.LeasesEnforced(gossip.ChooseMode(s.numMembers(n), s.cfg.EagerThreshold)) {
+		return
+	}
 	w := s.wall()
 	ttl := int64(s.cfg.LeaseTimeout)
 	due := false
