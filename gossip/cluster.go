@@ -122,10 +122,34 @@ func New(cfg Config, host Host) (*Cluster, error) {
 	go c.tickLoop()
 	if len(cfg.Join) > 0 {
 		if _, err := c.Join(cfg.Join); err != nil {
-			c.log.Warn("join failed; running alone until a member contacts us", zap.Strings("join", cfg.Join), zap.Error(err))
+			c.log.Warn("join failed; retrying in the background", zap.Strings("join", cfg.Join), zap.Error(err))
+			c.wg.Add(1)
+			go c.retryJoin(cfg.Join)
 		}
 	}
 	return c, nil
+}
+
+// retryJoin keeps trying to join until one address answers, backing off
+// from 500ms to 30s (serf's retry-join): agents started together, or before
+// the member they name, still form one cluster.
+func (c *Cluster) retryJoin(addrs []string) {
+	defer c.wg.Done()
+	wait := 500 * time.Millisecond
+	for attempt := 2; ; attempt++ {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		n, err := c.ml.Join(addrs)
+		if err == nil || n > 0 {
+			c.log.Info("joined the cluster", zap.Int("attempt", attempt), zap.Int("answered", n))
+			return
+		}
+		c.log.Debug("join retry failed", zap.Int("attempt", attempt), zap.Error(err))
+		wait = min(2*wait, 30*time.Second)
+	}
 }
 
 func (c *Cluster) memberlistConfig() (*memberlist.Config, error) {

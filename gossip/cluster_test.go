@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
@@ -267,4 +268,36 @@ func TestOversizedDeltaGoesOverStream(t *testing.T) {
 			t.Fatalf("last group has %d online on n2", n)
 		}
 	})
+}
+
+// TestJoinRetriesUntilTheSeedIsUp starts a node whose --join target does not
+// exist yet, then starts the target: they must find each other.
+func TestJoinRetriesUntilTheSeedIsUp(t *testing.T) {
+	l, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seedAddr := l.LocalAddr().String()
+	l.Close()
+	tc := newTestCluster(t, 0)
+	early := testConfig("early", 1)
+	early.Join = []string{seedAddr}
+	h := newFakeHost(t, "early", 1)
+	c, err := New(early, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.cluster = c
+	tc.nodes, tc.hosts = append(tc.nodes, c), append(tc.hosts, h)
+	time.Sleep(200 * time.Millisecond)
+	seed := testConfig("seed", 1)
+	seed.BindAddr = seedAddr
+	sh := newFakeHost(t, "seed", 1)
+	sc, err := New(seed, sh)
+	if err != nil {
+		t.Skipf("the seed's port was taken meanwhile: %v", err)
+	}
+	sh.cluster = sc
+	tc.nodes, tc.hosts = append(tc.nodes, sc), append(tc.hosts, sh)
+	tc.waitMembers(2)
 }
