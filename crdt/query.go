@@ -28,10 +28,11 @@ func (r *Replica) Session(k Key) (Session, bool) {
 // MaxEpoch returns the highest epoch this replica holds for a key, ended
 // records included, or 0.
 func (r *Replica) MaxEpoch(k Key) uint64 {
+	floor := r.epochFloorOf(k)
 	if e := r.sessions[k]; e != nil {
-		return e.s.Epoch
+		return max(e.s.Epoch, floor)
 	}
-	return 0
+	return floor
 }
 
 // UserSessions returns the projected records of a user, sorted by device.

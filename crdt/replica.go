@@ -51,6 +51,9 @@ type Replica struct {
 	groupOnline map[string]map[string]int    // group -> user -> active sessions in group
 
 	tombstones []tombstone // FIFO by endedAt
+
+	floors     map[Key]epochFloor // epochs of collected tombstones (epochfloor.go)
+	floorQueue []floorItem
 }
 
 // NewReplica returns an empty replica writing as cfg.Self.
@@ -67,6 +70,7 @@ func NewReplica(cfg Config) (*Replica, error) {
 		downSince:   make(map[string]int64),
 		byUser:      make(map[string]map[string]*entry),
 		groupOnline: make(map[string]map[string]int),
+		floors:      make(map[Key]epochFloor),
 	}
 	r.originState(cfg.Self)
 	return r, nil
@@ -105,6 +109,9 @@ func (r *Replica) PutLocal(s Session, now int64) (Delta, error) {
 		return Delta{}, fmt.Errorf("crdt: local session needs user, device, id and epoch: %+v", s)
 	}
 	s.Seq = 1
+	if f := r.epochFloorOf(s.Key()); s.Epoch <= f {
+		return Delta{}, fmt.Errorf("%w: %s had epoch %d (collected); %d is not above it", ErrSuperseded, s.Key(), f, s.Epoch)
+	}
 	if cur := r.sessions[s.Key()]; cur != nil {
 		switch {
 		case cur.s.Epoch > s.Epoch:
@@ -246,7 +253,7 @@ func (r *Replica) ended(s *Session) bool {
 // dropSessions removes every session record of an origin, raising its GC
 // floor so lagging peers get a full snapshot, and returns the users whose
 // presence may have changed.
-func (r *Replica) dropSessions(st *originState) []string {
+func (r *Replica) dropSessions(st *originState, now int64) []string {
 	var victims []logItem
 	st.log.Ascend(func(it logItem) bool {
 		if !it.account {
@@ -261,6 +268,7 @@ func (r *Replica) dropSessions(st *originState) []string {
 			users = append(users, it.user)
 		}
 		st.gcFloor = max(st.gcFloor, it.version)
+		r.raiseFloor(e.s.Key(), e.s.Epoch, now)
 		r.removeEntry(e)
 	}
 	return users

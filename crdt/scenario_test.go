@@ -240,8 +240,12 @@ func (s *scenario) connect(c *ddCmd, r *Replica) (string, error) {
 	user, _ := c.arg("user")
 	dev, _ := c.arg("device")
 	ep, _ := c.arg("epoch")
-	epoch, err := strconv.ParseUint(ep, 10, 64)
-	if err != nil {
+	var epoch uint64
+	var err error
+	if ep == "next" {
+		// as a gateway allocates: 1 + the highest epoch it knows
+		epoch = 1 + r.MaxEpoch(Key{User: user, Device: dev})
+	} else if epoch, err = strconv.ParseUint(ep, 10, 64); err != nil {
 		return "", fmt.Errorf("epoch: %w", err)
 	}
 	id, ok := c.arg("id")

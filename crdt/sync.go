@@ -226,6 +226,9 @@ func (r *Replica) recountNode(node string) []string {
 type GCStats struct {
 	Tombstones int // ended sessions past the tombstone horizon
 	Purged     int // sessions of nodes down past the purge horizon
+	// FloorsLapsed counts epoch floors of collected tombstones forgotten
+	// after their horizon.
+	FloorsLapsed int
 }
 
 // GC removes tombstones older than the tombstone horizon and the sessions of
@@ -259,9 +262,11 @@ func (r *Replica) GC(now int64) GCStats {
 				st.raise(e.s.Version)
 			}
 		}
+		r.raiseFloor(t.key, e.s.Epoch, now)
 		r.removeEntry(e)
 		stats.Tombstones++
 	}
+	stats.FloorsLapsed = r.lapseFloors(now)
 	r.tombstones = slices.Delete(r.tombstones, 0, n)
 	if cap(r.tombstones) > 1024 && len(r.tombstones) < cap(r.tombstones)/4 {
 		r.tombstones = slices.Clip(slices.Clone(r.tombstones))
@@ -276,7 +281,7 @@ func (r *Replica) GC(now int64) GCStats {
 				continue
 			}
 			before := st.log.Len()
-			r.dropSessions(st)
+			r.dropSessions(st, now)
 			stats.Purged += before - st.log.Len()
 			st.gcFloor = max(st.gcFloor, st.watermark)
 		}
