@@ -5,7 +5,7 @@ BIN       := bin/rollcall
 FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
 
-.PHONY: all build test test-short bench lint fuzz run clean image
+.PHONY: all build test test-short bench lint fuzz run clean image calibrate
 
 all: build
 
@@ -50,3 +50,7 @@ clean:
 image:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o deploy/rollcall ./cmd/rollcall
 	docker build -t rollcall deploy
+
+# The simulator against a real 32-node in-process cluster (docs/simulator.md).
+calibrate:
+	$(GO) run ./cmd/rollcall sim calibrate --plot docs/sim-calibration.svg
