@@ -166,57 +166,43 @@ func sumStats(tc *testCluster, f func(*Stats) uint64) uint64 {
 // without a word (kill -9 equivalent); time until every survivor shows the
 // session offline. LAN profile, 15s lease. Each iteration takes seconds.
 func BenchmarkClusterCrashToOffline16(b *testing.B) {
+	benchGoneToOffline(b, "crash", 60*time.Second, func(tc *testCluster, victim int, _ string) {
+		tc.crash(victim)
+	})
+}
+
+// BenchmarkClusterLeaveToOffline16: a node ends its sessions cleanly and
+// leaves; time until every other member shows them offline.
+func BenchmarkClusterLeaveToOffline16(b *testing.B) {
+	benchGoneToOffline(b, "leave", 10*time.Second, func(tc *testCluster, leaver int, user string) {
+		tc.hosts[leaver].write(b, user, "phone", crdt.StateDisconnected, crdt.StatusAvailable, nil)
+		_ = tc.nodes[leaver].Leave(time.Second)
+		tc.nodes[leaver] = nil
+	})
+}
+
+// benchGoneToOffline measures, per iteration, from gone (which removes the
+// node holding user's session) until every other node shows user offline,
+// then replaces the node so the cluster keeps 16 members.
+func benchGoneToOffline(b *testing.B, what string, limit time.Duration, gone func(tc *testCluster, victim int, user string)) {
 	const n = 16
 	tc, w := benchClusterN(b, n, lanProfile)
 	var lat []time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		victim := tc.live()[len(tc.live())-1]
-		user := fmt.Sprintf("crash-%d", i)
+		user := fmt.Sprintf("%s-%d", what, i)
 		tc.hosts[victim].connect(b, user, "phone")
-		var survivors []int
-		for _, j := range tc.live() {
-			if j != victim {
-				survivors = append(survivors, j)
-			}
-		}
-		w.waitAll(b, user, true, survivors, 10*time.Second)
-		start := time.Now()
-		tc.crash(victim)
-		last := w.waitAll(b, user, false, survivors, 60*time.Second)
-		lat = append(lat, last.Sub(start))
-		// Replace the node so the cluster keeps its size.
-		tc.start(fmt.Sprintf("r%d", i), 1)
-		tc.waitMembers(n)
-	}
-	b.StopTimer()
-	b.ReportMetric(float64(percentile(lat, 0.5).Milliseconds()), "p50-ms")
-	b.ReportMetric(float64(percentile(lat, 0.99).Milliseconds()), "p99-ms")
-}
-
-// BenchmarkClusterLeaveToOffline16: a node ends its sessions cleanly and
-// leaves; time until every other member shows them offline.
-func BenchmarkClusterLeaveToOffline16(b *testing.B) {
-	const n = 16
-	tc, w := benchClusterN(b, n, lanProfile)
-	var lat []time.Duration
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		leaver := tc.live()[len(tc.live())-1]
-		user := fmt.Sprintf("leave-%d", i)
-		tc.hosts[leaver].connect(b, user, "phone")
 		var rest []int
 		for _, j := range tc.live() {
-			if j != leaver {
+			if j != victim {
 				rest = append(rest, j)
 			}
 		}
 		w.waitAll(b, user, true, rest, 10*time.Second)
 		start := time.Now()
-		tc.hosts[leaver].write(b, user, "phone", crdt.StateDisconnected, crdt.StatusAvailable, nil)
-		_ = tc.nodes[leaver].Leave(time.Second)
-		tc.nodes[leaver] = nil
-		last := w.waitAll(b, user, false, rest, 10*time.Second)
+		gone(tc, victim, user)
+		last := w.waitAll(b, user, false, rest, limit)
 		lat = append(lat, last.Sub(start))
 		tc.start(fmt.Sprintf("r%d", i), 1)
 		tc.waitMembers(n)
