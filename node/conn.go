@@ -204,13 +204,7 @@ func (c *conn) handleLine(raw []byte) {
 // disconnected at once, and the connection is forgotten.
 func (c *conn) finish() {
 	c.n.connLost(c)
-	c.q.mu.Lock()
-	c.q.dead = true
-	c.q.closing = true
-	c.q.mu.Unlock()
-	c.state.Store(stateClosing)
-	c.wakeWriter()
-	c.nc.Close()
+	c.abort()
 }
 
 // abort closes the socket at once; the goroutines finish on their own.
