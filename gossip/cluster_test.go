@@ -301,3 +301,38 @@ func TestJoinRetriesUntilTheSeedIsUp(t *testing.T) {
 	tc.nodes, tc.hosts = append(tc.nodes, sc), append(tc.hosts, sh)
 	tc.waitMembers(2)
 }
+
+// TestOneWayPartitionWithDelay: with 20±10ms packet delay, n0 cannot send
+// to n1 (n1 still reaches n0). n1 misses n0's writes and, once n0's lease
+// passes, shows n0's sessions expired; n2 sees everything. After the heal
+// every node converges and n0's sessions are online everywhere.
+func TestOneWayPartitionWithDelay(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	tc.waitMembers(3)
+	tc.net.SetDelay(20*time.Millisecond, 10*time.Millisecond)
+	tc.hosts[0].connect(t, "olga", "phone")
+	waitFor(t, 5*time.Second, "olga everywhere through the delay", func() bool {
+		return tc.hosts[1].presence("olga").Online && tc.hosts[2].presence("olga").Online
+	})
+	tc.net.Block(tc.addr(0), tc.addr(1))
+	tc.hosts[0].connect(t, "pete", "phone")
+	waitFor(t, 5*time.Second, "pete on n2", func() bool { return tc.hosts[2].presence("pete").Online })
+	if tc.hosts[1].presence("pete").Online {
+		t.Fatal("pete reached n1 across a one-way block")
+	}
+	waitFor(t, 10*time.Second, "n1 shows n0's sessions expired once its lease passes", func() bool {
+		return !tc.hosts[1].presence("olga").Online
+	})
+	if !tc.hosts[2].presence("olga").Online {
+		t.Fatal("n2, which hears n0, shows olga offline")
+	}
+	tc.net.Heal()
+	waitFor(t, 15*time.Second, "convergence after the heal", func() bool {
+		for _, h := range tc.hosts {
+			if !h.presence("olga").Online || !h.presence("pete").Online {
+				return false
+			}
+		}
+		return tc.converged()
+	})
+}
