@@ -63,6 +63,13 @@ type Config struct {
 	// much. Must exceed MaxLineBytes. Default 4 MiB.
 	OutboundQueueBytes int
 
+	// MaxConnections caps the client connections held at once (sessions and
+	// handshakes in progress). A connection past the cap is sent
+	// "overloaded" and closed before it costs anything more, so a flood
+	// cannot exhaust memory or file descriptors for the sessions already
+	// here. Default 100,000; negative means no cap.
+	MaxConnections int
+
 	// WriteTimeout bounds one write to a client socket. A client that does
 	// not read for this long while the node has data for it is treated as a
 	// slow consumer. Default 10s.
@@ -127,6 +134,7 @@ const (
 	DefaultHandshakeTimeout   = 10 * time.Second
 	DefaultOutboundQueue      = 1024
 	DefaultOutboundQueueBytes = 4 << 20
+	DefaultMaxConnections     = 100_000
 	DefaultWriteTimeout       = 10 * time.Second
 	DefaultEventCoalesce      = 10 * time.Millisecond
 	DefaultRouteTimeout       = 2 * time.Second
@@ -173,6 +181,9 @@ func (c *Config) fill() error {
 	}
 	if c.OutboundQueue == 0 {
 		c.OutboundQueue = DefaultOutboundQueue
+	}
+	if c.MaxConnections == 0 {
+		c.MaxConnections = DefaultMaxConnections
 	}
 	if c.OutboundQueueBytes == 0 {
 		c.OutboundQueueBytes = DefaultOutboundQueueBytes

@@ -106,6 +106,7 @@ const (
 	CodeSlowConsumer     ErrorCode = "slow_consumer"     // the client did not read fast enough; closes
 	CodeExpired          ErrorCode = "expired"           // no request within the timeout; closes
 	CodeInternal         ErrorCode = "internal"          // a gateway-side failure; the request changed nothing
+	CodeOverloaded       ErrorCode = "overloaded"        // the gateway holds MaxConnections already; closes at once
 )
 
 // closes reports whether the gateway closes the connection after sending

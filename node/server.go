@@ -30,7 +30,6 @@ func (n *Node) acceptLoop(ln net.Listener) {
 		}
 		backoff = 0
 		n.stats.accepted.Add(1)
-		c := n.newConn(nc)
 		n.mu.Lock()
 		if n.draining {
 			n.mu.Unlock()
@@ -40,6 +39,15 @@ func (n *Node) acceptLoop(ln net.Listener) {
 			nc.Close()
 			continue
 		}
+		if max := n.cfg.MaxConnections; max > 0 && len(n.conns) >= max {
+			n.mu.Unlock()
+			n.stats.overloaded.Add(1)
+			nc.SetWriteDeadline(time.Now().Add(time.Second))                                                          //nolint:errcheck // best effort
+			nc.Write(encodeError(nil, CodeOverloaded, "the gateway is at its connection limit; try another gateway")) //nolint:errcheck // best effort
+			nc.Close()
+			continue
+		}
+		c := n.newConn(nc)
 		n.conns[c] = struct{}{}
 		n.connWG.Add(2)
 		n.mu.Unlock()

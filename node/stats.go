@@ -10,6 +10,7 @@ import (
 // counters are the node's monotonically increasing counters.
 type counters struct {
 	accepted       atomic.Uint64 // TCP connections accepted
+	overloaded     atomic.Uint64 // connections refused at MaxConnections
 	sessionsOpened atomic.Uint64 // successful hellos
 	disconnected   atomic.Uint64 // sessions ended by bye, TCP close or error
 	expired        atomic.Uint64 // sessions ended by silence
@@ -32,6 +33,7 @@ type Stats struct {
 	Draining    bool   `json:"draining"`
 
 	Accepted       uint64 `json:"accepted"`
+	Overloaded     uint64 `json:"overloaded"`
 	SessionsOpened uint64 `json:"sessions_opened"`
 	Disconnected   uint64 `json:"disconnected"`
 	Expired        uint64 `json:"expired"`
@@ -63,6 +65,7 @@ func (n *Node) Stats() Stats {
 	n.mu.Unlock()
 	c := &n.stats
 	st.Accepted = c.accepted.Load()
+	st.Overloaded = c.overloaded.Load()
 	st.SessionsOpened = c.sessionsOpened.Load()
 	st.Disconnected = c.disconnected.Load()
 	st.Expired = c.expired.Load()

@@ -23,6 +23,7 @@ type agentFlags struct {
 	heartbeat    time.Duration
 	timeout      time.Duration
 	drainTimeout time.Duration
+	maxConns     int
 	secretFile   string
 	dev          bool
 	logLevel     string
@@ -52,6 +53,7 @@ func agentFlagSet(af *agentFlags, stderr io.Writer) (*flag.FlagSet, *string) {
 	fs.DurationVar(&af.heartbeat, "heartbeat", node.DefaultHeartbeat, "heartbeat interval told to clients")
 	fs.DurationVar(&af.timeout, "timeout", node.DefaultTimeout, "silence after which a session expires")
 	fs.DurationVar(&af.drainTimeout, "drain-timeout", node.DefaultDrainTimeout, "graceful shutdown bound on SIGTERM/SIGINT")
+	fs.IntVar(&af.maxConns, "max-connections", node.DefaultMaxConnections, "client connections held at once; more are told overloaded and closed (negative: no cap)")
 	fs.StringVar(&af.secretFile, "secret-file", "", "file holding the HS256 key of client tokens (see 'rollcall token')")
 	fs.BoolVar(&af.dev, "dev", false, "accept any user without a token (development only; logs a loud warning)")
 	fs.StringVar(&af.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -141,6 +143,7 @@ func (af *agentFlags) nodeConfig(log *zap.Logger) (node.Config, error) {
 	cfg.Heartbeat = af.heartbeat
 	cfg.Timeout = af.timeout
 	cfg.DrainTimeout = af.drainTimeout
+	cfg.MaxConnections = af.maxConns
 	cfg.PurgeHorizon = af.cluster.PurgeHorizon
 	cfg.Dev = af.dev
 	cfg.Logger = log
