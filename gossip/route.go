@@ -1,0 +1,88 @@
+package gossip
+
+// Requests that expect an answer: routed messages and keyring steps, each
+// answered by a msgRouteAck carrying the request id.
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/rollcall/rollcall/node"
+	"go.uber.org/zap"
+)
+
+func (c *Cluster) goRoute(r routeReq) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		n := c.host.DeliverLocal(node.Message{To: r.To, From: r.From, FromDevice: r.FromDevice, Body: r.Body})
+		c.reply(r.FromNode, routeAck{ID: r.ID, Delivered: n})
+	}()
+}
+
+func (c *Cluster) goReply(to string, ack routeAck) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		c.reply(to, ack)
+	}()
+}
+
+// reply answers a request with an ack.
+func (c *Cluster) reply(to string, ack routeAck) {
+	msg, err := encodeRouteAck(ack)
+	if err == nil {
+		err = c.sendReliableTo(to, msg)
+	}
+	if err != nil {
+		c.log.Debug("ack failed", zap.String("to", to), zap.Error(err))
+	}
+}
+
+// Route delivers msg through the gateway that owns the recipient's
+// sessions and returns how many sessions it reached there.
+func (c *Cluster) Route(ctx context.Context, gateway string, msg node.Message) (int, error) {
+	if gateway == c.cfg.Name {
+		return c.host.DeliverLocal(msg), nil
+	}
+	if len(msg.Body) > maxBodyBytes {
+		return 0, fmt.Errorf("gossip: message body of %d bytes exceeds %d", len(msg.Body), maxBodyBytes)
+	}
+	return c.request(ctx, gateway, func(id uint64) ([]byte, error) {
+		return encodeRouteReq(routeReq{ID: id, FromNode: c.cfg.Name, To: msg.To, From: msg.From, FromDevice: msg.FromDevice, Body: msg.Body})
+	})
+}
+
+// request sends a message that the peer answers with a msgRouteAck carrying
+// the same id, and waits for the answer (at most RouteTimeout).
+func (c *Cluster) request(ctx context.Context, to string, encode func(id uint64) ([]byte, error)) (int, error) {
+	c.routeMu.Lock()
+	c.routeSeq++
+	id := c.routeSeq
+	ch := make(chan routeAck, 1)
+	c.routes[id] = ch
+	c.routeMu.Unlock()
+	defer func() {
+		c.routeMu.Lock()
+		delete(c.routes, id)
+		c.routeMu.Unlock()
+	}()
+	b, err := encode(id)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.RouteTimeout)
+	defer cancel()
+	if err := c.sendReliableTo(to, b); err != nil {
+		return 0, err
+	}
+	select {
+	case ack := <-ch:
+		if ack.Err != "" {
+			return ack.Delivered, fmt.Errorf("%s: %s", to, ack.Err)
+		}
+		return ack.Delivered, nil
+	case <-ctx.Done():
+		return 0, fmt.Errorf("gossip: request to %s: %w", to, ctx.Err())
+	}
+}
