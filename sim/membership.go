@@ -134,8 +134,8 @@ func (s *Sim) broadcastML(n *node, p part) {
 	case pDead:
 		p.size = s.sizes.dead
 	}
-	b := s.register(p)
-	n.mlQueue.QueueBroadcast(&mlBroadcast{node: s.names[p.node], msg: b})
+	ref, msgLen := s.register(p)
+	n.mlQueue.queue(ref, msgLen, p.node)
 }
 
 // refute answers an accusation against n with a higher incarnation.
@@ -289,16 +289,18 @@ func (s *Sim) deadNode(n *node, d part) {
 
 // getBroadcasts is memberlist's getBroadcasts: memberlist's own messages
 // first, then Rollcall's, within limit bytes.
-func (s *Sim) getBroadcasts(n *node, overhead, limit int) []part {
-	var out []part
+func (s *Sim) getBroadcasts(n *node, overhead, limit int, out []part) []part {
 	used := 0
-	for _, b := range n.mlQueue.GetBroadcasts(overhead, limit) {
-		out = append(out, s.lookup(b))
-		used += len(b) + overhead
+	s.refBuf, s.reinsert = n.mlQueue.getBroadcasts(overhead, limit, s.estNumNodes(n), s.refBuf[:0], s.reinsert)
+	for _, ref := range s.refBuf {
+		p := s.registry[ref]
+		out = append(out, p)
+		used += regLen(p.size) + overhead
 	}
 	if avail := limit - used; avail > overhead+userMsgFrame {
-		for _, b := range n.queue.GetBroadcasts(overhead+userMsgFrame, avail) {
-			out = append(out, s.lookup(b))
+		s.refBuf, s.reinsert = n.queue.getBroadcasts(overhead+userMsgFrame, avail, s.numMembers(n), s.refBuf[:0], s.reinsert)
+		for _, ref := range s.refBuf {
+			out = append(out, s.registry[ref])
 		}
 	}
 	return out
@@ -308,7 +310,7 @@ func (s *Sim) getBroadcasts(n *node, overhead, limit int) []part {
 // fit in the rest of the packet.
 func (s *Sim) sendMsg(n *node, to int32, p part) {
 	avail := s.cfg.UDPBufferSize - p.size - compoundHeader
-	parts := append([]part{p}, s.getBroadcasts(n, compoundPerPart, avail)...)
+	parts := s.getBroadcasts(n, compoundPerPart, avail, []part{p})
 	s.sendPacket(&packet{from: n.id, to: to, parts: parts})
 }
 
@@ -318,7 +320,7 @@ func (s *Sim) gossipTick(n *node) {
 	targets := s.kRandom(s.cfg.GossipNodes, func(p int32) bool { return s.gossipExclude(n, p) })
 	limit := s.cfg.UDPBufferSize - compoundHeader
 	for _, t := range targets {
-		msgs := s.getBroadcasts(n, compoundPerPart, limit)
+		msgs := s.getBroadcasts(n, compoundPerPart, limit, nil)
 		if len(msgs) == 0 {
 			return
 		}

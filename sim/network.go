@@ -1,10 +1,6 @@
 package sim
 
 import (
-	"encoding/binary"
-
-	"github.com/hashicorp/memberlist"
-
 	"github.com/rollcall/rollcall/crdt"
 )
 
@@ -64,9 +60,9 @@ type umsg struct {
 	sync crdt.Sync
 	// antiEntropy marks pull, state and sync traffic for the byte counters.
 	antiEntropy bool
-	// reg is the message's registered bytes once it is queued for
-	// piggybacking.
-	reg []byte
+	// reg is 1 + the message's registry index once it is queued for
+	// piggybacking; 0 before.
+	reg uint32
 }
 
 // packet is one UDP datagram.
@@ -94,68 +90,17 @@ type memberState struct {
 	life  uint32
 }
 
-// rcBroadcast is a Rollcall message in a node's piggyback queue; it behaves
-// as gossip's broadcast type: named broadcasts (alive announcements) replace
-// older ones of the same name.
-type rcBroadcast struct {
-	msg  []byte
-	name string
-}
-
-var _ memberlist.NamedBroadcast = (*rcBroadcast)(nil)
-
-func (b *rcBroadcast) Invalidates(other memberlist.Broadcast) bool {
-	o, ok := other.(*rcBroadcast)
-	return ok && b.name != "" && o.name == b.name
-}
-func (b *rcBroadcast) Name() string    { return b.name }
-func (b *rcBroadcast) Message() []byte { return b.msg }
-func (b *rcBroadcast) Finished()       {}
-
-// rcUnique is an unnamed Rollcall broadcast (a delta batch). gossip's
-// broadcast type leaves these unnamed, and memberlist then scans the whole
-// queue on every enqueue for messages to invalidate, skipping every named
-// one, which all of them are: the scan never finds anything. Declaring the
-// message unique gives the same queue without the O(queue) scan.
-type rcUnique struct{ msg []byte }
-
-var _ memberlist.UniqueBroadcast = (*rcUnique)(nil)
-
-func (b *rcUnique) Invalidates(memberlist.Broadcast) bool { return false }
-func (b *rcUnique) Message() []byte                       { return b.msg }
-func (b *rcUnique) Finished()                             {}
-func (b *rcUnique) UniqueBroadcast()                      {}
-
-// mlBroadcast is a memberlist alive, suspect or dead message in a node's
-// memberlist queue; like memberlist's own, it replaces any older message
-// about the same node.
-type mlBroadcast struct {
-	node string
-	msg  []byte
-}
-
-var _ memberlist.NamedBroadcast = (*mlBroadcast)(nil)
-
-func (b *mlBroadcast) Invalidates(other memberlist.Broadcast) bool {
-	o, ok := other.(*mlBroadcast)
-	return ok && o.node == b.node
-}
-func (b *mlBroadcast) Name() string    { return b.node }
-func (b *mlBroadcast) Message() []byte { return b.msg }
-func (b *mlBroadcast) Finished()       {}
-
-// register gives a broadcast part a byte slice of its encoded size whose
-// first four bytes name it, so that what memberlist's queue hands back can
-// be turned into the part again.
-func (s *Sim) register(p part) []byte {
-	id := len(s.registry)
+// register records a broadcast part and returns the index the queues hold
+// it by, and the length of the message memberlist's queue would hold: its
+// encoded size (the simulator once queued a byte slice of that size whose
+// first four bytes named it, so never fewer than four).
+func (s *Sim) register(p part) (ref uint32, msgLen int) {
+	ref = uint32(len(s.registry))
 	s.registry = append(s.registry, p)
-	b := make([]byte, max(p.size, 4))
-	binary.LittleEndian.PutUint32(b, uint32(id))
-	return b
+	return ref, regLen(p.size)
 }
 
-func (s *Sim) lookup(b []byte) part { return s.registry[binary.LittleEndian.Uint32(b)] }
+func regLen(size int) int { return max(size, 4) }
 
 // blocked reports whether a partition separates two nodes.
 func (s *Sim) blocked(a, b int32) bool {

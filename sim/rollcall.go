@@ -60,7 +60,7 @@ func (s *Sim) flush(n *node) {
 			s.sendAll(n, m, false)
 			s.stats.directCopies += uint64(len(p) * members)
 		default:
-			s.enqueueBroadcast(n, m, "")
+			s.enqueueBroadcast(n, m, noName)
 			seeds := s.kRandom(3, func(q int32) bool { return !s.member(n, q) })
 			for _, t := range seeds {
 				s.sendBestEffort(n, t, m)
@@ -103,19 +103,19 @@ func (s *Sim) sendBestEffort(n *node, to int32, m *umsg) {
 }
 
 // enqueueBroadcast is Cluster.enqueueBroadcast. A message is registered
-// once and its bytes shared by every queue that holds it, as the bytes of a
-// relayed message are equal.
-func (s *Sim) enqueueBroadcast(n *node, m *umsg, name string) {
-	if m.reg == nil {
-		m.reg = s.register(part{kind: pUser, msg: m, size: m.size})
+// once and shared by every queue that holds it, as the bytes of a relayed
+// message are equal. name is noName for a delta batch (gossip leaves it
+// unnamed; the queue takes it as a UniqueBroadcast, see bqueue) or the slot
+// of the node whose alive announcement it is (gossip names it
+// "alive/NODE", and a newer one replaces it).
+func (s *Sim) enqueueBroadcast(n *node, m *umsg, name int32) {
+	if m.reg == 0 {
+		ref, _ := s.register(part{kind: pUser, msg: m, size: m.size})
+		m.reg = ref + 1
 	}
-	if name == "" {
-		n.queue.QueueBroadcast(&rcUnique{msg: m.reg})
-	} else {
-		n.queue.QueueBroadcast(&rcBroadcast{msg: m.reg, name: name})
-	}
-	if n.queue.NumQueued() > s.cfg.MaxQueue {
-		n.queue.Prune(s.cfg.MaxQueue)
+	n.queue.queue(m.reg-1, regLen(m.size), name)
+	if n.queue.numQueued() > s.cfg.MaxQueue {
+		n.queue.prune(s.cfg.MaxQueue)
 		s.stats.queuePruned++
 	}
 }
@@ -182,7 +182,7 @@ func (s *Sim) handleDeltas(n *node, m *umsg) {
 		s.applyDeltas(n, m.deltas)
 	}
 	if epidemic && fresh {
-		s.enqueueBroadcast(n, m, "")
+		s.enqueueBroadcast(n, m, noName)
 	}
 }
 
@@ -313,7 +313,7 @@ func (s *Sim) announce(n *node) {
 		}
 		return
 	}
-	s.enqueueBroadcast(n, m, "alive/"+n.name)
+	s.enqueueBroadcast(n, m, n.id)
 }
 
 // heard is Leases.Heard for peer p at now, kept in step with the FIFO that

@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/hashicorp/memberlist"
+	"github.com/google/btree"
 
 	"github.com/rollcall/rollcall/crdt"
 	"github.com/rollcall/rollcall/gossip"
@@ -32,6 +32,9 @@ type Sim struct {
 	nodes    []*node
 	group    []int32 // partition group per node; nil when whole
 	registry []part
+	qfree    *btree.FreeListG[qitem] // shared by every node's queues
+	refBuf   []uint32                // getBroadcasts scratch
+	reinsert []qitem                 // getBroadcasts scratch
 	stats    counters
 	// lastStreamAt is when the last stream sent will arrive.
 	lastStreamAt int64
@@ -78,6 +81,7 @@ func New(cfg Config) (*Sim, error) {
 		rng:      rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
 		byUser:   make(map[string]int32),
 		openByCl: make(map[int32][]*change),
+		qfree:    btree.NewFreeListG[qitem](btree.DefaultFreeListSize),
 	}
 	width := len(fmt.Sprint(cfg.Nodes - 1))
 	s.names = make([]string, cfg.Nodes)
@@ -286,7 +290,7 @@ type node struct {
 	pending    []crdt.Delta
 	ownVersion uint64 // our origin's watermark: the version of our last write
 	flushArmed bool
-	queue      *memberlist.TransmitLimitedQueue
+	queue      *bqueue // memberlist's TransmitLimitedQueue for Rollcall messages
 	leases     *gossip.Leases
 	heardAt    map[int32]int64 // shadow of the lease table's times, for leaseFIFO
 	leaseFIFO  []leaseRec
@@ -299,7 +303,7 @@ type node struct {
 
 	// memberlist
 	mlInc    uint32
-	mlQueue  *memberlist.TransmitLimitedQueue
+	mlQueue  *bqueue             // memberlist's own broadcast queue
 	view     map[int32]*peerView // peers whose state differs from "alive, incarnation 1, life 1"
 	numDown  int                 // peers dead or left in view
 	probeSeq uint32
@@ -335,7 +339,7 @@ func (s *Sim) newNode(id int32, life, mlInc uint32) (*node, error) {
 		view:     make(map[int32]*peerView),
 		helping:  make(map[uint32]*helpState),
 	}
-	n.queue = &memberlist.TransmitLimitedQueue{NumNodes: func() int { return s.numMembers(n) }, RetransmitMult: s.cfg.RetransmitMult}
-	n.mlQueue = &memberlist.TransmitLimitedQueue{NumNodes: func() int { return s.estNumNodes(n) }, RetransmitMult: s.cfg.RetransmitMult}
+	n.queue = newBQueue(s.cfg.RetransmitMult, s.qfree)
+	n.mlQueue = newBQueue(s.cfg.RetransmitMult, s.qfree)
 	return n, nil
 }

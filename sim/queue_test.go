@@ -1,0 +1,147 @@
+package sim
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/google/btree"
+	"github.com/hashicorp/memberlist"
+)
+
+// TestBQueueMatchesMemberlist drives the simulator's queue and memberlist's
+// TransmitLimitedQueue with the same random operations (named and unique
+// broadcasts of random sizes, GetBroadcasts with random limits and
+// overheads while the cluster size changes, Prune) and requires the same
+// broadcasts, in the same order, and the same queue length after every
+// operation.
+func TestBQueueMatchesMemberlist(t *testing.T) {
+	for seed := range uint64(300) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { compareQueues(t, seed) })
+	}
+}
+
+func compareQueues(t *testing.T, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	mult := 1 + rng.IntN(4)
+	numNodes := 1 + rng.IntN(20000)
+	real := &memberlist.TransmitLimitedQueue{NumNodes: func() int { return numNodes }, RetransmitMult: mult}
+	model := newBQueue(mult, btree.NewFreeListG[qitem](8))
+	names := 1 + rng.IntN(40)
+	maxSize := 4 + rng.IntN(600)
+	// Equal sizes make ties on length, so the id order is exercised.
+	sizes := []int{4 + rng.IntN(maxSize), 4 + rng.IntN(maxSize), 4 + rng.IntN(maxSize)}
+	var out []uint32
+	var scratch []qitem
+	ops := 200 + rng.IntN(2000)
+	queued := false
+	// A node's Rollcall queue holds delta batches and alive announcements
+	// named "alive/NODE"; its memberlist queue holds messages named NODE.
+	rcQueue := seed%2 == 0
+	for op := range ops {
+		switch x := rng.IntN(100); {
+		case x < 55:
+			queued = true
+			ref := uint32(op)
+			size := sizes[rng.IntN(len(sizes))]
+			if rng.IntN(3) == 0 {
+				size = 4 + rng.IntN(maxSize)
+			}
+			msg := make([]byte, size)
+			binary.LittleEndian.PutUint32(msg, ref)
+			switch name := int32(rng.IntN(names)); {
+			case rng.IntN(4) != 0:
+				real.QueueBroadcast(&rcUnique{msg: msg})
+				model.queue(ref, size, noName)
+			case rcQueue:
+				real.QueueBroadcast(&rcBroadcast{name: fmt.Sprint("alive/", name), msg: msg})
+				model.queue(ref, size, name)
+			default:
+				real.QueueBroadcast(&mlBroadcast{node: fmt.Sprint(name), msg: msg})
+				model.queue(ref, size, name)
+			}
+		case x < 92:
+			if rng.IntN(10) == 0 {
+				numNodes = 1 + rng.IntN(20000)
+			}
+			overhead := 2 + rng.IntN(2)
+			limit := rng.IntN(1500)
+			if rng.IntN(20) == 0 {
+				limit = 1 << 40
+			}
+			var want []uint32
+			for _, b := range real.GetBroadcasts(overhead, limit) {
+				want = append(want, binary.LittleEndian.Uint32(b))
+			}
+			out, scratch = model.getBroadcasts(overhead, limit, numNodes, out[:0], scratch)
+			if !slices.Equal(want, out) && !(len(want) == 0 && len(out) == 0) {
+				t.Fatalf("op %d: GetBroadcasts(%d, %d) = %v, memberlist's %v", op, overhead, limit, out, want)
+			}
+		default:
+			if !queued {
+				continue // memberlist's Prune needs a queue that was used
+			}
+			keep := rng.IntN(64)
+			real.Prune(keep)
+			model.prune(keep)
+		}
+		if got, want := model.numQueued(), real.NumQueued(); got != want {
+			t.Fatalf("op %d: %d queued, memberlist %d", op, got, want)
+		}
+	}
+}
+
+// The broadcasts the simulator queued in memberlist's own queue before
+// bqueue replaced it, as gossip and memberlist define them.
+
+// rcBroadcast is a Rollcall message in a node's piggyback queue; it behaves
+// as gossip's broadcast type: named broadcasts (alive announcements) replace
+// older ones of the same name.
+type rcBroadcast struct {
+	msg  []byte
+	name string
+}
+
+var _ memberlist.NamedBroadcast = (*rcBroadcast)(nil)
+
+func (b *rcBroadcast) Invalidates(other memberlist.Broadcast) bool {
+	o, ok := other.(*rcBroadcast)
+	return ok && b.name != "" && o.name == b.name
+}
+func (b *rcBroadcast) Name() string    { return b.name }
+func (b *rcBroadcast) Message() []byte { return b.msg }
+func (b *rcBroadcast) Finished()       {}
+
+// rcUnique is an unnamed Rollcall broadcast (a delta batch). gossip's
+// broadcast type leaves these unnamed, and memberlist then scans the whole
+// queue on every enqueue for messages to invalidate, skipping every named
+// one, which all of them are: the scan never finds anything. Declaring the
+// message unique gives the same queue without the O(queue) scan.
+type rcUnique struct{ msg []byte }
+
+var _ memberlist.UniqueBroadcast = (*rcUnique)(nil)
+
+func (b *rcUnique) Invalidates(memberlist.Broadcast) bool { return false }
+func (b *rcUnique) Message() []byte                       { return b.msg }
+func (b *rcUnique) Finished()                             {}
+func (b *rcUnique) UniqueBroadcast()                      {}
+
+// mlBroadcast is a memberlist alive, suspect or dead message in a node's
+// memberlist queue; like memberlist's own, it replaces any older message
+// about the same node.
+type mlBroadcast struct {
+	node string
+	msg  []byte
+}
+
+var _ memberlist.NamedBroadcast = (*mlBroadcast)(nil)
+
+func (b *mlBroadcast) Invalidates(other memberlist.Broadcast) bool {
+	o, ok := other.(*mlBroadcast)
+	return ok && o.node == b.node
+}
+func (b *mlBroadcast) Name() string    { return b.node }
+func (b *mlBroadcast) Message() []byte { return b.msg }
+func (b *mlBroadcast) Finished()       {}
