@@ -285,30 +285,50 @@ func (r *Replica) mergeSession(s *Session, now int64) bool {
 	if r.versionTaken(s.Origin, s.Version, logItem{user: k.User, device: k.Device}) {
 		return false
 	}
-	e := &entry{s: *s}
-	e.s.Groups = slices.Clone(s.Groups)
 	ended := r.ended(s)
+	var endedAt int64
 	if ended {
-		e.endedAt = now
+		endedAt = now
 		// Keep the age of a tombstone only when the new record ends the same
 		// epoch. The end of a newer epoch starts a new horizon: inheriting
 		// the older end's age would collect it early, and a delayed active
 		// write of the newer epoch would then revive the session
 		// (testdata/tombstone_epochs.txt).
 		if cur != nil && r.ended(&cur.s) && cur.s.Epoch == s.Epoch {
-			e.endedAt = cur.endedAt
+			endedAt = cur.endedAt
 		}
 	}
-	if cur != nil {
-		r.removeEntry(cur)
+	var e *entry
+	if cur == nil {
+		e = &entry{s: *s, endedAt: endedAt}
+		e.s.Groups = slices.Clone(s.Groups)
+		r.sessions[k] = e
+		devs := r.byUser[k.User]
+		if devs == nil {
+			devs = make(map[string]*entry, 1)
+			r.byUser[k.User] = devs
+		}
+		devs[k.Device] = e
+	} else {
+		// The new record takes the old one's entry, which every index
+		// already points to under this key: only the origin log and, when
+		// the groups differ, the group counts change (recount below brings
+		// the counts in line, as for a new entry).
+		e = cur
+		if st := r.origins[cur.s.Origin]; st != nil {
+			st.log.Delete(logItem{version: cur.s.Version})
+		}
+		groups := cur.s.Groups
+		if !slices.Equal(groups, s.Groups) || (groups == nil) != (s.Groups == nil) {
+			if cur.counted {
+				r.uncount(cur)
+			}
+			groups = slices.Clone(s.Groups)
+		}
+		e.s = *s
+		e.s.Groups = groups
+		e.endedAt = endedAt
 	}
-	r.sessions[k] = e
-	devs := r.byUser[k.User]
-	if devs == nil {
-		devs = make(map[string]*entry, 1)
-		r.byUser[k.User] = devs
-	}
-	devs[k.Device] = e
 	r.originState(s.Origin).log.ReplaceOrInsert(logItem{version: s.Version, user: k.User, device: k.Device})
 	r.recount(e)
 	if ended {
