@@ -310,8 +310,9 @@ func (s *Sim) getBroadcasts(n *node, overhead, limit int, out []part) []part {
 // fit in the rest of the packet.
 func (s *Sim) sendMsg(n *node, to int32, p part) {
 	avail := s.cfg.UDPBufferSize - p.size - compoundHeader
-	parts := s.getBroadcasts(n, compoundPerPart, avail, []part{p})
-	s.sendPacket(&packet{from: n.id, to: to, parts: parts})
+	pkt := s.newPacket(n.id, to)
+	pkt.parts = s.getBroadcasts(n, compoundPerPart, avail, append(pkt.parts, p))
+	s.sendPacket(pkt)
 }
 
 // gossipTick is memberlist's gossip: broadcasts to GossipNodes random
@@ -320,11 +321,13 @@ func (s *Sim) gossipTick(n *node) {
 	targets := s.kRandom(s.cfg.GossipNodes, func(p int32) bool { return s.gossipExclude(n, p) })
 	limit := s.cfg.UDPBufferSize - compoundHeader
 	for _, t := range targets {
-		msgs := s.getBroadcasts(n, compoundPerPart, limit, nil)
-		if len(msgs) == 0 {
+		pkt := s.newPacket(n.id, t)
+		pkt.parts = s.getBroadcasts(n, compoundPerPart, limit, pkt.parts)
+		if len(pkt.parts) == 0 {
+			s.freePacket(pkt)
 			return
 		}
-		s.sendPacket(&packet{from: n.id, to: t, parts: msgs})
+		s.sendPacket(pkt)
 	}
 }
 

@@ -65,10 +65,27 @@ type umsg struct {
 	reg uint32
 }
 
-// packet is one UDP datagram.
+// packet is one UDP datagram. Packets are recycled (newPacket, freePacket)
+// once delivered or lost: nothing keeps one, or its parts, past that.
 type packet struct {
 	from, to int32
 	parts    []part
+}
+
+func (s *Sim) newPacket(from, to int32) *packet {
+	if k := len(s.pktFree); k > 0 {
+		p := s.pktFree[k-1]
+		s.pktFree = s.pktFree[:k-1]
+		p.from, p.to = from, to
+		return p
+	}
+	return &packet{from: from, to: to, parts: make([]part, 0, 4)}
+}
+
+func (s *Sim) freePacket(p *packet) {
+	clear(p.parts) // drop message references
+	p.parts = p.parts[:0]
+	s.pktFree = append(s.pktFree, p)
 }
 
 // stream is one TCP exchange: a Rollcall message sent reliably, or
@@ -128,6 +145,7 @@ func (s *Sim) sendPacket(p *packet) {
 	st.bytes += uint64(size)
 	if s.blocked(p.from, p.to) || (s.cfg.Loss > 0 && s.rng.Float64() < s.cfg.Loss) {
 		st.lost++
+		s.freePacket(p)
 		return
 	}
 	s.q.push(event{at: s.now + s.cfg.Latency.sample(s.rng), kind: evPacket, pkt: p})

@@ -78,7 +78,9 @@ func (s *Sim) probeNode(n *node, target int32) {
 		// A suspect member gets the suspicion with the ping, so it can
 		// refute it (no piggybacking on this packet).
 		sus := part{kind: pSuspect, node: target, inc: v.inc, from: n.id, size: s.sizes.suspect}
-		s.sendPacket(&packet{from: n.id, to: target, parts: []part{ping, sus}})
+		pkt := s.newPacket(n.id, target)
+		pkt.parts = append(pkt.parts, ping, sus)
+		s.sendPacket(pkt)
 	}
 	s.after(n, s.cfg.ProbeTimeout, evProbeTimeout, target, uint64(ps.seq))
 	s.after(n, s.cfg.ProbeInterval, evProbeDeadline, target, uint64(ps.seq))

@@ -123,13 +123,17 @@ func (q *bqueue) getBroadcasts(overhead, limit, numNodes int, out []uint32, rein
 		found := false
 		ge := qitem{transmits: transmits, msgLen: int32(min(free, math.MaxInt32)), id: math.MaxInt64}
 		q.tq.AscendGreaterOrEqual(ge, func(it qitem) bool {
-			if it.transmits == transmits {
-				keep, found = it, true
-			}
+			keep, found = it, true
 			return false
 		})
 		if !found {
-			transmits++
+			break // no item of this tier fits, and every later tier is empty
+		}
+		if keep.transmits != transmits {
+			// Nothing of this tier fits, and keep is the first item of the
+			// next tier that holds any: memberlist would search the empty
+			// tiers between in vain, then this one.
+			transmits = keep.transmits
 			continue
 		}
 		bytesUsed += overhead + int(keep.msgLen)

@@ -99,7 +99,9 @@ func (s *Sim) sendAll(n *node, m *umsg, reliable bool) {
 // sendBestEffort is memberlist's SendBestEffort: one user message in its
 // own packet, nothing piggybacked.
 func (s *Sim) sendBestEffort(n *node, to int32, m *umsg) {
-	s.sendPacket(&packet{from: n.id, to: to, parts: []part{{kind: pUser, msg: m, size: m.size}}})
+	pkt := s.newPacket(n.id, to)
+	pkt.parts = append(pkt.parts, part{kind: pUser, msg: m, size: m.size})
+	s.sendPacket(pkt)
 }
 
 // enqueueBroadcast is Cluster.enqueueBroadcast. A message is registered
@@ -489,6 +491,7 @@ func (s *Sim) mergeState(n *node, remote []memberState) {
 
 // deliverPacket hands each message of a datagram to its handler.
 func (s *Sim) deliverPacket(p *packet) {
+	defer s.freePacket(p)
 	n := s.nodes[p.to]
 	if !n.up {
 		return

@@ -35,6 +35,7 @@ type Sim struct {
 	qfree    *btree.FreeListG[qitem] // shared by every node's queues
 	refBuf   []uint32                // getBroadcasts scratch
 	reinsert []qitem                 // getBroadcasts scratch
+	pktFree  []*packet               // delivered or lost packets, for reuse
 	stats    counters
 	// lastStreamAt is when the last stream sent will arrive.
 	lastStreamAt int64
