@@ -2,30 +2,59 @@ package sim
 
 import (
 	"math"
-
-	"github.com/google/btree"
+	"slices"
 )
 
 // bqueue is memberlist's TransmitLimitedQueue (queue.go of v0.7.0),
-// restated over plain values: the same B-tree ordering (transmit tier
-// ascending, then message length descending, then id descending), the same
-// id generator (reset whenever the queue empties), the same replacement of
-// a named broadcast, the same tier-by-tier search in GetBroadcasts and the
-// same Prune. It holds the simulator's registry index of each message
-// instead of its bytes, so a node's queue is a pointer-free B-tree that the
-// garbage collector need not scan and that costs no allocation per
-// operation. queue_test.go checks it against memberlist's own queue on
-// random operation sequences: the same broadcasts, in the same order.
+// restated over plain values. memberlist keeps its broadcasts in one B-tree
+// ordered by transmit tier ascending, then message length descending, then
+// id descending; bqueue keeps the same order as tiers of length buckets of
+// ids, and does what memberlist does with it: the same id generator (reset
+// whenever the queue empties), the same replacement of a named broadcast
+// (and of an item whose key equals another's, as the B-tree's
+// ReplaceOrInsert does), the same tier-by-tier search in GetBroadcasts and
+// the same Prune. It holds the simulator's registry index of each message
+// instead of its bytes. A node's queue is then a few pointer-free slices
+// that the garbage collector need not scan, whose operations allocate
+// nothing in steady state, and where the search for the largest message
+// that fits is a look at a handful of buckets rather than a descent of a
+// 4,096-item tree. queue_test.go checks it against memberlist's own queue
+// on random operation sequences: the same broadcasts, in the same order.
 //
 // Only the two kinds of broadcast the simulator queues are supported:
 // named ones (a name is a node slot; memberlist's names are "alive/NODE"
 // for Rollcall's announcements and NODE for memberlist's messages) and
-// UniqueBroadcasts. Finished is a no-op for both, so it is not modelled.
+// UniqueBroadcasts (gossip's delta batches are unnamed, for which
+// memberlist scans the whole queue on every enqueue and never finds
+// anything to invalidate, since every queued message is named or unique:
+// declaring them unique gives the same queue without the scan). Finished
+// is a no-op for both, so it is not modelled.
 type bqueue struct {
 	retransmitMult int
-	tq             *btree.BTreeG[qitem]
+	tiers          []qtier         // by transmit count
+	n              int             // items queued
 	named          map[int32]qitem // memberlist's tm: the queued item of each name
 	idGen          int64
+}
+
+// qtier holds the items of one transmit count, in buckets by message
+// length, longest first.
+type qtier struct {
+	n       int
+	buckets []qbucket
+}
+
+// qbucket holds the items of one tier and length, by id ascending (so in
+// memberlist's order from the last to the first).
+type qbucket struct {
+	msgLen int32
+	items  []qent
+}
+
+type qent struct {
+	id   int64
+	ref  uint32 // Sim.registry index of the message
+	name int32  // node slot naming the broadcast; noName when unique
 }
 
 // qitem is memberlist's limitedBroadcast.
@@ -33,26 +62,14 @@ type qitem struct {
 	id        int64
 	transmits int32
 	msgLen    int32
-	ref       uint32 // Sim.registry index of the message
-	name      int32  // node slot naming the broadcast; noName when unique
+	ref       uint32
+	name      int32
 }
 
 const noName = int32(-1)
 
-// lessQItem is limitedBroadcast.Less.
-func lessQItem(b, o qitem) bool {
-	if b.transmits != o.transmits {
-		return b.transmits < o.transmits
-	}
-	if b.msgLen != o.msgLen {
-		return b.msgLen > o.msgLen
-	}
-	return b.id > o.id
-}
-
-// qFreeList is shared by every queue of a run (a run is single-threaded).
-func newBQueue(retransmitMult int, fl *btree.FreeListG[qitem]) *bqueue {
-	return &bqueue{retransmitMult: retransmitMult, tq: btree.NewWithFreeListG(32, lessQItem, fl)}
+func newBQueue(retransmitMult int) *bqueue {
+	return &bqueue{retransmitMult: retransmitMult}
 }
 
 // queue is QueueBroadcast of a message of size msgLen registered as ref;
@@ -72,18 +89,87 @@ func (q *bqueue) queue(ref uint32, msgLen int, name int32) {
 	q.addItem(it)
 }
 
+// bucket returns tier t's bucket of length l, creating it when create is
+// set; nil when there is none.
+func (q *bqueue) bucket(t, l int32, create bool) *qbucket {
+	if int(t) >= len(q.tiers) {
+		if !create {
+			return nil
+		}
+		q.tiers = append(q.tiers, make([]qtier, int(t)+1-len(q.tiers))...)
+	}
+	tr := &q.tiers[t]
+	i, found := slices.BinarySearchFunc(tr.buckets, l, func(b qbucket, l int32) int {
+		switch {
+		case b.msgLen > l:
+			return -1
+		case b.msgLen < l:
+			return 1
+		}
+		return 0
+	})
+	if found {
+		return &tr.buckets[i]
+	}
+	if !create {
+		return nil
+	}
+	tr.buckets = slices.Insert(tr.buckets, i, qbucket{msgLen: l})
+	return &tr.buckets[i]
+}
+
+// deleteItem is memberlist's deleteItem: the B-tree's Delete removes the
+// item whose key (tier, length, id) equals it's, if any.
 func (q *bqueue) deleteItem(it qitem) {
-	q.tq.Delete(it)
+	if b := q.bucket(it.transmits, it.msgLen, false); b != nil {
+		if i, ok := slices.BinarySearchFunc(b.items, it.id, cmpQEnt); ok {
+			switch {
+			case i == 0:
+				b.items = b.items[1:] // Prune's oldest: no copy
+			case i == len(b.items)-1:
+				b.items = b.items[:i] // GetBroadcasts' newest
+			default:
+				b.items = slices.Delete(b.items, i, i+1)
+			}
+			q.tiers[it.transmits].n--
+			q.n--
+		}
+	}
 	if it.name != noName {
 		delete(q.named, it.name)
 	}
-	if q.tq.Len() == 0 {
+	if q.n == 0 {
 		q.idGen = 0
 	}
 }
 
+func cmpQEnt(e qent, id int64) int {
+	switch {
+	case e.id < id:
+		return -1
+	case e.id > id:
+		return 1
+	}
+	return 0
+}
+
+// addItem is memberlist's addItem (ReplaceOrInsert: an item with an equal
+// key is replaced).
 func (q *bqueue) addItem(it qitem) {
-	q.tq.ReplaceOrInsert(it)
+	b := q.bucket(it.transmits, it.msgLen, true)
+	e := qent{id: it.id, ref: it.ref, name: it.name}
+	switch i, ok := slices.BinarySearchFunc(b.items, it.id, cmpQEnt); {
+	case ok:
+		b.items[i] = e
+	case i == len(b.items):
+		b.items = append(b.items, e)
+		q.tiers[it.transmits].n++
+		q.n++
+	default:
+		b.items = slices.Insert(b.items, i, e)
+		q.tiers[it.transmits].n++
+		q.n++
+	}
 	if it.name != noName {
 		if q.named == nil {
 			q.named = make(map[int32]qitem)
@@ -98,44 +184,55 @@ func retransmitLimit(retransmitMult, n int) int {
 	return retransmitMult * int(nodeScale)
 }
 
+// transmitRange is getTransmitRange: the tiers of the least and the
+// greatest item.
+func (q *bqueue) transmitRange() (lo, hi int32) {
+	lo, hi = -1, -1
+	for t := range q.tiers {
+		if q.tiers[t].n > 0 {
+			if lo < 0 {
+				lo = int32(t)
+			}
+			hi = int32(t)
+		}
+	}
+	return lo, hi
+}
+
 // getBroadcasts is GetBroadcasts: it appends to out the registry indexes
 // of the messages memberlist would return, in its order. numNodes is what
 // NumNodes returns. reinsert is scratch space, returned for reuse.
 func (q *bqueue) getBroadcasts(overhead, limit, numNodes int, out []uint32, reinsert []qitem) ([]uint32, []qitem) {
-	if q.tq.Len() == 0 {
+	if q.n == 0 {
 		return out, reinsert
 	}
 	transmitLimit := retransmitLimit(q.retransmitMult, numNodes)
 	bytesUsed := 0
 	reinsert = reinsert[:0]
-	minItem, _ := q.tq.Min()
-	maxItem, _ := q.tq.Max()
-	for transmits := minItem.transmits; transmits <= maxItem.transmits; {
+	minTr, maxTr := q.transmitRange()
+	for transmits := minTr; transmits <= maxTr; {
 		free := int64(limit - bytesUsed - overhead)
 		if free <= 0 {
 			break
 		}
-		// The least item of the tier that fits: memberlist's AscendRange
-		// from {transmits, free, MaxInt64} to {transmits+1, MaxInt64,
-		// MaxInt64}. Every item of the range fits. (A free above MaxInt32
-		// exceeds every length, as MaxInt32 does.)
-		var keep qitem
-		found := false
-		ge := qitem{transmits: transmits, msgLen: int32(min(free, math.MaxInt32)), id: math.MaxInt64}
-		q.tq.AscendGreaterOrEqual(ge, func(it qitem) bool {
-			keep, found = it, true
-			return false
-		})
-		if !found {
-			break // no item of this tier fits, and every later tier is empty
+		// The least item of the tier that fits: the highest id of its
+		// longest bucket not longer than free.
+		var b *qbucket
+		tr := &q.tiers[transmits]
+		if tr.n > 0 {
+			for i := range tr.buckets {
+				if c := &tr.buckets[i]; int64(c.msgLen) <= free && len(c.items) > 0 {
+					b = c
+					break
+				}
+			}
 		}
-		if keep.transmits != transmits {
-			// Nothing of this tier fits, and keep is the first item of the
-			// next tier that holds any: memberlist would search the empty
-			// tiers between in vain, then this one.
-			transmits = keep.transmits
+		if b == nil {
+			transmits++
 			continue
 		}
+		e := b.items[len(b.items)-1]
+		keep := qitem{id: e.id, transmits: transmits, msgLen: b.msgLen, ref: e.ref, name: e.name}
 		bytesUsed += overhead + int(keep.msgLen)
 		out = append(out, keep.ref)
 		q.deleteItem(keep)
@@ -151,16 +248,22 @@ func (q *bqueue) getBroadcasts(overhead, limit, numNodes int, out []uint32, rein
 }
 
 // numQueued is NumQueued.
-func (q *bqueue) numQueued() int { return q.tq.Len() }
+func (q *bqueue) numQueued() int { return q.n }
 
-// prune is Prune: drop the greatest items (most transmitted, smallest,
+// prune is Prune: drop the greatest items (most transmitted, shortest,
 // oldest) until at most maxRetain remain.
 func (q *bqueue) prune(maxRetain int) {
-	for q.tq.Len() > maxRetain {
-		it, ok := q.tq.Max()
-		if !ok {
-			break
+	for q.n > maxRetain {
+		_, hi := q.transmitRange()
+		tr := &q.tiers[hi]
+		var b *qbucket
+		for i := len(tr.buckets) - 1; i >= 0; i-- {
+			if len(tr.buckets[i].items) > 0 {
+				b = &tr.buckets[i]
+				break
+			}
 		}
-		q.deleteItem(it)
+		e := b.items[0]
+		q.deleteItem(qitem{id: e.id, transmits: hi, msgLen: b.msgLen, ref: e.ref, name: e.name})
 	}
 }

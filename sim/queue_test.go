@@ -7,7 +7,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/google/btree"
 	"github.com/hashicorp/memberlist"
 )
 
@@ -28,7 +27,7 @@ func compareQueues(t *testing.T, seed uint64) {
 	mult := 1 + rng.IntN(4)
 	numNodes := 1 + rng.IntN(20000)
 	real := &memberlist.TransmitLimitedQueue{NumNodes: func() int { return numNodes }, RetransmitMult: mult}
-	model := newBQueue(mult, btree.NewFreeListG[qitem](8))
+	model := newBQueue(mult)
 	names := 1 + rng.IntN(40)
 	maxSize := 4 + rng.IntN(600)
 	// Equal sizes make ties on length, so the id order is exercised.

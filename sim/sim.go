@@ -6,8 +6,6 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/google/btree"
-
 	"github.com/rollcall/rollcall/crdt"
 	"github.com/rollcall/rollcall/gossip"
 )
@@ -32,10 +30,9 @@ type Sim struct {
 	nodes    []*node
 	group    []int32 // partition group per node; nil when whole
 	registry []part
-	qfree    *btree.FreeListG[qitem] // shared by every node's queues
-	refBuf   []uint32                // getBroadcasts scratch
-	reinsert []qitem                 // getBroadcasts scratch
-	pktFree  []*packet               // delivered or lost packets, for reuse
+	refBuf   []uint32  // getBroadcasts scratch
+	reinsert []qitem   // getBroadcasts scratch
+	pktFree  []*packet // delivered or lost packets, for reuse
 	stats    counters
 	// lastStreamAt is when the last stream sent will arrive.
 	lastStreamAt int64
@@ -82,7 +79,6 @@ func New(cfg Config) (*Sim, error) {
 		rng:      rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
 		byUser:   make(map[string]int32),
 		openByCl: make(map[int32][]*change),
-		qfree:    btree.NewFreeListG[qitem](btree.DefaultFreeListSize),
 	}
 	width := len(fmt.Sprint(cfg.Nodes - 1))
 	s.names = make([]string, cfg.Nodes)
@@ -340,7 +336,7 @@ func (s *Sim) newNode(id int32, life, mlInc uint32) (*node, error) {
 		view:     make(map[int32]*peerView),
 		helping:  make(map[uint32]*helpState),
 	}
-	n.queue = newBQueue(s.cfg.RetransmitMult, s.qfree)
-	n.mlQueue = newBQueue(s.cfg.RetransmitMult, s.qfree)
+	n.queue = newBQueue(s.cfg.RetransmitMult)
+	n.mlQueue = newBQueue(s.cfg.RetransmitMult)
 	return n, nil
 }
