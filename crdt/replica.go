@@ -127,7 +127,7 @@ func (r *Replica) PutLocal(s Session, now int64) (Delta, error) {
 	s.Version = r.version
 	st := r.origins[r.cfg.Self]
 	st.watermark = r.version
-	r.mergeSession(&s, now)
+	r.mergeSession(st, &s, now)
 	out := s.Clone()
 	return Delta{Since: s.Version - 1, Session: out}, nil
 }
@@ -169,7 +169,7 @@ func (r *Replica) Apply(d Delta, now int64) (changed bool, dropped []string, err
 		return false, dropped, nil
 	}
 	if d.Session != nil {
-		changed = r.mergeSession(d.Session, now)
+		changed = r.mergeSession(st, d.Session, now)
 	} else {
 		r.hlc.Observe(now, d.Account.Stamp)
 		changed = r.mergeAccount(d.Account)
@@ -275,14 +275,14 @@ func (r *Replica) dropSessions(st *originState, now int64) []string {
 }
 
 // mergeSession keeps the greater of the held record and s. It reports
-// whether s was taken.
-func (r *Replica) mergeSession(s *Session, now int64) bool {
+// whether s was taken. st is the state of s.Origin (callers have it).
+func (r *Replica) mergeSession(st *originState, s *Session, now int64) bool {
 	k := s.Key()
 	cur := r.sessions[k]
 	if cur != nil && CompareSessions(&cur.s, s) >= 0 {
 		return false
 	}
-	if r.versionTaken(s.Origin, s.Version, logItem{user: k.User, device: k.Device}) {
+	if st.versionTaken(s.Version, logItem{user: k.User, device: k.Device}) {
 		return false
 	}
 	ended := r.ended(s)
@@ -315,8 +315,12 @@ func (r *Replica) mergeSession(s *Session, now int64) bool {
 		// the groups differ, the group counts change (recount below brings
 		// the counts in line, as for a new entry).
 		e = cur
-		if st := r.origins[cur.s.Origin]; st != nil {
-			st.log.Delete(logItem{version: cur.s.Version})
+		cst := st
+		if cur.s.Origin != s.Origin {
+			cst = r.origins[cur.s.Origin]
+		}
+		if cst != nil {
+			cst.log.Delete(logItem{version: cur.s.Version})
 		}
 		groups := cur.s.Groups
 		if !slices.Equal(groups, s.Groups) || (groups == nil) != (s.Groups == nil) {
@@ -329,7 +333,7 @@ func (r *Replica) mergeSession(s *Session, now int64) bool {
 		e.s.Groups = groups
 		e.endedAt = endedAt
 	}
-	r.originState(s.Origin).log.ReplaceOrInsert(logItem{version: s.Version, user: k.User, device: k.Device})
+	st.log.ReplaceOrInsert(logItem{version: s.Version, user: k.User, device: k.Device})
 	r.recount(e)
 	if ended {
 		r.tombstones = append(r.tombstones, tombstone{key: k, version: s.Version, origin: s.Origin, endedAt: e.endedAt})
@@ -346,6 +350,10 @@ func (r *Replica) versionTaken(o Origin, v uint64, slot logItem) bool {
 	if st == nil {
 		return false
 	}
+	return st.versionTaken(v, slot)
+}
+
+func (st *originState) versionTaken(v uint64, slot logItem) bool {
 	it, ok := st.log.Get(logItem{version: v})
 	return ok && (it.account != slot.account || it.user != slot.user || it.device != slot.device)
 }

@@ -104,7 +104,7 @@ func (r *Replica) ApplySync(s Sync, now int64) ([]string, error) {
 		// snapshot just dropped.
 		for j := range os.Sessions {
 			rec := &os.Sessions[j]
-			if (os.Full || rec.Version > st.watermark) && r.mergeSession(rec, now) {
+			if (os.Full || rec.Version > st.watermark) && r.mergeSession(st, rec, now) {
 				users = append(users, rec.User)
 			}
 		}
