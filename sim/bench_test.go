@@ -35,3 +35,26 @@ func BenchmarkRun(b *testing.B) {
 }
 
 func fmtNodes(n int) string { return "nodes=" + strconv.Itoa(n) }
+
+// BenchmarkScale10k is issue 5's scale target: 10,000 nodes, 1,000 client
+// actions over the first 10 of 20 simulated seconds (rollcall sim --nodes
+// 10000 --changes 1000 --duration 20s). One iteration takes about a minute:
+// run it by name, go test ./sim -run '^$' -bench Scale10k -benchtime 1x.
+func BenchmarkScale10k(b *testing.B) {
+	cfg := DefaultConfig()
+	cfg.Nodes = 10000
+	cfg.Changes = 1000
+	cfg.Duration = 20 * time.Second
+	var events uint64
+	start := time.Now()
+	for range b.N {
+		r, err := Run(context.Background(), cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		events += r.Counters.Events
+	}
+	secs := time.Since(start).Seconds()
+	b.ReportMetric(float64(events)/secs, "events/s")
+	b.ReportMetric(float64(events)*float64(cfg.Nodes)/secs, "nodes×events/s")
+}

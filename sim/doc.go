@@ -4,8 +4,9 @@
 // decisions. It opens no sockets and never sleeps; the same Config (seed
 // included) gives the same Result, byte for byte.
 //
-// Every simulated gateway holds a real crdt.Replica and real memberlist
-// TransmitLimitedQueues, and handles messages the way gossip.Cluster does
+// Every simulated gateway holds a real crdt.Replica and two piggyback queues
+// with memberlist's TransmitLimitedQueue semantics (queue.go, tested against
+// memberlist's own queue), and handles messages the way gossip.Cluster does
 // (rollcall.go mirrors cluster.go function by function, calling the shared
 // pure code of gossip/plan.go). memberlist's failure detector and push/pull
 // are modelled from its source (membership.go, probe.go); the network
