@@ -23,7 +23,7 @@ func (r *Replica) CheckInvariants() error {
 		if st == nil {
 			return fmt.Errorf("%s has unknown origin %s", k, e.s.Origin)
 		}
-		it, ok := st.log.Get(logItem{version: e.s.Version})
+		it, ok := st.log.Get(e.s.Version)
 		if !ok || it.account || it.user != k.User || it.device != k.Device {
 			return fmt.Errorf("origin log of %s misses %s@%d", e.s.Origin, k, e.s.Version)
 		}

@@ -1,16 +1,13 @@
 package crdt
 
-import "github.com/google/btree"
-
 // logItem names the current record of an origin at one version.
 type logItem struct {
 	version uint64
 	user    string
 	device  string // empty for an account record
 	account bool
+	dead    bool // deleted; awaiting compaction (versionlog.go)
 }
-
-func lessLogItem(a, b logItem) bool { return a.version < b.version }
 
 // span is a run of an origin's writes, (since, upto], that a replica holds
 // but cannot yet fold into its watermark because of a gap below it.
@@ -28,18 +25,11 @@ type originState struct {
 	gcFloor uint64
 	// log indexes the origin's current records by version, so a diff
 	// touches only the records above the asker's watermark.
-	log *btree.BTreeG[logItem]
+	log versionLog
 }
 
-// logFreeList recycles the nodes of every origin log. btree.NewG gives each
-// tree a free list of its own (32 node slots, retaining up to 32 nodes), which
-// for a replica holding thousands of origins with a record or two each cost
-// more than the logs; one shared list (safe for concurrent use) recycles the
-// same nodes without that.
-var logFreeList = btree.NewFreeListG[logItem](btree.DefaultFreeListSize)
-
 func newOriginState(o Origin) *originState {
-	return &originState{origin: o, log: btree.NewWithFreeListG(16, lessLogItem, logFreeList)}
+	return &originState{origin: o}
 }
 
 // observe folds the coverage (since, upto] of a received write into the

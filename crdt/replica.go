@@ -354,7 +354,7 @@ func (r *Replica) versionTaken(o Origin, v uint64, slot logItem) bool {
 }
 
 func (st *originState) versionTaken(v uint64, slot logItem) bool {
-	it, ok := st.log.Get(logItem{version: v})
+	it, ok := st.log.Get(v)
 	return ok && (it.account != slot.account || it.user != slot.user || it.device != slot.device)
 }
 

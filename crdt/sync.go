@@ -58,7 +58,7 @@ func (r *Replica) Diff(peer Digest) Sync {
 		if lagging {
 			from = 0
 		}
-		st.log.AscendGreaterOrEqual(logItem{version: from}, func(it logItem) bool {
+		st.log.AscendGreaterOrEqual(from, func(it logItem) bool {
 			if it.account {
 				os.Accounts = append(os.Accounts, *r.accounts[it.user])
 			} else {

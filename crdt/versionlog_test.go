@@ -1,0 +1,60 @@
+package crdt
+
+import (
+	"slices"
+	"testing"
+
+	"pgregory.net/rapid"
+)
+
+// TestVersionLogMatchesModel drives versionLog with random inserts, deletes
+// and queries, in and out of order, against a map.
+func TestVersionLogMatchesModel(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		var l versionLog
+		model := map[uint64]string{}
+		for range rapid.IntRange(0, 300).Draw(t, "steps") {
+			v := rapid.Uint64Range(1, 80).Draw(t, "v")
+			switch rapid.IntRange(0, 2).Draw(t, "op") {
+			case 0, 1:
+				u := rapid.StringMatching(`[a-c]`).Draw(t, "u")
+				l.ReplaceOrInsert(logItem{version: v, user: u})
+				model[v] = u
+			case 2:
+				l.Delete(logItem{version: v})
+				delete(model, v)
+			}
+			if l.Len() != len(model) {
+				t.Fatalf("Len %d, model %d", l.Len(), len(model))
+			}
+			got, ok := l.Get(v)
+			if u, want := model[v]; ok != want || (ok && got.user != u) {
+				t.Fatalf("Get(%d) = %+v %v, model %q %v", v, got, ok, u, want)
+			}
+			from := rapid.Uint64Range(0, 90).Draw(t, "from")
+			var asc, ge, lt []uint64
+			l.Ascend(func(it logItem) bool { asc = append(asc, it.version); return true })
+			l.AscendGreaterOrEqual(from, func(it logItem) bool { ge = append(ge, it.version); return true })
+			l.AscendLessThan(from, func(it logItem) bool { lt = append(lt, it.version); return true })
+			var want, wantGE, wantLT []uint64
+			for k := range model {
+				want = append(want, k)
+				if k >= from {
+					wantGE = append(wantGE, k)
+				} else {
+					wantLT = append(wantLT, k)
+				}
+			}
+			slices.Sort(want)
+			slices.Sort(wantGE)
+			slices.Sort(wantLT)
+			if !slices.Equal(asc, want) || !slices.Equal(ge, wantGE) || !slices.Equal(lt, wantLT) {
+				t.Fatalf("ascend %v / %v / %v, want %v / %v / %v", asc, ge, lt, want, wantGE, wantLT)
+			}
+			mx, ok := l.Max()
+			if ok != (len(want) > 0) || (ok && mx.version != want[len(want)-1]) {
+				t.Fatalf("Max = %+v %v, want %v", mx, ok, want)
+			}
+		}
+	})
+}
