@@ -233,12 +233,18 @@ func BenchmarkDigestDiff(b *testing.B) {
 						}
 					}
 				}
+				runtime.GC() // measure the exchange, not a collection of the setup
 				start := time.Now()
-				sy := full.Diff(lag.Digest())
+				dg := lag.Digest()
+				tDigest := time.Since(start)
+				sy := full.Diff(dg)
+				tDiff := time.Since(start) - tDigest
 				if _, err := lag.ApplySync(sy, 2); err != nil {
 					b.Fatal(err)
 				}
 				took := time.Since(start)
+				b.ReportMetric(float64(tDigest.Microseconds())/1000, "digest-ms")
+				b.ReportMetric(float64(tDiff.Microseconds())/1000, "diff-ms")
 				if got := lag.Stats().Sessions; got != n {
 					b.Fatalf("after the sync the lagging replica holds %d records, want %d", got, n)
 				}

@@ -20,7 +20,8 @@ import (
 //	            writer, origin_node, origin_incarnation, version]
 //	Delta      [since, 0, Session] | [since, 1, Account]
 //	Deltas     [Delta...]
-//	Digest     [[origin_node, origin_incarnation, watermark]...]
+//	Digest     [[origin_node, origin_incarnation, watermark (, [after, through, ...])]...]
+//	           the fourth element, the held runs, only when there are any
 //	Sync       [[origin_node, origin_incarnation, watermark, gc_floor, full,
 //	            [Session...], [Account...]]...]
 
@@ -28,6 +29,7 @@ import (
 const (
 	MaxBatchDeltas   = 1 << 16 // deltas in one batch
 	MaxDigestOrigins = 1 << 16 // origins in one digest
+	MaxDigestSpans   = 1 << 20 // held runs in one digest, all origins
 	MaxSyncRecords   = 1 << 24 // records in one sync
 )
 
@@ -94,8 +96,22 @@ func AppendDigest(buf []byte, d Digest) ([]byte, error) {
 		return nil, err
 	}
 	for _, e := range d {
-		if err := encodeAll(enc, arr(3), e.Origin.Node, e.Origin.Incarnation, e.Watermark); err != nil {
+		fields := 3
+		if len(e.Held) > 0 {
+			fields = 4
+		}
+		if err := encodeAll(enc, arr(fields), e.Origin.Node, e.Origin.Incarnation, e.Watermark); err != nil {
 			return nil, err
+		}
+		if fields == 4 {
+			if err := enc.EncodeArrayLen(2 * len(e.Held)); err != nil {
+				return nil, err
+			}
+			for _, sp := range e.Held {
+				if err := encodeAll(enc, sp.After, sp.Through); err != nil {
+					return nil, err
+				}
+			}
 		}
 	}
 	return w.Bytes(), nil
@@ -109,8 +125,10 @@ func DecodeDigest(b []byte) (Digest, error) {
 		return nil, err
 	}
 	out := make(Digest, 0, min(n, 256))
+	spans := 0
 	for range n {
-		if _, err := arrayLen(dec, 3, 3); err != nil {
+		fields, err := arrayLen(dec, 3, 4)
+		if err != nil {
 			return nil, err
 		}
 		var e DigestEntry
@@ -125,6 +143,12 @@ func DecodeDigest(b []byte) (Digest, error) {
 		}
 		if e.Origin.Node == "" {
 			return nil, fmt.Errorf("%w: digest entry without a node", ErrDecode)
+		}
+		if fields == 4 {
+			if e.Held, err = decodeHeld(dec, e.Watermark, MaxDigestSpans-spans); err != nil {
+				return nil, err
+			}
+			spans += len(e.Held)
 		}
 		out = append(out, e)
 	}
@@ -487,4 +511,33 @@ func expectEnd(dec *msgpack.Decoder) error {
 		return fmt.Errorf("%w: trailing bytes", ErrDecode)
 	}
 	return nil
+}
+
+// decodeHeld reads held runs: sorted, disjoint, non-empty, above the
+// watermark, at most max of them.
+func decodeHeld(dec *msgpack.Decoder, watermark uint64, max int) ([]Span, error) {
+	n, err := arrayLen(dec, 2, 2*max)
+	if err != nil {
+		return nil, err
+	}
+	if n%2 != 0 {
+		return nil, fmt.Errorf("%w: held runs need pairs, got %d numbers", ErrDecode, n)
+	}
+	held := make([]Span, 0, min(n/2, 1024))
+	prev := watermark
+	for range n / 2 {
+		var sp Span
+		if sp.After, err = u64(dec); err != nil {
+			return nil, err
+		}
+		if sp.Through, err = u64(dec); err != nil {
+			return nil, err
+		}
+		if sp.After < prev || sp.Through <= sp.After {
+			return nil, fmt.Errorf("%w: held run (%d, %d] out of order or empty", ErrDecode, sp.After, sp.Through)
+		}
+		held = append(held, sp)
+		prev = sp.Through
+	}
+	return held, nil
 }

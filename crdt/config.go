@@ -23,9 +23,11 @@ type Config struct {
 	// the projection (shown expired) before GC purges them. Default 30m.
 	PurgeHorizon time.Duration
 
-	// MaxPendingRanges bounds, per origin, the out-of-order delta ranges
-	// remembered above the watermark. Past it the oldest is forgotten and
-	// anti-entropy repairs the gap. Default 1024.
+	// MaxPendingRanges bounds, per origin, the runs of writes held above
+	// the watermark (received out of order; adjacent runs merge). Digests
+	// carry them so a peer sends only what is missing. Past the bound the
+	// highest runs are forgotten and anti-entropy resends them. 16 bytes a
+	// run. Default 16384.
 	MaxPendingRanges int
 }
 
@@ -33,7 +35,7 @@ type Config struct {
 const (
 	DefaultTombstoneHorizon = 10 * time.Minute
 	DefaultPurgeHorizon     = 30 * time.Minute
-	DefaultMaxPendingRanges = 1024
+	DefaultMaxPendingRanges = 16384
 )
 
 // Validate fills defaults and rejects contradictions.

@@ -184,6 +184,18 @@ type Digest []DigestEntry
 type DigestEntry struct {
 	Origin    Origin
 	Watermark uint64
+	// Held lists runs of the origin's writes above Watermark that the
+	// replica already covers (received out of order, waiting for a gap
+	// below to fill), sorted and disjoint. A peer leaves records in them
+	// out of its answer, so a sync after scattered losses sends what is
+	// missing, not everything above the lowest gap.
+	Held []Span
+}
+
+// Span is a run of an origin's writes, (After, Through], that a replica
+// covers: it holds each of them or a record that dominates it.
+type Span struct {
+	After, Through uint64
 }
 
 // Sync is the answer to a digest: per origin, the records the asker lacks.

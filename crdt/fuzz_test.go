@@ -255,6 +255,8 @@ func seedDigests() [][]byte {
 		must(AppendDigest(nil, r.Digest())),
 		must(AppendDigest(nil, nil)),
 		must(AppendDigest(nil, Digest{{Origin: Origin{Node: "a", Incarnation: 1}, Watermark: 1 << 63}})),
+		must(AppendDigest(nil, Digest{{Origin: Origin{Node: "a", Incarnation: 1}, Watermark: 1,
+			Held: []Span{{After: 2, Through: 3}, {After: 5, Through: 9}}}})),
 	}
 	return append(out, garbage(out[0])...)
 }

@@ -1,5 +1,7 @@
 package crdt
 
+import "slices"
+
 // logItem names the current record of an origin at one version.
 type logItem struct {
 	version uint64
@@ -9,10 +11,6 @@ type logItem struct {
 	dead    bool // deleted; awaiting compaction (versionlog.go)
 }
 
-// span is a run of an origin's writes, (since, upto], that a replica holds
-// but cannot yet fold into its watermark because of a gap below it.
-type span struct{ since, upto uint64 }
-
 // originState is a replica's view of one origin.
 type originState struct {
 	origin Origin
@@ -20,7 +18,10 @@ type originState struct {
 	// here, or is dominated by a held record or by a later write of the
 	// origin above the watermark.
 	watermark uint64
-	pending   []span
+	// pending are runs above the watermark this replica covers, sorted by
+	// After, disjoint and not touching: what a gap keeps out of the
+	// watermark. Digests carry them (DigestEntry.Held).
+	pending []Span
 	// gcFloor is the highest version of this origin removed by GC or purge.
 	gcFloor uint64
 	// log indexes the origin's current records by version, so a diff
@@ -33,7 +34,7 @@ func newOriginState(o Origin) *originState {
 }
 
 // observe folds the coverage (since, upto] of a received write into the
-// watermark, remembering it as pending when there is a gap below.
+// watermark, or into the pending runs when there is a gap below.
 func (st *originState) observe(since, upto uint64, maxPending int) {
 	if upto <= st.watermark {
 		return
@@ -43,10 +44,26 @@ func (st *originState) observe(since, upto uint64, maxPending int) {
 		st.drainPending()
 		return
 	}
-	if len(st.pending) >= maxPending && maxPending > 0 {
-		st.pending = st.pending[1:]
+	st.addPending(Span{After: since, Through: upto}, maxPending)
+}
+
+// addPending inserts a run, merging it with the runs it overlaps or
+// touches. Past maxPending runs the highest is forgotten: the lowest are the
+// ones that can soonest join the watermark, and anti-entropy resends the rest.
+func (st *originState) addPending(sp Span, maxPending int) {
+	p := st.pending
+	// first run that ends at or after sp begins: it may touch sp
+	i, _ := slices.BinarySearchFunc(p, sp.After, func(r Span, after uint64) int { return cmpU64(r.Through, after) })
+	j := i
+	for j < len(p) && p[j].After <= sp.Through {
+		sp.After = min(sp.After, p[j].After)
+		sp.Through = max(sp.Through, p[j].Through)
+		j++
 	}
-	st.pending = append(st.pending, span{since, upto})
+	st.pending = slices.Replace(p, i, j, sp)
+	if maxPending > 0 && len(st.pending) > maxPending {
+		st.pending = st.pending[:maxPending]
+	}
 }
 
 // raise sets the watermark to at least w.
@@ -57,26 +74,25 @@ func (st *originState) raise(w uint64) {
 	}
 }
 
+// drainPending folds the runs the watermark now reaches into it.
 func (st *originState) drainPending() {
-	for progressed := true; progressed; {
-		progressed = false
-		kept := st.pending[:0]
-		for _, sp := range st.pending {
-			switch {
-			case sp.upto <= st.watermark:
-				// covered
-			case sp.since <= st.watermark:
-				st.watermark = sp.upto
-				progressed = true
-			default:
-				kept = append(kept, sp)
-			}
-		}
-		st.pending = kept
+	n := 0
+	for n < len(st.pending) && st.pending[n].After <= st.watermark {
+		st.watermark = max(st.watermark, st.pending[n].Through)
+		n++
 	}
+	st.pending = st.pending[n:]
 	if len(st.pending) == 0 {
 		st.pending = nil
 	}
+}
+
+// held returns a copy of the pending runs for a digest.
+func (st *originState) held() []Span {
+	if len(st.pending) == 0 {
+		return nil
+	}
+	return slices.Clone(st.pending)
 }
 
 // maxVersion returns the highest version of a current record of the origin.

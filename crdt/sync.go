@@ -11,7 +11,7 @@ import (
 func (r *Replica) Digest() Digest {
 	d := make(Digest, 0, len(r.origins))
 	for o, st := range r.origins {
-		d = append(d, DigestEntry{Origin: o, Watermark: st.watermark})
+		d = append(d, DigestEntry{Origin: o, Watermark: st.watermark, Held: st.held()})
 	}
 	slices.SortFunc(d, func(a, b DigestEntry) int { return compareOrigins(a.Origin, b.Origin) })
 	return d
@@ -32,8 +32,12 @@ func (r *Replica) Digest() Digest {
 // those origins tells the peer to drop them (testdata/ghost_after_gc.txt).
 func (r *Replica) Diff(peer Digest) Sync {
 	peerW := make(map[Origin]uint64, len(peer))
+	peerHeld := make(map[Origin][]Span)
 	for _, e := range peer {
 		peerW[e.Origin] = e.Watermark
+		if len(e.Held) > 0 {
+			peerHeld[e.Origin] = e.Held
+		}
 	}
 	lagging := false
 	for o, st := range r.origins {
@@ -55,17 +59,30 @@ func (r *Replica) Diff(peer Digest) Sync {
 		}
 		os := OriginSync{Origin: o, Watermark: st.watermark, GCFloor: st.gcFloor, Full: lagging}
 		from := pw + 1
+		held := peerHeld[o]
 		if lagging {
-			from = 0
+			from, held = 0, nil
 		}
-		st.log.AscendGreaterOrEqual(from, func(it logItem) bool {
+		add := func(it logItem) bool {
 			if it.account {
 				os.Accounts = append(os.Accounts, *r.accounts[it.user])
 			} else {
 				os.Sessions = append(os.Sessions, r.sessions[Key{it.user, it.device}].s)
 			}
 			return true
-		})
+		}
+		// Only the gaps between the runs the peer holds above its
+		// watermark: the walk costs what is sent, not what is skipped.
+		for _, sp := range held {
+			if sp.Through < from {
+				continue
+			}
+			if sp.After >= from {
+				st.log.AscendRange(from, sp.After, add)
+			}
+			from = sp.Through + 1
+		}
+		st.log.AscendGreaterOrEqual(from, add)
 		out = append(out, os)
 	}
 	return out

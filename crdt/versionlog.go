@@ -1,19 +1,42 @@
 package crdt
 
-import "sort"
+import (
+	"sort"
 
-// versionLog holds an origin's current records ordered by version. An
-// origin writes with increasing versions and replicas mostly receive them in
-// order, so the log is a slice kept sorted: an in-order insert appends, a
-// late one is placed by binary search, and a deletion marks its item dead,
-// compacting once the dead are half the slice. It costs one slice per origin
-// — a replica of a large cluster holds thousands of origins with a record or
-// two each, where a B-tree per origin cost more than the records.
+	"github.com/google/btree"
+)
+
+// versionLog holds an origin's current records ordered by version. A
+// replica of a large cluster holds thousands of origins with a record or two
+// each, where a B-tree per origin costs more than the records; a gateway may
+// own a hundred thousand. So a small log is a slice kept sorted (an in-order
+// insert appends, a late one is placed by binary search, a deletion marks
+// its item dead and the dead are compacted once they are half the slice),
+// and a log that grows past smallLogMax moves to a B-tree, where a late
+// insert — anti-entropy filling scattered gaps — costs O(log n), not a shift
+// of the whole slice.
 //
 // fn passed to the Ascend methods must not modify the log.
 type versionLog struct {
 	items []logItem // sorted by version; dead items stay until compaction
 	dead  int
+	tree  *btree.BTreeG[logItem] // once the log outgrew the slice; items is then nil
+}
+
+// smallLogMax is the largest log kept as a slice.
+const smallLogMax = 512
+
+func lessLogItem(a, b logItem) bool { return a.version < b.version }
+
+// grow moves the live items into a B-tree.
+func (l *versionLog) grow() {
+	t := btree.NewG(32, lessLogItem)
+	for _, it := range l.items {
+		if !it.dead {
+			t.ReplaceOrInsert(it)
+		}
+	}
+	l.tree, l.items, l.dead = t, nil, 0
 }
 
 // search returns the index of the first item with version >= v.
@@ -24,6 +47,15 @@ func (l *versionLog) search(v uint64) int {
 // ReplaceOrInsert adds it, replacing an item of the same version.
 func (l *versionLog) ReplaceOrInsert(it logItem) {
 	it.dead = false
+	if l.tree != nil {
+		l.tree.ReplaceOrInsert(it)
+		return
+	}
+	if len(l.items) >= smallLogMax {
+		l.grow()
+		l.tree.ReplaceOrInsert(it)
+		return
+	}
 	if n := len(l.items); n == 0 || l.items[n-1].version < it.version {
 		l.items = append(l.items, it)
 		return
@@ -43,6 +75,10 @@ func (l *versionLog) ReplaceOrInsert(it logItem) {
 
 // Delete removes the item with it's version, if live.
 func (l *versionLog) Delete(it logItem) {
+	if l.tree != nil {
+		l.tree.Delete(logItem{version: it.version})
+		return
+	}
 	i := l.search(it.version)
 	if i == len(l.items) || l.items[i].version != it.version || l.items[i].dead {
 		return
@@ -70,6 +106,9 @@ func (l *versionLog) compact() {
 
 // Get returns the live item with version v.
 func (l *versionLog) Get(v uint64) (logItem, bool) {
+	if l.tree != nil {
+		return l.tree.Get(logItem{version: v})
+	}
 	i := l.search(v)
 	if i < len(l.items) && l.items[i].version == v && !l.items[i].dead {
 		return l.items[i], true
@@ -79,6 +118,9 @@ func (l *versionLog) Get(v uint64) (logItem, bool) {
 
 // Max returns the live item with the highest version.
 func (l *versionLog) Max() (logItem, bool) {
+	if l.tree != nil {
+		return l.tree.Max()
+	}
 	for i := len(l.items) - 1; i >= 0; i-- {
 		if !l.items[i].dead {
 			return l.items[i], true
@@ -88,14 +130,33 @@ func (l *versionLog) Max() (logItem, bool) {
 }
 
 // Len returns the number of live items.
-func (l *versionLog) Len() int { return len(l.items) - l.dead }
+func (l *versionLog) Len() int {
+	if l.tree != nil {
+		return l.tree.Len()
+	}
+	return len(l.items) - l.dead
+}
 
 // Ascend calls fn on every live item in version order until fn returns false.
-func (l *versionLog) Ascend(fn func(logItem) bool) { l.ascendFrom(0, ^uint64(0), fn) }
+func (l *versionLog) Ascend(fn func(logItem) bool) { l.AscendRange(0, ^uint64(0), fn) }
 
 // AscendGreaterOrEqual calls fn on live items with version >= from.
 func (l *versionLog) AscendGreaterOrEqual(from uint64, fn func(logItem) bool) {
-	l.ascendFrom(l.search(from), ^uint64(0), fn)
+	l.AscendRange(from, ^uint64(0), fn)
+}
+
+// AscendRange calls fn on live items with from <= version <= through.
+func (l *versionLog) AscendRange(from, through uint64, fn func(logItem) bool) {
+	if from > through {
+		return
+	}
+	if l.tree != nil {
+		l.tree.AscendGreaterOrEqual(logItem{version: from}, func(it logItem) bool {
+			return it.version <= through && fn(it)
+		})
+		return
+	}
+	l.ascendFrom(l.search(from), through, fn)
 }
 
 // AscendLessThan calls fn on live items with version < below.
@@ -103,7 +164,7 @@ func (l *versionLog) AscendLessThan(below uint64, fn func(logItem) bool) {
 	if below == 0 {
 		return
 	}
-	l.ascendFrom(0, below-1, fn)
+	l.AscendRange(0, below-1, fn)
 }
 
 func (l *versionLog) ascendFrom(i int, through uint64, fn func(logItem) bool) {

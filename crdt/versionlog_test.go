@@ -13,8 +13,9 @@ func TestVersionLogMatchesModel(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		var l versionLog
 		model := map[uint64]string{}
+		maxV := rapid.SampledFrom([]uint64{80, 3 * smallLogMax}).Draw(t, "versions") // small, and past the slice
 		for range rapid.IntRange(0, 300).Draw(t, "steps") {
-			v := rapid.Uint64Range(1, 80).Draw(t, "v")
+			v := rapid.Uint64Range(1, maxV).Draw(t, "v")
 			switch rapid.IntRange(0, 2).Draw(t, "op") {
 			case 0, 1:
 				u := rapid.StringMatching(`[a-c]`).Draw(t, "u")
@@ -31,7 +32,15 @@ func TestVersionLogMatchesModel(t *testing.T) {
 			if u, want := model[v]; ok != want || (ok && got.user != u) {
 				t.Fatalf("Get(%d) = %+v %v, model %q %v", v, got, ok, u, want)
 			}
-			from := rapid.Uint64Range(0, 90).Draw(t, "from")
+			if rapid.IntRange(0, 9).Draw(t, "bulk") == 0 {
+				// a burst of in-order inserts, to cross into the tree
+				for range rapid.IntRange(0, 2*smallLogMax).Draw(t, "burst") {
+					v := rapid.Uint64Range(1, maxV).Draw(t, "bv")
+					l.ReplaceOrInsert(logItem{version: v, user: "b"})
+					model[v] = "b"
+				}
+			}
+			from := rapid.Uint64Range(0, maxV+10).Draw(t, "from")
 			var asc, ge, lt []uint64
 			l.Ascend(func(it logItem) bool { asc = append(asc, it.version); return true })
 			l.AscendGreaterOrEqual(from, func(it logItem) bool { ge = append(ge, it.version); return true })

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rollcall/rollcall/crdt"
 	"github.com/rollcall/rollcall/node"
 )
 
@@ -234,7 +235,9 @@ func (s *stack) digestsEqual() bool {
 	first := s.nodes[live[0]].gw
 	for _, i := range live[1:] {
 		other := s.nodes[i].gw
-		if !slices.Equal(other.Digest(), first.Digest()) ||
+		if !slices.EqualFunc(other.Digest(), first.Digest(), func(a, b crdt.DigestEntry) bool {
+			return a.Origin == b.Origin && a.Watermark == b.Watermark && slices.Equal(a.Held, b.Held)
+		}) ||
 			other.Diff(first.Digest()).Len() != 0 || first.Diff(other.Digest()).Len() != 0 {
 			return false
 		}
