@@ -15,9 +15,10 @@
 // owns it (Origin{Node, Incarnation}). Each origin stamps its writes with a
 // strictly increasing Version. A replica tracks, per origin, a watermark W:
 // it holds every write of that origin with version <= W, or a record that
-// dominates it. Digests are the set of watermarks; a peer answers a digest
-// with the records whose version is above the watermark, so the cost of a sync
-// follows the difference between replicas, not the total state.
+// dominates it, and the runs above W it already holds (received out of
+// order). Digests are those; a peer answers a digest with the records in the
+// gaps, so the cost of a sync follows the difference between replicas, not
+// the total state.
 //
 // Session records merge by (Epoch, terminal, Seq, Gateway, ID): a total order,
 // so merge is commutative, associative and idempotent. A lower epoch never
