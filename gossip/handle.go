@@ -143,7 +143,7 @@ func (c *Cluster) handleAlive(a alive) {
 		return
 	}
 	now := c.cfg.Now().UnixNano()
-	local := watermarkOf(c.host.Digest(), a.Origin)
+	local := c.host.Watermark(a.Origin)
 	c.mu.Lock()
 	wasDown := c.leases.Heard(a.Origin.Node, now)
 	p := c.peerLocked(a.Origin.Node)
@@ -173,15 +173,6 @@ func (c *Cluster) retire(o crdt.Origin) {
 	if err := c.host.ApplySync(crdt.Sync{{Origin: o}}); err != nil {
 		c.log.Warn("retire old incarnation", zap.Stringer("origin", o), zap.Error(err))
 	}
-}
-
-func watermarkOf(d crdt.Digest, o crdt.Origin) uint64 {
-	for _, e := range d {
-		if e.Origin == o {
-			return e.Watermark
-		}
-	}
-	return 0
 }
 
 func (c *Cluster) peerLocked(name string) *peer {

@@ -132,6 +132,13 @@ func (h *ReplicaHost) DeliverLocal(m node.Message) int {
 	return n
 }
 
+// Watermark implements Host.
+func (h *ReplicaHost) Watermark(o crdt.Origin) uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.r.Watermark(o)
+}
+
 // SessionCount implements Host.
 func (h *ReplicaHost) SessionCount() int {
 	h.mu.Lock()

@@ -74,7 +74,7 @@ func (c *Cluster) reconnect() {
 // announce sends this node's alive message: to every member while eager,
 // through the piggyback queue when epidemic.
 func (c *Cluster) announce() {
-	msg, err := encodeAlive(alive{Origin: c.self, Watermark: watermarkOf(c.host.Digest(), c.self),
+	msg, err := encodeAlive(alive{Origin: c.self, Watermark: c.host.Watermark(c.self),
 		Sessions: c.host.SessionCount(), ClientAddr: c.cfg.ClientAddr})
 	if err != nil {
 		c.log.Error("encode alive", zap.Error(err))

@@ -51,6 +51,8 @@ type Message struct {
 //	DeliverLocal   deliver a routed message to the local active sessions of
 //	               msg.To; returns how many it reached
 //	SessionCount   the number of sessions this node owns that are active
+//	Watermark      the replica's watermark for one origin, O(1): what an
+//	               alive announcement is compared with
 var _ Host = (*Node)(nil)
 
 // Host is implemented by *Node.
@@ -63,4 +65,5 @@ type Host interface {
 	MarkNodeUp(node string)
 	DeliverLocal(msg Message) int
 	SessionCount() int
+	Watermark(o crdt.Origin) uint64
 }

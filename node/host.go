@@ -140,3 +140,10 @@ func (n *Node) SessionCount() int {
 	defer n.mu.Unlock()
 	return n.localCount
 }
+
+// Watermark returns the replica's watermark for origin o.
+func (n *Node) Watermark(o crdt.Origin) uint64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.replica.Watermark(o)
+}
