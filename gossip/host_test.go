@@ -204,7 +204,9 @@ func (tc *testCluster) converged() bool {
 func (tc *testCluster) waitMembers(n int) {
 	waitFor(tc.t, 10*time.Second, fmt.Sprintf("%d members", n), func() bool {
 		for _, i := range tc.live() {
-			if tc.nodes[i].ml.NumMembers() != n {
+			// memberlist's view, and ours (built from its events,
+			// handled asynchronously), which is what sends go to
+			if tc.nodes[i].ml.NumMembers() != n || len(tc.nodes[i].otherMembers()) != n-1 {
 				return false
 			}
 		}

@@ -96,7 +96,9 @@ func (s *stack) live() []int {
 func (s *stack) waitMembers(n int) {
 	waitFor(s.t, 10*time.Second, fmt.Sprintf("%d members", n), func() bool {
 		for _, i := range s.live() {
-			if s.nodes[i].cluster.ml.NumMembers() != n {
+			// memberlist's view, and ours (built from its events,
+			// handled asynchronously), which is what sends go to
+			if s.nodes[i].cluster.ml.NumMembers() != n || len(s.nodes[i].cluster.otherMembers()) != n-1 {
 				return false
 			}
 		}
