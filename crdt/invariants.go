@@ -13,10 +13,10 @@ func (r *Replica) CheckInvariants() error {
 		if e.s.Key() != k {
 			return fmt.Errorf("session under key %s holds %s", k, e.s.Key())
 		}
-		if r.byUser[k.User][k.Device] != e {
+		if i, ok := searchDevice(r.byUser[k.User], k.Device); !ok || r.byUser[k.User][i] != e {
 			return fmt.Errorf("byUser misses %s", k)
 		}
-		if e.counted != r.effectiveActive(&e.s) {
+		if e.counted != r.effectiveActive(e.s) {
 			return fmt.Errorf("%s counted=%v but effectively active=%v", k, e.counted, !e.counted)
 		}
 		st := r.origins[e.s.Origin]
@@ -30,9 +30,12 @@ func (r *Replica) CheckInvariants() error {
 	}
 	for u, devs := range r.byUser {
 		users += len(devs)
-		for d, e := range devs {
-			if r.sessions[Key{u, d}] != e {
-				return fmt.Errorf("byUser holds stale %s/%s", u, d)
+		for i, e := range devs {
+			if r.sessions[Key{u, e.s.Device}] != e {
+				return fmt.Errorf("byUser holds stale %s/%s", u, e.s.Device)
+			}
+			if i > 0 && devs[i-1].s.Device >= e.s.Device {
+				return fmt.Errorf("byUser devices of %s not sorted", u)
 			}
 		}
 		if len(devs) == 0 {
@@ -44,7 +47,7 @@ func (r *Replica) CheckInvariants() error {
 	}
 	want := make(map[string]map[string]int)
 	for _, e := range r.sessions {
-		if !r.effectiveActive(&e.s) {
+		if !r.effectiveActive(e.s) {
 			continue
 		}
 		for _, g := range e.s.Groups {

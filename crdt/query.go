@@ -8,9 +8,9 @@ import (
 // view returns a copy of a record as this replica's projection shows it: an
 // active session of a gateway marked down is shown expired.
 func (r *Replica) view(e *entry) Session {
-	s := e.s
+	s := *e.s
 	s.Groups = slices.Clone(e.s.Groups)
-	if s.State == StateActive && !r.effectiveActive(&e.s) {
+	if s.State == StateActive && !r.effectiveActive(e.s) {
 		s.State = StateExpired
 	}
 	return s
@@ -39,8 +39,8 @@ func (r *Replica) MaxEpoch(k Key) uint64 {
 func (r *Replica) UserSessions(user string) []Session {
 	devs := r.byUser[user]
 	out := make([]Session, 0, len(devs))
-	for _, d := range slices.Sorted(maps.Keys(devs)) {
-		out = append(out, r.view(devs[d]))
+	for _, e := range devs {
+		out = append(out, r.view(e))
 	}
 	return out
 }
@@ -60,7 +60,7 @@ func (r *Replica) Presence(user string) Presence {
 	recs := make([]*Session, 0, len(devs))
 	for _, e := range devs {
 		if e.counted {
-			recs = append(recs, &e.s)
+			recs = append(recs, e.s)
 		}
 	}
 	return Aggregate(user, recs, r.accounts[user])
@@ -120,7 +120,7 @@ func (r *Replica) Stats() Stats {
 		if e.counted {
 			st.Active++
 		}
-		if r.ended(&e.s) {
+		if r.ended(e.s) {
 			st.Tombstones++
 		}
 	}
@@ -133,7 +133,7 @@ func (r *Replica) Stats() Stats {
 func (r *Replica) Snapshot() ([]Session, []Account) {
 	ss := make([]Session, 0, len(r.sessions))
 	for _, e := range r.sessions {
-		ss = append(ss, e.s)
+		ss = append(ss, *e.s)
 	}
 	slices.SortFunc(ss, func(a, b Session) int {
 		if a.User != b.User {

@@ -14,7 +14,10 @@ var ErrSuperseded = errors.New("session superseded")
 
 // entry is the replica's copy of one session record plus local bookkeeping.
 type entry struct {
-	s Session
+	// s is the record as merged: shared with the delta that brought it
+	// and never modified (a newer record replaces the pointer), so the
+	// replicas of one process that apply one delta hold one copy.
+	s *Session
 	// endedAt is the local time this replica first held the record's epoch
 	// as terminal; meaningless while active (0 is a valid time: a virtual
 	// clock may start there). Tombstone GC counts from it, so owner clock
@@ -47,8 +50,8 @@ type Replica struct {
 	downSince map[string]int64  // node -> local time it was marked down
 
 	// Indexes, maintained on every change.
-	byUser      map[string]map[string]*entry // user -> device -> entry
-	groupOnline map[string]map[string]int    // group -> user -> active sessions in group
+	byUser      map[string][]*entry       // user -> entries sorted by device
+	groupOnline map[string]map[string]int // group -> user -> active sessions in group
 
 	tombstones []tombstone // FIFO by endedAt
 
@@ -68,7 +71,7 @@ func NewReplica(cfg Config) (*Replica, error) {
 		origins:     make(map[Origin]*originState),
 		latestInc:   map[string]uint64{cfg.Self.Node: cfg.Self.Incarnation},
 		downSince:   make(map[string]int64),
-		byUser:      make(map[string]map[string]*entry),
+		byUser:      make(map[string][]*entry),
 		groupOnline: make(map[string]map[string]int),
 		floors:      make(map[Key]epochFloor),
 	}
@@ -127,8 +130,8 @@ func (r *Replica) PutLocal(s Session, now int64) (Delta, error) {
 	s.Version = r.version
 	st := r.origins[r.cfg.Self]
 	st.watermark = r.version
-	r.mergeSession(st, &s, now)
-	out := s.Clone()
+	out := &s
+	r.mergeSession(st, out, now)
 	return Delta{Since: s.Version - 1, Session: out}, nil
 }
 
@@ -275,11 +278,12 @@ func (r *Replica) dropSessions(st *originState, now int64) []string {
 }
 
 // mergeSession keeps the greater of the held record and s. It reports
-// whether s was taken. st is the state of s.Origin (callers have it).
+// whether s was taken. st is the state of s.Origin (callers have it). A
+// taken s is kept by pointer: the caller must not modify it afterwards.
 func (r *Replica) mergeSession(st *originState, s *Session, now int64) bool {
 	k := s.Key()
 	cur := r.sessions[k]
-	if cur != nil && CompareSessions(&cur.s, s) >= 0 {
+	if cur != nil && CompareSessions(cur.s, s) >= 0 {
 		return false
 	}
 	if st.versionTaken(s.Version, logItem{user: k.User, device: k.Device}) {
@@ -294,21 +298,15 @@ func (r *Replica) mergeSession(st *originState, s *Session, now int64) bool {
 		// the older end's age would collect it early, and a delayed active
 		// write of the newer epoch would then revive the session
 		// (testdata/tombstone_epochs.txt).
-		if cur != nil && r.ended(&cur.s) && cur.s.Epoch == s.Epoch {
+		if cur != nil && r.ended(cur.s) && cur.s.Epoch == s.Epoch {
 			endedAt = cur.endedAt
 		}
 	}
 	var e *entry
 	if cur == nil {
-		e = &entry{s: *s, endedAt: endedAt}
-		e.s.Groups = slices.Clone(s.Groups)
+		e = &entry{s: s, endedAt: endedAt}
 		r.sessions[k] = e
-		devs := r.byUser[k.User]
-		if devs == nil {
-			devs = make(map[string]*entry, 1)
-			r.byUser[k.User] = devs
-		}
-		devs[k.Device] = e
+		r.indexUser(e)
 	} else {
 		// The new record takes the old one's entry, which every index
 		// already points to under this key: only the origin log and, when
@@ -322,15 +320,10 @@ func (r *Replica) mergeSession(st *originState, s *Session, now int64) bool {
 		if cst != nil {
 			cst.log.Delete(logItem{version: cur.s.Version})
 		}
-		groups := cur.s.Groups
-		if !slices.Equal(groups, s.Groups) || (groups == nil) != (s.Groups == nil) {
-			if cur.counted {
-				r.uncount(cur)
-			}
-			groups = slices.Clone(s.Groups)
+		if cur.counted && !slices.Equal(cur.s.Groups, s.Groups) {
+			r.uncount(cur)
 		}
-		e.s = *s
-		e.s.Groups = groups
+		e.s = s
 		e.endedAt = endedAt
 	}
 	st.log.ReplaceOrInsert(logItem{version: s.Version, user: k.User, device: k.Device})
@@ -365,17 +358,34 @@ func (r *Replica) removeEntry(e *entry) {
 		r.uncount(e)
 	}
 	delete(r.sessions, k)
-	if devs := r.byUser[k.User]; devs != nil {
-		delete(devs, k.Device)
-		// byUser indexes sessions only (accounts have their own map), so an
-		// emptied user goes even when it has an account record.
-		if len(devs) == 0 {
-			delete(r.byUser, k.User)
-		}
+	devs := r.byUser[k.User]
+	if i, ok := searchDevice(devs, k.Device); ok {
+		devs = slices.Delete(devs, i, i+1)
+	}
+	// byUser indexes sessions only (accounts have their own map), so an
+	// emptied user goes even when it has an account record.
+	if len(devs) == 0 {
+		delete(r.byUser, k.User)
+	} else {
+		r.byUser[k.User] = devs
 	}
 	if st := r.origins[e.s.Origin]; st != nil {
 		st.log.Delete(logItem{version: e.s.Version})
 	}
+}
+
+// indexUser adds a new entry to its user's device list.
+func (r *Replica) indexUser(e *entry) {
+	devs := r.byUser[e.s.User]
+	i, _ := searchDevice(devs, e.s.Device)
+	r.byUser[e.s.User] = slices.Insert(devs, i, e)
+}
+
+// searchDevice finds a device in a user's entries, sorted by device.
+func searchDevice(devs []*entry, device string) (int, bool) {
+	return slices.BinarySearchFunc(devs, device, func(e *entry, d string) int {
+		return compareStrings(e.s.Device, d)
+	})
 }
 
 func (r *Replica) mergeAccount(a *Account) bool {
@@ -410,7 +420,7 @@ func (r *Replica) effectiveActive(s *Session) bool {
 
 // recount brings e's group counts in line with its effective state.
 func (r *Replica) recount(e *entry) {
-	want := r.effectiveActive(&e.s)
+	want := r.effectiveActive(e.s)
 	switch {
 	case want && !e.counted:
 		for _, g := range e.s.Groups {

@@ -67,7 +67,7 @@ func (r *Replica) Diff(peer Digest) Sync {
 			if it.account {
 				os.Accounts = append(os.Accounts, *r.accounts[it.user])
 			} else {
-				os.Sessions = append(os.Sessions, r.sessions[Key{it.user, it.device}].s)
+				os.Sessions = append(os.Sessions, *r.sessions[Key{it.user, it.device}].s)
 			}
 			return true
 		}
@@ -120,8 +120,10 @@ func (r *Replica) ApplySync(s Sync, now int64) ([]string, error) {
 		// watermark: we may have refused one because of a record the
 		// snapshot just dropped.
 		for j := range os.Sessions {
-			rec := &os.Sessions[j]
-			if (os.Full || rec.Version > st.watermark) && r.mergeSession(st, rec, now) {
+			// A copy: a merged record is kept by pointer, and one into the
+			// snapshot's slice would keep the whole slice alive.
+			rec := os.Sessions[j]
+			if (os.Full || rec.Version > st.watermark) && r.mergeSession(st, &rec, now) {
 				users = append(users, rec.User)
 			}
 		}
@@ -261,7 +263,7 @@ func (r *Replica) GC(now int64) GCStats {
 		}
 		n++
 		e := r.sessions[t.key]
-		if e == nil || e.s.Version != t.version || e.s.Origin != t.origin || !r.ended(&e.s) {
+		if e == nil || e.s.Version != t.version || e.s.Origin != t.origin || !r.ended(e.s) {
 			continue // replaced since; its own tombstone (if any) is queued
 		}
 		if st := r.origins[e.s.Origin]; st != nil {
