@@ -45,10 +45,40 @@ type qtier struct {
 }
 
 // qbucket holds the items of one tier and length, by id ascending (so in
-// memberlist's order from the last to the first).
+// memberlist's order from the last to the first): buf[lo:]. Prune takes
+// from the front and GetBroadcasts from the back, so the front is a
+// deque's, reclaimed when the buffer is full instead of growing it.
 type qbucket struct {
 	msgLen int32
-	items  []qent
+	lo     int
+	buf    []qent
+}
+
+// items returns the bucket's items, by id ascending.
+func (b *qbucket) items() []qent { return b.buf[b.lo:] }
+
+// remove deletes the i-th item.
+func (b *qbucket) remove(i int) {
+	switch n := len(b.buf) - b.lo; {
+	case n == 1:
+		b.buf, b.lo = b.buf[:0], 0
+	case i == 0:
+		b.lo++ // Prune's oldest: no copy
+	case i == n-1:
+		b.buf = b.buf[:len(b.buf)-1] // GetBroadcasts' newest
+	default:
+		b.buf = slices.Delete(b.buf, b.lo+i, b.lo+i+1)
+	}
+}
+
+// insert puts e at index i, first reclaiming the front when the buffer is
+// full.
+func (b *qbucket) insert(i int, e qent) {
+	if len(b.buf) == cap(b.buf) && b.lo > 0 {
+		n := copy(b.buf, b.buf[b.lo:])
+		b.buf, b.lo = b.buf[:n], 0
+	}
+	b.buf = slices.Insert(b.buf, b.lo+i, e)
 }
 
 type qent struct {
@@ -122,15 +152,8 @@ func (q *bqueue) bucket(t, l int32, create bool) *qbucket {
 // item whose key (tier, length, id) equals it's, if any.
 func (q *bqueue) deleteItem(it qitem) {
 	if b := q.bucket(it.transmits, it.msgLen, false); b != nil {
-		if i, ok := slices.BinarySearchFunc(b.items, it.id, cmpQEnt); ok {
-			switch {
-			case i == 0:
-				b.items = b.items[1:] // Prune's oldest: no copy
-			case i == len(b.items)-1:
-				b.items = b.items[:i] // GetBroadcasts' newest
-			default:
-				b.items = slices.Delete(b.items, i, i+1)
-			}
+		if i, ok := slices.BinarySearchFunc(b.items(), it.id, cmpQEnt); ok {
+			b.remove(i)
 			q.tiers[it.transmits].n--
 			q.n--
 		}
@@ -158,15 +181,10 @@ func cmpQEnt(e qent, id int64) int {
 func (q *bqueue) addItem(it qitem) {
 	b := q.bucket(it.transmits, it.msgLen, true)
 	e := qent{id: it.id, ref: it.ref, name: it.name}
-	switch i, ok := slices.BinarySearchFunc(b.items, it.id, cmpQEnt); {
-	case ok:
-		b.items[i] = e
-	case i == len(b.items):
-		b.items = append(b.items, e)
-		q.tiers[it.transmits].n++
-		q.n++
-	default:
-		b.items = slices.Insert(b.items, i, e)
+	if i, ok := slices.BinarySearchFunc(b.items(), it.id, cmpQEnt); ok {
+		b.buf[b.lo+i] = e
+	} else {
+		b.insert(i, e)
 		q.tiers[it.transmits].n++
 		q.n++
 	}
@@ -221,7 +239,7 @@ func (q *bqueue) getBroadcasts(overhead, limit, numNodes int, out []uint32, rein
 		tr := &q.tiers[transmits]
 		if tr.n > 0 {
 			for i := range tr.buckets {
-				if c := &tr.buckets[i]; int64(c.msgLen) <= free && len(c.items) > 0 {
+				if c := &tr.buckets[i]; int64(c.msgLen) <= free && len(c.buf) > c.lo {
 					b = c
 					break
 				}
@@ -231,7 +249,7 @@ func (q *bqueue) getBroadcasts(overhead, limit, numNodes int, out []uint32, rein
 			transmits++
 			continue
 		}
-		e := b.items[len(b.items)-1]
+		e := b.buf[len(b.buf)-1]
 		keep := qitem{id: e.id, transmits: transmits, msgLen: b.msgLen, ref: e.ref, name: e.name}
 		bytesUsed += overhead + int(keep.msgLen)
 		out = append(out, keep.ref)
@@ -258,12 +276,12 @@ func (q *bqueue) prune(maxRetain int) {
 		tr := &q.tiers[hi]
 		var b *qbucket
 		for i := len(tr.buckets) - 1; i >= 0; i-- {
-			if len(tr.buckets[i].items) > 0 {
+			if len(tr.buckets[i].buf) > tr.buckets[i].lo {
 				b = &tr.buckets[i]
 				break
 			}
 		}
-		e := b.items[0]
+		e := b.buf[b.lo]
 		q.deleteItem(qitem{id: e.id, transmits: hi, msgLen: b.msgLen, ref: e.ref, name: e.name})
 	}
 }
