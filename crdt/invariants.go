@@ -62,6 +62,9 @@ func (r *Replica) CheckInvariants() error {
 	}
 	logged := 0
 	for o, st := range r.origins {
+		if st.latest && (o.Node == r.cfg.Self.Node || o.Incarnation != r.latestInc[o.Node]) {
+			return fmt.Errorf("origin %s cached as its node's latest incarnation; latest is %d", o, r.latestInc[o.Node])
+		}
 		var err error
 		st.log.Ascend(func(it logItem) bool {
 			logged++

@@ -27,6 +27,10 @@ type originState struct {
 	// log indexes the origin's current records by version, so a diff
 	// touches only the records above the asker's watermark.
 	log versionLog
+	// latest caches, for Apply, that the origin is another node's newest
+	// incarnation this replica has heard of: admitted without asking
+	// admit. Cleared when a newer incarnation is admitted.
+	latest bool
 }
 
 func newOriginState(o Origin) *originState {

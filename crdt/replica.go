@@ -163,11 +163,15 @@ func (r *Replica) Apply(d Delta, now int64) (changed bool, dropped []string, err
 		return false, nil, err
 	}
 	o := d.Origin()
-	ok, dropped := r.admit(o, now)
-	if !ok {
-		return false, dropped, nil
+	st := r.origins[o]
+	if st == nil || !st.latest {
+		var ok bool
+		if ok, dropped = r.admit(o, now); !ok {
+			return false, dropped, nil
+		}
+		st = r.originState(o)
+		st.latest = o.Incarnation == r.latestInc[o.Node]
 	}
-	st := r.originState(o)
 	if d.Version() <= st.watermark {
 		return false, dropped, nil
 	}
@@ -196,6 +200,9 @@ func (r *Replica) admit(o Origin, now int64) (bool, []string) {
 	if !known || o.Incarnation > latest {
 		r.latestInc[o.Node] = o.Incarnation
 		if known {
+			if old := r.origins[Origin{Node: o.Node, Incarnation: latest}]; old != nil {
+				old.latest = false
+			}
 			return true, r.retire(Origin{Node: o.Node, Incarnation: latest}, now)
 		}
 	}
