@@ -35,6 +35,7 @@ type bqueue struct {
 	n              int             // items queued
 	named          map[int32]qitem // memberlist's tm: the queued item of each name
 	idGen          int64
+	spare          [][]qent // buffers of emptied buckets, for reuse
 }
 
 // qtier holds the items of one transmit count, in buckets by message
@@ -119,17 +120,13 @@ func (q *bqueue) queue(ref uint32, msgLen int, name int32) {
 	q.addItem(it)
 }
 
-// bucket returns tier t's bucket of length l, creating it when create is
-// set; nil when there is none.
-func (q *bqueue) bucket(t, l int32, create bool) *qbucket {
+// bucket finds tier t's bucket of length l: its index, and whether it
+// exists (else where it goes).
+func (q *bqueue) bucket(t, l int32) (int, bool) {
 	if int(t) >= len(q.tiers) {
-		if !create {
-			return nil
-		}
-		q.tiers = append(q.tiers, make([]qtier, int(t)+1-len(q.tiers))...)
+		return 0, false
 	}
-	tr := &q.tiers[t]
-	i, found := slices.BinarySearchFunc(tr.buckets, l, func(b qbucket, l int32) int {
+	return slices.BinarySearchFunc(q.tiers[t].buckets, l, func(b qbucket, l int32) int {
 		switch {
 		case b.msgLen > l:
 			return -1
@@ -138,24 +135,33 @@ func (q *bqueue) bucket(t, l int32, create bool) *qbucket {
 		}
 		return 0
 	})
-	if found {
-		return &tr.buckets[i]
+}
+
+// removeAt removes item i of bucket bi of tier t, and the bucket when it
+// empties (keeping its buffer for the next new bucket). It is the B-tree's
+// Delete of that item; the caller handles the name index.
+func (q *bqueue) removeAt(t int32, bi, i int) {
+	tr := &q.tiers[t]
+	b := &tr.buckets[bi]
+	b.remove(i)
+	if len(b.buf) == 0 {
+		q.spare = append(q.spare, b.buf)
+		tr.buckets = slices.Delete(tr.buckets, bi, bi+1)
 	}
-	if !create {
-		return nil
+	tr.n--
+	q.n--
+	if q.n == 0 {
+		q.idGen = 0
 	}
-	tr.buckets = slices.Insert(tr.buckets, i, qbucket{msgLen: l})
-	return &tr.buckets[i]
 }
 
 // deleteItem is memberlist's deleteItem: the B-tree's Delete removes the
 // item whose key (tier, length, id) equals it's, if any.
 func (q *bqueue) deleteItem(it qitem) {
-	if b := q.bucket(it.transmits, it.msgLen, false); b != nil {
+	if bi, ok := q.bucket(it.transmits, it.msgLen); ok {
+		b := &q.tiers[it.transmits].buckets[bi]
 		if i, ok := slices.BinarySearchFunc(b.items(), it.id, cmpQEnt); ok {
-			b.remove(i)
-			q.tiers[it.transmits].n--
-			q.n--
+			q.removeAt(it.transmits, bi, i)
 		}
 	}
 	if it.name != noName {
@@ -179,13 +185,25 @@ func cmpQEnt(e qent, id int64) int {
 // addItem is memberlist's addItem (ReplaceOrInsert: an item with an equal
 // key is replaced).
 func (q *bqueue) addItem(it qitem) {
-	b := q.bucket(it.transmits, it.msgLen, true)
+	if int(it.transmits) >= len(q.tiers) {
+		q.tiers = append(q.tiers, make([]qtier, int(it.transmits)+1-len(q.tiers))...)
+	}
+	tr := &q.tiers[it.transmits]
+	bi, ok := q.bucket(it.transmits, it.msgLen)
+	if !ok {
+		var buf []qent
+		if n := len(q.spare); n > 0 {
+			buf, q.spare = q.spare[n-1], q.spare[:n-1]
+		}
+		tr.buckets = slices.Insert(tr.buckets, bi, qbucket{msgLen: it.msgLen, buf: buf})
+	}
+	b := &tr.buckets[bi]
 	e := qent{id: it.id, ref: it.ref, name: it.name}
 	if i, ok := slices.BinarySearchFunc(b.items(), it.id, cmpQEnt); ok {
 		b.buf[b.lo+i] = e
 	} else {
 		b.insert(i, e)
-		q.tiers[it.transmits].n++
+		tr.n++
 		q.n++
 	}
 	if it.name != noName {
@@ -234,26 +252,29 @@ func (q *bqueue) getBroadcasts(overhead, limit, numNodes int, out []uint32, rein
 			break
 		}
 		// The least item of the tier that fits: the highest id of its
-		// longest bucket not longer than free.
-		var b *qbucket
+		// longest bucket not longer than free. Empty buckets are removed,
+		// so the first that fits is it.
+		bi := -1
 		tr := &q.tiers[transmits]
-		if tr.n > 0 {
-			for i := range tr.buckets {
-				if c := &tr.buckets[i]; int64(c.msgLen) <= free && len(c.buf) > c.lo {
-					b = c
-					break
-				}
+		for i := range tr.buckets {
+			if int64(tr.buckets[i].msgLen) <= free {
+				bi = i
+				break
 			}
 		}
-		if b == nil {
+		if bi < 0 {
 			transmits++
 			continue
 		}
+		b := &tr.buckets[bi]
 		e := b.buf[len(b.buf)-1]
 		keep := qitem{id: e.id, transmits: transmits, msgLen: b.msgLen, ref: e.ref, name: e.name}
 		bytesUsed += overhead + int(keep.msgLen)
 		out = append(out, keep.ref)
-		q.deleteItem(keep)
+		q.removeAt(transmits, bi, len(b.buf)-1-b.lo)
+		if keep.name != noName {
+			delete(q.named, keep.name)
+		}
 		if int(keep.transmits)+1 < transmitLimit {
 			keep.transmits++
 			reinsert = append(reinsert, keep)
@@ -274,13 +295,7 @@ func (q *bqueue) prune(maxRetain int) {
 	for q.n > maxRetain {
 		_, hi := q.transmitRange()
 		tr := &q.tiers[hi]
-		var b *qbucket
-		for i := len(tr.buckets) - 1; i >= 0; i-- {
-			if len(tr.buckets[i].buf) > tr.buckets[i].lo {
-				b = &tr.buckets[i]
-				break
-			}
-		}
+		b := &tr.buckets[len(tr.buckets)-1] // empty buckets are removed
 		e := b.buf[b.lo]
 		q.deleteItem(qitem{id: e.id, transmits: hi, msgLen: b.msgLen, ref: e.ref, name: e.name})
 	}
