@@ -199,7 +199,13 @@ func (q *bqueue) addItem(it qitem) {
 	}
 	b := &tr.buckets[bi]
 	e := qent{id: it.id, ref: it.ref, name: it.name}
-	if i, ok := slices.BinarySearchFunc(b.items(), it.id, cmpQEnt); ok {
+	if n := len(b.buf); n == b.lo || b.buf[n-1].id < it.id {
+		// The newest of its bucket, as a new broadcast and most
+		// retransmitted ones are: an append, without a search.
+		b.insert(n-b.lo, e)
+		tr.n++
+		q.n++
+	} else if i, ok := slices.BinarySearchFunc(b.items(), it.id, cmpQEnt); ok {
 		b.buf[b.lo+i] = e
 	} else {
 		b.insert(i, e)
