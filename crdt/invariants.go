@@ -9,13 +9,31 @@ import (
 // first disagreement. Tests call it after every step; it is O(state).
 func (r *Replica) CheckInvariants() error {
 	users := 0
-	for k, e := range r.sessions {
-		if e.s.Key() != k {
-			return fmt.Errorf("session under key %s holds %s", k, e.s.Key())
+	var all []*entry
+	for u, d := range r.byUser {
+		if d.m != nil && d.list != nil || d.m == nil && len(d.list) > devicesListMax {
+			return fmt.Errorf("byUser of %s holds a list of %d and a map of %d", u, len(d.list), len(d.m))
 		}
-		if i, ok := searchDevice(r.byUser[k.User], k.Device); !ok || r.byUser[k.User][i] != e {
-			return fmt.Errorf("byUser misses %s", k)
+		devs := d.sorted()
+		if len(devs) == 0 {
+			return fmt.Errorf("byUser holds empty user %q", u)
 		}
+		users += len(devs)
+		for i, e := range devs {
+			if e.s.User != u || d.get(e.s.Device) != e {
+				return fmt.Errorf("byUser of %s holds %s under the wrong key", u, e.s.Key())
+			}
+			if i > 0 && devs[i-1].s.Device >= e.s.Device {
+				return fmt.Errorf("byUser devices of %s not sorted", u)
+			}
+		}
+		all = append(all, devs...)
+	}
+	if users != r.numSessions {
+		return fmt.Errorf("byUser holds %d records, numSessions %d", users, r.numSessions)
+	}
+	for _, e := range all {
+		k := e.s.Key()
 		if e.counted != r.effectiveActive(e.s) {
 			return fmt.Errorf("%s counted=%v but effectively active=%v", k, e.counted, !e.counted)
 		}
@@ -28,25 +46,8 @@ func (r *Replica) CheckInvariants() error {
 			return fmt.Errorf("origin log of %s misses %s@%d", e.s.Origin, k, e.s.Version)
 		}
 	}
-	for u, devs := range r.byUser {
-		users += len(devs)
-		for i, e := range devs {
-			if r.sessions[Key{u, e.s.Device}] != e {
-				return fmt.Errorf("byUser holds stale %s/%s", u, e.s.Device)
-			}
-			if i > 0 && devs[i-1].s.Device >= e.s.Device {
-				return fmt.Errorf("byUser devices of %s not sorted", u)
-			}
-		}
-		if len(devs) == 0 {
-			return fmt.Errorf("byUser holds empty user %q", u)
-		}
-	}
-	if users != len(r.sessions) {
-		return fmt.Errorf("byUser holds %d records, sessions %d", users, len(r.sessions))
-	}
 	want := make(map[string]map[string]int)
-	for _, e := range r.sessions {
+	for _, e := range all {
 		if !r.effectiveActive(e.s) {
 			continue
 		}
@@ -74,7 +75,7 @@ func (r *Replica) CheckInvariants() error {
 					err = fmt.Errorf("origin log of %s holds stale account %s@%d", o, it.user, it.version)
 				}
 			} else {
-				e := r.sessions[Key{it.user, it.device}]
+				e := r.userEntry(Key{it.user, it.device})
 				if e == nil || e.s.Origin != o || e.s.Version != it.version {
 					err = fmt.Errorf("origin log of %s holds stale %s/%s@%d", o, it.user, it.device, it.version)
 				}
@@ -88,8 +89,8 @@ func (r *Replica) CheckInvariants() error {
 			return fmt.Errorf("origin state keyed %s names %s", o, st.origin)
 		}
 	}
-	if logged != len(r.sessions)+len(r.accounts) {
-		return fmt.Errorf("origin logs hold %d items, records %d", logged, len(r.sessions)+len(r.accounts))
+	if logged != r.numSessions+len(r.accounts) {
+		return fmt.Errorf("origin logs hold %d items, records %d", logged, r.numSessions+len(r.accounts))
 	}
 	if self := r.origins[r.cfg.Self]; self.watermark != r.version {
 		return fmt.Errorf("own watermark %d, version %d", self.watermark, r.version)

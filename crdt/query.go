@@ -18,7 +18,7 @@ func (r *Replica) view(e *entry) Session {
 
 // Session returns the projected record for a key, tombstones included.
 func (r *Replica) Session(k Key) (Session, bool) {
-	e := r.sessions[k]
+	e := r.userEntry(k)
 	if e == nil {
 		return Session{}, false
 	}
@@ -29,7 +29,7 @@ func (r *Replica) Session(k Key) (Session, bool) {
 // records included, or 0.
 func (r *Replica) MaxEpoch(k Key) uint64 {
 	floor := r.epochFloorOf(k)
-	if e := r.sessions[k]; e != nil {
+	if e := r.userEntry(k); e != nil {
 		return max(e.s.Epoch, floor)
 	}
 	return floor
@@ -37,7 +37,8 @@ func (r *Replica) MaxEpoch(k Key) uint64 {
 
 // UserSessions returns the projected records of a user, sorted by device.
 func (r *Replica) UserSessions(user string) []Session {
-	devs := r.byUser[user]
+	d := r.byUser[user]
+	devs := d.sorted()
 	out := make([]Session, 0, len(devs))
 	for _, e := range devs {
 		out = append(out, r.view(e))
@@ -56,7 +57,8 @@ func (r *Replica) Account(user string) (Account, bool) {
 
 // Presence aggregates a user's projected sessions and account record.
 func (r *Replica) Presence(user string) Presence {
-	devs := r.byUser[user]
+	d := r.byUser[user]
+	devs := d.sorted()
 	recs := make([]*Session, 0, len(devs))
 	for _, e := range devs {
 		if e.counted {
@@ -114,16 +116,16 @@ type Stats struct {
 // Stats returns counts of what the replica holds. It walks the sessions:
 // O(records), for metrics, not for hot paths.
 func (r *Replica) Stats() Stats {
-	st := Stats{Sessions: len(r.sessions), Accounts: len(r.accounts), Origins: len(r.origins),
+	st := Stats{Sessions: r.numSessions, Accounts: len(r.accounts), Origins: len(r.origins),
 		Users: len(r.byUser), Groups: len(r.groupOnline)}
-	for _, e := range r.sessions {
+	r.entries(func(e *entry) {
 		if e.counted {
 			st.Active++
 		}
 		if r.ended(e.s) {
 			st.Tombstones++
 		}
-	}
+	})
 	return st
 }
 
@@ -131,10 +133,8 @@ func (r *Replica) Stats() Stats {
 // (accounts), as held (not projected). Replicas that have converged return
 // equal snapshots.
 func (r *Replica) Snapshot() ([]Session, []Account) {
-	ss := make([]Session, 0, len(r.sessions))
-	for _, e := range r.sessions {
-		ss = append(ss, *e.s)
-	}
+	ss := make([]Session, 0, r.numSessions)
+	r.entries(func(e *entry) { ss = append(ss, *e.s) })
 	slices.SortFunc(ss, func(a, b Session) int {
 		if a.User != b.User {
 			return compareStrings(a.User, b.User)

@@ -43,14 +43,14 @@ type Replica struct {
 	hlc     HLC
 	version uint64 // our origin's write counter
 
-	sessions  map[Key]*entry
-	accounts  map[string]*Account
-	origins   map[Origin]*originState
-	latestInc map[string]uint64 // node -> newest incarnation seen
-	downSince map[string]int64  // node -> local time it was marked down
+	numSessions int // records held, tombstones included
+	accounts    map[string]*Account
+	origins     map[Origin]*originState
+	latestInc   map[string]uint64 // node -> newest incarnation seen
+	downSince   map[string]int64  // node -> local time it was marked down
 
 	// Indexes, maintained on every change.
-	byUser      map[string][]*entry       // user -> entries sorted by device
+	byUser      map[string]devices        // user -> its entries by device
 	groupOnline map[string]map[string]int // group -> user -> active sessions in group
 
 	tombstones []tombstone // FIFO by endedAt
@@ -66,12 +66,11 @@ func NewReplica(cfg Config) (*Replica, error) {
 	}
 	r := &Replica{
 		cfg:         cfg,
-		sessions:    make(map[Key]*entry),
 		accounts:    make(map[string]*Account),
 		origins:     make(map[Origin]*originState),
 		latestInc:   map[string]uint64{cfg.Self.Node: cfg.Self.Incarnation},
 		downSince:   make(map[string]int64),
-		byUser:      make(map[string][]*entry),
+		byUser:      make(map[string]devices),
 		groupOnline: make(map[string]map[string]int),
 		floors:      make(map[Key]epochFloor),
 	}
@@ -115,7 +114,7 @@ func (r *Replica) PutLocal(s Session, now int64) (Delta, error) {
 	if f := r.epochFloorOf(s.Key()); s.Epoch <= f {
 		return Delta{}, fmt.Errorf("%w: %s had epoch %d (collected); %d is not above it", ErrSuperseded, s.Key(), f, s.Epoch)
 	}
-	if cur := r.sessions[s.Key()]; cur != nil {
+	if cur := r.userEntry(s.Key()); cur != nil {
 		switch {
 		case cur.s.Epoch > s.Epoch:
 			return Delta{}, fmt.Errorf("%w: %s holds epoch %d > %d", ErrSuperseded, s.Key(), cur.s.Epoch, s.Epoch)
@@ -238,7 +237,7 @@ func (r *Replica) retire(o Origin, now int64) []string {
 		if it.account {
 			return true
 		}
-		e := r.sessions[Key{it.user, it.device}]
+		e := r.userEntry(Key{it.user, it.device})
 		if e.s.State != StateActive {
 			return true // a tombstone already, queued when it ended
 		}
@@ -273,7 +272,7 @@ func (r *Replica) dropSessions(st *originState, now int64) []string {
 	})
 	users := make([]string, 0, len(victims))
 	for _, it := range victims {
-		e := r.sessions[Key{it.user, it.device}]
+		e := r.userEntry(Key{it.user, it.device})
 		if e.counted {
 			users = append(users, it.user)
 		}
@@ -289,7 +288,7 @@ func (r *Replica) dropSessions(st *originState, now int64) []string {
 // taken s is kept by pointer: the caller must not modify it afterwards.
 func (r *Replica) mergeSession(st *originState, s *Session, now int64) bool {
 	k := s.Key()
-	cur := r.sessions[k]
+	cur := r.userEntry(k)
 	if cur != nil && CompareSessions(cur.s, s) >= 0 {
 		return false
 	}
@@ -312,8 +311,8 @@ func (r *Replica) mergeSession(st *originState, s *Session, now int64) bool {
 	var e *entry
 	if cur == nil {
 		e = &entry{s: s, endedAt: endedAt}
-		r.sessions[k] = e
 		r.indexUser(e)
+		r.numSessions++
 	} else {
 		// The new record takes the old one's entry, which every index
 		// already points to under this key: only the origin log and, when
@@ -364,35 +363,11 @@ func (r *Replica) removeEntry(e *entry) {
 	if e.counted {
 		r.uncount(e)
 	}
-	delete(r.sessions, k)
-	devs := r.byUser[k.User]
-	if i, ok := searchDevice(devs, k.Device); ok {
-		devs = slices.Delete(devs, i, i+1)
-	}
-	// byUser indexes sessions only (accounts have their own map), so an
-	// emptied user goes even when it has an account record.
-	if len(devs) == 0 {
-		delete(r.byUser, k.User)
-	} else {
-		r.byUser[k.User] = devs
-	}
+	r.unindexUser(k)
+	r.numSessions--
 	if st := r.origins[e.s.Origin]; st != nil {
 		st.log.Delete(logItem{version: e.s.Version})
 	}
-}
-
-// indexUser adds a new entry to its user's device list.
-func (r *Replica) indexUser(e *entry) {
-	devs := r.byUser[e.s.User]
-	i, _ := searchDevice(devs, e.s.Device)
-	r.byUser[e.s.User] = slices.Insert(devs, i, e)
-}
-
-// searchDevice finds a device in a user's entries, sorted by device.
-func searchDevice(devs []*entry, device string) (int, bool) {
-	return slices.BinarySearchFunc(devs, device, func(e *entry, d string) int {
-		return compareStrings(e.s.Device, d)
-	})
 }
 
 func (r *Replica) mergeAccount(a *Account) bool {

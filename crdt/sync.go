@@ -67,7 +67,7 @@ func (r *Replica) Diff(peer Digest) Sync {
 			if it.account {
 				os.Accounts = append(os.Accounts, *r.accounts[it.user])
 			} else {
-				os.Sessions = append(os.Sessions, *r.sessions[Key{it.user, it.device}].s)
+				os.Sessions = append(os.Sessions, *r.userEntry(Key{it.user, it.device}).s)
 			}
 			return true
 		}
@@ -178,7 +178,7 @@ func (r *Replica) dropMissing(st *originState, os *OriginSync) []string {
 			users = append(users, it.user)
 			continue
 		}
-		e := r.sessions[Key{it.user, it.device}]
+		e := r.userEntry(Key{it.user, it.device})
 		if e.counted {
 			users = append(users, it.user)
 		}
@@ -229,7 +229,7 @@ func (r *Replica) recountNode(node string) []string {
 			if it.account {
 				return true
 			}
-			e := r.sessions[Key{it.user, it.device}]
+			e := r.userEntry(Key{it.user, it.device})
 			before := e.counted
 			r.recount(e)
 			if e.counted != before {
@@ -262,7 +262,7 @@ func (r *Replica) GC(now int64) GCStats {
 			break
 		}
 		n++
-		e := r.sessions[t.key]
+		e := r.userEntry(t.key)
 		if e == nil || e.s.Version != t.version || e.s.Origin != t.origin || !r.ended(e.s) {
 			continue // replaced since; its own tombstone (if any) is queued
 		}

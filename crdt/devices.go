@@ -1,0 +1,132 @@
+package crdt
+
+import (
+	"maps"
+	"slices"
+)
+
+// devicesListMax is the most devices a user's index keeps as a sorted
+// slice; past it the index becomes a map, so a user with very many devices
+// (a client reconnecting without a device name gets a new one each time,
+// and the tombstones stay for the horizon) costs O(1) per change, not
+// O(devices).
+const devicesListMax = 32
+
+// devices indexes one user's session entries by device: a short slice
+// sorted by device (most users have one or two: no map to allocate), or a
+// map once the user has had more than devicesListMax at once.
+type devices struct {
+	list []*entry
+	m    map[string]*entry
+}
+
+func (d *devices) len() int {
+	if d.m != nil {
+		return len(d.m)
+	}
+	return len(d.list)
+}
+
+func (d *devices) get(device string) *entry {
+	if d.m != nil {
+		return d.m[device]
+	}
+	if i, ok := searchDevice(d.list, device); ok {
+		return d.list[i]
+	}
+	return nil
+}
+
+// add indexes an entry whose device the index does not hold.
+func (d *devices) add(e *entry) {
+	if d.m == nil && len(d.list) == devicesListMax {
+		d.m = make(map[string]*entry, 2*devicesListMax)
+		for _, x := range d.list {
+			d.m[x.s.Device] = x
+		}
+		d.list = nil
+	}
+	if d.m != nil {
+		d.m[e.s.Device] = e
+		return
+	}
+	i, _ := searchDevice(d.list, e.s.Device)
+	d.list = slices.Insert(d.list, i, e)
+}
+
+func (d *devices) remove(device string) {
+	if d.m != nil {
+		delete(d.m, device)
+		return
+	}
+	if i, ok := searchDevice(d.list, device); ok {
+		d.list = slices.Delete(d.list, i, i+1)
+	}
+}
+
+// sorted returns the entries sorted by device. The slice is the index's
+// own while it is one: callers must not modify it.
+func (d *devices) sorted() []*entry {
+	if d.m == nil {
+		return d.list
+	}
+	out := make([]*entry, 0, len(d.m))
+	for _, k := range slices.Sorted(maps.Keys(d.m)) {
+		out = append(out, d.m[k])
+	}
+	return out
+}
+
+// searchDevice finds a device in entries sorted by device.
+func searchDevice(list []*entry, device string) (int, bool) {
+	return slices.BinarySearchFunc(list, device, func(e *entry, d string) int {
+		return compareStrings(e.s.Device, d)
+	})
+}
+
+// userEntry returns the entry of a user's device, or nil.
+func (r *Replica) userEntry(k Key) *entry {
+	d, ok := r.byUser[k.User]
+	if !ok {
+		return nil
+	}
+	return d.get(k.Device)
+}
+
+// indexUser adds a new entry to its user's devices.
+func (r *Replica) indexUser(e *entry) {
+	d := r.byUser[e.s.User]
+	d.add(e)
+	r.byUser[e.s.User] = d
+}
+
+// unindexUser removes an entry from its user's devices. byUser indexes
+// sessions only (accounts have their own map), so an emptied user goes even
+// when it has an account record.
+func (r *Replica) unindexUser(k Key) {
+	d, ok := r.byUser[k.User]
+	if !ok {
+		return
+	}
+	d.remove(k.Device)
+	if d.len() == 0 {
+		delete(r.byUser, k.User)
+	} else {
+		r.byUser[k.User] = d
+	}
+}
+
+// entries calls f for every session entry, in no particular order.
+func (r *Replica) entries(f func(*entry)) {
+	for _, d := range r.byUser {
+		if d.m != nil {
+			for _, e := range d.m {
+				f(e)
+			}
+			continue
+		}
+		for _, e := range d.list {
+			f(e)
+		}
+	}
+}

@@ -1,0 +1,71 @@
+package crdt
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+)
+
+// A user with many devices (a client reconnecting without a device name
+// gets a new one each time) crosses from the slice index to the map one and
+// back out: every step keeps the indexes whole, queries stay sorted by
+// device, and an emptied user leaves the index.
+func TestManyDevicesOfOneUser(t *testing.T) {
+	const n = 3 * devicesListMax
+	gw := newTestReplica(t, "gw", 1, Config{})
+	obs := newTestReplica(t, "obs", 1, Config{})
+	rng := rand.New(rand.NewPCG(1, 2))
+	order := rng.Perm(n)
+	apply := func(s Session, now int64) {
+		t.Helper()
+		d, err := gw.PutLocal(s, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := obs.Apply(d, now); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range []*Replica{gw, obs} {
+			if err := r.CheckInvariants(); err != nil {
+				t.Fatalf("%s: %v", r.Self().Node, err)
+			}
+		}
+	}
+	session := func(i int, state State) Session {
+		return Session{User: "u", Device: fmt.Sprintf("d%03d", i), ID: fmt.Sprintf("s%03d", i),
+			Epoch: 1, State: state, Groups: []string{"g"}}
+	}
+	for step, i := range order {
+		apply(session(i, StateActive), 1)
+		got := obs.UserSessions("u")
+		if len(got) != step+1 {
+			t.Fatalf("after %d connects, %d sessions", step+1, len(got))
+		}
+		if !slices.IsSortedFunc(got, func(a, b Session) int { return compareStrings(a.Device, b.Device) }) {
+			t.Fatalf("sessions not sorted by device after %d connects", step+1)
+		}
+	}
+	if p := obs.Presence("u"); len(p.Sessions) != n || obs.GroupOnlineCount("g") != 1 {
+		t.Fatalf("presence lists %d sessions, group count %d; want %d, 1", len(p.Sessions), obs.GroupOnlineCount("g"), n)
+	}
+	// End them all; GC past the horizon removes every record.
+	for _, i := range order {
+		s := session(i, StateDisconnected)
+		apply(s, 2)
+	}
+	if obs.GroupOnlineCount("g") != 0 {
+		t.Fatalf("group count %d after every session ended", obs.GroupOnlineCount("g"))
+	}
+	later := 2 + int64(DefaultTombstoneHorizon+time.Second)
+	if st := obs.GC(later); st.Tombstones != n {
+		t.Fatalf("GC collected %d tombstones, want %d", st.Tombstones, n)
+	}
+	if err := obs.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
+	if got := obs.UserSessions("u"); len(got) != 0 || obs.Stats().Users != 0 {
+		t.Fatalf("after GC: %d sessions, %d users indexed", len(got), obs.Stats().Users)
+	}
+}
