@@ -16,8 +16,15 @@ const devicesListMax = 32
 // sorted by device (most users have one or two: no map to allocate), or a
 // map once the user has had more than devicesListMax at once.
 type devices struct {
-	list []*entry
+	list []devRef
 	m    map[string]*entry
+}
+
+// devRef is a list item: the device name is kept beside the entry, so a
+// lookup compares names without loading the entry or its record.
+type devRef struct {
+	device string
+	e      *entry
 }
 
 func (d *devices) len() int {
@@ -31,8 +38,16 @@ func (d *devices) get(device string) *entry {
 	if d.m != nil {
 		return d.m[device]
 	}
+	if len(d.list) <= 8 {
+		for _, x := range d.list {
+			if x.device == device {
+				return x.e
+			}
+		}
+		return nil
+	}
 	if i, ok := searchDevice(d.list, device); ok {
-		return d.list[i]
+		return d.list[i].e
 	}
 	return nil
 }
@@ -42,7 +57,7 @@ func (d *devices) add(e *entry) {
 	if d.m == nil && len(d.list) == devicesListMax {
 		d.m = make(map[string]*entry, 2*devicesListMax)
 		for _, x := range d.list {
-			d.m[x.s.Device] = x
+			d.m[x.device] = x.e
 		}
 		d.list = nil
 	}
@@ -51,7 +66,7 @@ func (d *devices) add(e *entry) {
 		return
 	}
 	i, _ := searchDevice(d.list, e.s.Device)
-	d.list = slices.Insert(d.list, i, e)
+	d.list = slices.Insert(d.list, i, devRef{device: e.s.Device, e: e})
 }
 
 func (d *devices) remove(device string) {
@@ -64,23 +79,25 @@ func (d *devices) remove(device string) {
 	}
 }
 
-// sorted returns the entries sorted by device. The slice is the index's
-// own while it is one: callers must not modify it.
+// sorted returns the entries sorted by device.
 func (d *devices) sorted() []*entry {
+	out := make([]*entry, 0, d.len())
 	if d.m == nil {
-		return d.list
+		for _, x := range d.list {
+			out = append(out, x.e)
+		}
+		return out
 	}
-	out := make([]*entry, 0, len(d.m))
 	for _, k := range slices.Sorted(maps.Keys(d.m)) {
 		out = append(out, d.m[k])
 	}
 	return out
 }
 
-// searchDevice finds a device in entries sorted by device.
-func searchDevice(list []*entry, device string) (int, bool) {
-	return slices.BinarySearchFunc(list, device, func(e *entry, d string) int {
-		return compareStrings(e.s.Device, d)
+// searchDevice finds a device in a list sorted by device.
+func searchDevice(list []devRef, device string) (int, bool) {
+	return slices.BinarySearchFunc(list, device, func(x devRef, d string) int {
+		return compareStrings(x.device, d)
 	})
 }
 
@@ -125,8 +142,8 @@ func (r *Replica) entries(f func(*entry)) {
 			}
 			continue
 		}
-		for _, e := range d.list {
-			f(e)
+		for _, x := range d.list {
+			f(x.e)
 		}
 	}
 }
