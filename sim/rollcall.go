@@ -161,9 +161,13 @@ func (s *Sim) handleDeltas(n *node, m *umsg) {
 		p := s.index(o.Node)
 		if !dup {
 			k := originKey(p, o)
-			if v := d.Version(); v > n.seen[k] {
+			w := s.writer(k)
+			for int(w) >= len(n.seen) {
+				n.seen = append(n.seen, 0)
+			}
+			if v := d.Version(); v > n.seen[w] {
 				fresh = true
-				n.seen[k] = v
+				n.seen[w] = v
 			}
 		}
 		// Eager deltas come straight from their owner and refresh its
@@ -192,6 +196,20 @@ func (s *Sim) handleDeltas(n *node, m *umsg) {
 // its incarnation encodes.
 func originKey(slot int32, o crdt.Origin) uint64 {
 	return uint64(slot)<<32 | (o.Incarnation - uint64(wallBase))
+}
+
+// writer returns the dense number of an origin (by originKey), numbering
+// it if new.
+func (s *Sim) writer(k uint64) int32 {
+	w, ok := s.writers[k]
+	if !ok {
+		if s.writers == nil {
+			s.writers = make(map[uint64]int32)
+		}
+		w = int32(len(s.writers))
+		s.writers[k] = w
+	}
+	return w
 }
 
 // handleAlive is Cluster.handleAlive.

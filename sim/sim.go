@@ -41,6 +41,11 @@ type Sim struct {
 	// node skips re-applying a message it already applied (crdt's Apply is
 	// idempotent, so the state is the same) but still handles it otherwise.
 	dseen [][]uint64
+	// writers numbers the origins that have written, in order of first
+	// delivery: node.seen is a dense table by this number (every node
+	// hears of nearly every writer, so a table is smaller than a map per
+	// node, and one load instead of a probe).
+	writers map[uint64]int32
 
 	clients  []*client
 	online   []int32 // clients with a live session, for picking
@@ -294,7 +299,7 @@ type node struct {
 	gaps       *gossip.GapTracker
 	pulling    map[int32]bool
 	answering  int               // anti-entropy answers in flight (gossip bounds them at 4)
-	seen       map[uint64]uint64 // Cluster.seen, keyed by originKey
+	seen       []uint64 // Cluster.seen, indexed by Sim.writers' index of the origin
 	peerLife   map[int32]uint32  // Rollcall incarnation known per peer, when not 1
 	sessions   int               // active sessions owned (alive announcements carry it)
 
@@ -331,7 +336,6 @@ func (s *Sim) newNode(id int32, life, mlInc uint32) (*node, error) {
 		gaps:     gossip.NewGapTracker(),
 		pulling:  make(map[int32]bool),
 		peerLife: make(map[int32]uint32),
-		seen:     make(map[uint64]uint64),
 		mlInc:    mlInc,
 		view:     make(map[int32]*peerView),
 		helping:  make(map[uint32]*helpState),
