@@ -49,6 +49,9 @@ type umsg struct {
 	// deltas
 	deltas []crdt.Delta
 	did    int32 // index in Sim.deltaMsgs, for per-node duplicate detection
+	// slots and writers are, per delta, its origin's node slot and
+	// Sim.writer number: looked up once, not at every node.
+	slots, writers []int32
 	// alive
 	origin    crdt.Origin
 	watermark uint64

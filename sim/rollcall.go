@@ -77,7 +77,13 @@ func (s *Sim) deltaMsg(ds []crdt.Delta) *umsg {
 	if err != nil {
 		panic(fmt.Sprintf("sim: encode deltas: %v", err)) // our own records: a bug
 	}
-	m := &umsg{kind: uDeltas, deltas: ds, size: rollcallHeader + len(b), did: int32(len(s.dseen))}
+	m := &umsg{kind: uDeltas, deltas: ds, size: rollcallHeader + len(b), did: int32(len(s.dseen)),
+		slots: make([]int32, len(ds)), writers: make([]int32, len(ds))}
+	for i := range ds {
+		o := ds[i].Origin()
+		m.slots[i] = s.index(o.Node)
+		m.writers[i] = s.writer(originKey(m.slots[i], o))
+	}
 	s.dseen = append(s.dseen, make([]uint64, (s.cfg.Nodes+63)/64))
 	return m
 }
@@ -158,10 +164,9 @@ func (s *Sim) handleDeltas(n *node, m *umsg) {
 		if o.Node == n.name {
 			continue
 		}
-		p := s.index(o.Node)
+		p := m.slots[i]
 		if !dup {
-			k := originKey(p, o)
-			w := s.writer(k)
+			w := m.writers[i]
 			for int(w) >= len(n.seen) {
 				n.seen = append(n.seen, 0)
 			}
@@ -199,7 +204,7 @@ func originKey(slot int32, o crdt.Origin) uint64 {
 }
 
 // writer returns the dense number of an origin (by originKey), numbering
-// it if new.
+// it if new. deltaMsg numbers the origins of a message's deltas.
 func (s *Sim) writer(k uint64) int32 {
 	w, ok := s.writers[k]
 	if !ok {

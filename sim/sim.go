@@ -42,7 +42,7 @@ type Sim struct {
 	// idempotent, so the state is the same) but still handles it otherwise.
 	dseen [][]uint64
 	// writers numbers the origins that have written, in order of first
-	// delivery: node.seen is a dense table by this number (every node
+	// message: node.seen is a dense table by this number (every node
 	// hears of nearly every writer, so a table is smaller than a map per
 	// node, and one load instead of a probe).
 	writers map[uint64]int32
