@@ -298,10 +298,10 @@ type node struct {
 	leaseFIFO  []leaseRec
 	gaps       *gossip.GapTracker
 	pulling    map[int32]bool
-	answering  int               // anti-entropy answers in flight (gossip bounds them at 4)
-	seen       []uint64 // Cluster.seen, indexed by Sim.writers' index of the origin
-	peerLife   map[int32]uint32  // Rollcall incarnation known per peer, when not 1
-	sessions   int               // active sessions owned (alive announcements carry it)
+	answering  int              // anti-entropy answers in flight (gossip bounds them at 4)
+	seen       []uint64         // Cluster.seen, indexed by Sim.writers' index of the origin
+	peerLife   map[int32]uint32 // Rollcall incarnation known per peer, when not 1
+	sessions   int              // active sessions owned (alive announcements carry it)
 
 	// memberlist
 	mlInc    uint32
