@@ -63,6 +63,9 @@ func (r *Replica) CheckInvariants() error {
 	}
 	logged := 0
 	for o, st := range r.origins {
+		if _, down := r.downSince[o.Node]; st.purged && !down {
+			return fmt.Errorf("origin %s marked purged while its node is up", o)
+		}
 		if st.latest && (o.Node == r.cfg.Self.Node || o.Incarnation != r.latestInc[o.Node]) {
 			return fmt.Errorf("origin %s cached as its node's latest incarnation; latest is %d", o, r.latestInc[o.Node])
 		}

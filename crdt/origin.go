@@ -31,6 +31,10 @@ type originState struct {
 	// incarnation this replica has heard of: admitted without asking
 	// admit. Cleared when a newer incarnation is admitted.
 	latest bool
+	// purged records that GC purged the origin's sessions while its node
+	// was down: coverage this replica no longer holds, forgotten when the
+	// node is marked up again (SetNodeUp).
+	purged bool
 }
 
 func newOriginState(o Origin) *originState {

@@ -44,7 +44,12 @@ func (r *Replica) Diff(peer Digest) Sync {
 		// A floor above our own watermark (a collected record in a pending
 		// range) is not something we can vouch for; comparing with the lower
 		// of the two keeps a peer level with us from being sent a full
-		// snapshot on every round.
+		// snapshot on every round. Nor is an origin whose sessions we
+		// purged: we hold none of them, so a snapshot of ours is not the
+		// origin's state.
+		if st.purged {
+			continue
+		}
 		if pw := peerW[o]; pw < st.gcFloor && pw < st.watermark {
 			lagging = true
 			break
@@ -54,10 +59,21 @@ func (r *Replica) Diff(peer Digest) Sync {
 	for _, o := range slices.SortedFunc(maps.Keys(r.origins), compareOrigins) {
 		st := r.origins[o]
 		pw, known := peerW[o]
-		if known && !lagging && st.watermark <= pw && st.maxVersion() <= pw {
+		w := st.watermark
+		if st.purged {
+			w = 0 // see below
+		}
+		if known && !lagging && w <= pw && st.maxVersion() <= pw {
 			continue
 		}
 		os := OriginSync{Origin: o, Watermark: st.watermark, GCFloor: st.gcFloor, Full: lagging}
+		if st.purged {
+			// Our watermark covers sessions we purged: vouching for it
+			// would make the peer drop or never ask for records its owner
+			// still holds (testdata/purge_peer.txt). We send what we have,
+			// the account records, and claim nothing.
+			os.Watermark, os.GCFloor = 0, 0
+		}
 		from := pw + 1
 		held := peerHeld[o]
 		if lagging {
@@ -202,12 +218,27 @@ func (r *Replica) SetNodeDown(node string, now int64) []string {
 	return r.recountNode(node)
 }
 
-// SetNodeUp clears a SetNodeDown: the node was heard from again.
+// SetNodeUp clears a SetNodeDown: the node was heard from again. If GC
+// purged the sessions of its current incarnation meanwhile (it was down, or
+// falsely suspected, past the purge horizon), this replica gives up the
+// watermark it keeps for them: its digest then asks for the incarnation's
+// records again, and anti-entropy brings back those still live instead of
+// leaving them lost here until their owner writes them again
+// (testdata/purge.txt).
 func (r *Replica) SetNodeUp(node string) []string {
 	if _, ok := r.downSince[node]; !ok {
 		return nil
 	}
 	delete(r.downSince, node)
+	for o, st := range r.origins {
+		if o.Node != node || !st.purged {
+			continue
+		}
+		st.purged = false
+		if !r.retired(o) {
+			st.watermark, st.pending = 0, nil
+		}
+	}
 	return r.recountNode(node)
 }
 
@@ -301,6 +332,7 @@ func (r *Replica) GC(now int64) GCStats {
 			}
 			before := st.log.Len()
 			r.dropSessions(st, now)
+			st.purged = true
 			stats.Purged += before - st.log.Len()
 			st.gcFloor = max(st.gcFloor, st.watermark)
 		}
