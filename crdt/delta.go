@@ -10,6 +10,11 @@ import (
 // Delta is one replicated write: a session record or an account record,
 // stamped with its origin and version. Any replica can apply any delta, in
 // any order, any number of times.
+//
+// A delta's records are immutable once made: a replica that applies a
+// delta keeps its Session by pointer (so the replicas of one process share
+// one copy), and PutLocal's delta shares the record the replica holds.
+// Nobody may modify them afterwards; build a new record instead.
 type Delta struct {
 	// Since states coverage: together with the origin's writes at versions
 	// <= Since, this delta's record covers every write the origin made in
