@@ -12,7 +12,7 @@ import (
 // for that key is stale.
 var ErrSuperseded = errors.New("session superseded")
 
-// entry is the replica's copy of one session record plus local bookkeeping.
+// entry is the replica's hold on one session record plus local bookkeeping.
 type entry struct {
 	// s is the record as merged: shared with the delta that brought it
 	// and never modified (a newer record replaces the pointer), so the
@@ -130,7 +130,7 @@ func (r *Replica) PutLocal(s Session, now int64) (Delta, error) {
 	st := r.origins[r.cfg.Self]
 	st.watermark = r.version
 	out := &s
-	r.mergeSession(st, out, now)
+	r.mergeSession(st, out, now, true)
 	return Delta{Since: s.Version - 1, Session: out}, nil
 }
 
@@ -175,7 +175,7 @@ func (r *Replica) Apply(d Delta, now int64) (changed bool, dropped []string, err
 		return false, dropped, nil
 	}
 	if d.Session != nil {
-		changed = r.mergeSession(st, d.Session, now)
+		changed = r.mergeSession(st, d.Session, now, true)
 	} else {
 		r.hlc.Observe(now, d.Account.Stamp)
 		changed = r.mergeAccount(d.Account)
@@ -285,8 +285,9 @@ func (r *Replica) dropSessions(st *originState, now int64) []string {
 
 // mergeSession keeps the greater of the held record and s. It reports
 // whether s was taken. st is the state of s.Origin (callers have it). A
-// taken s is kept by pointer: the caller must not modify it afterwards.
-func (r *Replica) mergeSession(st *originState, s *Session, now int64) bool {
+// taken s is kept by pointer when owned (the caller must not modify it
+// afterwards), else copied.
+func (r *Replica) mergeSession(st *originState, s *Session, now int64, owned bool) bool {
 	k := s.Key()
 	cur := r.userEntry(k)
 	if cur != nil && CompareSessions(cur.s, s) >= 0 {
@@ -294,6 +295,9 @@ func (r *Replica) mergeSession(st *originState, s *Session, now int64) bool {
 	}
 	if st.versionTaken(s.Version, logItem{user: k.User, device: k.Device}) {
 		return false
+	}
+	if !owned {
+		s = s.Clone()
 	}
 	ended := r.ended(s)
 	var endedAt int64

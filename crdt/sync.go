@@ -136,10 +136,10 @@ func (r *Replica) ApplySync(s Sync, now int64) ([]string, error) {
 		// watermark: we may have refused one because of a record the
 		// snapshot just dropped.
 		for j := range os.Sessions {
-			// A copy: a merged record is kept by pointer, and one into the
-			// snapshot's slice would keep the whole slice alive.
-			rec := os.Sessions[j]
-			if (os.Full || rec.Version > st.watermark) && r.mergeSession(st, &rec, now) {
+			// Not owned: a pointer into the snapshot's slice would keep the
+			// whole slice alive, so a record taken is copied.
+			rec := &os.Sessions[j]
+			if (os.Full || rec.Version > st.watermark) && r.mergeSession(st, rec, now, false) {
 				users = append(users, rec.User)
 			}
 		}
