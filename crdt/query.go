@@ -6,17 +6,19 @@ import (
 )
 
 // view returns a copy of a record as this replica's projection shows it: an
-// active session of a gateway marked down is shown expired.
+// active session of a gateway marked down is shown expired. Its Groups is
+// the held record's, shared: records are immutable (see Delta), so the
+// copy costs no allocation, and callers must not modify it.
 func (r *Replica) view(e *entry) Session {
 	s := *e.s
-	s.Groups = slices.Clone(e.s.Groups)
 	if s.State == StateActive && !r.effectiveActive(e.s) {
 		s.State = StateExpired
 	}
 	return s
 }
 
-// Session returns the projected record for a key, tombstones included.
+// Session returns the projected record for a key, tombstones included. Its
+// Groups slice is shared with the replica: read it, do not modify it.
 func (r *Replica) Session(k Key) (Session, bool) {
 	e := r.userEntry(k)
 	if e == nil {
@@ -36,6 +38,8 @@ func (r *Replica) MaxEpoch(k Key) uint64 {
 }
 
 // UserSessions returns the projected records of a user, sorted by device.
+// Their Groups slices are shared with the replica: read them, do not modify
+// them.
 func (r *Replica) UserSessions(user string) []Session {
 	d := r.byUser[user]
 	devs := d.sorted()
@@ -131,7 +135,7 @@ func (r *Replica) Stats() Stats {
 
 // Snapshot returns every record, sorted by key (sessions) and user
 // (accounts), as held (not projected). Replicas that have converged return
-// equal snapshots.
+// equal snapshots. Session Groups slices are shared with the replica.
 func (r *Replica) Snapshot() ([]Session, []Account) {
 	ss := make([]Session, 0, r.numSessions)
 	r.entries(func(e *entry) { ss = append(ss, *e.s) })
