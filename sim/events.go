@@ -51,7 +51,9 @@ type event struct {
 	strm *stream
 }
 
-// eventQueue is a binary min-heap of events ordered by (at, seq).
+// eventQueue is a 4-ary min-heap of events ordered by (at, seq): half the
+// levels of a binary heap, and each sift moves a hole instead of swapping.
+// The order is total, so any heap pops the same sequence.
 type eventQueue struct {
 	h   []event
 	seq uint64
@@ -72,37 +74,44 @@ func (q *eventQueue) push(e event) {
 	q.h = append(q.h, e)
 	i := len(q.h) - 1
 	for i > 0 {
-		p := (i - 1) / 2
-		if !less(&q.h[i], &q.h[p]) {
+		p := (i - 1) / 4
+		if !less(&e, &q.h[p]) {
 			break
 		}
-		q.h[i], q.h[p] = q.h[p], q.h[i]
+		q.h[i] = q.h[p]
 		i = p
 	}
+	q.h[i] = e
 }
 
 func (q *eventQueue) pop() event {
 	top := q.h[0]
 	n := len(q.h) - 1
-	q.h[0] = q.h[n]
+	last := q.h[n]
 	q.h[n] = event{}
 	q.h = q.h[:n]
+	if n == 0 {
+		return top
+	}
 	i := 0
 	for {
-		l := 2*i + 1
-		if l >= n {
+		c := 4*i + 1
+		if c >= n {
 			break
 		}
-		m := l
-		if r := l + 1; r < n && less(&q.h[r], &q.h[l]) {
-			m = r
+		m := c
+		for j := c + 1; j < c+4 && j < n; j++ {
+			if less(&q.h[j], &q.h[m]) {
+				m = j
+			}
 		}
-		if !less(&q.h[m], &q.h[i]) {
+		if !less(&q.h[m], &last) {
 			break
 		}
-		q.h[i], q.h[m] = q.h[m], q.h[i]
+		q.h[i] = q.h[m]
 		i = m
 	}
+	q.h[i] = last
 	return top
 }
 
