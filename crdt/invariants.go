@@ -42,7 +42,7 @@ func (r *Replica) CheckInvariants() error {
 			return fmt.Errorf("%s has unknown origin %s", k, e.s.Origin)
 		}
 		it, ok := st.log.Get(e.s.Version)
-		if !ok || it.account || it.user != k.User || it.device != k.Device {
+		if !ok || it.e != e {
 			return fmt.Errorf("origin log of %s misses %s@%d", e.s.Origin, k, e.s.Version)
 		}
 	}
@@ -72,15 +72,18 @@ func (r *Replica) CheckInvariants() error {
 		var err error
 		st.log.Ascend(func(it logItem) bool {
 			logged++
-			if it.account {
-				a := r.accounts[it.user]
-				if a == nil || a.Origin != o || a.Version != it.version {
-					err = fmt.Errorf("origin log of %s holds stale account %s@%d", o, it.user, it.version)
+			switch {
+			case (it.a == nil) == (it.e == nil):
+				err = fmt.Errorf("origin log of %s item @%d does not name exactly one record", o, it.version)
+			case it.a != nil:
+				a := it.a
+				if r.accounts[a.User] != a || a.Origin != o || a.Version != it.version {
+					err = fmt.Errorf("origin log of %s holds stale account %s@%d", o, a.User, it.version)
 				}
-			} else {
-				e := r.userEntry(Key{it.user, it.device})
-				if e == nil || e.s.Origin != o || e.s.Version != it.version {
-					err = fmt.Errorf("origin log of %s holds stale %s/%s@%d", o, it.user, it.device, it.version)
+			default:
+				e := it.e
+				if r.userEntry(e.s.Key()) != e || e.s.Origin != o || e.s.Version != it.version {
+					err = fmt.Errorf("origin log of %s holds stale %s@%d", o, e.s.Key(), it.version)
 				}
 			}
 			return err == nil

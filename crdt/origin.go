@@ -5,10 +5,19 @@ import "slices"
 // logItem names the current record of an origin at one version.
 type logItem struct {
 	version uint64
-	user    string
-	device  string // empty for an account record
-	account bool
-	dead    bool // deleted; awaiting compaction (versionlog.go)
+	// The record, by the replica's own pointer (a walk of the log reaches
+	// it without a lookup): a session entry, or an account record.
+	e    *entry
+	a    *Account
+	dead bool // deleted; awaiting compaction (versionlog.go)
+}
+
+// user returns the user of the item's record.
+func (it logItem) user() string {
+	if it.a != nil {
+		return it.a.User
+	}
+	return it.e.s.User
 }
 
 // originState is a replica's view of one origin.

@@ -91,8 +91,8 @@ func (r *Replica) NodeSessions(node string) []Key {
 			continue
 		}
 		st.log.Ascend(func(it logItem) bool {
-			if !it.account {
-				keys = append(keys, Key{it.user, it.device})
+			if it.e != nil {
+				keys = append(keys, it.e.s.Key())
 			}
 			return true
 		})

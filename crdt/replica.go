@@ -234,15 +234,15 @@ func (r *Replica) retire(o Origin, now int64) []string {
 	}
 	var users []string
 	st.log.Ascend(func(it logItem) bool {
-		if it.account {
-			return true
+		e := it.e
+		if e == nil {
+			return true // an account
 		}
-		e := r.userEntry(Key{it.user, it.device})
 		if e.s.State != StateActive {
 			return true // a tombstone already, queued when it ended
 		}
 		if e.counted {
-			users = append(users, it.user)
+			users = append(users, e.s.User)
 		}
 		e.endedAt = now
 		r.recount(e)
@@ -263,20 +263,19 @@ func (r *Replica) ended(s *Session) bool {
 // floor so lagging peers get a full snapshot, and returns the users whose
 // presence may have changed.
 func (r *Replica) dropSessions(st *originState, now int64) []string {
-	var victims []logItem
+	var victims []*entry
 	st.log.Ascend(func(it logItem) bool {
-		if !it.account {
-			victims = append(victims, it)
+		if it.e != nil {
+			victims = append(victims, it.e)
 		}
 		return true
 	})
 	users := make([]string, 0, len(victims))
-	for _, it := range victims {
-		e := r.userEntry(Key{it.user, it.device})
+	for _, e := range victims {
 		if e.counted {
-			users = append(users, it.user)
+			users = append(users, e.s.User)
 		}
-		st.gcFloor = max(st.gcFloor, it.version)
+		st.gcFloor = max(st.gcFloor, e.s.Version)
 		r.raiseFloor(e.s.Key(), e.s.Epoch, now)
 		r.removeEntry(e)
 	}
@@ -293,7 +292,7 @@ func (r *Replica) mergeSession(st *originState, s *Session, now int64, owned boo
 	if cur != nil && CompareSessions(cur.s, s) >= 0 {
 		return false
 	}
-	if st.versionTaken(s.Version, logItem{user: k.User, device: k.Device}) {
+	if st.versionTaken(s.Version, cur, nil) {
 		return false
 	}
 	if !owned {
@@ -336,7 +335,7 @@ func (r *Replica) mergeSession(st *originState, s *Session, now int64, owned boo
 		e.s = s
 		e.endedAt = endedAt
 	}
-	st.log.ReplaceOrInsert(logItem{version: s.Version, user: k.User, device: k.Device})
+	st.log.ReplaceOrInsert(logItem{version: s.Version, e: e})
 	r.recount(e)
 	if ended {
 		r.tombstones = append(r.tombstones, tombstone{key: k, version: s.Version, origin: s.Origin, endedAt: e.endedAt})
@@ -348,17 +347,20 @@ func (r *Replica) mergeSession(st *originState, s *Session, now int64, owned boo
 // record at version v. An honest origin never writes two records with one
 // version; a corrupt or hostile peer could, and taking both would leave the
 // log naming only one of them. The first one held stays.
-func (r *Replica) versionTaken(o Origin, v uint64, slot logItem) bool {
+func (r *Replica) versionTaken(o Origin, v uint64, e *entry, a *Account) bool {
 	st := r.origins[o]
 	if st == nil {
 		return false
 	}
-	return st.versionTaken(v, slot)
+	return st.versionTaken(v, e, a)
 }
 
-func (st *originState) versionTaken(v uint64, slot logItem) bool {
+// versionTaken's e or a is the record the replica holds for the new
+// record's slot, nil when it holds none: the log names another record at v
+// if it names anything but that one (an item always names one record).
+func (st *originState) versionTaken(v uint64, e *entry, a *Account) bool {
 	it, ok := st.log.Get(v)
-	return ok && (it.account != slot.account || it.user != slot.user || it.device != slot.device)
+	return ok && (it.e != e || it.a != a)
 }
 
 // removeEntry deletes a session record and all index references to it.
@@ -379,7 +381,7 @@ func (r *Replica) mergeAccount(a *Account) bool {
 	if cur != nil && CompareAccounts(cur, a) >= 0 {
 		return false
 	}
-	if r.versionTaken(a.Origin, a.Version, logItem{user: a.User, account: true}) {
+	if r.versionTaken(a.Origin, a.Version, nil, cur) {
 		return false
 	}
 	if cur != nil {
@@ -389,7 +391,7 @@ func (r *Replica) mergeAccount(a *Account) bool {
 	}
 	c := *a
 	r.accounts[a.User] = &c
-	r.originState(a.Origin).log.ReplaceOrInsert(logItem{version: a.Version, user: a.User, account: true})
+	r.originState(a.Origin).log.ReplaceOrInsert(logItem{version: a.Version, a: &c})
 	return true
 }
 

@@ -80,10 +80,10 @@ func (r *Replica) Diff(peer Digest) Sync {
 			from, held = 0, nil
 		}
 		add := func(it logItem) bool {
-			if it.account {
-				os.Accounts = append(os.Accounts, *r.accounts[it.user])
+			if it.a != nil {
+				os.Accounts = append(os.Accounts, *it.a)
 			} else {
-				os.Sessions = append(os.Sessions, *r.userEntry(Key{it.user, it.device}).s)
+				os.Sessions = append(os.Sessions, *it.e.s)
 			}
 			return true
 		}
@@ -188,17 +188,16 @@ func (r *Replica) dropMissing(st *originState, os *OriginSync) []string {
 	var users []string
 	for _, it := range victims {
 		st.gcFloor = max(st.gcFloor, it.version)
-		if it.account {
-			delete(r.accounts, it.user)
+		if it.a != nil {
+			delete(r.accounts, it.a.User)
 			st.log.Delete(it)
-			users = append(users, it.user)
+			users = append(users, it.a.User)
 			continue
 		}
-		e := r.userEntry(Key{it.user, it.device})
-		if e.counted {
-			users = append(users, it.user)
+		if it.e.counted {
+			users = append(users, it.e.s.User)
 		}
-		r.removeEntry(e)
+		r.removeEntry(it.e)
 	}
 	return users
 }
@@ -257,14 +256,12 @@ func (r *Replica) recountNode(node string) []string {
 			continue
 		}
 		st.log.Ascend(func(it logItem) bool {
-			if it.account {
-				return true
-			}
-			e := r.userEntry(Key{it.user, it.device})
-			before := e.counted
-			r.recount(e)
-			if e.counted != before {
-				users = append(users, it.user)
+			if e := it.e; e != nil {
+				before := e.counted
+				r.recount(e)
+				if e.counted != before {
+					users = append(users, e.s.User)
+				}
 			}
 			return true
 		})

@@ -83,7 +83,7 @@ func (l *versionLog) Delete(it logItem) {
 	if i == len(l.items) || l.items[i].version != it.version || l.items[i].dead {
 		return
 	}
-	l.items[i] = logItem{version: it.version, dead: true} // drop the strings for the GC
+	l.items[i] = logItem{version: it.version, dead: true} // drop the pointers for the GC
 	l.dead++
 	if l.dead > 16 && 2*l.dead > len(l.items) {
 		l.compact()

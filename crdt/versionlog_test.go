@@ -19,7 +19,7 @@ func TestVersionLogMatchesModel(t *testing.T) {
 			switch rapid.IntRange(0, 2).Draw(t, "op") {
 			case 0, 1:
 				u := rapid.StringMatching(`[a-c]`).Draw(t, "u")
-				l.ReplaceOrInsert(logItem{version: v, user: u})
+				l.ReplaceOrInsert(logItem{version: v, a: &Account{User: u}})
 				model[v] = u
 			case 2:
 				l.Delete(logItem{version: v})
@@ -29,14 +29,14 @@ func TestVersionLogMatchesModel(t *testing.T) {
 				t.Fatalf("Len %d, model %d", l.Len(), len(model))
 			}
 			got, ok := l.Get(v)
-			if u, want := model[v]; ok != want || (ok && got.user != u) {
+			if u, want := model[v]; ok != want || (ok && got.user() != u) {
 				t.Fatalf("Get(%d) = %+v %v, model %q %v", v, got, ok, u, want)
 			}
 			if rapid.IntRange(0, 9).Draw(t, "bulk") == 0 {
 				// a burst of in-order inserts, to cross into the tree
 				for range rapid.IntRange(0, 2*smallLogMax).Draw(t, "burst") {
 					v := rapid.Uint64Range(1, maxV).Draw(t, "bv")
-					l.ReplaceOrInsert(logItem{version: v, user: "b"})
+					l.ReplaceOrInsert(logItem{version: v, a: &Account{User: "b"}})
 					model[v] = "b"
 				}
 			}
