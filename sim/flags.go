@@ -21,6 +21,9 @@ type Options struct {
 	// Curves, if set, is an .svg or .png file for every run's convergence
 	// curve (useful with a sweep).
 	Curves string
+	// CPUProfile, if set, is a file for a CPU profile of the runs, for work
+	// on the simulator's own speed.
+	CPUProfile string
 	// Sweep is the parameter swept (a flag name) and its values; empty for
 	// a single run.
 	SweepParam  string
@@ -102,12 +105,13 @@ func NewFlagSet(o *Options, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.Format, "format", o.Format, "output format: table, json or csv")
 	fs.StringVar(&o.Plot, "plot", "", "also draw FILE (.svg or .png): converged fraction against time since the change; with --sweep, p99 convergence against the swept value")
 	fs.StringVar(&o.Curves, "curves", "", "also draw FILE (.svg or .png): every run's converged fraction against time, one line per run (for a sweep)")
+	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the simulation to FILE (go tool pprof), for work on the simulator's own speed")
 	fs.Func("sweep", "run once per value of one flag and print one row each: PARAM=V1,V2,... e.g. nodes=10,100,1000 or loss=0,0.05,0.1", func(s string) error {
 		k, v, ok := strings.Cut(s, "=")
 		if !ok || k == "" || v == "" {
 			return errors.New("want PARAM=V1,V2 (comma-separated values)")
 		}
-		if k == "sweep" || k == "format" || k == "plot" {
+		if k == "sweep" || k == "format" || k == "plot" || k == "curves" || k == "cpuprofile" {
 			return fmt.Errorf("cannot sweep %q", k)
 		}
 		o.SweepParam, o.SweepValues = strings.TrimPrefix(k, "--"), strings.Split(v, ",")

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -32,6 +33,13 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	sim.TuneGC()
+	if o.CPUProfile != "" {
+		stop, err := startCPUProfile(o.CPUProfile)
+		if err != nil {
+			return err
+		}
+		defer stop(stderr)
+	}
 	bar := newProgress(stderr, o.Format == "json" && !isTerminal(stdout))
 	rows := make([]sim.Row, 0, len(runs))
 	for i, cfg := range runs {
@@ -72,6 +80,26 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintf(stderr, "wrote %s\n", o.Curves)
 	}
 	return nil
+}
+
+// startCPUProfile profiles the process into path until stop is called.
+func startCPUProfile(path string) (stop func(stderr io.Writer), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func(stderr io.Writer) {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			fmt.Fprintf(stderr, "cpu profile: %v\n", err)
+			return
+		}
+		fmt.Fprintf(stderr, "wrote %s\n", path)
+	}, nil
 }
 
 // progress draws a progress bar on stderr, only when stderr is a terminal,

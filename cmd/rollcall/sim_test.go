@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -25,6 +26,19 @@ func TestSimCommand(t *testing.T) {
 	}
 	if strings.Contains(out.String(), "wrote") || !strings.Contains(errb.String(), "wrote") {
 		t.Error("messages belong on stderr, never on stdout")
+	}
+
+	// --cpuprofile writes a profile pprof reads (gzipped protobuf).
+	prof := filepath.Join(t.TempDir(), "cpu.prof")
+	out.Reset()
+	if err := runSim(context.Background(), strings.Fields("--nodes 6 --changes 10 --duration 10s --cpuprofile "+prof), &out, &errb); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(prof); err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Errorf("cpu profile: %v, %d bytes, not gzip", err, len(b))
+	}
+	if err := runSim(context.Background(), strings.Fields("--nodes 6 --cpuprofile "+filepath.Join(t.TempDir(), "no", "such", "dir")), &out, &errb); err == nil {
+		t.Error("an unwritable --cpuprofile path gave no error")
 	}
 
 	out.Reset()
