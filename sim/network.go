@@ -48,7 +48,7 @@ type umsg struct {
 	size int // encoded bytes, with the two-byte gossip header
 	// deltas
 	deltas []crdt.Delta
-	did    int32 // index in Sim.deltaMsgs, for per-node duplicate detection
+	did    int32 // delta message number (Sim.deltaMsgs), for node.applied
 	// slots and writers are, per delta, its origin's node slot and
 	// Sim.writer number: looked up once, not at every node.
 	slots, writers []int32

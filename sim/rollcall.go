@@ -77,14 +77,14 @@ func (s *Sim) deltaMsg(ds []crdt.Delta) *umsg {
 	if err != nil {
 		panic(fmt.Sprintf("sim: encode deltas: %v", err)) // our own records: a bug
 	}
-	m := &umsg{kind: uDeltas, deltas: ds, size: rollcallHeader + len(b), did: int32(len(s.dseen)),
+	m := &umsg{kind: uDeltas, deltas: ds, size: rollcallHeader + len(b), did: s.deltaMsgs,
 		slots: make([]int32, len(ds)), writers: make([]int32, len(ds))}
 	for i := range ds {
 		o := ds[i].Origin()
 		m.slots[i] = s.index(o.Node)
 		m.writers[i] = s.writer(originKey(m.slots[i], o))
 	}
-	s.dseen = append(s.dseen, make([]uint64, (s.cfg.Nodes+63)/64))
+	s.deltaMsgs++
 	return m
 }
 
@@ -147,8 +147,8 @@ func (s *Sim) handleUser(n *node, m *umsg) {
 // not change) and cannot be fresh (its versions are all at most what was
 // seen then), so only the lease refresh is done for it.
 func (s *Sim) handleDeltas(n *node, m *umsg) {
-	bits := s.dseen[m.did]
-	dup := bits[n.id/64]&(1<<(n.id%64)) != 0
+	word, bit := int(m.did/64), uint64(1)<<(m.did%64)
+	dup := word < len(n.applied) && n.applied[word]&bit != 0
 	// Cluster asks memberlist's NumMembers (alive and suspect, self
 	// included).
 	epidemic := gossip.ChooseMode(s.numMembers(n), s.cfg.EagerThreshold) == gossip.ModeEpidemic
@@ -189,7 +189,10 @@ func (s *Sim) handleDeltas(n *node, m *umsg) {
 		s.markUp(n, p)
 	}
 	if !dup {
-		bits[n.id/64] |= 1 << (n.id % 64)
+		for word >= len(n.applied) {
+			n.applied = append(n.applied, 0)
+		}
+		n.applied[word] |= bit
 		s.applyDeltas(n, m.deltas)
 	}
 	if epidemic && fresh {

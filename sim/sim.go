@@ -37,10 +37,9 @@ type Sim struct {
 	// lastStreamAt is when the last stream sent will arrive.
 	lastStreamAt int64
 
-	// dseen[did] has bit i set once node i applied delta message did: a
-	// node skips re-applying a message it already applied (crdt's Apply is
-	// idempotent, so the state is the same) but still handles it otherwise.
-	dseen [][]uint64
+	// deltaMsgs counts the delta messages made: their ids (umsg.did)
+	// index node.applied.
+	deltaMsgs int32
 	// writers numbers the origins that have written, in order of first
 	// message: node.seen is a dense table by this number (every node
 	// hears of nearly every writer, so a table is smaller than a map per
@@ -298,10 +297,17 @@ type node struct {
 	leaseFIFO  []leaseRec
 	gaps       *gossip.GapTracker
 	pulling    map[int32]bool
-	answering  int              // anti-entropy answers in flight (gossip bounds them at 4)
-	seen       []uint64         // Cluster.seen, indexed by Sim.writers' index of the origin
-	peerLife   map[int32]uint32 // Rollcall incarnation known per peer, when not 1
-	sessions   int              // active sessions owned (alive announcements carry it)
+	answering  int      // anti-entropy answers in flight (gossip bounds them at 4)
+	seen       []uint64 // Cluster.seen, indexed by Sim.writers' index of the origin
+	// applied has bit did set once this life of the node applied delta
+	// message did: it skips re-applying a message it already applied
+	// (crdt's Apply is idempotent, so the state is the same) but still
+	// handles it otherwise. Per node, so the bits of the messages in one
+	// packet (made close together) share a cache line, and a restarted
+	// node, whose replica starts empty, applies everything again.
+	applied  []uint64
+	peerLife map[int32]uint32 // Rollcall incarnation known per peer, when not 1
+	sessions int              // active sessions owned (alive announcements carry it)
 
 	// memberlist
 	mlInc    uint32

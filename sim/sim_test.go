@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rollcall/rollcall/crdt"
 	"github.com/rollcall/rollcall/gossip"
 )
 
@@ -260,6 +261,44 @@ func TestJSONKeys(t *testing.T) {
 	for _, k := range []string{"p50", "p99"} {
 		if _, ok := m["offline_detection_ms"].(map[string]any)[k]; !ok {
 			t.Errorf("offline_detection_ms lacks %q", k)
+		}
+	}
+}
+
+// A restarted node starts with an empty replica: a delta message it applied
+// in its previous life, still relayed when it comes back, is applied again
+// rather than skipped as a duplicate.
+func TestRestartedNodeAppliesAgain(t *testing.T) {
+	for _, threshold := range []int{64, 4} { // eager, epidemic
+		cfg := small()
+		cfg.EagerThreshold = threshold
+		s, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		owner, peer := s.nodes[0], int32(1)
+		d, err := owner.r.PutLocal(crdt.Session{User: "u", Device: "d", ID: "s1", Epoch: 1,
+			State: crdt.StateActive, Status: crdt.StatusAvailable}, s.wall())
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := s.deltaMsg([]crdt.Delta{d})
+		held := func() bool {
+			_, ok := s.nodes[peer].r.Session(crdt.Key{User: "u", Device: "d"})
+			return ok
+		}
+		s.handleDeltas(s.nodes[peer], m)
+		if !held() {
+			t.Fatalf("threshold %d: the peer did not apply the delta", threshold)
+		}
+		s.crash(peer)
+		s.restart(peer)
+		if held() {
+			t.Fatalf("threshold %d: a restarted node kept its old replica", threshold)
+		}
+		s.handleDeltas(s.nodes[peer], m)
+		if !held() {
+			t.Fatalf("threshold %d: the restarted node skipped a delta its previous life applied", threshold)
 		}
 	}
 }
