@@ -201,8 +201,11 @@ func (tc *testCluster) converged() bool {
 	return true
 }
 
-func (tc *testCluster) waitMembers(n int) {
-	waitFor(tc.t, 10*time.Second, fmt.Sprintf("%d members", n), func() bool {
+func (tc *testCluster) waitMembers(n int) { tc.waitMembersWithin(n, 10*time.Second) }
+
+// waitMembersWithin waits until every live node counts n members.
+func (tc *testCluster) waitMembersWithin(n int, d time.Duration) {
+	waitFor(tc.t, d, fmt.Sprintf("%d members", n), func() bool {
 		for _, i := range tc.live() {
 			// memberlist's view, and ours (built from its events,
 			// handled asynchronously), which is what sends go to
