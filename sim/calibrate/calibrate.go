@@ -59,9 +59,10 @@ type Scenario struct {
 	// slowest 1% of the measured writes, which 40 writes, as once, left
 	// to none).
 	Warmup int
-	// WarmupSpacing is the time between warm-up writes (default
-	// Window/Changes, the scenario's mean rate: the host is measured under
-	// the load the scenario puts on it).
+	// WarmupSpacing is the mean time between warm-up writes, which come at
+	// random times, as the scenario's do (default Window/Changes, the
+	// scenario's mean rate: the host is measured under the load the
+	// scenario puts on it, bunched writes and all).
 	WarmupSpacing time.Duration
 }
 
@@ -122,11 +123,11 @@ type Report struct {
 // dozens of nodes on a small machine spends more time waiting for a core
 // than on the loopback wire (its shared garbage collector is taken out of
 // the way: separateHeaps). So the real cluster measures its own delays:
-// Warmup single writes, WarmupSpacing apart, half before the scenario and
-// half after it, each split at its owner's first packet, which the
-// transport timestamps as it sends it: the flush delay, from the write
-// plus BatchDelay to that packet, and each receiver's hop delay, from that
-// packet to the receiver's replica change.
+// Warmup single writes at random, WarmupSpacing apart on average, half
+// before the scenario and half after it, each split at its owner's first
+// packet, which the transport timestamps as it sends it: the flush delay,
+// from the write plus BatchDelay to that packet, and each receiver's hop
+// delay, from that packet to the receiver's replica change.
 //
 // Unless sc.Latency is set, a lognormal fitted to each receiver's delay
 // from the write, less BatchDelay (the median, and the spread within a
@@ -446,15 +447,15 @@ func (rr *realRun) crashOne(ctx context.Context, victim, live int) error {
 	return nil
 }
 
-// warmup makes warm-up writes from..to-1, WarmupSpacing apart, and
-// measures their delays (see Run).
+// warmup makes warm-up writes from..to-1, with exponential gaps of mean
+// WarmupSpacing, and measures their delays (see Run).
 func (rr *realRun) warmup(ctx context.Context, rng *rand.Rand, from, to int) (*warmDelays, error) {
 	first := len(rr.changes)
 	rr.sends.on.Store(true)
 	next := time.Now()
 	for i := from; i < to; i++ {
 		rr.connect(rng.IntN(rr.sc.Nodes), fmt.Sprintf("warm-%03d", i))
-		next = next.Add(rr.sc.WarmupSpacing)
+		next = next.Add(time.Duration(rng.ExpFloat64() * float64(rr.sc.WarmupSpacing)))
 		if err := sleepUntil(ctx, next); err != nil {
 			return nil, err
 		}
