@@ -3,6 +3,7 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -69,6 +70,24 @@ type Config struct {
 	// timeout.
 	Loss float64
 
+	// Host.
+
+	// WriteDelays, if set, are delays of single writes measured on real
+	// hosts (sim/calibrate measures them on its in-process cluster), and
+	// they time each owner's flush and eager fan-out in place of BatchDelay
+	// alone and Latency: each flush draws one write, waits BatchDelay plus
+	// its Flush, and gives the fan-out's packets its Hops, one each in a
+	// random order (drawn again from the same write past its count). A
+	// write's delays stay together because on a shared host they are not
+	// independent: a stall of the host (its cores taken by other processes,
+	// a GC cycle) delays most receivers of a write at once, while an
+	// independent draw per packet would spread the same stalls over every
+	// write and make each as slow as its slowest receiver's stall. Other
+	// packets (epidemic seeds and relays, alive announcements, probes,
+	// anti-entropy) keep Latency. Default none: a gateway with a core to
+	// itself, whose packets each take Latency.
+	WriteDelays []WriteDelay
+
 	// Workload.
 
 	// Changes is the number of client actions (connects, status changes,
@@ -121,6 +140,15 @@ type Partition struct {
 	Groups   [][]int
 	// half, when set, makes Validate split the nodes into two halves.
 	half *int
+}
+
+// WriteDelay is how one write was delayed on a real host: Flush from the end
+// of BatchDelay to the owner's first packet of the write, and Hops from that
+// packet to each receiver's replica change (the receiver's place in the send
+// loop, the wire, the receive path and the apply).
+type WriteDelay struct {
+	Flush time.Duration
+	Hops  []time.Duration
 }
 
 // Crash stops node Node silently at At; if Restart is non-zero it comes back
@@ -211,6 +239,11 @@ func (c *Config) Validate() error {
 
 	if c.Latency.Kind == LatencyUnset {
 		c.Latency = d.Latency
+	}
+	for i, w := range c.WriteDelays {
+		if w.Flush < 0 || slices.ContainsFunc(w.Hops, func(d time.Duration) bool { return d < 0 }) {
+			return fmt.Errorf("sim: write delay %d: negative delay", i)
+		}
 	}
 	if err := c.Latency.Validate(); err != nil {
 		return err

@@ -129,7 +129,11 @@ func (s *Sim) blocked(a, b int32) bool {
 
 // sendPacket sends a UDP datagram: counted at the sender, lost with
 // probability Loss or across a partition, delivered after one latency.
-func (s *Sim) sendPacket(p *packet) {
+func (s *Sim) sendPacket(p *packet) { s.sendPacketAfter(p, -1) }
+
+// sendPacketAfter is sendPacket with the latency given (ns), or drawn from
+// Config.Latency when lat is negative.
+func (s *Sim) sendPacketAfter(p *packet, lat int64) {
 	size := crcOverhead
 	if len(p.parts) > 1 {
 		size += compoundHeader + compoundPerPart*len(p.parts)
@@ -151,7 +155,10 @@ func (s *Sim) sendPacket(p *packet) {
 		s.freePacket(p)
 		return
 	}
-	s.q.push(event{at: s.now + s.cfg.Latency.sample(s.rng), kind: evPacket, pkt: p})
+	if lat < 0 {
+		lat = s.cfg.Latency.sample(s.rng)
+	}
+	s.q.push(event{at: s.now + lat, kind: evPacket, pkt: p})
 }
 
 // tcpDelay is the time a stream message takes: handshake and data (three

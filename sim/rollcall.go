@@ -15,13 +15,19 @@ import (
 // clock replaced. Function names match cluster.go's.
 
 // publish is Cluster.Publish: queue an owner's delta; flush after
-// BatchDelay.
+// BatchDelay (plus a measured write's flush delay, Config.WriteDelays).
 func (s *Sim) publish(n *node, d crdt.Delta) {
 	n.pending = append(n.pending, d)
 	n.ownVersion = d.Version()
 	if !n.flushArmed {
 		n.flushArmed = true
-		s.after(n, s.cfg.BatchDelay, evFlush, 0, 0)
+		delay := s.cfg.BatchDelay
+		if wd := s.cfg.WriteDelays; len(wd) > 0 {
+			i := s.rng.IntN(len(wd))
+			n.writeDelay = int32(i) + 1
+			delay += wd[i].Flush
+		}
+		s.after(n, delay, evFlush, 0, 0)
 	}
 }
 
@@ -50,11 +56,19 @@ func (s *Sim) flush(n *node) {
 	}
 	members := s.liveMembers(n)
 	mode := gossip.ChooseMode(members+1, s.cfg.EagerThreshold)
+	var hops []time.Duration
+	if n.writeDelay > 0 {
+		hops = s.cfg.WriteDelays[n.writeDelay-1].Hops
+		n.writeDelay = 0
+	}
 	for i, p := range packets {
 		m := s.deltaMsg(p)
 		switch {
 		case big[i]:
 			s.sendAll(n, m, true)
+			s.stats.directCopies += uint64(len(p) * members)
+		case mode == gossip.ModeEager && len(hops) > 0:
+			s.sendAllMeasured(n, m, hops)
 			s.stats.directCopies += uint64(len(p) * members)
 		case mode == gossip.ModeEager:
 			s.sendAll(n, m, false)
@@ -99,6 +113,29 @@ func (s *Sim) sendAll(n *node, m *umsg, reliable bool) {
 		} else {
 			s.sendBestEffort(n, p, m)
 		}
+	}
+}
+
+// sendAllMeasured is sendAll, best effort, with the packets' latencies
+// taken from one measured write's hop delays (Config.WriteDelays): each in
+// a random order, then drawn from them again if there are more members.
+func (s *Sim) sendAllMeasured(n *node, m *umsg, hops []time.Duration) {
+	order := s.rng.Perm(len(hops))
+	k := 0
+	for p := range int32(s.cfg.Nodes) {
+		if !s.member(n, p) {
+			continue
+		}
+		var lat time.Duration
+		if k < len(order) {
+			lat = hops[order[k]]
+		} else {
+			lat = hops[s.rng.IntN(len(hops))]
+		}
+		k++
+		pkt := s.newPacket(n.id, p)
+		pkt.parts = append(pkt.parts, part{kind: pUser, msg: m, size: m.size})
+		s.sendPacketAfter(pkt, int64(lat))
 	}
 }
 

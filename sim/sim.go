@@ -291,6 +291,7 @@ type node struct {
 	pending    []crdt.Delta
 	ownVersion uint64 // our origin's watermark: the version of our last write
 	flushArmed bool
+	writeDelay int32   // 1 + the Config.WriteDelays index the armed flush drew; 0 for none
 	queue      *bqueue // memberlist's TransmitLimitedQueue for Rollcall messages
 	leases     *gossip.Leases
 	heardAt    map[int32]int64 // shadow of the lease table's times, for leaseFIFO

@@ -16,6 +16,8 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"os"
+	"runtime/debug"
 	"slices"
 	"sort"
 	"strings"
@@ -46,9 +48,22 @@ type Scenario struct {
 	// Latency is the simulator's one-way delay; zero means measure it on
 	// the real cluster first (see Run).
 	Latency sim.Latency
+	// Host says whether the simulator gets the real cluster's measured
+	// write delays (sim.Config.WriteDelays, see Run), which carry the
+	// stalls that its nodes share with each other on one machine; false
+	// leaves every packet to Latency, drawn independently.
+	Host bool
 	// Warmup is the number of single writes used to measure the real
-	// cluster's hop delay before the scenario (default 40).
+	// cluster's delays, half before the scenario and half after it
+	// (default Changes: the simulator's convergence p99 replays the
+	// slowest 1% of the measured writes, which 40 writes, as once, left
+	// to none).
 	Warmup int
+	// WarmupSpacing is the mean time between warm-up writes, which come at
+	// random times, as the scenario's do (default Window/Changes, the
+	// scenario's mean rate: the host is measured under the load the
+	// scenario puts on it, bunched writes and all).
+	WarmupSpacing time.Duration
 }
 
 // Timers used on both sides: memberlist's local profile with the gossip
@@ -86,44 +101,93 @@ type Measure struct {
 	// Curve is the fraction of (change, node) pairs converged against the
 	// time since the change (the simulator's first seed, or the real run).
 	Curve []sim.CurvePoint
+	// IndependentP50 and IndependentP99 are the simulator's convergence
+	// without the measured write delays (sim only, with Scenario.Host):
+	// what independent per-packet delays make of the same host.
+	IndependentP50, IndependentP99 float64
 }
 
 // Report is a calibration result.
 type Report struct {
 	Scenario  Scenario
 	LatencyUS float64 // one-way latency given to the simulator
-	Real, Sim Measure
+	// WriteDelays are the measured writes given to the simulator (with
+	// Scenario.Host).
+	WriteDelays []sim.WriteDelay
+	Real, Sim   Measure
 }
 
 // Run runs the scenario on a real cluster, then in the simulator.
 //
 // The simulator has no model of CPU time, and an in-process cluster of
 // dozens of nodes on a small machine spends more time waiting for a core
-// than on the loopback wire. So, unless sc.Latency is set, the real cluster
-// first measures its own hop delay: Warmup single writes, well apart, each
-// timed from the owner's write to each receiver's replica change, less
-// BatchDelay. A lognormal fitted to those samples is the simulator's
-// latency. The scenario itself (fan-out, batching, piggybacking,
-// retransmit limits, failure detection) is then compared on both sides.
+// than on the loopback wire (its shared garbage collector is taken out of
+// the way: separateHeaps). So the real cluster measures its own delays:
+// Warmup single writes at random, WarmupSpacing apart on average, half
+// before the scenario and half after it, each split at its owner's first
+// packet, which the transport timestamps as it sends it: the flush delay,
+// from the write plus BatchDelay to that packet, and each receiver's hop
+// delay, from that packet to the receiver's replica change.
+//
+// Unless sc.Latency is set, a lognormal fitted to each receiver's delay
+// from the write, less BatchDelay (the median, and the spread within a
+// write), is the simulator's latency for every packet.
+// That leaves out what one write's receivers share, and the tail of
+// eager convergence is exactly that: on a shared host the slow writes are
+// slow at most of their receivers at once (a stall of the whole host: its
+// cores taken by other processes, a GC cycle), not at one receiver by
+// chance. With sc.Host, the measured writes themselves are the simulator's
+// Config.WriteDelays: each flush replays one write's flush delay and its
+// receivers' hop delays, together. In epidemic mode only the flush delay
+// is used: a write's later receivers got it from relays, not from the
+// owner, so their delays are not one hop's.
+//
+// The scenario itself (fan-out, batching, piggybacking, retransmit limits,
+// failure detection) is then compared; nothing measured on the scenario's
+// own writes sets the simulator.
 func Run(ctx context.Context, sc Scenario) (*Report, error) {
 	if sc.Warmup == 0 {
-		sc.Warmup = 40
+		sc.Warmup = sc.Changes
+	}
+	if sc.WarmupSpacing == 0 && sc.Changes > 0 {
+		sc.WarmupSpacing = sc.Window / time.Duration(sc.Changes)
 	}
 	if sc.Crashes == 0 {
 		sc.Crashes = 3
 	}
-	real, hops, err := runReal(ctx, sc)
+	real, warm, err := runReal(ctx, sc)
 	if err != nil {
 		return nil, err
 	}
 	if sc.Latency.Kind == sim.LatencyUnset {
-		sc.Latency = fitLognormal(hops)
+		sc.Latency = fitLognormal(warm.hops)
 	}
-	simm, err := runSim(ctx, sc)
+	var writes []sim.WriteDelay
+	if sc.Host {
+		writes = warm.writes
+	}
+	simm, err := runSim(ctx, sc, writes)
 	if err != nil {
 		return nil, err
 	}
-	return &Report{Scenario: sc, LatencyUS: float64(sc.Latency.Min) / 1e3, Real: *real, Sim: *simm}, nil
+	if sc.Host {
+		ind, err := runSim(ctx, sc, nil)
+		if err != nil {
+			return nil, err
+		}
+		simm.IndependentP50, simm.IndependentP99 = ind.ConvP50, ind.ConvP99
+	}
+	return &Report{Scenario: sc, LatencyUS: float64(sc.Latency.Min) / 1e3, WriteDelays: writes, Real: *real, Sim: *simm}, nil
+}
+
+// warmDelays is what the warm-up measured (see Run).
+type warmDelays struct {
+	// hops are per write: each receiver's delay (ns) from the write to its
+	// replica change, less BatchDelay (in epidemic mode, the three
+	// fastest: the seeds).
+	hops [][]float64
+	// writes are the writes split at the owner's first packet.
+	writes []sim.WriteDelay
 }
 
 // fitLognormal fits the simulator's lognormal latency to hop delays (ns),
@@ -164,6 +228,8 @@ func fitLognormal(groups [][]float64) sim.Latency {
 }
 
 // SimConfig is the simulator's configuration of the scenario.
+//
+// It has no WriteDelays: those are measured (Run).
 func SimConfig(sc Scenario) sim.Config {
 	cfg := sim.DefaultConfig()
 	cfg.Nodes = sc.Nodes
@@ -187,12 +253,13 @@ func SimConfig(sc Scenario) sim.Config {
 	return cfg
 }
 
-func runSim(ctx context.Context, sc Scenario) (*Measure, error) {
+func runSim(ctx context.Context, sc Scenario, writes []sim.WriteDelay) (*Measure, error) {
 	// Several seeds, pooled by averaging: one seed has one crash.
 	const seeds = 5
 	var m Measure
 	for i := range seeds {
 		cfg := SimConfig(sc)
+		cfg.WriteDelays = writes
 		cfg.Seed = sc.Seed + uint64(i)
 		r, err := sim.Run(ctx, cfg)
 		if err != nil {
@@ -217,7 +284,8 @@ type realChange struct {
 	epoch, seq   uint64
 	at           time.Time
 	reached      map[int]time.Time
-	reachedOwner int // the owning node
+	reachedOwner int    // the owning node
+	version      uint64 // the delta's version (its origin's counter)
 }
 
 type realRun struct {
@@ -229,10 +297,51 @@ type realRun struct {
 	byUser  map[string][]*realChange
 	crash   []float64 // ms, crash to each survivor marking the node down
 	copies  atomic.Uint64
+	sends   sendLog
 }
 
-func runReal(ctx context.Context, sc Scenario) (*Measure, [][]float64, error) {
+// sendLog records, while on, when each node starts sending a packet that
+// carries its own writes: the warm-up splits a write's delay at its owner's
+// first packet.
+type sendLog struct {
+	on    atomic.Bool
+	mu    sync.Mutex
+	sends map[int][]sent // by node, in order
+}
+
+// sent is one packet: when its sending started, and the highest version of
+// the sender's own deltas in it (a packet of relayed deltas from others,
+// in epidemic mode, is not logged).
+type sent struct {
+	at      time.Time
+	version uint64
+}
+
+func (l *sendLog) record(node int, s sent) {
+	l.mu.Lock()
+	l.sends[node] = append(l.sends[node], s)
+	l.mu.Unlock()
+}
+
+// first returns when node started sending the first packet, at or after t,
+// with its own write of version v or a later one (a later write's flush
+// carries v too, coalesced).
+func (l *sendLog) first(node int, t time.Time, v uint64) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ss := l.sends[node]
+	for i := sort.Search(len(ss), func(i int) bool { return !ss[i].at.Before(t) }); i < len(ss); i++ {
+		if ss[i].version >= v {
+			return ss[i].at, true
+		}
+	}
+	return time.Time{}, false
+}
+
+func runReal(ctx context.Context, sc Scenario) (*Measure, *warmDelays, error) {
 	rr := &realRun{sc: sc, byUser: make(map[string][]*realChange)}
+	rr.sends.sends = make(map[int][]sent)
+	defer separateHeaps()()
 	defer func() {
 		for _, c := range rr.nodes {
 			if c != nil {
@@ -253,7 +362,10 @@ func runReal(ctx context.Context, sc Scenario) (*Measure, [][]float64, error) {
 		return nil, nil, err
 	}
 	rng := rand.New(rand.NewPCG(sc.Seed, 7))
-	hops, err := rr.warmup(ctx, rng)
+	// Half the warm-up before the scenario and half after it (before the
+	// crashes), so that a machine whose load drifts is measured on both
+	// sides of the scenario, not only before it.
+	warm, err := rr.warmup(ctx, rng, 0, sc.Warmup/2)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -282,6 +394,12 @@ func runReal(ctx context.Context, sc Scenario) (*Measure, [][]float64, error) {
 	if err := sleepUntil(ctx, start.Add(sc.Window+sc.Settle)); err != nil {
 		return nil, nil, err
 	}
+	after, err := rr.warmup(ctx, rng, sc.Warmup/2, sc.Warmup)
+	if err != nil {
+		return nil, nil, err
+	}
+	warm.hops = append(warm.hops, after.hops...)
+	warm.writes = append(warm.writes, after.writes...)
 	// Crash the last Crashes nodes, Observe apart; every survivor is polled
 	// for when it marks the node down (the simulator's definition of
 	// crash-to-offline).
@@ -290,7 +408,7 @@ func runReal(ctx context.Context, sc Scenario) (*Measure, [][]float64, error) {
 			return nil, nil, err
 		}
 	}
-	return rr.measure(copies), hops, nil
+	return rr.measure(copies), warm, nil
 }
 
 // crashOne crashes node victim and records, for each of the nodes below
@@ -329,25 +447,29 @@ func (rr *realRun) crashOne(ctx context.Context, victim, live int) error {
 	return nil
 }
 
-// warmup makes single writes well apart and returns, per write, each
-// receiver's delay (ns) from the write to its replica change, less
-// BatchDelay.
-func (rr *realRun) warmup(ctx context.Context, rng *rand.Rand) ([][]float64, error) {
+// warmup makes warm-up writes from..to-1, with exponential gaps of mean
+// WarmupSpacing, and measures their delays (see Run).
+func (rr *realRun) warmup(ctx context.Context, rng *rand.Rand, from, to int) (*warmDelays, error) {
 	first := len(rr.changes)
-	for i := range rr.sc.Warmup {
+	rr.sends.on.Store(true)
+	next := time.Now()
+	for i := from; i < to; i++ {
 		rr.connect(rng.IntN(rr.sc.Nodes), fmt.Sprintf("warm-%03d", i))
-		if err := sleepUntil(ctx, time.Now().Add(25*time.Millisecond)); err != nil {
+		next = next.Add(time.Duration(rng.ExpFloat64() * float64(rr.sc.WarmupSpacing)))
+		if err := sleepUntil(ctx, next); err != nil {
 			return nil, err
 		}
 	}
 	if err := sleepUntil(ctx, time.Now().Add(time.Second)); err != nil {
 		return nil, err
 	}
+	rr.sends.on.Store(false)
+	end := time.Now()
 	batch := gossip.DefaultConfig().BatchDelay
 	epidemic := gossip.ChooseMode(rr.sc.Nodes, rr.sc.EagerThreshold) == gossip.ModeEpidemic
 	rr.mu.Lock()
 	defer rr.mu.Unlock()
-	var out [][]float64
+	w := &warmDelays{}
 	for _, ch := range rr.changes[first:] {
 		var ds []float64
 		for i, t := range ch.reached {
@@ -360,10 +482,63 @@ func (rr *realRun) warmup(ctx context.Context, rng *rand.Rand) ([][]float64, err
 			sort.Float64s(ds)
 			ds = ds[:min(3, len(ds))]
 		}
-		out = append(out, ds)
+		w.hops = append(w.hops, ds)
+		flushed, ok := rr.sends.first(ch.reachedOwner, ch.at, ch.version)
+		if !ok {
+			continue // never flushed (the owner failed): nothing to split
+		}
+		wd := sim.WriteDelay{Flush: max(0, flushed.Sub(ch.at)-batch)}
+		if !epidemic {
+			// A receiver still without the write (an overloaded machine:
+			// the packet was dropped, or is waiting in a queue) counts as
+			// getting it now, a lower bound, rather than being left out,
+			// which would make the write look faster than it was.
+			for i := range rr.sc.Nodes {
+				if i == ch.reachedOwner || rr.nodes[i] == nil {
+					continue
+				}
+				t, ok := ch.reached[i]
+				if !ok {
+					t = end
+				}
+				wd.Hops = append(wd.Hops, max(0, t.Sub(flushed)))
+			}
+		}
+		w.writes = append(w.writes, wd)
 	}
 	rr.changes = rr.changes[:first]
-	return out, nil
+	return w, nil
+}
+
+// realHeapLimit is the Go heap the real cluster may grow to before it is
+// collected (separateHeaps).
+const realHeapLimit = 1 << 30
+
+// separateHeaps makes the in-process cluster's garbage collection look like
+// that of separate processes, and returns a function that restores the
+// settings it changed. The nodes of an in-process cluster share one heap
+// and one collector, and memberlist allocates a 64KB buffer for every UDP
+// packet it reads (NetTransport.udpListen): at the scenario's ~15,000
+// packets a second the shared heap turns over about 750MB a second, and
+// with the default GOGC the collector runs about 40 times a second, each
+// cycle's stop-the-world pauses and mark assists holding up all 32 nodes
+// at once, on cores the nodes need (on the 2-core development machine,
+// 84-343 cycles in an 8s window, 5-19% of the CPU, and the median hop
+// delay doubled). A deployed gateway has a collector of its own, on its
+// own cores, that stops nobody else. So the real cluster runs with the
+// collector off until the heap reaches realHeapLimit (it then runs about
+// once a second, over a live heap of a few MB). GOGC or GOMEMLIMIT in the
+// environment take precedence.
+func separateHeaps() (restore func()) {
+	if os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" {
+		return func() {}
+	}
+	oldLimit := debug.SetMemoryLimit(realHeapLimit)
+	oldPercent := debug.SetGCPercent(-1)
+	return func() {
+		debug.SetGCPercent(oldPercent)
+		debug.SetMemoryLimit(oldLimit)
+	}
 }
 
 func sleepUntil(ctx context.Context, t time.Time) error {
@@ -394,7 +569,7 @@ func (rr *realRun) start(i int) error {
 	cfg.EagerThreshold = rr.sc.EagerThreshold
 	cfg.Memberlist = fastMemberlist
 	cfg.WrapTransport = func(t memberlist.NodeAwareTransport) memberlist.NodeAwareTransport {
-		return &countingTransport{NodeAwareTransport: t, copies: &rr.copies}
+		return &countingTransport{NodeAwareTransport: t, copies: &rr.copies, node: i, name: name, sends: &rr.sends}
 	}
 	if len(rr.nodes) > 0 {
 		cfg.Join = []string{rr.nodes[0].LocalAddr()}
@@ -457,7 +632,7 @@ func (rr *realRun) write(owner int, s crdt.Session) {
 		return
 	}
 	ch := &realChange{key: crdt.Key{User: s.User, Device: s.Device}, epoch: d.Session.Epoch, seq: d.Session.Seq,
-		at: time.Now(), reached: map[int]time.Time{owner: time.Now()}, reachedOwner: owner}
+		at: time.Now(), reached: map[int]time.Time{owner: time.Now()}, reachedOwner: owner, version: d.Version()}
 	rr.mu.Lock()
 	rr.changes = append(rr.changes, ch)
 	rr.byUser[s.User] = append(rr.byUser[s.User], ch)
@@ -543,10 +718,32 @@ func pct(xs []float64, p float64) float64 {
 // countingTransport counts the session deltas in every UDP packet a node
 // sends, piggybacked ones included, by reading memberlist's framing (CRC
 // header, compound messages, user messages) and gossip's (version, type,
-// crdt deltas).
+// crdt deltas). During the warm-up it also logs when node (called name)
+// starts sending a packet with its own writes.
 type countingTransport struct {
 	memberlist.NodeAwareTransport
 	copies *atomic.Uint64
+	node   int
+	name   string
+	sends  *sendLog
+}
+
+func (t *countingTransport) count(b []byte) {
+	at := time.Now()
+	ds := packetDeltas(b, nil)
+	t.copies.Add(uint64(len(ds)))
+	if len(ds) == 0 || !t.sends.on.Load() {
+		return
+	}
+	var own uint64
+	for i := range ds {
+		if ds[i].Origin().Node == t.name {
+			own = max(own, ds[i].Version())
+		}
+	}
+	if own > 0 {
+		t.sends.record(t.node, sent{at: at, version: own})
+	}
 }
 
 // memberlist message types (net.go).
@@ -558,54 +755,55 @@ const (
 )
 
 func (t *countingTransport) WriteToAddress(b []byte, addr memberlist.Address) (time.Time, error) {
-	t.copies.Add(uint64(countDeltas(b)))
+	t.count(b)
 	return t.NodeAwareTransport.WriteToAddress(b, addr)
 }
 
 func (t *countingTransport) WriteTo(b []byte, addr string) (time.Time, error) {
-	t.copies.Add(uint64(countDeltas(b)))
+	t.count(b)
 	return t.NodeAwareTransport.WriteTo(b, addr)
 }
 
-func countDeltas(b []byte) int {
+func countDeltas(b []byte) int { return len(packetDeltas(b, nil)) }
+
+// packetDeltas appends the session deltas in packet b to out.
+func packetDeltas(b []byte, out []crdt.Delta) []crdt.Delta {
 	if len(b) >= 5 && b[0] == mlHasCRC {
 		b = b[5:]
 	}
 	if len(b) == 0 {
-		return 0
+		return out
 	}
 	switch b[0] {
 	case mlUser:
 		if len(b) < 3 || b[2] != rcDeltas {
-			return 0
+			return out
 		}
 		ds, err := crdt.DecodeDeltas(b[3:])
 		if err != nil {
-			return 0
+			return out
 		}
-		return len(ds)
+		return append(out, ds...)
 	case mlCompound:
 		if len(b) < 2 {
-			return 0
+			return out
 		}
 		parts := int(b[1])
 		lens := b[2:]
 		if len(lens) < 2*parts {
-			return 0
+			return out
 		}
 		body := lens[2*parts:]
-		n := 0
 		for i := range parts {
 			l := int(binary.BigEndian.Uint16(lens[2*i:]))
 			if l > len(body) {
-				return n
+				return out
 			}
-			n += countDeltas(body[:l])
+			out = packetDeltas(body[:l], out)
 			body = body[l:]
 		}
-		return n
 	}
-	return 0
+	return out
 }
 
 // Write prints a report as a side-by-side table.
@@ -614,6 +812,9 @@ func (r *Report) Write(w io.Writer) error {
 	mode := gossip.ChooseMode(sc.Nodes, sc.EagerThreshold)
 	fmt.Fprintf(w, "%d nodes, %s dissemination, %d changes over %v; simulator latency %s (fitted to the real cluster's hop delays)\n",
 		sc.Nodes, mode, sc.Changes, sc.Window, sc.Latency)
+	if sc.Host {
+		fmt.Fprintf(w, "simulator write delays: %s\n", summarize(r.WriteDelays))
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "metric\treal\tsim\tsim/real\t")
 	row := func(name string, a, b float64) {
@@ -629,7 +830,38 @@ func (r *Report) Write(w io.Writer) error {
 	row("crash to offline p50 (ms)", r.Real.CrashP50, r.Sim.CrashP50)
 	row("crash to offline max (ms)", r.Real.CrashMax, r.Sim.CrashMax)
 	row("converged fraction", r.Real.Converged, r.Sim.Converged)
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if sc.Host {
+		_, err := fmt.Fprintf(w, "without the write delays (independent packets) the simulator's convergence p50/p99 is %.2f/%.2f ms\n",
+			r.Sim.IndependentP50, r.Sim.IndependentP99)
+		return err
+	}
+	return nil
+}
+
+// summarize describes measured write delays: how many, the flush delay's
+// median and p98, and the median and p98 over writes of the slowest
+// receiver's hop delay.
+func summarize(ws []sim.WriteDelay) string {
+	if len(ws) == 0 {
+		return "none measured"
+	}
+	var flush, slowest []float64
+	for _, w := range ws {
+		flush = append(flush, float64(w.Flush)/1e6)
+		if len(w.Hops) > 0 {
+			slowest = append(slowest, float64(slices.Max(w.Hops))/1e6)
+		}
+	}
+	sort.Float64s(flush)
+	out := fmt.Sprintf("%d writes; flush delay median %.2fms, p98 %.2fms", len(ws), pct(flush, 50), pct(flush, 98))
+	if len(slowest) > 0 {
+		sort.Float64s(slowest)
+		out += fmt.Sprintf("; slowest receiver's hop median %.2fms, p98 %.2fms", pct(slowest, 50), pct(slowest, 98))
+	}
+	return out
 }
 
 // Main is `rollcall sim calibrate`.
@@ -637,11 +869,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("rollcall sim calibrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	nodes := fs.Int("nodes", 32, "real memberlist nodes to start on loopback, a count")
-	changes := fs.Int("changes", 100, "session writes, a count")
+	changes := fs.Int("changes", 300, "session writes, a count (the convergence p99 is the 4th slowest of 300)")
 	window := fs.Duration("window", 5*time.Second, "time over which the writes are spread, a duration")
 	seed := fs.Uint64("seed", 1, "random seed for owners and timing")
 	modes := fs.String("modes", "eager,epidemic", "dissemination modes to calibrate: eager, epidemic or both (epidemic forces the eager threshold below the cluster size)")
 	plotFile := fs.String("plot", "", "also draw FILE (.svg or .png): converged fraction against time, real and simulated, per mode")
+	host := fs.Bool("host", true, "give the simulator the real cluster's measured write delays (flush delay and each receiver's hop, per write); false: independent per-packet latency only")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: rollcall sim calibrate [flags]\n\nRuns one scenario on a real in-process cluster and in the simulator and prints both.\nfast memberlist timers: probe 100ms, probe timeout 50ms, suspicion mult 2, gossip 20ms, push/pull 1s; lease 2s, alive 100ms.\n\nflags:")
 		fs.PrintDefaults()
@@ -655,7 +888,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var rows []sim.Row
 	for _, mode := range splitComma(*modes) {
 		sc := Scenario{Nodes: *nodes, Changes: *changes, Window: *window, Settle: 3 * time.Second,
-			Observe: 3 * time.Second, Seed: *seed, EagerThreshold: 64}
+			Observe: 3 * time.Second, Seed: *seed, EagerThreshold: 64, Host: *host}
 		switch mode {
 		case "eager":
 			sc.EagerThreshold = max(64, *nodes)

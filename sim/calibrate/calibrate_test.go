@@ -12,13 +12,14 @@ import (
 
 // TestCalibration runs a small calibration (12 real nodes) in both modes and
 // checks the simulator against the real cluster: copies per change within
-// 25% and full convergence on both sides, always. The timings — crash to
-// offline p50 within 25%, epidemic convergence p50 within 40% — are measured
+// 25%, full convergence on both sides and the shape of the measured write
+// delays, always. The timings — crash to offline p50
+// within 25%, convergence p50 within 40% — are measured
 // on a real cluster sharing two cores with whatever else runs (other test
 // packages, in CI), so they are checked only with ROLLCALL_CALIBRATE_STRICT=1
 // and logged otherwise: a timed assertion on a noisy machine would fail for
 // reasons that are not the simulator's. `make calibrate` is the full-size
-// measurement. It takes about 25s and is skipped with -short.
+// measurement. It takes about 40s and is skipped with -short.
 func TestCalibration(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real memberlist clusters")
@@ -28,7 +29,7 @@ func TestCalibration(t *testing.T) {
 		threshold int
 	}{{"eager", 64}, {"epidemic", 4}} {
 		sc := Scenario{Nodes: 12, EagerThreshold: tc.threshold, Changes: 40, Window: 2 * time.Second,
-			Settle: 2 * time.Second, Observe: 2 * time.Second, Seed: 3}
+			Settle: 2 * time.Second, Observe: 2 * time.Second, Seed: 3, Host: true, Warmup: 60}
 		r, err := Run(context.Background(), sc)
 		if err != nil {
 			t.Fatal(err)
@@ -50,8 +51,17 @@ func TestCalibration(t *testing.T) {
 		strictTiming := os.Getenv("ROLLCALL_CALIBRATE_STRICT") == "1"
 		within("copies per change", r.Real.CopiesPerChange, r.Sim.CopiesPerChange, 0.25, true)
 		within("crash to offline p50", r.Real.CrashP50, r.Sim.CrashP50, 0.25, strictTiming)
-		if tc.name == "epidemic" {
-			within("convergence p50", r.Real.ConvP50, r.Sim.ConvP50, 0.4, strictTiming)
+		within("convergence p50", r.Real.ConvP50, r.Sim.ConvP50, 0.4, strictTiming)
+		if n := len(r.WriteDelays); n == 0 || n > sc.Warmup {
+			t.Errorf("%s: %d write delays measured from %d warm-up writes", tc.name, n, sc.Warmup)
+		}
+		for _, w := range r.WriteDelays {
+			if want := map[string]int{"eager": sc.Nodes - 1, "epidemic": 0}[tc.name]; len(w.Hops) != want {
+				// Eager: one hop per receiver, reached or not; epidemic:
+				// none (later receivers got the write from relays).
+				t.Errorf("%s: a measured write has %d hops, want %d", tc.name, len(w.Hops), want)
+				break
+			}
 		}
 		if r.Real.Converged != 1 || r.Sim.Converged != 1 {
 			t.Errorf("%s: converged real %v sim %v", tc.name, r.Real.Converged, r.Sim.Converged)
