@@ -2,6 +2,7 @@ package sim
 
 import (
 	"math"
+	"math/bits"
 	"slices"
 )
 
@@ -16,7 +17,8 @@ import (
 // the same Prune. It holds the simulator's registry index of each message
 // instead of its bytes. A node's queue is then a few pointer-free slices
 // that the garbage collector need not scan, whose operations allocate
-// nothing in steady state, and where the search for the largest message
+// nothing in steady state (bucket buffers come from and go back to a pool
+// the Sim's queues share), and where the search for the largest message
 // that fits is a look at a handful of buckets rather than a descent of a
 // 4,096-item tree. queue_test.go checks it against memberlist's own queue
 // on random operation sequences: the same broadcasts, in the same order.
@@ -35,51 +37,134 @@ type bqueue struct {
 	n              int             // items queued
 	named          map[int32]qitem // memberlist's tm: the queued item of each name
 	idGen          int64
-	spare          [][]qent // buffers of emptied buckets, for reuse
+	pool           *qpool // where bucket buffers come from and go back to
 }
 
 // qtier holds the items of one transmit count, in buckets by message
-// length, longest first.
+// length, longest first. minLen is the last bucket's length, so that
+// GetBroadcasts can pass over a tier where nothing fits (as it does, tier
+// after tier, once a packet is nearly full) without touching its buckets.
 type qtier struct {
-	n       int
+	n       int32
+	minLen  int32
 	buckets []qbucket
 }
 
 // qbucket holds the items of one tier and length, by id ascending (so in
-// memberlist's order from the last to the first): buf[lo:]. Prune takes
-// from the front and GetBroadcasts from the back, so the front is a
-// deque's, reclaimed when the buffer is full instead of growing it.
+// memberlist's order from the last to the first): buf[lo:hi]. It is a
+// deque with room on both sides, because items come and go at both ends
+// and in between: a new broadcast is its tier-0 bucket's newest (the
+// back), GetBroadcasts takes the back, Prune the front, and an item moved
+// up a tier mostly lands at or near the front, since GetBroadcasts sends
+// the newest first and a tier's older items wait for later packets (at
+// 3,000 nodes 40% of those moves land at the very front, and an insert
+// there once copied the whole bucket, 48 items on average). An insert or
+// a removal moves whichever side of its position is shorter.
 type qbucket struct {
 	msgLen int32
-	lo     int
-	buf    []qent
+	lo, hi int32  // a bucket never nears 2^31 items
+	buf    []qent // a pool buffer: its length is its capacity
 }
 
 // items returns the bucket's items, by id ascending.
-func (b *qbucket) items() []qent { return b.buf[b.lo:] }
+func (b *qbucket) items() []qent { return b.buf[b.lo:b.hi] }
 
-// remove deletes the i-th item.
+// remove deletes the i-th item, moving the shorter side over it.
 func (b *qbucket) remove(i int) {
-	switch n := len(b.buf) - b.lo; {
-	case n == 1:
-		b.buf, b.lo = b.buf[:0], 0
-	case i == 0:
-		b.lo++ // Prune's oldest: no copy
-	case i == n-1:
-		b.buf = b.buf[:len(b.buf)-1] // GetBroadcasts' newest
-	default:
-		b.buf = slices.Delete(b.buf, b.lo+i, b.lo+i+1)
+	lo, hi := int(b.lo), int(b.hi)
+	if i < hi-lo-1-i {
+		copy(b.buf[lo+1:], b.buf[lo:lo+i])
+		b.lo++
+	} else {
+		copy(b.buf[lo+i:], b.buf[lo+i+1:hi])
+		b.hi--
 	}
 }
 
-// insert puts e at index i, first reclaiming the front when the buffer is
-// full.
-func (b *qbucket) insert(i int, e qent) {
-	if len(b.buf) == cap(b.buf) && b.lo > 0 {
-		n := copy(b.buf, b.buf[b.lo:])
-		b.buf, b.lo = b.buf[:n], 0
+// insert puts e at index i, moving the shorter side of i away from it.
+// When that side has no room, the items are first moved within the buffer
+// (when a quarter of it is free) or else to one twice its size, with the
+// free room split in proportion to where i is: behind them for an append,
+// in front of them for an insert at the front.
+func (b *qbucket) insert(i int, e qent, pool *qpool) {
+	lo, hi := int(b.lo), int(b.hi)
+	n := hi - lo
+	front := i < n-i
+	if front && lo == 0 || !front && hi == len(b.buf) {
+		switch free := len(b.buf) - n; {
+		case free > 0 && free >= n/4:
+			b.place(b.buf, i, free, pool)
+		case free > 0:
+			front = !front // little room, all on the other side: use it
+		default:
+			b.place(pool.get(2*len(b.buf)), i, len(b.buf), pool)
+		}
+		lo, hi = int(b.lo), int(b.hi)
 	}
-	b.buf = slices.Insert(b.buf, b.lo+i, e)
+	if front {
+		copy(b.buf[lo-1:], b.buf[lo:lo+i])
+		b.lo--
+		b.buf[lo-1+i] = e
+	} else {
+		copy(b.buf[lo+i+1:], b.buf[lo+i:hi])
+		b.hi++
+		b.buf[lo+i] = e
+	}
+}
+
+// place moves the items to buf (b.buf itself, or a larger buffer, when
+// the old one goes back to the pool) with free slots of room split around
+// them: in front in proportion to the items behind i, and at least one on
+// the side nearer to i.
+func (b *qbucket) place(buf []qent, i, free int, pool *qpool) {
+	n := int(b.hi - b.lo)
+	front := free * (n - i) / max(n, 1)
+	if i < n-i {
+		front = max(front, 1)
+	} else {
+		front = min(front, free-1)
+	}
+	copy(buf[front:], b.buf[b.lo:b.hi])
+	if &buf[0] != &b.buf[0] {
+		pool.put(b.buf)
+	}
+	b.buf, b.lo, b.hi = buf, int32(front), int32(front+n)
+}
+
+// qpool keeps bucket buffers that emptied or were outgrown, by capacity
+// (powers of two from minBucketCap), for any queue of the Sim to take. A
+// queue's buckets grow and empty all the time as messages move through
+// the tiers; without the pool each growth was a fresh allocation (about
+// 1 GB at 10,000 nodes) and the memory of a queue that emptied stayed
+// with it.
+type qpool struct {
+	free [][][]qent // by log2(capacity/minBucketCap)
+}
+
+const minBucketCap = 4
+
+func qclass(size int) int { return bits.Len(uint(size/minBucketCap)) - 1 }
+
+// get returns a buffer of size items, a power of two from minBucketCap.
+func (p *qpool) get(size int) []qent {
+	if c := qclass(size); c < len(p.free) {
+		if k := len(p.free[c]); k > 0 {
+			buf := p.free[c][k-1]
+			p.free[c][k-1] = nil
+			p.free[c] = p.free[c][:k-1]
+			return buf
+		}
+	}
+	return make([]qent, size)
+}
+
+// put takes back a buffer from get.
+func (p *qpool) put(buf []qent) {
+	c := qclass(len(buf))
+	if c >= len(p.free) {
+		p.free = append(p.free, make([][][]qent, c+1-len(p.free))...)
+	}
+	p.free[c] = append(p.free[c], buf)
 }
 
 type qent struct {
@@ -99,8 +184,13 @@ type qitem struct {
 
 const noName = int32(-1)
 
-func newBQueue(retransmitMult int) *bqueue {
-	return &bqueue{retransmitMult: retransmitMult}
+// newBQueue returns an empty queue taking its buffers from pool, or from
+// a pool of its own when pool is nil.
+func newBQueue(retransmitMult int, pool *qpool) *bqueue {
+	if pool == nil {
+		pool = new(qpool)
+	}
+	return &bqueue{retransmitMult: retransmitMult, pool: pool}
 }
 
 // queue is QueueBroadcast of a message of size msgLen registered as ref;
@@ -117,36 +207,54 @@ func (q *bqueue) queue(ref uint32, msgLen int, name int32) {
 			q.deleteItem(old)
 		}
 	}
-	q.addItem(it)
+	q.addItem(it, 0)
 }
 
 // bucket finds tier t's bucket of length l: its index, and whether it
-// exists (else where it goes).
-func (q *bqueue) bucket(t, l int32) (int, bool) {
+// exists (else where it goes). hint is a guess of the index. A tier has a
+// few buckets (the simulator's messages come in a few lengths), so a scan
+// finds it sooner than a binary search.
+func (q *bqueue) bucket(t, l int32, hint int) (int, bool) {
 	if int(t) >= len(q.tiers) {
 		return 0, false
 	}
-	return slices.BinarySearchFunc(q.tiers[t].buckets, l, func(b qbucket, l int32) int {
-		switch {
-		case b.msgLen > l:
-			return -1
-		case b.msgLen < l:
-			return 1
+	bs := q.tiers[t].buckets
+	if hint < len(bs) && bs[hint].msgLen == l {
+		return hint, true
+	}
+	if len(bs) > 8 {
+		return slices.BinarySearchFunc(bs, l, func(b qbucket, l int32) int {
+			switch {
+			case b.msgLen > l:
+				return -1
+			case b.msgLen < l:
+				return 1
+			}
+			return 0
+		})
+	}
+	for i := range bs {
+		if bs[i].msgLen <= l {
+			return i, bs[i].msgLen == l
 		}
-		return 0
-	})
+	}
+	return len(bs), false
 }
 
 // removeAt removes item i of bucket bi of tier t, and the bucket when it
-// empties (keeping its buffer for the next new bucket). It is the B-tree's
-// Delete of that item; the caller handles the name index.
+// empties (its buffer goes back to the pool). It is the B-tree's Delete of
+// that item; the caller handles the name index.
 func (q *bqueue) removeAt(t int32, bi, i int) {
 	tr := &q.tiers[t]
 	b := &tr.buckets[bi]
-	b.remove(i)
-	if len(b.buf) == 0 {
-		q.spare = append(q.spare, b.buf)
+	if b.hi-b.lo == 1 {
+		q.pool.put(b.buf)
 		tr.buckets = slices.Delete(tr.buckets, bi, bi+1)
+		if k := len(tr.buckets); k > 0 {
+			tr.minLen = tr.buckets[k-1].msgLen
+		}
+	} else {
+		b.remove(i)
 	}
 	tr.n--
 	q.n--
@@ -158,7 +266,7 @@ func (q *bqueue) removeAt(t int32, bi, i int) {
 // deleteItem is memberlist's deleteItem: the B-tree's Delete removes the
 // item whose key (tier, length, id) equals it's, if any.
 func (q *bqueue) deleteItem(it qitem) {
-	if bi, ok := q.bucket(it.transmits, it.msgLen); ok {
+	if bi, ok := q.bucket(it.transmits, it.msgLen, 0); ok {
 		b := &q.tiers[it.transmits].buckets[bi]
 		if i, ok := slices.BinarySearchFunc(b.items(), it.id, cmpQEnt); ok {
 			q.removeAt(it.transmits, bi, i)
@@ -183,34 +291,42 @@ func cmpQEnt(e qent, id int64) int {
 }
 
 // addItem is memberlist's addItem (ReplaceOrInsert: an item with an equal
-// key is replaced).
-func (q *bqueue) addItem(it qitem) {
+// key is replaced). hint is a guess of the bucket's index in its tier; it
+// returns the index.
+func (q *bqueue) addItem(it qitem, hint int) int {
 	if int(it.transmits) >= len(q.tiers) {
 		q.tiers = append(q.tiers, make([]qtier, int(it.transmits)+1-len(q.tiers))...)
 	}
 	tr := &q.tiers[it.transmits]
-	bi, ok := q.bucket(it.transmits, it.msgLen)
+	bi, ok := q.bucket(it.transmits, it.msgLen, hint)
 	if !ok {
-		var buf []qent
-		if n := len(q.spare); n > 0 {
-			buf, q.spare = q.spare[n-1], q.spare[:n-1]
-		}
-		tr.buckets = slices.Insert(tr.buckets, bi, qbucket{msgLen: it.msgLen, buf: buf})
+		buf := q.pool.get(minBucketCap)
+		mid := int32(len(buf) / 2)
+		tr.buckets = slices.Insert(tr.buckets, bi, qbucket{msgLen: it.msgLen, lo: mid, hi: mid, buf: buf})
+		tr.minLen = tr.buckets[len(tr.buckets)-1].msgLen
 	}
 	b := &tr.buckets[bi]
 	e := qent{id: it.id, ref: it.ref, name: it.name}
-	if n := len(b.buf); n == b.lo || b.buf[n-1].id < it.id {
-		// The newest of its bucket, as a new broadcast and most
-		// retransmitted ones are: an append, without a search.
-		b.insert(n-b.lo, e)
+	switch items := b.items(); {
+	case len(items) == 0 || items[len(items)-1].id < it.id:
+		// The newest of its bucket, as a new broadcast is: an append,
+		// without a search.
+		b.insert(len(items), e, q.pool)
 		tr.n++
 		q.n++
-	} else if i, ok := slices.BinarySearchFunc(b.items(), it.id, cmpQEnt); ok {
-		b.buf[b.lo+i] = e
-	} else {
-		b.insert(i, e)
+	case items[0].id > it.id:
+		// The oldest, as an item moved up a tier often is.
+		b.insert(0, e, q.pool)
 		tr.n++
 		q.n++
+	default:
+		if i, ok := slices.BinarySearchFunc(items, it.id, cmpQEnt); ok {
+			items[i] = e
+		} else {
+			b.insert(i, e, q.pool)
+			tr.n++
+			q.n++
+		}
 	}
 	if it.name != noName {
 		if q.named == nil {
@@ -218,6 +334,7 @@ func (q *bqueue) addItem(it qitem) {
 		}
 		q.named[it.name] = it
 	}
+	return bi
 }
 
 // retransmitLimit is memberlist's retransmitLimit.
@@ -260,24 +377,21 @@ func (q *bqueue) getBroadcasts(overhead, limit, numNodes int, out []uint32, rein
 		// The least item of the tier that fits: the highest id of its
 		// longest bucket not longer than free. Empty buckets are removed,
 		// so the first that fits is it.
-		bi := -1
 		tr := &q.tiers[transmits]
-		for i := range tr.buckets {
-			if int64(tr.buckets[i].msgLen) <= free {
-				bi = i
-				break
-			}
-		}
-		if bi < 0 {
+		if tr.n == 0 || int64(tr.minLen) > free {
 			transmits++
 			continue
 		}
+		bi := 0
+		for int64(tr.buckets[bi].msgLen) > free {
+			bi++
+		}
 		b := &tr.buckets[bi]
-		e := b.buf[len(b.buf)-1]
+		e := b.buf[b.hi-1]
 		keep := qitem{id: e.id, transmits: transmits, msgLen: b.msgLen, ref: e.ref, name: e.name}
 		bytesUsed += overhead + int(keep.msgLen)
 		out = append(out, keep.ref)
-		q.removeAt(transmits, bi, len(b.buf)-1-b.lo)
+		q.removeAt(transmits, bi, int(b.hi-b.lo)-1)
 		if keep.name != noName {
 			delete(q.named, keep.name)
 		}
@@ -286,8 +400,11 @@ func (q *bqueue) getBroadcasts(overhead, limit, numNodes int, out []uint32, rein
 			reinsert = append(reinsert, keep)
 		}
 	}
+	// Items leave a tier in memberlist's order, so consecutive ones mostly
+	// go to the same bucket: each guesses its predecessor's.
+	hint := 0
 	for _, it := range reinsert {
-		q.addItem(it)
+		hint = q.addItem(it, hint)
 	}
 	return out, reinsert
 }

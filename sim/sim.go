@@ -32,6 +32,7 @@ type Sim struct {
 	registry []part
 	refBuf   []uint32  // getBroadcasts scratch
 	reinsert []qitem   // getBroadcasts scratch
+	qpool    qpool     // the nodes' queues' spare bucket buffers
 	pktFree  []*packet // delivered or lost packets, for reuse
 	stats    counters
 	// lastStreamAt is when the last stream sent will arrive.
@@ -340,7 +341,7 @@ func (s *Sim) newNode(id int32, life, mlInc uint32) (*node, error) {
 		view:     make(map[int32]*peerView),
 		helping:  make(map[uint32]*helpState),
 	}
-	n.queue = newBQueue(s.cfg.RetransmitMult)
-	n.mlQueue = newBQueue(s.cfg.RetransmitMult)
+	n.queue = newBQueue(s.cfg.RetransmitMult, &s.qpool)
+	n.mlQueue = newBQueue(s.cfg.RetransmitMult, &s.qpool)
 	return n, nil
 }
