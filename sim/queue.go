@@ -34,20 +34,79 @@ import (
 type bqueue struct {
 	retransmitMult int
 	tiers          []qtier         // by transmit count
+	width          int             // bucket slots per tier
+	slots          []qbucket       // tier t's buckets: slots[t*width:][:tiers[t].nb]
 	n              int             // items queued
 	named          map[int32]qitem // memberlist's tm: the queued item of each name
 	idGen          int64
 	pool           *qpool // where bucket buffers come from and go back to
 }
 
-// qtier holds the items of one transmit count, in buckets by message
-// length, longest first. minLen is the last bucket's length, so that
-// GetBroadcasts can pass over a tier where nothing fits (as it does, tier
-// after tier, once a packet is nearly full) without touching its buckets.
+// qtier counts the items of one transmit count and its buckets, by
+// message length, longest first. minLen is the last bucket's length, so
+// that GetBroadcasts can pass over a tier where nothing fits (as it does,
+// tier after tier, once a packet is nearly full) without touching its
+// buckets. The buckets of all tiers are in one array, a fixed number of
+// slots per tier (widened when a tier needs more): GetBroadcasts moves
+// items from a tier to the next, and their buckets are then close
+// together in memory rather than in an allocation per tier.
 type qtier struct {
-	n       int32
-	minLen  int32
-	buckets []qbucket
+	n, nb, minLen int32
+}
+
+// initWidth is the initial number of bucket slots per tier: the
+// simulator's messages come in a few lengths.
+const initWidth = 4
+
+// buckets returns tier t's buckets.
+func (q *bqueue) buckets(t int32) []qbucket {
+	i := int(t) * q.width
+	return q.slots[i : i+int(q.tiers[t].nb) : i+q.width]
+}
+
+// addTiers makes tiers up to t.
+func (q *bqueue) addTiers(t int32) {
+	if q.width == 0 {
+		q.width = initWidth
+	}
+	k := int(t) + 1 - len(q.tiers)
+	q.tiers = append(q.tiers, make([]qtier, k)...)
+	q.slots = append(q.slots, make([]qbucket, k*q.width)...)
+}
+
+// insertBucket inserts an empty bucket of length l at index bi of tier
+// t, widening the tiers' slots if it has none left.
+func (q *bqueue) insertBucket(t int32, bi int, l int32) {
+	tr := &q.tiers[t]
+	if int(tr.nb) == q.width {
+		w := 2 * q.width
+		slots := make([]qbucket, len(q.tiers)*w)
+		for i := range q.tiers {
+			copy(slots[i*w:], q.buckets(int32(i)))
+		}
+		q.slots, q.width = slots, w
+	}
+	bs := q.buckets(t)[:tr.nb+1]
+	copy(bs[bi+1:], bs[bi:])
+	buf := q.pool.get(minBucketCap)
+	mid := int32(len(buf) / 2)
+	bs[bi] = qbucket{msgLen: l, lo: mid, hi: mid, buf: buf}
+	tr.nb++
+	tr.minLen = bs[len(bs)-1].msgLen
+}
+
+// deleteBucket deletes the emptied bucket bi of tier t, its buffer going
+// back to the pool.
+func (q *bqueue) deleteBucket(t int32, bi int) {
+	tr := &q.tiers[t]
+	bs := q.buckets(t)
+	q.pool.put(bs[bi].buf)
+	copy(bs[bi:], bs[bi+1:])
+	bs[len(bs)-1] = qbucket{}
+	tr.nb--
+	if tr.nb > 0 {
+		tr.minLen = bs[tr.nb-1].msgLen
+	}
 }
 
 // qbucket holds the items of one tier and length, by id ascending (so in
@@ -185,12 +244,15 @@ type qitem struct {
 const noName = int32(-1)
 
 // newBQueue returns an empty queue taking its buffers from pool, or from
-// a pool of its own when pool is nil.
-func newBQueue(retransmitMult int, pool *qpool) *bqueue {
+// a pool of its own when pool is nil. A node holds its queues by value:
+// they are looked at for every packet it sends, mostly to find them
+// empty or to take from their first tiers, and a pointer to follow was
+// a cache miss of its own.
+func newBQueue(retransmitMult int, pool *qpool) bqueue {
 	if pool == nil {
 		pool = new(qpool)
 	}
-	return &bqueue{retransmitMult: retransmitMult, pool: pool}
+	return bqueue{retransmitMult: retransmitMult, pool: pool}
 }
 
 // queue is QueueBroadcast of a message of size msgLen registered as ref;
@@ -218,7 +280,7 @@ func (q *bqueue) bucket(t, l int32, hint int) (int, bool) {
 	if int(t) >= len(q.tiers) {
 		return 0, false
 	}
-	bs := q.tiers[t].buckets
+	bs := q.buckets(t)
 	if hint < len(bs) && bs[hint].msgLen == l {
 		return hint, true
 	}
@@ -246,13 +308,8 @@ func (q *bqueue) bucket(t, l int32, hint int) (int, bool) {
 // that item; the caller handles the name index.
 func (q *bqueue) removeAt(t int32, bi, i int) {
 	tr := &q.tiers[t]
-	b := &tr.buckets[bi]
-	if b.hi-b.lo == 1 {
-		q.pool.put(b.buf)
-		tr.buckets = slices.Delete(tr.buckets, bi, bi+1)
-		if k := len(tr.buckets); k > 0 {
-			tr.minLen = tr.buckets[k-1].msgLen
-		}
+	if b := &q.buckets(t)[bi]; b.hi-b.lo == 1 {
+		q.deleteBucket(t, bi)
 	} else {
 		b.remove(i)
 	}
@@ -267,7 +324,7 @@ func (q *bqueue) removeAt(t int32, bi, i int) {
 // item whose key (tier, length, id) equals it's, if any.
 func (q *bqueue) deleteItem(it qitem) {
 	if bi, ok := q.bucket(it.transmits, it.msgLen, 0); ok {
-		b := &q.tiers[it.transmits].buckets[bi]
+		b := &q.buckets(it.transmits)[bi]
 		if i, ok := slices.BinarySearchFunc(b.items(), it.id, cmpQEnt); ok {
 			q.removeAt(it.transmits, bi, i)
 		}
@@ -295,17 +352,14 @@ func cmpQEnt(e qent, id int64) int {
 // returns the index.
 func (q *bqueue) addItem(it qitem, hint int) int {
 	if int(it.transmits) >= len(q.tiers) {
-		q.tiers = append(q.tiers, make([]qtier, int(it.transmits)+1-len(q.tiers))...)
+		q.addTiers(it.transmits)
 	}
-	tr := &q.tiers[it.transmits]
 	bi, ok := q.bucket(it.transmits, it.msgLen, hint)
 	if !ok {
-		buf := q.pool.get(minBucketCap)
-		mid := int32(len(buf) / 2)
-		tr.buckets = slices.Insert(tr.buckets, bi, qbucket{msgLen: it.msgLen, lo: mid, hi: mid, buf: buf})
-		tr.minLen = tr.buckets[len(tr.buckets)-1].msgLen
+		q.insertBucket(it.transmits, bi, it.msgLen)
 	}
-	b := &tr.buckets[bi]
+	tr := &q.tiers[it.transmits]
+	b := &q.buckets(it.transmits)[bi]
 	e := qent{id: it.id, ref: it.ref, name: it.name}
 	switch items := b.items(); {
 	case len(items) == 0 || items[len(items)-1].id < it.id:
@@ -382,11 +436,12 @@ func (q *bqueue) getBroadcasts(overhead, limit, numNodes int, out []uint32, rein
 			transmits++
 			continue
 		}
+		bs := q.buckets(transmits)
 		bi := 0
-		for int64(tr.buckets[bi].msgLen) > free {
+		for int64(bs[bi].msgLen) > free {
 			bi++
 		}
-		b := &tr.buckets[bi]
+		b := &bs[bi]
 		e := b.buf[b.hi-1]
 		keep := qitem{id: e.id, transmits: transmits, msgLen: b.msgLen, ref: e.ref, name: e.name}
 		bytesUsed += overhead + int(keep.msgLen)
@@ -417,8 +472,8 @@ func (q *bqueue) numQueued() int { return q.n }
 func (q *bqueue) prune(maxRetain int) {
 	for q.n > maxRetain {
 		_, hi := q.transmitRange()
-		tr := &q.tiers[hi]
-		b := &tr.buckets[len(tr.buckets)-1] // empty buckets are removed
+		bs := q.buckets(hi)
+		b := &bs[len(bs)-1] // empty buckets are removed
 		e := b.buf[b.lo]
 		q.deleteItem(qitem{id: e.id, transmits: hi, msgLen: b.msgLen, ref: e.ref, name: e.name})
 	}

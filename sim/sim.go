@@ -293,7 +293,7 @@ type node struct {
 	pending    []crdt.Delta
 	ownVersion uint64 // our origin's watermark: the version of our last write
 	flushArmed bool
-	queue      *bqueue // memberlist's TransmitLimitedQueue for Rollcall messages
+	queue      bqueue // memberlist's TransmitLimitedQueue for Rollcall messages
 	leases     *gossip.Leases
 	heardAt    map[int32]int64 // shadow of the lease table's times, for leaseFIFO
 	leaseFIFO  []leaseRec
@@ -306,7 +306,7 @@ type node struct {
 
 	// memberlist
 	mlInc    uint32
-	mlQueue  *bqueue             // memberlist's own broadcast queue
+	mlQueue  bqueue              // memberlist's own broadcast queue
 	view     map[int32]*peerView // peers whose state differs from "alive, incarnation 1, life 1"
 	numDown  int                 // peers dead or left in view
 	probeSeq uint32
