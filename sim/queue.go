@@ -128,8 +128,11 @@ type qbucket struct {
 // items returns the bucket's items, by id ascending.
 func (b *qbucket) items() []qent { return b.buf[b.lo:b.hi] }
 
-// remove deletes the i-th item, moving the shorter side over it.
-func (b *qbucket) remove(i int) {
+// remove deletes the i-th item, moving the shorter side over it. A
+// bucket down to a quarter of its buffer moves to one half the size: items
+// pass through a bucket, and one that held hundreds for a while would
+// otherwise keep their room while other queues need it.
+func (b *qbucket) remove(i int, pool *qpool) {
 	lo, hi := int(b.lo), int(b.hi)
 	if i < hi-lo-1-i {
 		copy(b.buf[lo+1:], b.buf[lo:lo+i])
@@ -137,6 +140,9 @@ func (b *qbucket) remove(i int) {
 	} else {
 		copy(b.buf[lo+i:], b.buf[lo+i+1:hi])
 		b.hi--
+	}
+	if n := int(b.hi - b.lo); 4*n <= len(b.buf) && len(b.buf) >= 4*minBucketCap {
+		b.place(pool.get(len(b.buf)/2), n/2, len(b.buf)/2-n, pool)
 	}
 }
 
@@ -204,15 +210,25 @@ const minBucketCap = 4
 
 func qclass(size int) int { return bits.Len(uint(size/minBucketCap)) - 1 }
 
-// get returns a buffer of size items, a power of two from minBucketCap.
+// get returns a buffer of size items, a power of two from minBucketCap:
+// a spare one of that size, else half of the smallest larger one (whose
+// other halves are spare), else a new one.
 func (p *qpool) get(size int) []qent {
-	if c := qclass(size); c < len(p.free) {
-		if k := len(p.free[c]); k > 0 {
-			buf := p.free[c][k-1]
-			p.free[c][k-1] = nil
-			p.free[c] = p.free[c][:k-1]
-			return buf
+	c := qclass(size)
+	for d := c; d < len(p.free); d++ {
+		k := len(p.free[d])
+		if k == 0 {
+			continue
 		}
+		buf := p.free[d][k-1]
+		p.free[d][k-1] = nil
+		p.free[d] = p.free[d][:k-1]
+		for ; d > c; d-- {
+			h := len(buf) / 2
+			p.free[d-1] = append(p.free[d-1], buf[h:])
+			buf = buf[:h:h]
+		}
+		return buf
 	}
 	return make([]qent, size)
 }
@@ -311,7 +327,7 @@ func (q *bqueue) removeAt(t int32, bi, i int) {
 	if b := &q.buckets(t)[bi]; b.hi-b.lo == 1 {
 		q.deleteBucket(t, bi)
 	} else {
-		b.remove(i)
+		b.remove(i, q.pool)
 	}
 	tr.n--
 	q.n--

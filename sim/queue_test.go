@@ -181,7 +181,7 @@ func TestQBucketDeque(t *testing.T) {
 				want = slices.Insert(want, i, e)
 			} else {
 				i := min(pos(), n-1)
-				b.remove(i)
+				b.remove(i, pool)
 				want = slices.Delete(want, i, i+1)
 			}
 			if !slices.Equal(b.items(), want) {
