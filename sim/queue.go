@@ -128,10 +128,7 @@ type qbucket struct {
 // items returns the bucket's items, by id ascending.
 func (b *qbucket) items() []qent { return b.buf[b.lo:b.hi] }
 
-// remove deletes the i-th item, moving the shorter side over it. A
-// bucket down to a quarter of its buffer moves to one half the size: items
-// pass through a bucket, and one that held hundreds for a while would
-// otherwise keep their room while other queues need it.
+// remove deletes the i-th item, moving the shorter side over it.
 func (b *qbucket) remove(i int, pool *qpool) {
 	lo, hi := int(b.lo), int(b.hi)
 	if i < hi-lo-1-i {
@@ -141,8 +138,48 @@ func (b *qbucket) remove(i int, pool *qpool) {
 		copy(b.buf[lo+i:], b.buf[lo+i+1:hi])
 		b.hi--
 	}
-	if n := int(b.hi - b.lo); 4*n <= len(b.buf) && len(b.buf) >= 4*minBucketCap {
+	b.shrink(pool)
+}
+
+// shrink moves a bucket down to a quarter of its buffer to one half the
+// size: items pass through a bucket, and one that held hundreds for a
+// while would otherwise keep their room while other queues need it.
+func (b *qbucket) shrink(pool *qpool) {
+	for n := int(b.hi - b.lo); 4*n <= len(b.buf) && len(b.buf) >= 4*minBucketCap; {
 		b.place(pool.get(len(b.buf)/2), n/2, len(b.buf)/2-n, pool)
+	}
+}
+
+// insertBlock puts blk at the front of the items or behind them, first
+// making room there as insert does: within the buffer when there is
+// enough, else in a larger one.
+func (b *qbucket) insertBlock(front bool, blk []qent, pool *qpool) {
+	n, k := int(b.hi-b.lo), len(blk)
+	if n == 0 {
+		front = false // either end: the back
+	}
+	i, room := n, len(b.buf)-int(b.hi)
+	if front {
+		i, room = 0, int(b.lo)
+	}
+	if room < k {
+		free := len(b.buf) - n
+		if free < k+n/4 {
+			size := 2 * len(b.buf)
+			for size-n < k+(n+k)/4 {
+				size *= 2
+			}
+			b.place(pool.get(size), i, size-n, pool)
+		} else {
+			b.place(b.buf, i, free, pool)
+		}
+	}
+	if front {
+		b.lo -= int32(k)
+		copy(b.buf[b.lo:], blk)
+	} else {
+		copy(b.buf[b.hi:], blk)
+		b.hi += int32(k)
 	}
 }
 
@@ -430,54 +467,144 @@ func (q *bqueue) transmitRange() (lo, hi int32) {
 
 // getBroadcasts is GetBroadcasts: it appends to out the registry indexes
 // of the messages memberlist would return, in its order. numNodes is what
-// NumNodes returns. reinsert is scratch space, returned for reuse.
-func (q *bqueue) getBroadcasts(overhead, limit, numNodes int, out []uint32, reinsert []qitem) ([]uint32, []qitem) {
+// NumNodes returns. sc is scratch space.
+//
+// memberlist takes, tier by tier, the least item that fits until none
+// does, and then puts the items it took back one tier up. Which items
+// those are follows from the buckets' lengths and sizes alone: from each
+// bucket it takes the newest items, as many as fit, and it leaves the
+// bucket for good once the next does not (the free room only shrinks).
+// So the search reads the tiers' bucket headers, not their items, and
+// the items then move as blocks: a bucket's newest k are copied out at
+// once, and mostly land as a block at the front or the back of the next
+// tier's bucket (else they go in one by one, as memberlist adds them).
+// The name index and out change in memberlist's order.
+func (q *bqueue) getBroadcasts(overhead, limit, numNodes int, out []uint32, sc *qscratch) []uint32 {
 	if q.n == 0 {
-		return out, reinsert
+		return out
 	}
 	transmitLimit := retransmitLimit(q.retransmitMult, numNodes)
 	bytesUsed := 0
-	reinsert = reinsert[:0]
+	free := int64(limit - bytesUsed - overhead)
+	takes := sc.takes[:0]
 	minTr, maxTr := q.transmitRange()
-	for transmits := minTr; transmits <= maxTr; {
-		free := int64(limit - bytesUsed - overhead)
-		if free <= 0 {
-			break
-		}
-		// The least item of the tier that fits: the highest id of its
-		// longest bucket not longer than free. Empty buckets are removed,
-		// so the first that fits is it.
-		tr := &q.tiers[transmits]
+search:
+	for t := minTr; t <= maxTr && free > 0; t++ {
+		tr := &q.tiers[t]
 		if tr.n == 0 || int64(tr.minLen) > free {
-			transmits++
 			continue
 		}
-		bs := q.buckets(transmits)
-		bi := 0
-		for int64(bs[bi].msgLen) > free {
-			bi++
-		}
-		b := &bs[bi]
-		e := b.buf[b.hi-1]
-		keep := qitem{id: e.id, transmits: transmits, msgLen: b.msgLen, ref: e.ref, name: e.name}
-		bytesUsed += overhead + int(keep.msgLen)
-		out = append(out, keep.ref)
-		q.removeAt(transmits, bi, int(b.hi-b.lo)-1)
-		if keep.name != noName {
-			delete(q.named, keep.name)
-		}
-		if int(keep.transmits)+1 < transmitLimit {
-			keep.transmits++
-			reinsert = append(reinsert, keep)
+		for bi, b := range q.buckets(t) {
+			l := int64(b.msgLen)
+			k := int32(0)
+			for k < b.hi-b.lo && free > 0 && l <= free {
+				k++
+				bytesUsed += overhead + int(l)
+				free = int64(limit - bytesUsed - overhead)
+			}
+			if k > 0 {
+				takes = append(takes, qtake{t: t, bi: int32(bi), k: k, l: b.msgLen})
+			}
+			if free <= 0 {
+				break search
+			}
 		}
 	}
-	// Items leave a tier in memberlist's order, so consecutive ones mostly
-	// go to the same bucket: each guesses its predecessor's.
-	hint := 0
-	for _, it := range reinsert {
-		hint = q.addItem(it, hint)
+	// Copy the items out, newest first.
+	items := sc.items[:0]
+	for i := range takes {
+		tk := &takes[i]
+		b := &q.buckets(tk.t)[tk.bi]
+		blk := b.buf[b.hi-tk.k : b.hi]
+		for j := len(blk) - 1; j >= 0; j-- {
+			out = append(out, blk[j].ref)
+			if blk[j].name != noName {
+				delete(q.named, blk[j].name)
+			}
+		}
+		tk.off = int32(len(items))
+		if int(tk.t)+1 < transmitLimit {
+			items = append(items, blk...)
+		}
 	}
-	return out, reinsert
+	// Remove them, the last bucket first, so that removing an emptied
+	// bucket leaves the others' indexes as they are.
+	for i := len(takes) - 1; i >= 0; i-- {
+		tk := takes[i]
+		b := &q.buckets(tk.t)[tk.bi]
+		b.hi -= tk.k
+		if b.hi == b.lo {
+			q.deleteBucket(tk.t, int(tk.bi))
+		} else {
+			b.shrink(q.pool)
+		}
+		q.tiers[tk.t].n -= tk.k
+		q.n -= int(tk.k)
+	}
+	if q.n == 0 {
+		q.idGen = 0
+	}
+	// Put them back a tier up, in memberlist's order.
+	for i, tk := range takes {
+		if int(tk.t)+1 >= transmitLimit {
+			continue
+		}
+		end := len(items)
+		if i+1 < len(takes) {
+			end = int(takes[i+1].off)
+		}
+		q.addBlock(tk.t+1, tk.l, items[tk.off:end])
+	}
+	sc.takes, sc.items = takes, items
+	return out
+}
+
+// qscratch is getBroadcasts' scratch space.
+type qscratch struct {
+	takes []qtake
+	items []qent
+}
+
+// qtake is what getBroadcasts takes from one bucket: the k newest items
+// of bucket bi (of length l) of tier t, copied to qscratch.items[off:]
+// when they go back.
+type qtake struct {
+	t, bi, k, l, off int32
+}
+
+// addBlock adds blk, items of length l by id ascending, to tier t, as
+// addItem adds each of them from the newest to the oldest.
+func (q *bqueue) addBlock(t, l int32, blk []qent) {
+	if int(t) >= len(q.tiers) {
+		q.addTiers(t)
+	}
+	bi, ok := q.bucket(t, l, 0)
+	if !ok {
+		q.insertBucket(t, bi, l)
+	}
+	b := &q.buckets(t)[bi]
+	switch n := b.hi - b.lo; {
+	case n == 0 || b.buf[b.hi-1].id < blk[0].id:
+		b.insertBlock(false, blk, q.pool)
+	case b.buf[b.lo].id > blk[len(blk)-1].id:
+		b.insertBlock(true, blk, q.pool)
+	default:
+		for j := len(blk) - 1; j >= 0; j-- {
+			e := blk[j]
+			q.addItem(qitem{id: e.id, transmits: t, msgLen: l, ref: e.ref, name: e.name}, bi)
+		}
+		return
+	}
+	q.tiers[t].n += int32(len(blk))
+	q.n += len(blk)
+	for j := len(blk) - 1; j >= 0; j-- {
+		if e := blk[j]; e.name != noName {
+			if q.named == nil {
+				q.named = make(map[int32]qitem)
+			}
+			q.named[e.name] = qitem{id: e.id, transmits: t, msgLen: l, ref: e.ref, name: e.name}
+		}
+	}
 }
 
 // numQueued is NumQueued.

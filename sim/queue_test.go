@@ -33,7 +33,7 @@ func compareQueues(t *testing.T, seed uint64) {
 	// Equal sizes make ties on length, so the id order is exercised.
 	sizes := []int{4 + rng.IntN(maxSize), 4 + rng.IntN(maxSize), 4 + rng.IntN(maxSize)}
 	var out []uint32
-	var scratch []qitem
+	var scratch qscratch
 	ops := 200 + rng.IntN(2000)
 	queued := false
 	// A node's Rollcall queue holds delta batches and alive announcements
@@ -81,7 +81,7 @@ func compareQueues(t *testing.T, seed uint64) {
 			for _, b := range real.GetBroadcasts(overhead, limit) {
 				want = append(want, binary.LittleEndian.Uint32(b))
 			}
-			out, scratch = model.getBroadcasts(overhead, limit, numNodes, out[:0], scratch)
+			out = model.getBroadcasts(overhead, limit, numNodes, out[:0], &scratch)
 			if !slices.Equal(want, out) && !(len(want) == 0 && len(out) == 0) {
 				t.Fatalf("op %d: GetBroadcasts(%d, %d) = %v, memberlist's %v", op, overhead, limit, out, want)
 			}
@@ -153,9 +153,10 @@ func (b *mlBroadcast) Message() []byte { return b.msg }
 func (b *mlBroadcast) Finished()       {}
 
 // TestQBucketDeque drives one bucket with inserts and removals at random
-// positions, biased to the ends as the queue's are, and requires the same
-// items as a plain slice after every operation, through the moves within
-// its buffer and into larger ones from a shared pool.
+// positions, biased to the ends as the queue's are, and with blocks put at
+// either end, and requires the same items as a plain slice after every
+// operation, through the moves within its buffer and into larger or
+// smaller ones from a shared pool.
 func TestQBucketDeque(t *testing.T) {
 	pool := new(qpool)
 	for seed := range uint64(50) {
@@ -174,7 +175,21 @@ func TestQBucketDeque(t *testing.T) {
 				}
 				return rng.IntN(n + 1)
 			}
-			if n == 0 || rng.IntN(100) < 60-int(seed%3)*15 {
+			if x := rng.IntN(10); x < 2 {
+				// A block, at the front or the back, as GetBroadcasts
+				// moves a bucket's newest items a tier up.
+				blk := make([]qent, 1+rng.IntN(20))
+				for j := range blk {
+					blk[j] = qent{id: int64(op), ref: uint32(j)}
+				}
+				front := x == 0
+				b.insertBlock(front, blk, pool)
+				if front {
+					want = append(slices.Clone(blk), want...)
+				} else {
+					want = append(want, blk...)
+				}
+			} else if n == 0 || rng.IntN(100) < 60-int(seed%3)*15 {
 				i := pos()
 				e := qent{id: int64(op), ref: uint32(op)}
 				b.insert(i, e, pool)

@@ -31,7 +31,7 @@ type Sim struct {
 	group    []int32 // partition group per node; nil when whole
 	registry []part
 	refBuf   []uint32  // getBroadcasts scratch
-	reinsert []qitem   // getBroadcasts scratch
+	qscratch qscratch  // getBroadcasts scratch
 	qpool    qpool     // the nodes' queues' spare bucket buffers
 	pktFree  []*packet // delivered or lost packets, for reuse
 	stats    counters
