@@ -150,30 +150,13 @@ func (b *qbucket) shrink(pool *qpool) {
 	}
 }
 
-// insertBlock puts blk at the front of the items or behind them, first
-// making room there as insert does: within the buffer when there is
-// enough, else in a larger one.
+// insertBlock puts blk at the front of the items or behind them.
 func (b *qbucket) insertBlock(front bool, blk []qent, pool *qpool) {
-	n, k := int(b.hi-b.lo), len(blk)
-	if n == 0 {
+	if b.hi == b.lo {
 		front = false // either end: the back
 	}
-	i, room := n, len(b.buf)-int(b.hi)
-	if front {
-		i, room = 0, int(b.lo)
-	}
-	if room < k {
-		free := len(b.buf) - n
-		if free < k+n/4 {
-			size := 2 * len(b.buf)
-			for size-n < k+(n+k)/4 {
-				size *= 2
-			}
-			b.place(pool.get(size), i, size-n, pool)
-		} else {
-			b.place(b.buf, i, free, pool)
-		}
-	}
+	k := len(blk)
+	b.makeRoom(front, k, pool)
 	if front {
 		b.lo -= int32(k)
 		copy(b.buf[b.lo:], blk)
@@ -181,6 +164,100 @@ func (b *qbucket) insertBlock(front bool, blk []qent, pool *qpool) {
 		copy(b.buf[b.hi:], blk)
 		b.hi += int32(k)
 	}
+}
+
+// makeRoom makes room for k items in front of the items or behind them,
+// as insert does: within the buffer when there is enough, else in a
+// larger one.
+func (b *qbucket) makeRoom(front bool, k int, pool *qpool) {
+	n := int(b.hi - b.lo)
+	i, room := n, len(b.buf)-int(b.hi)
+	if front {
+		i, room = 0, int(b.lo)
+	}
+	if room >= k {
+		return
+	}
+	free := len(b.buf) - n
+	if free >= k+n/4 {
+		b.place(b.buf, i, free, pool)
+		return
+	}
+	size := 2 * len(b.buf)
+	for size-n < k+(n+k)/4 {
+		size *= 2
+	}
+	b.place(pool.get(size), i, size-n, pool)
+}
+
+// mergeBlock merges blk, items by id ascending, into the bucket's, an item
+// of blk replacing the one with its id (ReplaceOrInsert's equal key); tmp
+// is scratch space. Only one side of the items moves, whichever is
+// shorter: those up to blk's newest, merged into room made in front, or
+// those from blk's oldest on, merged into room made behind. It returns
+// how many items it added.
+func (b *qbucket) mergeBlock(blk []qent, pool *qpool, tmp *[]qent) int {
+	items := b.items()
+	first, last := blk[0].id, blk[len(blk)-1].id
+	// items[:head] are not after blk's last, items[tail:] not before its first.
+	head, _ := slices.BinarySearchFunc(items, last, func(e qent, id int64) int {
+		if e.id <= id {
+			return -1
+		}
+		return 1
+	})
+	tail, _ := slices.BinarySearchFunc(items, first, cmpQEnt)
+	front := head < len(items)-tail
+	var seg []qent
+	if front {
+		seg = append((*tmp)[:0], items[:head]...)
+	} else {
+		seg = append((*tmp)[:0], items[tail:]...)
+	}
+	*tmp = seg
+	b.makeRoom(front, len(blk), pool)
+	// Merge into the room: from the back when it is in front, else from
+	// the front.
+	var merged int
+	if front {
+		end := int(b.lo) + head
+		w, i, j := end, len(seg)-1, len(blk)-1
+		for i >= 0 || j >= 0 {
+			w--
+			switch {
+			case j < 0 || i >= 0 && seg[i].id > blk[j].id:
+				b.buf[w] = seg[i]
+				i--
+			case i >= 0 && seg[i].id == blk[j].id:
+				b.buf[w] = blk[j]
+				i, j = i-1, j-1
+			default:
+				b.buf[w] = blk[j]
+				j--
+			}
+		}
+		merged = end - w
+		b.lo = int32(w)
+	} else {
+		w, i, j := int(b.lo)+tail, 0, 0
+		for i < len(seg) || j < len(blk) {
+			switch {
+			case j == len(blk) || i < len(seg) && seg[i].id < blk[j].id:
+				b.buf[w] = seg[i]
+				i++
+			case i < len(seg) && seg[i].id == blk[j].id:
+				b.buf[w] = blk[j]
+				i, j = i+1, j+1
+			default:
+				b.buf[w] = blk[j]
+				j++
+			}
+			w++
+		}
+		merged = w - int(b.lo) - tail
+		b.hi = int32(w)
+	}
+	return merged - len(seg)
 }
 
 // insert puts e at index i, moving the shorter side of i away from it.
@@ -322,21 +399,18 @@ func (q *bqueue) queue(ref uint32, msgLen int, name int32) {
 			q.deleteItem(old)
 		}
 	}
-	q.addItem(it, 0)
+	q.addItem(it)
 }
 
 // bucket finds tier t's bucket of length l: its index, and whether it
-// exists (else where it goes). hint is a guess of the index. A tier has a
-// few buckets (the simulator's messages come in a few lengths), so a scan
-// finds it sooner than a binary search.
-func (q *bqueue) bucket(t, l int32, hint int) (int, bool) {
+// exists (else where it goes). A tier has a few buckets (the simulator's
+// messages come in a few lengths), so a scan finds it sooner than a binary
+// search.
+func (q *bqueue) bucket(t, l int32) (int, bool) {
 	if int(t) >= len(q.tiers) {
 		return 0, false
 	}
 	bs := q.buckets(t)
-	if hint < len(bs) && bs[hint].msgLen == l {
-		return hint, true
-	}
 	if len(bs) > 8 {
 		return slices.BinarySearchFunc(bs, l, func(b qbucket, l int32) int {
 			switch {
@@ -376,7 +450,7 @@ func (q *bqueue) removeAt(t int32, bi, i int) {
 // deleteItem is memberlist's deleteItem: the B-tree's Delete removes the
 // item whose key (tier, length, id) equals it's, if any.
 func (q *bqueue) deleteItem(it qitem) {
-	if bi, ok := q.bucket(it.transmits, it.msgLen, 0); ok {
+	if bi, ok := q.bucket(it.transmits, it.msgLen); ok {
 		b := &q.buckets(it.transmits)[bi]
 		if i, ok := slices.BinarySearchFunc(b.items(), it.id, cmpQEnt); ok {
 			q.removeAt(it.transmits, bi, i)
@@ -401,13 +475,13 @@ func cmpQEnt(e qent, id int64) int {
 }
 
 // addItem is memberlist's addItem (ReplaceOrInsert: an item with an equal
-// key is replaced). hint is a guess of the bucket's index in its tier; it
-// returns the index.
-func (q *bqueue) addItem(it qitem, hint int) int {
+// key is replaced), for a new broadcast; getBroadcasts puts items back
+// with addBlock.
+func (q *bqueue) addItem(it qitem) {
 	if int(it.transmits) >= len(q.tiers) {
 		q.addTiers(it.transmits)
 	}
-	bi, ok := q.bucket(it.transmits, it.msgLen, hint)
+	bi, ok := q.bucket(it.transmits, it.msgLen)
 	if !ok {
 		q.insertBucket(it.transmits, bi, it.msgLen)
 	}
@@ -416,14 +490,10 @@ func (q *bqueue) addItem(it qitem, hint int) int {
 	e := qent{id: it.id, ref: it.ref, name: it.name}
 	switch items := b.items(); {
 	case len(items) == 0 || items[len(items)-1].id < it.id:
-		// The newest of its bucket, as a new broadcast is: an append,
-		// without a search.
+		// The newest of its bucket, as a new broadcast always is but
+		// when the id generator wraps around: an append, without a
+		// search.
 		b.insert(len(items), e, q.pool)
-		tr.n++
-		q.n++
-	case items[0].id > it.id:
-		// The oldest, as an item moved up a tier often is.
-		b.insert(0, e, q.pool)
 		tr.n++
 		q.n++
 	default:
@@ -441,7 +511,6 @@ func (q *bqueue) addItem(it qitem, hint int) int {
 		}
 		q.named[it.name] = it
 	}
-	return bi
 }
 
 // retransmitLimit is memberlist's retransmitLimit.
@@ -477,8 +546,9 @@ func (q *bqueue) transmitRange() (lo, hi int32) {
 // So the search reads the tiers' bucket headers, not their items, and
 // the items then move as blocks: a bucket's newest k are copied out at
 // once, and mostly land as a block at the front or the back of the next
-// tier's bucket (else they go in one by one, as memberlist adds them).
-// The name index and out change in memberlist's order.
+// tier's bucket (else they are merged into it, as memberlist's one by one
+// adds would place them). The name index and out change in memberlist's
+// order.
 func (q *bqueue) getBroadcasts(overhead, limit, numNodes int, out []uint32, sc *qscratch) []uint32 {
 	if q.n == 0 {
 		return out
@@ -553,7 +623,7 @@ search:
 		if i+1 < len(takes) {
 			end = int(takes[i+1].off)
 		}
-		q.addBlock(tk.t+1, tk.l, items[tk.off:end])
+		q.addBlock(tk.t+1, tk.l, items[tk.off:end], &sc.merge)
 	}
 	sc.takes, sc.items = takes, items
 	return out
@@ -563,6 +633,7 @@ search:
 type qscratch struct {
 	takes []qtake
 	items []qent
+	merge []qent
 }
 
 // qtake is what getBroadcasts takes from one bucket: the k newest items
@@ -573,30 +644,28 @@ type qtake struct {
 }
 
 // addBlock adds blk, items of length l by id ascending, to tier t, as
-// addItem adds each of them from the newest to the oldest.
-func (q *bqueue) addBlock(t, l int32, blk []qent) {
+// addItem adds each of them from the newest to the oldest. tmp is scratch
+// space.
+func (q *bqueue) addBlock(t, l int32, blk []qent, tmp *[]qent) {
 	if int(t) >= len(q.tiers) {
 		q.addTiers(t)
 	}
-	bi, ok := q.bucket(t, l, 0)
+	bi, ok := q.bucket(t, l)
 	if !ok {
 		q.insertBucket(t, bi, l)
 	}
 	b := &q.buckets(t)[bi]
+	added := len(blk)
 	switch n := b.hi - b.lo; {
 	case n == 0 || b.buf[b.hi-1].id < blk[0].id:
 		b.insertBlock(false, blk, q.pool)
 	case b.buf[b.lo].id > blk[len(blk)-1].id:
 		b.insertBlock(true, blk, q.pool)
 	default:
-		for j := len(blk) - 1; j >= 0; j-- {
-			e := blk[j]
-			q.addItem(qitem{id: e.id, transmits: t, msgLen: l, ref: e.ref, name: e.name}, bi)
-		}
-		return
+		added = b.mergeBlock(blk, q.pool, tmp)
 	}
-	q.tiers[t].n += int32(len(blk))
-	q.n += len(blk)
+	q.tiers[t].n += int32(added)
+	q.n += added
 	for j := len(blk) - 1; j >= 0; j-- {
 		if e := blk[j]; e.name != noName {
 			if q.named == nil {
