@@ -15,12 +15,12 @@ import (
 // (and of an item whose key equals another's, as the B-tree's
 // ReplaceOrInsert does), the same tier-by-tier search in GetBroadcasts and
 // the same Prune. It holds the simulator's registry index of each message
-// instead of its bytes. A node's queue is then a few pointer-free slices
-// that the garbage collector need not scan, whose operations allocate
-// nothing in steady state (bucket buffers come from and go back to a pool
-// the Sim's queues share), and where the search for the largest message
-// that fits is a look at a handful of buckets rather than a descent of a
-// 4,096-item tree. queue_test.go checks it against memberlist's own queue
+// instead of its bytes. A node's queue is then a few slices whose items
+// are pointer-free (the garbage collector need not scan them), whose
+// operations allocate nothing in steady state (bucket buffers come from
+// and go back to a pool the Sim's queues share), and where the search for
+// the largest message that fits is a look at a handful of bucket headers
+// rather than a descent of a 4,096-item tree. queue_test.go checks it against memberlist's own queue
 // on random operation sequences: the same broadcasts, in the same order.
 //
 // Only the two kinds of broadcast the simulator queues are supported:
