@@ -291,14 +291,14 @@ func (s *Sim) deadNode(n *node, d part) {
 // first, then Rollcall's, within limit bytes.
 func (s *Sim) getBroadcasts(n *node, overhead, limit int, out []part) []part {
 	used := 0
-	s.refBuf, s.reinsert = n.mlQueue.getBroadcasts(overhead, limit, s.estNumNodes(n), s.refBuf[:0], s.reinsert)
+	s.refBuf = n.mlQueue.getBroadcasts(overhead, limit, s.estNumNodes(n), s.refBuf[:0], &s.qscratch)
 	for _, ref := range s.refBuf {
 		p := s.registry[ref]
 		out = append(out, p)
 		used += regLen(p.size) + overhead
 	}
 	if avail := limit - used; avail > overhead+userMsgFrame {
-		s.refBuf, s.reinsert = n.queue.getBroadcasts(overhead+userMsgFrame, avail, s.numMembers(n), s.refBuf[:0], s.reinsert)
+		s.refBuf = n.queue.getBroadcasts(overhead+userMsgFrame, avail, s.numMembers(n), s.refBuf[:0], &s.qscratch)
 		for _, ref := range s.refBuf {
 			out = append(out, s.registry[ref])
 		}

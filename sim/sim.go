@@ -31,7 +31,8 @@ type Sim struct {
 	group    []int32 // partition group per node; nil when whole
 	registry []part
 	refBuf   []uint32  // getBroadcasts scratch
-	reinsert []qitem   // getBroadcasts scratch
+	qscratch qscratch  // getBroadcasts scratch
+	qpool    qpool     // the nodes' queues' spare bucket buffers
 	pktFree  []*packet // delivered or lost packets, for reuse
 	stats    counters
 	// lastStreamAt is when the last stream sent will arrive.
@@ -291,8 +292,8 @@ type node struct {
 	pending    []crdt.Delta
 	ownVersion uint64 // our origin's watermark: the version of our last write
 	flushArmed bool
-	writeDelay int32   // 1 + the Config.WriteDelays index the armed flush drew; 0 for none
-	queue      *bqueue // memberlist's TransmitLimitedQueue for Rollcall messages
+	writeDelay int32  // 1 + the Config.WriteDelays index the armed flush drew; 0 for none
+	queue      bqueue // memberlist's TransmitLimitedQueue for Rollcall messages
 	leases     *gossip.Leases
 	heardAt    map[int32]int64 // shadow of the lease table's times, for leaseFIFO
 	leaseFIFO  []leaseRec
@@ -312,7 +313,7 @@ type node struct {
 
 	// memberlist
 	mlInc    uint32
-	mlQueue  *bqueue             // memberlist's own broadcast queue
+	mlQueue  bqueue              // memberlist's own broadcast queue
 	view     map[int32]*peerView // peers whose state differs from "alive, incarnation 1, life 1"
 	numDown  int                 // peers dead or left in view
 	probeSeq uint32
@@ -347,7 +348,7 @@ func (s *Sim) newNode(id int32, life, mlInc uint32) (*node, error) {
 		view:     make(map[int32]*peerView),
 		helping:  make(map[uint32]*helpState),
 	}
-	n.queue = newBQueue(s.cfg.RetransmitMult)
-	n.mlQueue = newBQueue(s.cfg.RetransmitMult)
+	n.queue = newBQueue(s.cfg.RetransmitMult, &s.qpool)
+	n.mlQueue = newBQueue(s.cfg.RetransmitMult, &s.qpool)
 	return n, nil
 }
