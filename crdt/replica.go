@@ -164,12 +164,15 @@ func (r *Replica) Apply(d Delta, now int64) (changed bool, dropped []string, err
 	o := d.Origin()
 	st := r.origins[o]
 	if st == nil || !st.latest {
-		var ok bool
-		if ok, dropped = r.admit(o, now); !ok {
+		ok, latest, retiredUsers := r.admit(o, now)
+		if dropped = retiredUsers; !ok {
 			return false, dropped, nil
 		}
-		st = r.originState(o)
-		st.latest = o.Incarnation == r.latestInc[o.Node]
+		if st == nil { // admit creates no origin state
+			st = newOriginState(o)
+			r.origins[o] = st
+		}
+		st.latest = latest
 	}
 	if d.Version() <= st.watermark {
 		return false, dropped, nil
@@ -190,22 +193,25 @@ func (r *Replica) Apply(d Delta, now int64) (changed bool, dropped []string, err
 // are the only writer of our records. Older incarnations of any node,
 // ours included, are: their records merge like any other (a restarted node
 // needs the account settings it wrote in its previous life), and the
-// projection shows their sessions ended (see retired).
-func (r *Replica) admit(o Origin, now int64) (bool, []string) {
+// projection shows their sessions ended (see retired). It also reports
+// whether o is (now) its node's latest incarnation, and returns the users
+// whose sessions a retirement ended.
+func (r *Replica) admit(o Origin, now int64) (ok, latest bool, retiredUsers []string) {
 	if o.Node == r.cfg.Self.Node && o.Incarnation >= r.cfg.Self.Incarnation {
-		return false, nil
+		return false, false, nil
 	}
-	latest, known := r.latestInc[o.Node]
-	if !known || o.Incarnation > latest {
-		r.latestInc[o.Node] = o.Incarnation
-		if known {
-			if old := r.origins[Origin{Node: o.Node, Incarnation: latest}]; old != nil {
-				old.latest = false
-			}
-			return true, r.retire(Origin{Node: o.Node, Incarnation: latest}, now)
-		}
+	inc, known := r.latestInc[o.Node]
+	if known && o.Incarnation <= inc {
+		return true, o.Incarnation == inc, nil
 	}
-	return true, nil
+	r.latestInc[o.Node] = o.Incarnation
+	if !known {
+		return true, true, nil
+	}
+	if old := r.origins[Origin{Node: o.Node, Incarnation: inc}]; old != nil {
+		old.latest = false
+	}
+	return true, true, r.retire(Origin{Node: o.Node, Incarnation: inc}, now)
 }
 
 // retired reports whether o is an older incarnation of its node than one

@@ -113,7 +113,7 @@ func (r *Replica) ApplySync(s Sync, now int64) ([]string, error) {
 	var users []string
 	admitted := make([]*originState, len(s))
 	for i := range s {
-		ok, dropped := r.admit(s[i].Origin, now)
+		ok, _, dropped := r.admit(s[i].Origin, now)
 		users = append(users, dropped...)
 		if ok {
 			admitted[i] = r.originState(s[i].Origin)
