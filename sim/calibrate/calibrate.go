@@ -764,8 +764,6 @@ func (t *countingTransport) WriteTo(b []byte, addr string) (time.Time, error) {
 	return t.NodeAwareTransport.WriteTo(b, addr)
 }
 
-func countDeltas(b []byte) int { return len(packetDeltas(b, nil)) }
-
 // packetDeltas appends the session deltas in packet b to out.
 func packetDeltas(b []byte, out []crdt.Delta) []crdt.Delta {
 	if len(b) >= 5 && b[0] == mlHasCRC {
@@ -815,6 +813,12 @@ func (r *Report) Write(w io.Writer) error {
 	if sc.Host {
 		fmt.Fprintf(w, "simulator write delays: %s\n", summarize(r.WriteDelays))
 	}
+	return writeTable(w, sc.Host, r.Real, r.Sim)
+}
+
+// writeTable prints the real and simulated measures side by side, and with
+// host the simulator's convergence without the write delays.
+func writeTable(w io.Writer, host bool, real, simm Measure) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "metric\treal\tsim\tsim/real\t")
 	row := func(name string, a, b float64) {
@@ -824,21 +828,69 @@ func (r *Report) Write(w io.Writer) error {
 		}
 		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%s\t\n", name, a, b, ratio)
 	}
-	row("convergence p50 (ms)", r.Real.ConvP50, r.Sim.ConvP50)
-	row("convergence p99 (ms)", r.Real.ConvP99, r.Sim.ConvP99)
-	row("copies per change", r.Real.CopiesPerChange, r.Sim.CopiesPerChange)
-	row("crash to offline p50 (ms)", r.Real.CrashP50, r.Sim.CrashP50)
-	row("crash to offline max (ms)", r.Real.CrashMax, r.Sim.CrashMax)
-	row("converged fraction", r.Real.Converged, r.Sim.Converged)
+	row("convergence p50 (ms)", real.ConvP50, simm.ConvP50)
+	row("convergence p99 (ms)", real.ConvP99, simm.ConvP99)
+	row("copies per change", real.CopiesPerChange, simm.CopiesPerChange)
+	row("crash to offline p50 (ms)", real.CrashP50, simm.CrashP50)
+	row("crash to offline max (ms)", real.CrashMax, simm.CrashMax)
+	row("converged fraction", real.Converged, simm.Converged)
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if sc.Host {
+	if host {
 		_, err := fmt.Fprintf(w, "without the write delays (independent packets) the simulator's convergence p50/p99 is %.2f/%.2f ms\n",
-			r.Sim.IndependentP50, r.Sim.IndependentP99)
+			simm.IndependentP50, simm.IndependentP99)
 		return err
 	}
 	return nil
+}
+
+// Medians returns, for each side, the median of every measure over
+// reports of one scenario (curves are not combined: see the first
+// report's). A single run's tail, the eager p99 above all, moves with the
+// host stalls that happen to fall in it; the median of several runs does
+// much less.
+func Medians(reports []*Report) (real, simm Measure) {
+	med := func(f func(*Report) float64) float64 {
+		v := make([]float64, len(reports))
+		for i, r := range reports {
+			v[i] = f(r)
+		}
+		return median(v)
+	}
+	real = Measure{
+		ConvP50:         med(func(r *Report) float64 { return r.Real.ConvP50 }),
+		ConvP99:         med(func(r *Report) float64 { return r.Real.ConvP99 }),
+		CopiesPerChange: med(func(r *Report) float64 { return r.Real.CopiesPerChange }),
+		CrashP50:        med(func(r *Report) float64 { return r.Real.CrashP50 }),
+		CrashMax:        med(func(r *Report) float64 { return r.Real.CrashMax }),
+		Converged:       med(func(r *Report) float64 { return r.Real.Converged }),
+	}
+	simm = Measure{
+		ConvP50:         med(func(r *Report) float64 { return r.Sim.ConvP50 }),
+		ConvP99:         med(func(r *Report) float64 { return r.Sim.ConvP99 }),
+		CopiesPerChange: med(func(r *Report) float64 { return r.Sim.CopiesPerChange }),
+		CrashP50:        med(func(r *Report) float64 { return r.Sim.CrashP50 }),
+		CrashMax:        med(func(r *Report) float64 { return r.Sim.CrashMax }),
+		Converged:       med(func(r *Report) float64 { return r.Sim.Converged }),
+		IndependentP50:  med(func(r *Report) float64 { return r.Sim.IndependentP50 }),
+		IndependentP99:  med(func(r *Report) float64 { return r.Sim.IndependentP99 }),
+	}
+	return real, simm
+}
+
+// median returns the median of v (the mean of the middle two for an even
+// count), sorting v; 0 for none.
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	slices.Sort(v)
+	n := len(v)
+	if n%2 == 1 {
+		return v[n/2]
+	}
+	return (v[n/2-1] + v[n/2]) / 2
 }
 
 // summarize describes measured write delays: how many, the flush delay's
@@ -875,6 +927,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	modes := fs.String("modes", "eager,epidemic", "dissemination modes to calibrate: eager, epidemic or both (epidemic forces the eager threshold below the cluster size)")
 	plotFile := fs.String("plot", "", "also draw FILE (.svg or .png): converged fraction against time, real and simulated, per mode")
 	host := fs.Bool("host", true, "give the simulator the real cluster's measured write delays (flush delay and each receiver's hop, per write); false: independent per-packet latency only")
+	runs := fs.Int("runs", 1, "run each mode this many times, with seeds seed, seed+1, ..., and also print the median of every row, a count (single runs' p99 vary widely on a shared host)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: rollcall sim calibrate [flags]\n\nRuns one scenario on a real in-process cluster and in the simulator and prints both.\nfast memberlist timers: probe 100ms, probe timeout 50ms, suspicion mult 2, gossip 20ms, push/pull 1s; lease 2s, alive 100ms.\n\nflags:")
 		fs.PrintDefaults()
@@ -884,6 +937,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return nil
 		}
 		return err
+	}
+	if *runs < 1 {
+		return fmt.Errorf("--runs %d: need at least one run", *runs)
 	}
 	var rows []sim.Row
 	for _, mode := range splitComma(*modes) {
@@ -897,15 +953,33 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		default:
 			return fmt.Errorf("unknown mode %q", mode)
 		}
-		fmt.Fprintf(stderr, "calibrating %s with %d real nodes...\n", mode, *nodes)
-		r, err := Run(ctx, sc)
-		if err != nil {
-			return err
+		var reports []*Report
+		for i := range *runs {
+			sc.Seed = *seed + uint64(i)
+			fmt.Fprintf(stderr, "calibrating %s with %d real nodes (run %d of %d, seed %d)...\n", mode, *nodes, i+1, *runs, sc.Seed)
+			r, err := Run(ctx, sc)
+			if err != nil {
+				return err
+			}
+			if err := r.Write(stdout); err != nil {
+				return err
+			}
+			fmt.Fprintln(stdout)
+			reports = append(reports, r)
 		}
-		if err := r.Write(stdout); err != nil {
-			return err
+		if *runs > 1 {
+			real, simm := Medians(reports)
+			fmt.Fprintf(stdout, "%d nodes, %s: median of %d runs (seeds %d-%d)\n", *nodes, mode, *runs, *seed, *seed+uint64(*runs-1))
+			if err := writeTable(stdout, *host, real, simm); err != nil {
+				return err
+			}
+			var ratios []string
+			for _, r := range reports {
+				ratios = append(ratios, fmt.Sprintf("%.2f", r.Sim.ConvP99/r.Real.ConvP99))
+			}
+			fmt.Fprintf(stdout, "convergence p99 sim/real per run: %s\n\n", strings.Join(ratios, ", "))
 		}
-		fmt.Fprintln(stdout)
+		r := reports[0]
 		rows = append(rows,
 			sim.Row{Sweep: "calibration", Value: mode + " real cluster", Result: &sim.Result{Curve: r.Real.Curve}},
 			sim.Row{Sweep: "calibration", Value: mode + " simulator", Result: &sim.Result{Curve: r.Sim.Curve}})
