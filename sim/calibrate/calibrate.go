@@ -851,32 +851,29 @@ func writeTable(w io.Writer, host bool, real, simm Measure) error {
 // host stalls that happen to fall in it; the median of several runs does
 // much less.
 func Medians(reports []*Report) (real, simm Measure) {
-	med := func(f func(*Report) float64) float64 {
+	return medianMeasure(reports, func(r *Report) *Measure { return &r.Real }),
+		medianMeasure(reports, func(r *Report) *Measure { return &r.Sim })
+}
+
+// medianMeasure is the median, field by field, of one side of reports.
+func medianMeasure(reports []*Report, side func(*Report) *Measure) Measure {
+	med := func(f func(*Measure) float64) float64 {
 		v := make([]float64, len(reports))
 		for i, r := range reports {
-			v[i] = f(r)
+			v[i] = f(side(r))
 		}
 		return median(v)
 	}
-	real = Measure{
-		ConvP50:         med(func(r *Report) float64 { return r.Real.ConvP50 }),
-		ConvP99:         med(func(r *Report) float64 { return r.Real.ConvP99 }),
-		CopiesPerChange: med(func(r *Report) float64 { return r.Real.CopiesPerChange }),
-		CrashP50:        med(func(r *Report) float64 { return r.Real.CrashP50 }),
-		CrashMax:        med(func(r *Report) float64 { return r.Real.CrashMax }),
-		Converged:       med(func(r *Report) float64 { return r.Real.Converged }),
+	return Measure{
+		ConvP50:         med(func(m *Measure) float64 { return m.ConvP50 }),
+		ConvP99:         med(func(m *Measure) float64 { return m.ConvP99 }),
+		CopiesPerChange: med(func(m *Measure) float64 { return m.CopiesPerChange }),
+		CrashP50:        med(func(m *Measure) float64 { return m.CrashP50 }),
+		CrashMax:        med(func(m *Measure) float64 { return m.CrashMax }),
+		Converged:       med(func(m *Measure) float64 { return m.Converged }),
+		IndependentP50:  med(func(m *Measure) float64 { return m.IndependentP50 }),
+		IndependentP99:  med(func(m *Measure) float64 { return m.IndependentP99 }),
 	}
-	simm = Measure{
-		ConvP50:         med(func(r *Report) float64 { return r.Sim.ConvP50 }),
-		ConvP99:         med(func(r *Report) float64 { return r.Sim.ConvP99 }),
-		CopiesPerChange: med(func(r *Report) float64 { return r.Sim.CopiesPerChange }),
-		CrashP50:        med(func(r *Report) float64 { return r.Sim.CrashP50 }),
-		CrashMax:        med(func(r *Report) float64 { return r.Sim.CrashMax }),
-		Converged:       med(func(r *Report) float64 { return r.Sim.Converged }),
-		IndependentP50:  med(func(r *Report) float64 { return r.Sim.IndependentP50 }),
-		IndependentP99:  med(func(r *Report) float64 { return r.Sim.IndependentP99 }),
-	}
-	return real, simm
 }
 
 // median returns the median of v (the mean of the middle two for an even
