@@ -22,7 +22,18 @@ func TuneGC() (restore func()) {
 		old := debug.SetGCPercent(200)
 		return func() { debug.SetGCPercent(old) }
 	}
-	oldLimit := debug.SetMemoryLimit(int64(total / 2))
+	return CollectOnlyAt(int64(total / 2))
+}
+
+// CollectOnlyAt turns the garbage collector off until the heap reaches
+// limit bytes (GOGC off, GOMEMLIMIT limit), unless GOGC or GOMEMLIMIT is
+// set in the environment, which then wins. It returns a function that
+// restores the settings it changed.
+func CollectOnlyAt(limit int64) (restore func()) {
+	if os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" {
+		return func() {}
+	}
+	oldLimit := debug.SetMemoryLimit(limit)
 	oldPercent := debug.SetGCPercent(-1)
 	return func() {
 		debug.SetGCPercent(oldPercent)

@@ -133,18 +133,20 @@ func (s *Sim) sendAllMeasured(n *node, m *umsg, hops []time.Duration) {
 			lat = hops[s.rng.IntN(len(hops))]
 		}
 		k++
-		pkt := s.newPacket(n.id, p)
-		pkt.parts = append(pkt.parts, part{kind: pUser, msg: m, size: m.size})
-		s.sendPacketAfter(pkt, int64(lat))
+		s.sendBestEffortAfter(n, p, m, int64(lat))
 	}
 }
 
 // sendBestEffort is memberlist's SendBestEffort: one user message in its
 // own packet, nothing piggybacked.
-func (s *Sim) sendBestEffort(n *node, to int32, m *umsg) {
+func (s *Sim) sendBestEffort(n *node, to int32, m *umsg) { s.sendBestEffortAfter(n, to, m, -1) }
+
+// sendBestEffortAfter is sendBestEffort with the latency given (ns), or
+// drawn from Config.Latency when lat is negative.
+func (s *Sim) sendBestEffortAfter(n *node, to int32, m *umsg, lat int64) {
 	pkt := s.newPacket(n.id, to)
 	pkt.parts = append(pkt.parts, part{kind: pUser, msg: m, size: m.size})
-	s.sendPacket(pkt)
+	s.sendPacketAfter(pkt, lat)
 }
 
 // enqueueBroadcast is Cluster.enqueueBroadcast. A message is registered

@@ -16,8 +16,6 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
-	"os"
-	"runtime/debug"
 	"slices"
 	"sort"
 	"strings"
@@ -529,17 +527,7 @@ const realHeapLimit = 1 << 30
 // collector off until the heap reaches realHeapLimit (it then runs about
 // once a second, over a live heap of a few MB). GOGC or GOMEMLIMIT in the
 // environment take precedence.
-func separateHeaps() (restore func()) {
-	if os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" {
-		return func() {}
-	}
-	oldLimit := debug.SetMemoryLimit(realHeapLimit)
-	oldPercent := debug.SetGCPercent(-1)
-	return func() {
-		debug.SetGCPercent(oldPercent)
-		debug.SetMemoryLimit(oldLimit)
-	}
-}
+func separateHeaps() (restore func()) { return sim.CollectOnlyAt(realHeapLimit) }
 
 func sleepUntil(ctx context.Context, t time.Time) error {
 	d := time.Until(t)
