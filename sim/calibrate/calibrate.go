@@ -103,6 +103,11 @@ type Measure struct {
 	// without the measured write delays (sim only, with Scenario.Host):
 	// what independent per-packet delays make of the same host.
 	IndependentP50, IndependentP99 float64
+
+	// conv and crash are the real cluster's samples (ms, sorted): each
+	// converged change's convergence time and each crash detection, for
+	// pooling runs (Pooled).
+	conv, crash []float64
 }
 
 // Report is a calibration result.
@@ -144,6 +149,52 @@ type Report struct {
 // failure detection) is then compared; nothing measured on the scenario's
 // own writes sets the simulator.
 func Run(ctx context.Context, sc Scenario) (*Report, error) {
+	sc = sc.withDefaults()
+	real, warm, err := runReal(ctx, sc)
+	if err != nil {
+		return nil, err
+	}
+	return compare(ctx, sc, real, warm)
+}
+
+// RunPooled runs the scenario runs times on the real cluster, with seeds
+// sc.Seed, sc.Seed+1, ..., and then each of them in the simulator, which
+// gets the warm-up writes of all the runs together: the host's stalls,
+// which a single warm-up of Warmup writes samples as thinly as the
+// scenario does, are then measured over all of them, as Pooled measures
+// the real side. progress is called before each real run.
+func RunPooled(ctx context.Context, sc Scenario, runs int, progress func(run int, seed uint64)) ([]*Report, error) {
+	sc = sc.withDefaults()
+	reals := make([]*Measure, runs)
+	var all warmDelays
+	for i := range runs {
+		rsc := sc
+		rsc.Seed = sc.Seed + uint64(i)
+		if progress != nil {
+			progress(i, rsc.Seed)
+		}
+		real, warm, err := runReal(ctx, rsc)
+		if err != nil {
+			return nil, err
+		}
+		reals[i] = real
+		all.hops = append(all.hops, warm.hops...)
+		all.writes = append(all.writes, warm.writes...)
+	}
+	reports := make([]*Report, runs)
+	for i := range runs {
+		rsc := sc
+		rsc.Seed = sc.Seed + uint64(i)
+		r, err := compare(ctx, rsc, reals[i], &all)
+		if err != nil {
+			return nil, err
+		}
+		reports[i] = r
+	}
+	return reports, nil
+}
+
+func (sc Scenario) withDefaults() Scenario {
 	if sc.Warmup == 0 {
 		sc.Warmup = sc.Changes
 	}
@@ -153,10 +204,12 @@ func Run(ctx context.Context, sc Scenario) (*Report, error) {
 	if sc.Crashes == 0 {
 		sc.Crashes = 3
 	}
-	real, warm, err := runReal(ctx, sc)
-	if err != nil {
-		return nil, err
-	}
+	return sc
+}
+
+// compare runs the scenario in the simulator, set from what the real
+// cluster's warm-up measured, and reports it beside the real measure.
+func compare(ctx context.Context, sc Scenario, real *Measure, warm *warmDelays) (*Report, error) {
 	if sc.Latency.Kind == sim.LatencyUnset {
 		sc.Latency = fitLognormal(warm.hops)
 	}
@@ -678,7 +731,8 @@ func (rr *realRun) measure(copies uint64) *Measure {
 	crash := slices.Clone(rr.crash)
 	sort.Float64s(conv)
 	sort.Float64s(crash)
-	m := &Measure{ConvP50: pct(conv, 50), ConvP99: pct(conv, 99), CrashP50: pct(crash, 50), CrashMax: pct(crash, 100)}
+	m := &Measure{ConvP50: pct(conv, 50), ConvP99: pct(conv, 99), CrashP50: pct(crash, 50), CrashMax: pct(crash, 100),
+		conv: conv, crash: crash}
 	sort.Float64s(ages)
 	total := float64(n * rr.sc.Nodes)
 	last := -1.0
@@ -833,49 +887,46 @@ func writeTable(w io.Writer, host bool, real, simm Measure) error {
 	return nil
 }
 
-// Medians returns, for each side, the median of every measure over
-// reports of one scenario (curves are not combined: see the first
-// report's). A single run's tail, the eager p99 above all, moves with the
-// host stalls that happen to fall in it; the median of several runs does
-// much less.
-func Medians(reports []*Report) (real, simm Measure) {
-	return medianMeasure(reports, func(r *Report) *Measure { return &r.Real }),
-		medianMeasure(reports, func(r *Report) *Measure { return &r.Sim })
+// Pooled combines reports of one scenario, run after run (curves are not
+// combined: see the first report's). A single run's tail, the eager p99
+// above all, moves with the host stalls that happen to fall in it: of 300
+// changes its p99 is the 4th slowest. So the real cluster's percentiles
+// are taken over every run's changes and crash detections together (900
+// changes for 3 runs: the p99 is the 10th slowest), and its counts are
+// averaged. The simulator's side is the mean over runs, each of them
+// already a mean over several seeds (runSim) and, from RunPooled,
+// replaying the warm-up writes of all the runs.
+func Pooled(reports []*Report) (real, simm Measure) {
+	var conv, crash []float64
+	for _, r := range reports {
+		conv = append(conv, r.Real.conv...)
+		crash = append(crash, r.Real.crash...)
+	}
+	sort.Float64s(conv)
+	sort.Float64s(crash)
+	real = meanMeasure(reports, func(r *Report) *Measure { return &r.Real })
+	real.ConvP50, real.ConvP99 = pct(conv, 50), pct(conv, 99)
+	real.CrashP50, real.CrashMax = pct(crash, 50), pct(crash, 100)
+	real.conv, real.crash = conv, crash
+	return real, meanMeasure(reports, func(r *Report) *Measure { return &r.Sim })
 }
 
-// medianMeasure is the median, field by field, of one side of reports.
-func medianMeasure(reports []*Report, side func(*Report) *Measure) Measure {
-	med := func(f func(*Measure) float64) float64 {
-		v := make([]float64, len(reports))
-		for i, r := range reports {
-			v[i] = f(side(r))
-		}
-		return median(v)
+// meanMeasure is the mean, field by field, of one side of reports.
+func meanMeasure(reports []*Report, side func(*Report) *Measure) Measure {
+	var m Measure
+	n := float64(len(reports))
+	for _, r := range reports {
+		x := side(r)
+		m.ConvP50 += x.ConvP50 / n
+		m.ConvP99 += x.ConvP99 / n
+		m.CopiesPerChange += x.CopiesPerChange / n
+		m.CrashP50 += x.CrashP50 / n
+		m.CrashMax += x.CrashMax / n
+		m.Converged += x.Converged / n
+		m.IndependentP50 += x.IndependentP50 / n
+		m.IndependentP99 += x.IndependentP99 / n
 	}
-	return Measure{
-		ConvP50:         med(func(m *Measure) float64 { return m.ConvP50 }),
-		ConvP99:         med(func(m *Measure) float64 { return m.ConvP99 }),
-		CopiesPerChange: med(func(m *Measure) float64 { return m.CopiesPerChange }),
-		CrashP50:        med(func(m *Measure) float64 { return m.CrashP50 }),
-		CrashMax:        med(func(m *Measure) float64 { return m.CrashMax }),
-		Converged:       med(func(m *Measure) float64 { return m.Converged }),
-		IndependentP50:  med(func(m *Measure) float64 { return m.IndependentP50 }),
-		IndependentP99:  med(func(m *Measure) float64 { return m.IndependentP99 }),
-	}
-}
-
-// median returns the median of v (the mean of the middle two for an even
-// count), sorting v; 0 for none.
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	slices.Sort(v)
-	n := len(v)
-	if n%2 == 1 {
-		return v[n/2]
-	}
-	return (v[n/2-1] + v[n/2]) / 2
+	return m
 }
 
 // summarize describes measured write delays: how many, the flush delay's
@@ -912,7 +963,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	modes := fs.String("modes", "eager,epidemic", "dissemination modes to calibrate: eager, epidemic or both (epidemic forces the eager threshold below the cluster size)")
 	plotFile := fs.String("plot", "", "also draw FILE (.svg or .png): converged fraction against time, real and simulated, per mode")
 	host := fs.Bool("host", true, "give the simulator the real cluster's measured write delays (flush delay and each receiver's hop, per write); false: independent per-packet latency only")
-	runs := fs.Int("runs", 1, "run each mode this many times, with seeds seed, seed+1, ..., and also print the median of every row, a count (single runs' p99 vary widely on a shared host)")
+	runs := fs.Int("runs", 1, "run each mode this many times, with seeds seed, seed+1, ..., and pool them: the simulator replays every run's warm-up writes, and the pooled table gives the real cluster's percentiles over all the runs' changes beside the simulator's means; a count (single runs' p99 vary widely on a shared host)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: rollcall sim calibrate [flags]\n\nRuns one scenario on a real in-process cluster and in the simulator and prints both.\nfast memberlist timers: probe 100ms, probe timeout 50ms, suspicion mult 2, gossip 20ms, push/pull 1s; lease 2s, alive 100ms.\n\nflags:")
 		fs.PrintDefaults()
@@ -938,23 +989,26 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		default:
 			return fmt.Errorf("unknown mode %q", mode)
 		}
-		var reports []*Report
-		for i := range *runs {
-			sc.Seed = *seed + uint64(i)
-			fmt.Fprintf(stderr, "calibrating %s with %d real nodes (run %d of %d, seed %d)...\n", mode, *nodes, i+1, *runs, sc.Seed)
-			r, err := Run(ctx, sc)
-			if err != nil {
-				return err
-			}
+		reports, err := RunPooled(ctx, sc, *runs, func(i int, seed uint64) {
+			fmt.Fprintf(stderr, "calibrating %s with %d real nodes (run %d of %d, seed %d)...\n", mode, *nodes, i+1, *runs, seed)
+		})
+		if err != nil {
+			return err
+		}
+		for _, r := range reports {
 			if err := r.Write(stdout); err != nil {
 				return err
 			}
 			fmt.Fprintln(stdout)
-			reports = append(reports, r)
 		}
 		if *runs > 1 {
-			real, simm := Medians(reports)
-			fmt.Fprintf(stdout, "%d nodes, %s: median of %d runs (seeds %d-%d)\n", *nodes, mode, *runs, *seed, *seed+uint64(*runs-1))
+			real, simm := Pooled(reports)
+			replay := ""
+			if *host {
+				replay = fmt.Sprintf(", replaying all %d warm-up writes", len(reports[0].WriteDelays))
+			}
+			fmt.Fprintf(stdout, "%d nodes, %s: %d runs pooled (seeds %d-%d; real: percentiles of all %d changes and %d crash detections; sim: mean of the runs%s)\n",
+				*nodes, mode, *runs, *seed, *seed+uint64(*runs-1), len(real.conv), len(real.crash), replay)
 			if err := writeTable(stdout, *host, real, simm); err != nil {
 				return err
 			}

@@ -68,3 +68,38 @@ func TestCalibration(t *testing.T) {
 		}
 	}
 }
+
+// RunPooled gives every run's simulation the warm-up writes of all the
+// runs, and Pooled takes the real percentiles over all their changes.
+func TestRunPooled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real memberlist clusters")
+	}
+	sc := Scenario{Nodes: 6, EagerThreshold: 64, Changes: 20, Window: time.Second,
+		Settle: time.Second, Observe: time.Second, Crashes: 1, Seed: 5, Host: true, Warmup: 16}
+	var seeds []uint64
+	reports, err := RunPooled(context.Background(), sc, 2, func(_ int, seed uint64) { seeds = append(seeds, seed) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reports) != 2 || len(seeds) != 2 || seeds[0] != 5 || seeds[1] != 6 {
+		t.Fatalf("%d reports, seeds %v: want 2 runs, seeds 5 and 6", len(reports), seeds)
+	}
+	for i, r := range reports {
+		if r.Scenario.Seed != seeds[i] {
+			t.Errorf("report %d has seed %d, want %d", i, r.Scenario.Seed, seeds[i])
+		}
+		// Each warm-up makes 16 writes; a write whose owner never
+		// flushed is left out, so all but a few of the 32 must be there.
+		if n := len(r.WriteDelays); n <= sc.Warmup || n > 2*sc.Warmup {
+			t.Errorf("report %d replays %d warm-up writes, want those of both runs (%d < n <= %d)", i, n, sc.Warmup, 2*sc.Warmup)
+		}
+	}
+	if len(reports[0].WriteDelays) != len(reports[1].WriteDelays) {
+		t.Errorf("the runs replay %d and %d writes, want the same pool", len(reports[0].WriteDelays), len(reports[1].WriteDelays))
+	}
+	real, _ := Pooled(reports)
+	if want := len(reports[0].Real.conv) + len(reports[1].Real.conv); len(real.conv) != want || want == 0 {
+		t.Errorf("pooled %d convergence samples, want the runs' %d", len(real.conv), want)
+	}
+}
