@@ -37,7 +37,7 @@ func (r *Replica) CheckInvariants() error {
 		if e.counted != r.effectiveActive(e.s) {
 			return fmt.Errorf("%s counted=%v but effectively active=%v", k, e.counted, !e.counted)
 		}
-		st := r.origins[e.s.Origin]
+		st := r.origin(e.s.Origin)
 		if st == nil {
 			return fmt.Errorf("%s has unknown origin %s", k, e.s.Origin)
 		}
@@ -62,12 +62,39 @@ func (r *Replica) CheckInvariants() error {
 		return fmt.Errorf("group index %v, recomputed %v", r.groupOnline, want)
 	}
 	logged := 0
-	for o, st := range r.origins {
-		if _, down := r.downSince[o.Node]; st.purged && !down {
+	origins := 0
+	for name, ns := range r.nodes {
+		if (r.down[name] == ns) != ns.down {
+			return fmt.Errorf("node %s: down %v, in the down set %v", name, ns.down, r.down[name] == ns)
+		}
+		for i, st := range ns.origins {
+			if st.origin.Node != name || st.node != ns {
+				return fmt.Errorf("node %s holds the state of origin %s", name, st.origin)
+			}
+			if i > 0 && ns.origins[i-1].origin.Incarnation >= st.origin.Incarnation {
+				return fmt.Errorf("node %s: origins out of order at %s", name, st.origin)
+			}
+		}
+		if len(ns.origins) > 0 && !ns.heard && name != r.cfg.Self.Node {
+			return fmt.Errorf("node %s has origins but no incarnation heard", name)
+		}
+		origins += len(ns.origins)
+	}
+	for name, ns := range r.down {
+		if r.nodes[name] != ns {
+			return fmt.Errorf("down node %s is not the replica's node state", name)
+		}
+	}
+	if origins != r.numOrigins {
+		return fmt.Errorf("%d origin states, numOrigins %d", origins, r.numOrigins)
+	}
+	for st := range r.allOrigins() {
+		o, ns := st.origin, st.node
+		if st.purged && !ns.down {
 			return fmt.Errorf("origin %s marked purged while its node is up", o)
 		}
-		if st.latest && (o.Node == r.cfg.Self.Node || o.Incarnation != r.latestInc[o.Node]) {
-			return fmt.Errorf("origin %s cached as its node's latest incarnation; latest is %d", o, r.latestInc[o.Node])
+		if st.latest && (o.Node == r.cfg.Self.Node || o.Incarnation != ns.latest) {
+			return fmt.Errorf("origin %s cached as its node's latest incarnation; latest is %d", o, ns.latest)
 		}
 		var err error
 		st.log.Ascend(func(it logItem) bool {
@@ -91,14 +118,11 @@ func (r *Replica) CheckInvariants() error {
 		if err != nil {
 			return err
 		}
-		if st.origin != o {
-			return fmt.Errorf("origin state keyed %s names %s", o, st.origin)
-		}
 	}
 	if logged != r.numSessions+len(r.accounts) {
 		return fmt.Errorf("origin logs hold %d items, records %d", logged, r.numSessions+len(r.accounts))
 	}
-	if self := r.origins[r.cfg.Self]; self.watermark != r.version {
+	if self := r.origin(r.cfg.Self); self.watermark != r.version {
 		return fmt.Errorf("own watermark %d, version %d", self.watermark, r.version)
 	}
 	return nil

@@ -23,6 +23,7 @@ func (it logItem) user() string {
 // originState is a replica's view of one origin.
 type originState struct {
 	origin Origin
+	node   *nodeState // its node's state (node.go)
 	// watermark: every write of the origin with version <= watermark is held
 	// here, or is dominated by a held record or by a later write of the
 	// origin above the watermark.
@@ -44,10 +45,6 @@ type originState struct {
 	// was down: coverage this replica no longer holds, forgotten when the
 	// node is marked up again (SetNodeUp).
 	purged bool
-}
-
-func newOriginState(o Origin) *originState {
-	return &originState{origin: o}
 }
 
 // observe folds the coverage (since, upto] of a received write into the

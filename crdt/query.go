@@ -86,10 +86,7 @@ func (r *Replica) GroupOnlineUsers(g string) []string {
 // node (every incarnation), sorted.
 func (r *Replica) NodeSessions(node string) []Key {
 	var keys []Key
-	for o, st := range r.origins {
-		if o.Node != node {
-			continue
-		}
+	for _, st := range r.nodeOrigins(node) {
 		st.log.Ascend(func(it logItem) bool {
 			if it.e != nil {
 				keys = append(keys, it.e.s.Key())
@@ -120,7 +117,7 @@ type Stats struct {
 // Stats returns counts of what the replica holds. It walks the sessions:
 // O(records), for metrics, not for hot paths.
 func (r *Replica) Stats() Stats {
-	st := Stats{Sessions: r.numSessions, Accounts: len(r.accounts), Origins: len(r.origins),
+	st := Stats{Sessions: r.numSessions, Accounts: len(r.accounts), Origins: r.numOrigins,
 		Users: len(r.byUser), Groups: len(r.groupOnline)}
 	r.entries(func(e *entry) {
 		if e.counted {

@@ -45,9 +45,11 @@ type Replica struct {
 
 	numSessions int // records held, tombstones included
 	accounts    map[string]*Account
-	origins     map[Origin]*originState
-	latestInc   map[string]uint64 // node -> newest incarnation seen
-	downSince   map[string]int64  // node -> local time it was marked down
+	// nodes holds, per gateway node, its newest incarnation seen, whether
+	// it is marked down, and its origins' states (node.go).
+	nodes      map[string]*nodeState
+	numOrigins int
+	down       map[string]*nodeState // the nodes marked down
 
 	// Indexes, maintained on every change.
 	byUser      map[string]devices        // user -> its entries by device
@@ -67,14 +69,15 @@ func NewReplica(cfg Config) (*Replica, error) {
 	r := &Replica{
 		cfg:         cfg,
 		accounts:    make(map[string]*Account),
-		origins:     make(map[Origin]*originState),
-		latestInc:   map[string]uint64{cfg.Self.Node: cfg.Self.Incarnation},
-		downSince:   make(map[string]int64),
+		nodes:       make(map[string]*nodeState),
+		down:        make(map[string]*nodeState),
 		byUser:      make(map[string]devices),
 		groupOnline: make(map[string]map[string]int),
 		floors:      make(map[Key]epochFloor),
 	}
-	r.originState(cfg.Self)
+	self := r.nodeOf(cfg.Self.Node)
+	self.latest, self.heard = cfg.Self.Incarnation, true
+	r.addOrigin(self, cfg.Self)
 	return r, nil
 }
 
@@ -83,15 +86,6 @@ func (r *Replica) Self() Origin { return r.cfg.Self }
 
 // Config returns the replica's validated configuration.
 func (r *Replica) Config() Config { return r.cfg }
-
-func (r *Replica) originState(o Origin) *originState {
-	st := r.origins[o]
-	if st == nil {
-		st = newOriginState(o)
-		r.origins[o] = st
-	}
-	return st
-}
 
 // PutLocal writes a session record as this replica's origin: a connect, a
 // status or group change, or the end of the session. The caller fills User,
@@ -127,7 +121,7 @@ func (r *Replica) PutLocal(s Session, now int64) (Delta, error) {
 	}
 	r.version++
 	s.Version = r.version
-	st := r.origins[r.cfg.Self]
+	st := r.origin(r.cfg.Self)
 	st.watermark = r.version
 	out := &s
 	r.mergeSession(st, out, now, true)
@@ -146,7 +140,7 @@ func (r *Replica) PutAccountLocal(user string, override Override, authoritativeD
 	}
 	r.version++
 	a.Version = r.version
-	r.origins[r.cfg.Self].watermark = r.version
+	r.origin(r.cfg.Self).watermark = r.version
 	r.mergeAccount(&a)
 	out := a
 	return Delta{Since: a.Version - 1, Account: &out}, nil
@@ -162,15 +156,15 @@ func (r *Replica) Apply(d Delta, now int64) (changed bool, dropped []string, err
 		return false, nil, err
 	}
 	o := d.Origin()
-	st := r.origins[o]
+	ns := r.nodeOf(o.Node)
+	st := ns.origin(o.Incarnation)
 	if st == nil || !st.latest {
-		ok, latest, retiredUsers := r.admit(o, now)
+		ok, latest, retiredUsers := r.admit(ns, o, now)
 		if dropped = retiredUsers; !ok {
 			return false, dropped, nil
 		}
 		if st == nil { // admit creates no origin state
-			st = newOriginState(o)
-			r.origins[o] = st
+			st = r.addOrigin(ns, o)
 		}
 		st.latest = latest
 	}
@@ -196,22 +190,25 @@ func (r *Replica) Apply(d Delta, now int64) (changed bool, dropped []string, err
 // projection shows their sessions ended (see retired). It also reports
 // whether o is (now) its node's latest incarnation, and returns the users
 // whose sessions a retirement ended.
-func (r *Replica) admit(o Origin, now int64) (ok, latest bool, retiredUsers []string) {
+// ns is the state of o's node (nodeOf).
+func (r *Replica) admit(ns *nodeState, o Origin, now int64) (ok, latest bool, retiredUsers []string) {
 	if o.Node == r.cfg.Self.Node && o.Incarnation >= r.cfg.Self.Incarnation {
 		return false, false, nil
 	}
-	inc, known := r.latestInc[o.Node]
+	inc, known := ns.latest, ns.heard
 	if known && o.Incarnation <= inc {
 		return true, o.Incarnation == inc, nil
 	}
-	r.latestInc[o.Node] = o.Incarnation
+	ns.latest, ns.heard = o.Incarnation, true
 	if !known {
 		return true, true, nil
 	}
-	if old := r.origins[Origin{Node: o.Node, Incarnation: inc}]; old != nil {
-		old.latest = false
+	old := ns.origin(inc)
+	if old == nil {
+		return true, true, nil
 	}
-	return true, true, r.retire(Origin{Node: o.Node, Incarnation: inc}, now)
+	old.latest = false
+	return true, true, r.retire(old, now)
 }
 
 // retired reports whether o is an older incarnation of its node than one
@@ -227,17 +224,16 @@ func (r *Replica) admit(o Origin, now int64) (ok, latest bool, retiredUsers []st
 // rewriting them as expired at retirement would change winners on some
 // replicas and not others: testdata/retire_moved_session.txt.)
 func (r *Replica) retired(o Origin) bool {
-	return o.Incarnation < r.latestInc[o.Node]
+	ns := r.nodes[o.Node]
+	return ns != nil && ns.retired(o.Incarnation)
 }
 
-// retire ends, in the projection, the active sessions of an origin that has
-// just been retired at local time now, queues them for GC and returns the
-// users whose presence changed. Older incarnations were retired before.
-func (r *Replica) retire(o Origin, now int64) []string {
-	st := r.origins[o]
-	if st == nil {
-		return nil
-	}
+// retire ends, in the projection, the active sessions of an origin (st)
+// that has just been retired at local time now, queues them for GC and
+// returns the users whose presence changed. Older incarnations were
+// retired before.
+func (r *Replica) retire(st *originState, now int64) []string {
+	o := st.origin
 	var users []string
 	st.log.Ascend(func(it logItem) bool {
 		e := it.e
@@ -251,7 +247,7 @@ func (r *Replica) retire(o Origin, now int64) []string {
 			users = append(users, e.s.User)
 		}
 		e.endedAt = now
-		r.recount(e)
+		r.recount(e, st.node)
 		r.tombstones = append(r.tombstones, tombstone{key: e.s.Key(), version: e.s.Version, origin: o, endedAt: now})
 		return true
 	})
@@ -304,7 +300,7 @@ func (r *Replica) mergeSession(st *originState, s *Session, now int64, owned boo
 	if !owned {
 		s = s.Clone()
 	}
-	ended := r.ended(s)
+	ended := s.State.Terminal() || st.node.retired(s.Origin.Incarnation)
 	var endedAt int64
 	if ended {
 		endedAt = now
@@ -330,7 +326,7 @@ func (r *Replica) mergeSession(st *originState, s *Session, now int64, owned boo
 		e = cur
 		cst := st
 		if cur.s.Origin != s.Origin {
-			cst = r.origins[cur.s.Origin]
+			cst = r.origin(cur.s.Origin)
 		}
 		if cst != nil {
 			cst.log.Delete(logItem{version: cur.s.Version})
@@ -342,7 +338,7 @@ func (r *Replica) mergeSession(st *originState, s *Session, now int64, owned boo
 		e.endedAt = endedAt
 	}
 	st.log.ReplaceOrInsert(logItem{version: s.Version, e: e})
-	r.recount(e)
+	r.recount(e, st.node)
 	if ended {
 		r.tombstones = append(r.tombstones, tombstone{key: k, version: s.Version, origin: s.Origin, endedAt: e.endedAt})
 	}
@@ -354,7 +350,7 @@ func (r *Replica) mergeSession(st *originState, s *Session, now int64, owned boo
 // version; a corrupt or hostile peer could, and taking both would leave the
 // log naming only one of them. The first one held stays.
 func (r *Replica) versionTaken(o Origin, v uint64, e *entry, a *Account) bool {
-	st := r.origins[o]
+	st := r.origin(o)
 	if st == nil {
 		return false
 	}
@@ -377,7 +373,7 @@ func (r *Replica) removeEntry(e *entry) {
 	}
 	r.unindexUser(k)
 	r.numSessions--
-	if st := r.origins[e.s.Origin]; st != nil {
+	if st := r.origin(e.s.Origin); st != nil {
 		st.log.Delete(logItem{version: e.s.Version})
 	}
 }
@@ -391,7 +387,7 @@ func (r *Replica) mergeAccount(a *Account) bool {
 		return false
 	}
 	if cur != nil {
-		if st := r.origins[cur.Origin]; st != nil {
+		if st := r.origin(cur.Origin); st != nil {
 			st.log.Delete(logItem{version: cur.Version})
 		}
 	}
@@ -405,16 +401,22 @@ func (r *Replica) mergeAccount(a *Account) bool {
 // replica's projection: active, written by the newest incarnation of its
 // gateway that this replica knows, and its gateway not marked down.
 func (r *Replica) effectiveActive(s *Session) bool {
-	if s.State != StateActive || r.retired(s.Origin) {
-		return false
-	}
-	_, down := r.downSince[s.Gateway]
-	return !down || s.Gateway == r.cfg.Self.Node
+	return r.effectiveActiveIn(s, r.nodes[s.Origin.Node])
 }
 
-// recount brings e's group counts in line with its effective state.
-func (r *Replica) recount(e *entry) {
-	want := r.effectiveActive(e.s)
+// effectiveActiveIn is effectiveActive given the state of the record's
+// node (its gateway: Validate makes them one).
+func (r *Replica) effectiveActiveIn(s *Session, ns *nodeState) bool {
+	if s.State != StateActive || ns.retired(s.Origin.Incarnation) {
+		return false
+	}
+	return ns == nil || !ns.down || s.Gateway == r.cfg.Self.Node
+}
+
+// recount brings e's group counts in line with its effective state; ns is
+// the state of e's node.
+func (r *Replica) recount(e *entry, ns *nodeState) {
+	want := r.effectiveActiveIn(e.s, ns)
 	switch {
 	case want && !e.counted:
 		for _, g := range e.s.Groups {

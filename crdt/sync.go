@@ -1,17 +1,14 @@
 package crdt
 
-import (
-	"maps"
-	"slices"
-)
+import "slices"
 
 // Digest returns this replica's watermark for every origin it knows, sorted
 // by origin. Its size follows the number of origins (gateway incarnations),
 // not the number of records.
 func (r *Replica) Digest() Digest {
-	d := make(Digest, 0, len(r.origins))
-	for o, st := range r.origins {
-		d = append(d, DigestEntry{Origin: o, Watermark: st.watermark, Held: st.held()})
+	d := make(Digest, 0, r.numOrigins)
+	for st := range r.allOrigins() {
+		d = append(d, DigestEntry{Origin: st.origin, Watermark: st.watermark, Held: st.held()})
 	}
 	slices.SortFunc(d, func(a, b DigestEntry) int { return compareOrigins(a.Origin, b.Origin) })
 	return d
@@ -40,7 +37,7 @@ func (r *Replica) Diff(peer Digest) Sync {
 		}
 	}
 	lagging := false
-	for o, st := range r.origins {
+	for st := range r.allOrigins() {
 		// A floor above our own watermark (a collected record in a pending
 		// range) is not something we can vouch for; comparing with the lower
 		// of the two keeps a peer level with us from being sent a full
@@ -50,14 +47,14 @@ func (r *Replica) Diff(peer Digest) Sync {
 		if st.purged {
 			continue
 		}
-		if pw := peerW[o]; pw < st.gcFloor && pw < st.watermark {
+		if pw := peerW[st.origin]; pw < st.gcFloor && pw < st.watermark {
 			lagging = true
 			break
 		}
 	}
 	var out Sync
-	for _, o := range slices.SortedFunc(maps.Keys(r.origins), compareOrigins) {
-		st := r.origins[o]
+	for _, st := range r.sortedOrigins() {
+		o := st.origin
 		pw, known := peerW[o]
 		w := st.watermark
 		if st.purged {
@@ -113,7 +110,7 @@ func (r *Replica) ApplySync(s Sync, now int64) ([]string, error) {
 	var users []string
 	admitted := make([]*originState, len(s))
 	for i := range s {
-		ok, _, dropped := r.admit(s[i].Origin, now)
+		ok, _, dropped := r.admit(r.nodeOf(s[i].Origin.Node), s[i].Origin, now)
 		users = append(users, dropped...)
 		if ok {
 			admitted[i] = r.originState(s[i].Origin)
@@ -210,11 +207,13 @@ func (r *Replica) SetNodeDown(node string, now int64) []string {
 	if node == r.cfg.Self.Node {
 		return nil
 	}
-	if _, ok := r.downSince[node]; ok {
+	ns := r.nodeOf(node)
+	if ns.down {
 		return nil
 	}
-	r.downSince[node] = now
-	return r.recountNode(node)
+	ns.down, ns.downSince = true, now
+	r.down[node] = ns
+	return r.recountNode(ns)
 }
 
 // SetNodeUp clears a SetNodeDown: the node was heard from again. If GC
@@ -225,40 +224,41 @@ func (r *Replica) SetNodeDown(node string, now int64) []string {
 // leaving them lost here until their owner writes them again
 // (testdata/purge.txt).
 func (r *Replica) SetNodeUp(node string) []string {
-	if _, ok := r.downSince[node]; !ok {
+	ns := r.node(node)
+	if ns == nil || !ns.down {
 		return nil
 	}
-	delete(r.downSince, node)
-	for o, st := range r.origins {
-		if o.Node != node || !st.purged {
+	ns.down, ns.downSince = false, 0
+	delete(r.down, node)
+	for _, st := range ns.origins {
+		if !st.purged {
 			continue
 		}
 		st.purged = false
-		if !r.retired(o) {
+		if !ns.retired(st.origin.Incarnation) {
 			st.watermark, st.pending = 0, nil
 		}
 	}
-	return r.recountNode(node)
+	return r.recountNode(ns)
 }
 
 // NodeDown reports whether node is marked down, and since when.
 func (r *Replica) NodeDown(node string) (since int64, down bool) {
-	since, down = r.downSince[node]
-	return since, down
+	if ns := r.node(node); ns != nil && ns.down {
+		return ns.downSince, true
+	}
+	return 0, false
 }
 
-// recountNode re-evaluates every session record whose gateway is node, in
-// one pass over that node's origins.
-func (r *Replica) recountNode(node string) []string {
+// recountNode re-evaluates every session record whose gateway is the node
+// of ns, in one pass over that node's origins.
+func (r *Replica) recountNode(ns *nodeState) []string {
 	var users []string
-	for o, st := range r.origins {
-		if o.Node != node {
-			continue
-		}
+	for _, st := range ns.origins {
 		st.log.Ascend(func(it logItem) bool {
 			if e := it.e; e != nil {
 				before := e.counted
-				r.recount(e)
+				r.recount(e, ns)
 				if e.counted != before {
 					users = append(users, e.s.User)
 				}
@@ -294,7 +294,7 @@ func (r *Replica) GC(now int64) GCStats {
 		if e == nil || e.s.Version != t.version || e.s.Origin != t.origin || !r.ended(e.s) {
 			continue // replaced since; its own tombstone (if any) is queued
 		}
-		if st := r.origins[e.s.Origin]; st != nil {
+		if st := r.origin(e.s.Origin); st != nil {
 			st.gcFloor = max(st.gcFloor, e.s.Version)
 			if r.retired(e.s.Origin) {
 				// A retired incarnation never fills the gaps below its
@@ -319,14 +319,11 @@ func (r *Replica) GC(now int64) GCStats {
 		r.tombstones = slices.Clip(slices.Clone(r.tombstones))
 	}
 	purge := int64(r.cfg.PurgeHorizon)
-	for node, since := range r.downSince {
-		if now-since < purge {
+	for _, ns := range r.down {
+		if now-ns.downSince < purge {
 			continue
 		}
-		for o, st := range r.origins {
-			if o.Node != node {
-				continue
-			}
+		for _, st := range ns.origins {
 			before := st.log.Len()
 			r.dropSessions(st, now)
 			st.purged = true

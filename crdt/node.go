@@ -1,0 +1,128 @@
+package crdt
+
+import (
+	"iter"
+	"slices"
+)
+
+// nodeState is a replica's view of one gateway node, across its
+// incarnations: the newest incarnation heard of, whether the node is marked
+// down, and the state of each incarnation (origin) the replica holds.
+// Keeping them together makes Apply's common case one map lookup: the
+// node, its incarnation's state, whether that incarnation is retired and
+// whether the node is down all come from one record.
+type nodeState struct {
+	// latest is the newest incarnation of the node this replica has heard
+	// of; valid when heard.
+	latest uint64
+	heard  bool
+	// down is set by SetNodeDown at local time downSince, cleared by
+	// SetNodeUp.
+	down      bool
+	downSince int64
+	// origins are the node's incarnations this replica keeps state for,
+	// ascending by incarnation; usually one. first is the storage of the
+	// first one (most nodes have one: no second allocation).
+	origins []*originState
+	inline  [1]*originState
+	first   originState
+}
+
+// node returns the state of a node, nil when the replica has none.
+func (r *Replica) node(name string) *nodeState { return r.nodes[name] }
+
+// nodeOf returns the state of a node, creating it.
+func (r *Replica) nodeOf(name string) *nodeState {
+	ns := r.nodes[name]
+	if ns == nil {
+		ns = &nodeState{}
+		ns.origins = ns.inline[:0]
+		r.nodes[name] = ns
+	}
+	return ns
+}
+
+// origin returns the state of the node's incarnation inc, or nil.
+func (ns *nodeState) origin(inc uint64) *originState {
+	for i := len(ns.origins) - 1; i >= 0; i-- {
+		if st := ns.origins[i]; st.origin.Incarnation == inc {
+			return st
+		} else if st.origin.Incarnation < inc {
+			return nil
+		}
+	}
+	return nil
+}
+
+// retired reports whether incarnation inc is older than the newest this
+// replica has heard of its node (see Replica.retired).
+func (ns *nodeState) retired(inc uint64) bool {
+	return ns != nil && ns.heard && inc < ns.latest
+}
+
+// addOrigin creates the state of origin o, whose node's state is ns and
+// which has none yet.
+func (r *Replica) addOrigin(ns *nodeState, o Origin) *originState {
+	var st *originState
+	if len(ns.origins) == 0 && ns.first.node == nil {
+		st = &ns.first
+	} else {
+		st = &originState{}
+	}
+	*st = originState{origin: o, node: ns}
+	i, _ := slices.BinarySearchFunc(ns.origins, o.Incarnation, func(x *originState, inc uint64) int {
+		return cmpU64(x.origin.Incarnation, inc)
+	})
+	ns.origins = slices.Insert(ns.origins, i, st)
+	r.numOrigins++
+	return st
+}
+
+// origin returns the state of origin o, or nil.
+func (r *Replica) origin(o Origin) *originState {
+	if ns := r.nodes[o.Node]; ns != nil {
+		return ns.origin(o.Incarnation)
+	}
+	return nil
+}
+
+// originState returns the state of origin o, creating it.
+func (r *Replica) originState(o Origin) *originState {
+	ns := r.nodeOf(o.Node)
+	if st := ns.origin(o.Incarnation); st != nil {
+		return st
+	}
+	return r.addOrigin(ns, o)
+}
+
+// allOrigins yields the state of every origin, in no particular order.
+func (r *Replica) allOrigins() iter.Seq[*originState] {
+	return func(yield func(*originState) bool) {
+		for _, ns := range r.nodes {
+			for _, st := range ns.origins {
+				if !yield(st) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// nodeOrigins returns the states of a node's origins (nil for a node the
+// replica has none of).
+func (r *Replica) nodeOrigins(node string) []*originState {
+	if ns := r.nodes[node]; ns != nil {
+		return ns.origins
+	}
+	return nil
+}
+
+// sortedOrigins returns the state of every origin, sorted by origin.
+func (r *Replica) sortedOrigins() []*originState {
+	out := make([]*originState, 0, r.numOrigins)
+	for st := range r.allOrigins() {
+		out = append(out, st)
+	}
+	slices.SortFunc(out, func(a, b *originState) int { return compareOrigins(a.origin, b.origin) })
+	return out
+}
