@@ -28,9 +28,6 @@ type nodeState struct {
 	first   originState
 }
 
-// node returns the state of a node, nil when the replica has none.
-func (r *Replica) node(name string) *nodeState { return r.nodes[name] }
-
 // nodeOf returns the state of a node, creating it.
 func (r *Replica) nodeOf(name string) *nodeState {
 	ns := r.nodes[name]
@@ -55,7 +52,8 @@ func (ns *nodeState) origin(inc uint64) *originState {
 }
 
 // retired reports whether incarnation inc is older than the newest this
-// replica has heard of its node (see Replica.retired).
+// replica has heard of its node (see Replica.retired); false for a nil ns,
+// a node the replica knows nothing of.
 func (ns *nodeState) retired(inc uint64) bool {
 	return ns != nil && ns.heard && inc < ns.latest
 }
@@ -64,7 +62,7 @@ func (ns *nodeState) retired(inc uint64) bool {
 // which has none yet.
 func (r *Replica) addOrigin(ns *nodeState, o Origin) *originState {
 	var st *originState
-	if len(ns.origins) == 0 && ns.first.node == nil {
+	if len(ns.origins) == 0 { // origins are never removed: first is unused
 		st = &ns.first
 	} else {
 		st = &originState{}

@@ -224,8 +224,7 @@ func (r *Replica) admit(ns *nodeState, o Origin, now int64) (ok, latest bool, re
 // rewriting them as expired at retirement would change winners on some
 // replicas and not others: testdata/retire_moved_session.txt.)
 func (r *Replica) retired(o Origin) bool {
-	ns := r.nodes[o.Node]
-	return ns != nil && ns.retired(o.Incarnation)
+	return r.nodes[o.Node].retired(o.Incarnation)
 }
 
 // retire ends, in the projection, the active sessions of an origin (st)

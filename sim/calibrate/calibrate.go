@@ -149,12 +149,11 @@ type Report struct {
 // failure detection) is then compared; nothing measured on the scenario's
 // own writes sets the simulator.
 func Run(ctx context.Context, sc Scenario) (*Report, error) {
-	sc = sc.withDefaults()
-	real, warm, err := runReal(ctx, sc)
+	reports, err := RunPooled(ctx, sc, 1, nil)
 	if err != nil {
 		return nil, err
 	}
-	return compare(ctx, sc, real, warm)
+	return reports[0], nil
 }
 
 // RunPooled runs the scenario runs times on the real cluster, with seeds
@@ -162,18 +161,19 @@ func Run(ctx context.Context, sc Scenario) (*Report, error) {
 // gets the warm-up writes of all the runs together: the host's stalls,
 // which a single warm-up of Warmup writes samples as thinly as the
 // scenario does, are then measured over all of them, as Pooled measures
-// the real side. progress is called before each real run.
+// the real side. progress, if set, is called before each real run.
 func RunPooled(ctx context.Context, sc Scenario, runs int, progress func(run int, seed uint64)) ([]*Report, error) {
 	sc = sc.withDefaults()
+	scs := make([]Scenario, runs)
 	reals := make([]*Measure, runs)
 	var all warmDelays
 	for i := range runs {
-		rsc := sc
-		rsc.Seed = sc.Seed + uint64(i)
+		scs[i] = sc
+		scs[i].Seed = sc.Seed + uint64(i)
 		if progress != nil {
-			progress(i, rsc.Seed)
+			progress(i, scs[i].Seed)
 		}
-		real, warm, err := runReal(ctx, rsc)
+		real, warm, err := runReal(ctx, scs[i])
 		if err != nil {
 			return nil, err
 		}
@@ -183,9 +183,7 @@ func RunPooled(ctx context.Context, sc Scenario, runs int, progress func(run int
 	}
 	reports := make([]*Report, runs)
 	for i := range runs {
-		rsc := sc
-		rsc.Seed = sc.Seed + uint64(i)
-		r, err := compare(ctx, rsc, reals[i], &all)
+		r, err := compare(ctx, scs[i], reals[i], &all)
 		if err != nil {
 			return nil, err
 		}
