@@ -53,4 +53,4 @@ image:
 
 # The simulator against a real 32-node in-process cluster (docs/simulator.md).
 calibrate:
-	$(GO) run ./cmd/rollcall sim calibrate --runs 3 --plot docs/sim-calibration.svg
+	$(GO) run ./cmd/rollcall sim calibrate --runs 5 --plot docs/sim-calibration.svg
