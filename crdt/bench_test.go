@@ -73,15 +73,24 @@ func statusChanges(ds []Delta) []Delta {
 // BenchmarkApply measures merges of remote deltas into a replica: new
 // sessions, later writes of held sessions, and duplicates (ignored by the
 // watermark).
+//
+// The replica has answered a group query, so its group index is built and
+// every merge maintains it, as on a gateway whose clients use groups; the
+// connect-no-groups case is a replica that was never asked one (the
+// simulator's).
 func BenchmarkApply(b *testing.B) {
 	const pool = 1 << 17
 	connects := benchDeltas(b, pool, 8)
 	updates := statusChanges(connects)
+	groupQuery := true
 	run := func(b *testing.B, prepare func(r *Replica), ds []Delta) {
 		b.ReportAllocs()
 		var r *Replica
 		reset := func() {
 			r = newTestReplica(b, "observer", 1, Config{})
+			if groupQuery {
+				r.GroupOnlineCount("g") // builds the group index
+			}
 			prepare(r)
 		}
 		reset()
@@ -110,6 +119,8 @@ func BenchmarkApply(b *testing.B) {
 	b.Run("connect", func(b *testing.B) { run(b, func(*Replica) {}, connects) })
 	b.Run("status-change", func(b *testing.B) { run(b, applyAll(connects), updates) })
 	b.Run("duplicate", func(b *testing.B) { run(b, applyAll(connects), connects) })
+	groupQuery = false
+	b.Run("connect-no-groups", func(b *testing.B) { run(b, func(*Replica) {}, connects) })
 }
 
 // BenchmarkCodec measures encoding and decoding a batch of 64 session

@@ -45,6 +45,10 @@ type modelNode struct {
 	// lagged: the node was once cut off past a GC, breaking the tombstone
 	// horizon's contract for itself.
 	lagged bool
+	// noGroupQuery: nobody has asked the node a group query yet, so its
+	// group index is not built (the replica builds it on the first one,
+	// from the records merged so far, and maintains it from then on).
+	noGroupQuery bool
 }
 
 type world struct {
@@ -88,7 +92,8 @@ func newWorld(t *rapid.T, writers, observers int) *world {
 			name = fmt.Sprintf("o%d", i-writers+1)
 		}
 		w.nodes = append(w.nodes, &modelNode{r: w.replica(name, 1), writer: i < writers,
-			held: map[Key]Session{}, ever: map[Key]Session{}})
+			held: map[Key]Session{}, ever: map[Key]Session{},
+			noGroupQuery: rapid.Bool().Draw(t, "no group query yet")})
 	}
 	return w
 }
@@ -147,9 +152,18 @@ func (w *world) step() {
 		if !w.allowLag {
 			w.restart(rapid.IntRange(0, w.writers()-1).Draw(t, "restart"))
 		}
-	default:
+	case op < 97:
 		if !w.noGC {
 			w.gcJump()
+		}
+	default:
+		// The first group query of a node that had none.
+		for _, m := range w.nodes {
+			if m.noGroupQuery {
+				w.logf("%s: first group query", m.r.Self())
+				m.noGroupQuery = false
+				break
+			}
 		}
 	}
 	w.now += int64(time.Millisecond)

@@ -58,7 +58,7 @@ func (r *Replica) CheckInvariants() error {
 			want[g][e.s.User]++
 		}
 	}
-	if !maps.EqualFunc(want, r.groupOnline, maps.Equal) {
+	if r.groupOnline != nil && !maps.EqualFunc(want, r.groupOnline, maps.Equal) {
 		return fmt.Errorf("group index %v, recomputed %v", r.groupOnline, want)
 	}
 	logged := 0

@@ -73,13 +73,14 @@ func (r *Replica) Presence(user string) Presence {
 }
 
 // GroupOnlineCount returns how many users have an active session in group
-// g: O(1).
-func (r *Replica) GroupOnlineCount(g string) int { return len(r.groupOnline[g]) }
+// g: O(1), but for the first group query of a replica, which builds the
+// group index from its records.
+func (r *Replica) GroupOnlineCount(g string) int { return len(r.groupIndex()[g]) }
 
 // GroupOnlineUsers returns the users with an active session in group g,
 // sorted.
 func (r *Replica) GroupOnlineUsers(g string) []string {
-	return slices.Sorted(maps.Keys(r.groupOnline[g]))
+	return slices.Sorted(maps.Keys(r.groupIndex()[g]))
 }
 
 // NodeSessions returns the keys of the session records whose gateway is
@@ -118,7 +119,7 @@ type Stats struct {
 // O(records), for metrics, not for hot paths.
 func (r *Replica) Stats() Stats {
 	st := Stats{Sessions: r.numSessions, Accounts: len(r.accounts), Origins: r.numOrigins,
-		Users: len(r.byUser), Groups: len(r.groupOnline)}
+		Users: len(r.byUser), Groups: len(r.groupIndex())}
 	r.entries(func(e *entry) {
 		if e.counted {
 			st.Active++

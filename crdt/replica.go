@@ -52,8 +52,12 @@ type Replica struct {
 	down       map[string]*nodeState // the nodes marked down
 
 	// Indexes, maintained on every change.
-	byUser      map[string]devices        // user -> its entries by device
-	groupOnline map[string]map[string]int // group -> user -> active sessions in group
+	byUser map[string]devices // user -> its entries by device
+	// groupOnline maps group -> user -> active sessions in group. It is
+	// built by the first group query (groupIndex) and maintained from then
+	// on: a replica nobody asks about groups (the simulator's) does not pay
+	// for it on every merge. entry.counted is maintained either way.
+	groupOnline map[string]map[string]int
 
 	tombstones []tombstone // FIFO by endedAt
 
@@ -67,13 +71,12 @@ func NewReplica(cfg Config) (*Replica, error) {
 		return nil, err
 	}
 	r := &Replica{
-		cfg:         cfg,
-		accounts:    make(map[string]*Account),
-		nodes:       make(map[string]*nodeState),
-		down:        make(map[string]*nodeState),
-		byUser:      make(map[string]devices),
-		groupOnline: make(map[string]map[string]int),
-		floors:      make(map[Key]epochFloor),
+		cfg:      cfg,
+		accounts: make(map[string]*Account),
+		nodes:    make(map[string]*nodeState),
+		down:     make(map[string]*nodeState),
+		byUser:   make(map[string]devices),
+		floors:   make(map[Key]epochFloor),
 	}
 	self := r.nodeOf(cfg.Self.Node)
 	self.latest, self.heard = cfg.Self.Incarnation, true
@@ -418,21 +421,46 @@ func (r *Replica) recount(e *entry, ns *nodeState) {
 	want := r.effectiveActiveIn(e.s, ns)
 	switch {
 	case want && !e.counted:
-		for _, g := range e.s.Groups {
-			users := r.groupOnline[g]
-			if users == nil {
-				users = make(map[string]int)
-				r.groupOnline[g] = users
-			}
-			users[e.s.User]++
-		}
 		e.counted = true
+		if r.groupOnline != nil {
+			r.countGroups(e)
+		}
 	case !want && e.counted:
 		r.uncount(e)
 	}
 }
 
+// countGroups adds a counted entry to the group index.
+func (r *Replica) countGroups(e *entry) {
+	for _, g := range e.s.Groups {
+		users := r.groupOnline[g]
+		if users == nil {
+			users = make(map[string]int)
+			r.groupOnline[g] = users
+		}
+		users[e.s.User]++
+	}
+}
+
+// groupIndex returns the group index, building it from the counted entries
+// on first use.
+func (r *Replica) groupIndex() map[string]map[string]int {
+	if r.groupOnline == nil {
+		r.groupOnline = make(map[string]map[string]int)
+		r.entries(func(e *entry) {
+			if e.counted {
+				r.countGroups(e)
+			}
+		})
+	}
+	return r.groupOnline
+}
+
 func (r *Replica) uncount(e *entry) {
+	e.counted = false
+	if r.groupOnline == nil {
+		return
+	}
 	for _, g := range e.s.Groups {
 		users := r.groupOnline[g]
 		if users[e.s.User]--; users[e.s.User] <= 0 {
@@ -442,7 +470,6 @@ func (r *Replica) uncount(e *entry) {
 			}
 		}
 	}
-	e.counted = false
 }
 
 func sortedUnique(users []string) []string {
