@@ -103,39 +103,42 @@ func searchDevice(list []devRef, device string) (int, bool) {
 
 // userEntry returns the entry of a user's device, or nil.
 func (r *Replica) userEntry(k Key) *entry {
-	d, ok := r.byUser[k.User]
-	if !ok {
+	i := r.byUser.find(k.User)
+	if i < 0 {
 		return nil
 	}
-	return d.get(k.Device)
+	return r.byUser.slots[i].val.get(k.Device)
 }
 
 // indexUser adds a new entry to its user's devices.
 func (r *Replica) indexUser(e *entry) {
-	d := r.byUser[e.s.User]
+	if i := r.byUser.find(e.s.User); i >= 0 {
+		r.byUser.slots[i].val.add(e)
+		return
+	}
+	var d devices
 	d.add(e)
-	r.byUser[e.s.User] = d
+	r.byUser.put(e.s.User, d)
 }
 
 // unindexUser removes an entry from its user's devices. byUser indexes
 // sessions only (accounts have their own map), so an emptied user goes even
 // when it has an account record.
 func (r *Replica) unindexUser(k Key) {
-	d, ok := r.byUser[k.User]
-	if !ok {
+	i := r.byUser.find(k.User)
+	if i < 0 {
 		return
 	}
+	d := &r.byUser.slots[i].val
 	d.remove(k.Device)
 	if d.len() == 0 {
-		delete(r.byUser, k.User)
-	} else {
-		r.byUser[k.User] = d
+		r.byUser.delete(k.User)
 	}
 }
 
 // entries calls f for every session entry, in no particular order.
 func (r *Replica) entries(f func(*entry)) {
-	for _, d := range r.byUser {
+	for _, d := range r.byUser.all() {
 		if d.m != nil {
 			for _, e := range d.m {
 				f(e)

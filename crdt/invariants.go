@@ -10,7 +10,7 @@ import (
 func (r *Replica) CheckInvariants() error {
 	users := 0
 	var all []*entry
-	for u, d := range r.byUser {
+	for u, d := range r.byUser.all() {
 		if d.m != nil && d.list != nil || d.m == nil && len(d.list) > devicesListMax {
 			return fmt.Errorf("byUser of %s holds a list of %d and a map of %d", u, len(d.list), len(d.m))
 		}
@@ -63,7 +63,7 @@ func (r *Replica) CheckInvariants() error {
 	}
 	logged := 0
 	origins := 0
-	for name, ns := range r.nodes {
+	for name, ns := range r.nodes.all() {
 		if (r.down[name] == ns) != ns.down {
 			return fmt.Errorf("node %s: down %v, in the down set %v", name, ns.down, r.down[name] == ns)
 		}
@@ -81,7 +81,7 @@ func (r *Replica) CheckInvariants() error {
 		origins += len(ns.origins)
 	}
 	for name, ns := range r.down {
-		if r.nodes[name] != ns {
+		if r.nodes.get(name) != ns {
 			return fmt.Errorf("down node %s is not the replica's node state", name)
 		}
 	}

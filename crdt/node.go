@@ -30,11 +30,11 @@ type nodeState struct {
 
 // nodeOf returns the state of a node, creating it.
 func (r *Replica) nodeOf(name string) *nodeState {
-	ns := r.nodes[name]
+	ns := r.nodes.get(name)
 	if ns == nil {
 		ns = &nodeState{}
 		ns.origins = ns.inline[:0]
-		r.nodes[name] = ns
+		r.nodes.put(name, ns)
 	}
 	return ns
 }
@@ -78,7 +78,7 @@ func (r *Replica) addOrigin(ns *nodeState, o Origin) *originState {
 
 // origin returns the state of origin o, or nil.
 func (r *Replica) origin(o Origin) *originState {
-	if ns := r.nodes[o.Node]; ns != nil {
+	if ns := r.nodes.get(o.Node); ns != nil {
 		return ns.origin(o.Incarnation)
 	}
 	return nil
@@ -96,7 +96,7 @@ func (r *Replica) originState(o Origin) *originState {
 // allOrigins yields the state of every origin, in no particular order.
 func (r *Replica) allOrigins() iter.Seq[*originState] {
 	return func(yield func(*originState) bool) {
-		for _, ns := range r.nodes {
+		for _, ns := range r.nodes.all() {
 			for _, st := range ns.origins {
 				if !yield(st) {
 					return
@@ -109,7 +109,7 @@ func (r *Replica) allOrigins() iter.Seq[*originState] {
 // nodeOrigins returns the states of a node's origins (nil for a node the
 // replica has none of).
 func (r *Replica) nodeOrigins(node string) []*originState {
-	if ns := r.nodes[node]; ns != nil {
+	if ns := r.nodes.get(node); ns != nil {
 		return ns.origins
 	}
 	return nil

@@ -41,7 +41,7 @@ func (r *Replica) MaxEpoch(k Key) uint64 {
 // Their Groups slices are shared with the replica: read them, do not modify
 // them.
 func (r *Replica) UserSessions(user string) []Session {
-	d := r.byUser[user]
+	d := r.byUser.get(user)
 	devs := d.sorted()
 	out := make([]Session, 0, len(devs))
 	for _, e := range devs {
@@ -61,7 +61,7 @@ func (r *Replica) Account(user string) (Account, bool) {
 
 // Presence aggregates a user's projected sessions and account record.
 func (r *Replica) Presence(user string) Presence {
-	d := r.byUser[user]
+	d := r.byUser.get(user)
 	devs := d.sorted()
 	recs := make([]*Session, 0, len(devs))
 	for _, e := range devs {
@@ -119,7 +119,7 @@ type Stats struct {
 // O(records), for metrics, not for hot paths.
 func (r *Replica) Stats() Stats {
 	st := Stats{Sessions: r.numSessions, Accounts: len(r.accounts), Origins: r.numOrigins,
-		Users: len(r.byUser), Groups: len(r.groupIndex())}
+		Users: r.byUser.len(), Groups: len(r.groupIndex())}
 	r.entries(func(e *entry) {
 		if e.counted {
 			st.Active++

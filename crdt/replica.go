@@ -47,12 +47,12 @@ type Replica struct {
 	accounts    map[string]*Account
 	// nodes holds, per gateway node, its newest incarnation seen, whether
 	// it is marked down, and its origins' states (node.go).
-	nodes      map[string]*nodeState
+	nodes      strMap[*nodeState]
 	numOrigins int
 	down       map[string]*nodeState // the nodes marked down
 
 	// Indexes, maintained on every change.
-	byUser map[string]devices // user -> its entries by device
+	byUser strMap[devices] // user -> its entries by device
 	// groupOnline maps group -> user -> active sessions in group. It is
 	// built by the first group query (groupIndex) and maintained from then
 	// on: a replica nobody asks about groups (the simulator's) does not pay
@@ -73,9 +73,9 @@ func NewReplica(cfg Config) (*Replica, error) {
 	r := &Replica{
 		cfg:      cfg,
 		accounts: make(map[string]*Account),
-		nodes:    make(map[string]*nodeState),
+		nodes:    newStrMap[*nodeState](),
 		down:     make(map[string]*nodeState),
-		byUser:   make(map[string]devices),
+		byUser:   newStrMap[devices](),
 		floors:   make(map[Key]epochFloor),
 	}
 	self := r.nodeOf(cfg.Self.Node)
@@ -227,7 +227,7 @@ func (r *Replica) admit(ns *nodeState, o Origin, now int64) (ok, latest bool, re
 // rewriting them as expired at retirement would change winners on some
 // replicas and not others: testdata/retire_moved_session.txt.)
 func (r *Replica) retired(o Origin) bool {
-	return r.nodes[o.Node].retired(o.Incarnation)
+	return r.nodes.get(o.Node).retired(o.Incarnation)
 }
 
 // retire ends, in the projection, the active sessions of an origin (st)
@@ -403,7 +403,7 @@ func (r *Replica) mergeAccount(a *Account) bool {
 // replica's projection: active, written by the newest incarnation of its
 // gateway that this replica knows, and its gateway not marked down.
 func (r *Replica) effectiveActive(s *Session) bool {
-	return r.effectiveActiveIn(s, r.nodes[s.Origin.Node])
+	return r.effectiveActiveIn(s, r.nodes.get(s.Origin.Node))
 }
 
 // effectiveActiveIn is effectiveActive given the state of the record's

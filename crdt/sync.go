@@ -224,7 +224,7 @@ func (r *Replica) SetNodeDown(node string, now int64) []string {
 // leaving them lost here until their owner writes them again
 // (testdata/purge.txt).
 func (r *Replica) SetNodeUp(node string) []string {
-	ns := r.nodes[node]
+	ns := r.nodes.get(node)
 	if ns == nil || !ns.down {
 		return nil
 	}
@@ -244,7 +244,7 @@ func (r *Replica) SetNodeUp(node string) []string {
 
 // NodeDown reports whether node is marked down, and since when.
 func (r *Replica) NodeDown(node string) (since int64, down bool) {
-	if ns := r.nodes[node]; ns != nil && ns.down {
+	if ns := r.nodes.get(node); ns != nil && ns.down {
 		return ns.downSince, true
 	}
 	return 0, false
