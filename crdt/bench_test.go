@@ -187,6 +187,7 @@ func BenchmarkMemoryPerRecord(b *testing.B) {
 		ds := benchDeltas(b, n, 8)
 		b.StartTimer()
 		r := newTestReplica(b, "observer", 1, Config{})
+		r.GroupOnlineCount("g") // a gateway's replica, with its group index
 		for _, d := range ds {
 			if _, _, err := r.Apply(d, 1); err != nil {
 				b.Fatal(err)
@@ -281,6 +282,8 @@ func BenchmarkChurnMemory(b *testing.B) {
 	for range b.N {
 		gw := newTestReplica(b, "gw", 1, Config{})
 		obs := newTestReplica(b, "obs", 1, Config{})
+		gw.GroupOnlineCount("g") // gateways' replicas, with their group indexes
+		obs.GroupOnlineCount("g")
 		users := make([]string, keys)
 		for i := range users {
 			users[i] = fmt.Sprintf("user%05d", i)
