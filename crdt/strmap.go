@@ -17,7 +17,9 @@ import (
 // Deletion shifts the following slots back (no tombstones), and the table
 // grows at three quarters full and never shrinks, as a Go map.
 //
-// Iteration order is fixed per map and not meaningful.
+// The hash is seeded per map (hash/maphash), so clients choosing user names
+// cannot make them collide into one long probe run. Iteration order is fixed
+// per map and not meaningful.
 type strMap[V any] struct {
 	slots []strSlot[V] // a power of two long, or empty
 	n     int
