@@ -103,17 +103,17 @@ func searchDevice(list []devRef, device string) (int, bool) {
 
 // userEntry returns the entry of a user's device, or nil.
 func (r *Replica) userEntry(k Key) *entry {
-	i := r.byUser.find(k.User)
-	if i < 0 {
+	d := r.byUser.ref(k.User)
+	if d == nil {
 		return nil
 	}
-	return r.byUser.slots[i].val.get(k.Device)
+	return d.get(k.Device)
 }
 
 // indexUser adds a new entry to its user's devices.
 func (r *Replica) indexUser(e *entry) {
-	if i := r.byUser.find(e.s.User); i >= 0 {
-		r.byUser.slots[i].val.add(e)
+	if d := r.byUser.ref(e.s.User); d != nil {
+		d.add(e)
 		return
 	}
 	var d devices
@@ -125,11 +125,10 @@ func (r *Replica) indexUser(e *entry) {
 // sessions only (accounts have their own map), so an emptied user goes even
 // when it has an account record.
 func (r *Replica) unindexUser(k Key) {
-	i := r.byUser.find(k.User)
-	if i < 0 {
+	d := r.byUser.ref(k.User)
+	if d == nil {
 		return
 	}
-	d := &r.byUser.slots[i].val
 	d.remove(k.Device)
 	if d.len() == 0 {
 		r.byUser.delete(k.User)

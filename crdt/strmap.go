@@ -63,13 +63,13 @@ func (m *strMap[V]) get(key string) V {
 	return zero
 }
 
-// lookup returns key's value and whether the map holds it.
-func (m *strMap[V]) lookup(key string) (V, bool) {
+// ref returns a pointer to key's value in its slot, or nil. It is valid
+// until the next put or delete, which may move slots.
+func (m *strMap[V]) ref(key string) *V {
 	if i := m.find(key); i >= 0 {
-		return m.slots[i].val, true
+		return &m.slots[i].val
 	}
-	var zero V
-	return zero, false
+	return nil
 }
 
 // put sets key's value.

@@ -30,10 +30,10 @@ func TestStrMapMatchesMap(t *testing.T) {
 				delete(ref, k)
 			default:
 				k := key()
-				got, ok := m.lookup(k)
+				p := m.ref(k)
 				want, wantOK := ref[k]
-				if got != want || ok != wantOK {
-					t.Fatalf("lookup %s = %d, %v; want %d, %v", k, got, ok, want, wantOK)
+				if (p != nil) != wantOK || p != nil && *p != want {
+					t.Fatalf("ref %s = %v; want %d, %v", k, p, want, wantOK)
 				}
 			}
 			if m.len() != len(ref) {
