@@ -12,10 +12,18 @@ import (
 // O(devices).
 const devicesListMax = 32
 
-// devices indexes one user's session entries by device: a short slice
-// sorted by device (most users have one or two: no map to allocate), or a
-// map once the user has had more than devicesListMax at once.
+// devices indexes one user's session entries by device. Most users have
+// one device, held inline: finding it loads nothing past the user index's
+// slot, which holds this struct. A second device moves the index into a
+// deviceSet, where it stays until the user leaves the index.
 type devices struct {
+	one  devRef     // the only device while many is nil; one.e nil: none
+	many *deviceSet // from the second device on; one is then empty
+}
+
+// deviceSet indexes a user's entries by device: a short slice sorted by
+// device, or a map once the user has had more than devicesListMax at once.
+type deviceSet struct {
 	list []devRef
 	m    map[string]*entry
 }
@@ -28,13 +36,86 @@ type devRef struct {
 }
 
 func (d *devices) len() int {
+	if d.many != nil {
+		return d.many.len()
+	}
+	if d.one.e != nil {
+		return 1
+	}
+	return 0
+}
+
+func (d *devices) get(device string) *entry {
+	if d.many != nil {
+		return d.many.get(device)
+	}
+	if d.one.e != nil && d.one.device == device {
+		return d.one.e
+	}
+	return nil
+}
+
+// add indexes an entry whose device the index does not hold.
+func (d *devices) add(e *entry) {
+	switch {
+	case d.many != nil:
+		d.many.add(e)
+	case d.one.e == nil:
+		d.one = devRef{device: e.s.Device, e: e}
+	default:
+		d.many = &deviceSet{list: make([]devRef, 1, 2)}
+		d.many.list[0] = d.one
+		d.one = devRef{}
+		d.many.add(e)
+	}
+}
+
+func (d *devices) remove(device string) {
+	if d.many != nil {
+		d.many.remove(device)
+	} else if d.one.e != nil && d.one.device == device {
+		d.one = devRef{}
+	}
+}
+
+// sorted returns the entries sorted by device.
+func (d *devices) sorted() []*entry {
+	if d.many != nil {
+		return d.many.sorted()
+	}
+	if d.one.e != nil {
+		return []*entry{d.one.e}
+	}
+	return nil
+}
+
+// each calls f for every entry, in no particular order.
+func (d *devices) each(f func(*entry)) {
+	if d.many == nil {
+		if d.one.e != nil {
+			f(d.one.e)
+		}
+		return
+	}
+	if d.many.m != nil {
+		for _, e := range d.many.m {
+			f(e)
+		}
+		return
+	}
+	for _, x := range d.many.list {
+		f(x.e)
+	}
+}
+
+func (d *deviceSet) len() int {
 	if d.m != nil {
 		return len(d.m)
 	}
 	return len(d.list)
 }
 
-func (d *devices) get(device string) *entry {
+func (d *deviceSet) get(device string) *entry {
 	if d.m != nil {
 		return d.m[device]
 	}
@@ -52,8 +133,7 @@ func (d *devices) get(device string) *entry {
 	return nil
 }
 
-// add indexes an entry whose device the index does not hold.
-func (d *devices) add(e *entry) {
+func (d *deviceSet) add(e *entry) {
 	if d.m == nil && len(d.list) == devicesListMax {
 		d.m = make(map[string]*entry, 2*devicesListMax)
 		for _, x := range d.list {
@@ -69,7 +149,7 @@ func (d *devices) add(e *entry) {
 	d.list = slices.Insert(d.list, i, devRef{device: e.s.Device, e: e})
 }
 
-func (d *devices) remove(device string) {
+func (d *deviceSet) remove(device string) {
 	if d.m != nil {
 		delete(d.m, device)
 		return
@@ -79,8 +159,7 @@ func (d *devices) remove(device string) {
 	}
 }
 
-// sorted returns the entries sorted by device.
-func (d *devices) sorted() []*entry {
+func (d *deviceSet) sorted() []*entry {
 	out := make([]*entry, 0, d.len())
 	if d.m == nil {
 		for _, x := range d.list {
@@ -116,9 +195,7 @@ func (r *Replica) indexUser(e *entry) {
 		d.add(e)
 		return
 	}
-	var d devices
-	d.add(e)
-	r.byUser.put(e.s.User, d)
+	r.byUser.insert(e.s.User, devices{one: devRef{device: e.s.Device, e: e}})
 }
 
 // unindexUser removes an entry from its user's devices. byUser indexes
@@ -138,14 +215,6 @@ func (r *Replica) unindexUser(k Key) {
 // entries calls f for every session entry, in no particular order.
 func (r *Replica) entries(f func(*entry)) {
 	for _, d := range r.byUser.all() {
-		if d.m != nil {
-			for _, e := range d.m {
-				f(e)
-			}
-			continue
-		}
-		for _, x := range d.list {
-			f(x.e)
-		}
+		d.each(f)
 	}
 }

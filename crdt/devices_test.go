@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"pgregory.net/rapid"
 )
 
 // A user with many devices (a client reconnecting without a device name
@@ -68,4 +70,56 @@ func TestManyDevicesOfOneUser(t *testing.T) {
 	if got := obs.UserSessions("u"); len(got) != 0 || obs.Stats().Users != 0 {
 		t.Fatalf("after GC: %d sessions, %d users indexed", len(got), obs.Stats().Users)
 	}
+}
+
+// TestDevicesMatchesMap runs random adds, removes and lookups on one user's
+// device index and a Go map side by side, across its three forms: one
+// device inline, a sorted list, and a map past devicesListMax.
+func TestDevicesMatchesMap(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		var d devices
+		ref := map[string]*entry{}
+		n := rapid.IntRange(1, 2*devicesListMax+4).Draw(t, "devices")
+		device := func() string { return fmt.Sprintf("d%02d", rapid.IntRange(0, n-1).Draw(t, "device")) }
+		for range rapid.IntRange(1, 300).Draw(t, "steps") {
+			k := device()
+			switch rapid.IntRange(0, 2).Draw(t, "op") {
+			case 0:
+				if ref[k] == nil {
+					e := &entry{s: &Session{User: "u", Device: k}}
+					d.add(e)
+					ref[k] = e
+				}
+			case 1:
+				d.remove(k)
+				delete(ref, k)
+			default:
+				if got := d.get(k); got != ref[k] {
+					t.Fatalf("get %s = %p, want %p", k, got, ref[k])
+				}
+			}
+			if d.len() != len(ref) {
+				t.Fatalf("len %d, want %d", d.len(), len(ref))
+			}
+			sorted := d.sorted()
+			if len(sorted) != len(ref) {
+				t.Fatalf("sorted holds %d, want %d", len(sorted), len(ref))
+			}
+			for i, e := range sorted {
+				if ref[e.s.Device] != e || i > 0 && sorted[i-1].s.Device >= e.s.Device {
+					t.Fatalf("sorted %d: %s out of place or not held", i, e.s.Device)
+				}
+			}
+			seen := 0
+			d.each(func(e *entry) {
+				if ref[e.s.Device] != e {
+					t.Fatalf("each yields %s, not held", e.s.Device)
+				}
+				seen++
+			})
+			if seen != len(ref) {
+				t.Fatalf("each yields %d, want %d", seen, len(ref))
+			}
+		}
+	})
 }

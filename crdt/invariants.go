@@ -11,8 +11,11 @@ func (r *Replica) CheckInvariants() error {
 	users := 0
 	var all []*entry
 	for u, d := range r.byUser.all() {
-		if d.m != nil && d.list != nil || d.m == nil && len(d.list) > devicesListMax {
-			return fmt.Errorf("byUser of %s holds a list of %d and a map of %d", u, len(d.list), len(d.m))
+		if d.many != nil && d.one.e != nil {
+			return fmt.Errorf("byUser of %s holds a device inline and a set", u)
+		}
+		if m := d.many; m != nil && (m.m != nil && m.list != nil || m.m == nil && len(m.list) > devicesListMax) {
+			return fmt.Errorf("byUser of %s holds a list of %d and a map of %d", u, len(m.list), len(m.m))
 		}
 		devs := d.sorted()
 		if len(devs) == 0 {

@@ -34,7 +34,7 @@ func (r *Replica) nodeOf(name string) *nodeState {
 	if ns == nil {
 		ns = &nodeState{}
 		ns.origins = ns.inline[:0]
-		r.nodes.put(name, ns)
+		r.nodes.insert(name, ns)
 	}
 	return ns
 }

@@ -78,6 +78,12 @@ func (m *strMap[V]) put(key string, val V) {
 		m.slots[i].val = val
 		return
 	}
+	m.insert(key, val)
+}
+
+// insert adds key, which the map does not hold, with its value: put without
+// the search, for a caller that has just missed it.
+func (m *strMap[V]) insert(key string, val V) {
 	if 4*(m.n+1) > 3*len(m.slots) {
 		m.grow()
 	}
