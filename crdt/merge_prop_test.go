@@ -219,3 +219,44 @@ func TestCoalesce(t *testing.T) {
 		}
 	})
 }
+
+// TestApplyViaIsApply: applying through OriginRefs gives what Apply gives,
+// whatever the refs hold. Two observers get the same deltas in the same
+// order, one through Apply and one through ApplyVia with a ref drawn from a
+// small pool, which a third replica also fills now and then: a ref often
+// holds another origin's state, or another replica's. Every step must
+// report the same result, and the two observers must end up the same.
+func TestApplyViaIsApply(t *testing.T) {
+	t.Parallel()
+	rapid.Check(t, func(t *rapid.T) {
+		ds := history(t)
+		all := make([]int, len(ds))
+		for i := range all {
+			all[i] = i
+		}
+		order := append(rapid.Permutation(all).Draw(t, "order"), rapid.SliceOfN(rapid.SampledFrom(all), 0, 10).Draw(t, "duplicates")...)
+		plain, via, other := observer(t, "x"), observer(t, "y"), observer(t, "z")
+		refs := make([]OriginRef, rapid.IntRange(1, 3).Draw(t, "refs"))
+		pick := func() *OriginRef { return &refs[rapid.IntRange(0, len(refs)-1).Draw(t, "ref")] }
+		for step, i := range order {
+			now := int64(step)
+			if rapid.IntRange(0, 3).Draw(t, "other") == 0 {
+				if _, _, err := other.ApplyVia(pick(), ds[i], now); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c1, d1, err1 := plain.Apply(ds[i], now)
+			c2, d2, err2 := via.ApplyVia(pick(), ds[i], now)
+			if c1 != c2 || !slices.Equal(d1, d2) || (err1 == nil) != (err2 == nil) {
+				t.Fatalf("step %d (%s v%d): Apply gave %v %v %v, ApplyVia %v %v %v",
+					step, ds[i].Origin(), ds[i].Version(), c1, d1, err1, c2, d2, err2)
+			}
+			if err := via.CheckInvariants(); err != nil {
+				t.Fatalf("step %d: %v", step, err)
+			}
+		}
+		if got, want := projection(via), projection(plain); got != want {
+			t.Fatalf("through refs:\n%s\nplain:\n%s", dumpReplica(via), dumpReplica(plain))
+		}
+	})
+}

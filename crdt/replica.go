@@ -155,12 +155,36 @@ func (r *Replica) PutAccountLocal(user string, override Override, authoritativeD
 // incarnation of their gateway. An invalid delta is an error and changes
 // nothing; a stale or duplicate one is not an error.
 func (r *Replica) Apply(d Delta, now int64) (changed bool, dropped []string, err error) {
+	return r.ApplyVia(nil, d, now)
+}
+
+// OriginRef remembers where a replica keeps one origin's state, so that a
+// caller applying many deltas of that origin, one after another or across
+// thousands of replicas (the simulator keeps one per replica and origin),
+// spares Apply the node-table lookup. The zero OriginRef holds nothing; a
+// ref that holds another replica's or another origin's state is ignored
+// and refilled.
+type OriginRef struct {
+	r  *Replica
+	st *originState
+}
+
+// ApplyVia is Apply that looks d's origin up through ref first and leaves
+// in ref where the origin's state is; a nil ref is Apply. The result is
+// Apply's, whatever ref holds.
+func (r *Replica) ApplyVia(ref *OriginRef, d Delta, now int64) (changed bool, dropped []string, err error) {
 	if err := d.Validate(); err != nil {
 		return false, nil, err
 	}
 	o := d.Origin()
-	ns := r.nodeOf(o.Node)
-	st := ns.origin(o.Incarnation)
+	var ns *nodeState
+	var st *originState
+	if ref != nil && ref.r == r && ref.st.origin == o {
+		st, ns = ref.st, ref.st.node
+	} else {
+		ns = r.nodeOf(o.Node)
+		st = ns.origin(o.Incarnation)
+	}
 	if st == nil || !st.latest {
 		ok, latest, retiredUsers := r.admit(ns, o, now)
 		if dropped = retiredUsers; !ok {
@@ -170,6 +194,9 @@ func (r *Replica) Apply(d Delta, now int64) (changed bool, dropped []string, err
 			st = r.addOrigin(ns, o)
 		}
 		st.latest = latest
+	}
+	if ref != nil {
+		ref.r, ref.st = r, st
 	}
 	if d.Version() <= st.watermark {
 		return false, dropped, nil

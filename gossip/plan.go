@@ -107,47 +107,57 @@ func PackDeltas(deltas []crdt.Delta, budget int) (batches [][]crdt.Delta, oversi
 // Time is an argument; Leases is not safe for concurrent use.
 type Leases struct {
 	ttl   time.Duration
-	heard map[string]int64 // node -> last heard, Unix nanos
-	down  map[string]bool
+	peers map[string]lease
+}
+
+// lease is one peer's entry: when it was last heard (Unix nanos, valid when
+// heard) and whether it is marked down. A peer can be marked down (Fail)
+// before it was ever heard.
+type lease struct {
+	last  int64
+	heard bool
+	down  bool
 }
 
 // NewLeases returns a lease table whose leases last ttl.
 func NewLeases(ttl time.Duration) *Leases {
-	return &Leases{ttl: ttl, heard: make(map[string]int64), down: make(map[string]bool)}
+	return &Leases{ttl: ttl, peers: make(map[string]lease)}
 }
 
 // Heard refreshes node's lease at now and reports whether the node was down
 // (so the caller marks it up again).
 func (l *Leases) Heard(node string, now int64) (wasDown bool) {
-	if last, ok := l.heard[node]; !ok || now > last {
-		l.heard[node] = now
+	p := l.peers[node]
+	wasDown = p.down
+	if !p.heard || now > p.last {
+		p.last, p.heard = now, true
 	}
-	wasDown = l.down[node]
-	delete(l.down, node)
+	p.down = false
+	l.peers[node] = p
 	return wasDown
 }
 
 // Fail marks node down at once (memberlist declared it dead or it left) and
 // reports whether it was up.
 func (l *Leases) Fail(node string) (wasUp bool) {
-	wasUp = !l.down[node]
-	l.down[node] = true
+	p := l.peers[node]
+	wasUp = !p.down
+	p.down = true
+	l.peers[node] = p
 	return wasUp
 }
 
 // Forget drops a node from the table.
-func (l *Leases) Forget(node string) {
-	delete(l.heard, node)
-	delete(l.down, node)
-}
+func (l *Leases) Forget(node string) { delete(l.peers, node) }
 
 // Expire returns the nodes whose lease passed at now and were up, and marks
 // them down.
 func (l *Leases) Expire(now int64) []string {
 	var out []string
-	for node, t := range l.heard {
-		if !l.down[node] && now-t > int64(l.ttl) {
-			l.down[node] = true
+	for node, p := range l.peers {
+		if p.heard && !p.down && now-p.last > int64(l.ttl) {
+			p.down = true
+			l.peers[node] = p
 			out = append(out, node)
 		}
 	}
@@ -155,7 +165,13 @@ func (l *Leases) Expire(now int64) []string {
 }
 
 // Down reports whether node is marked down.
-func (l *Leases) Down(node string) bool { return l.down[node] }
+func (l *Leases) Down(node string) bool { return l.peers[node].down }
+
+// LastHeard returns when node was last heard from, and whether it ever was.
+func (l *Leases) LastHeard(node string) (at int64, ok bool) {
+	p := l.peers[node]
+	return p.last, p.heard
+}
 
 // GapTracker decides when a replica should pull from an origin whose
 // announced watermark is ahead of its own. A gap seen once may be deltas

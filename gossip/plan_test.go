@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -100,7 +101,32 @@ func TestLeases(t *testing.T) {
 	if l.Down("a") || !l.Down("b") {
 		t.Fatal("Down disagrees")
 	}
+	// A late refresh (an older time) does not move the lease back.
+	l.Heard("a", int64(1000*time.Millisecond))
+	if at, ok := l.LastHeard("a"); !ok || at != int64(1400*time.Millisecond) {
+		t.Fatalf("LastHeard(a) = %v, %v; want 1.4s, true", at, ok)
+	}
+	// A node memberlist declared dead before it was ever heard is down, and
+	// has no lease to expire.
+	if !l.Fail("c") || !l.Down("c") {
+		t.Fatal("Fail of an unheard node must mark it down")
+	}
+	if _, ok := l.LastHeard("c"); ok {
+		t.Fatal("an unheard node has no last-heard time")
+	}
+	if !l.Heard("c", int64(2000*time.Millisecond)) || l.Down("c") {
+		t.Fatal("hearing a failed node must report it was down and mark it up")
+	}
+	if got := l.Expire(int64(3500 * time.Millisecond)); !slices.Equal(sortedCopy(got), []string{"a", "c"}) {
+		t.Fatalf("Expire = %v, want [a c] (b is already down)", got)
+	}
+	l.Forget("a")
+	if _, ok := l.LastHeard("a"); ok || l.Down("a") {
+		t.Fatal("Forget must drop the node")
+	}
 }
+
+func sortedCopy(s []string) []string { return slices.Sorted(slices.Values(s)) }
 
 func TestGapTrackerPullsOnlyPersistentGaps(t *testing.T) {
 	g := NewGapTracker()

@@ -207,11 +207,11 @@ func (s *Sim) handleDeltas(n *node, m *umsg) {
 		if !dup {
 			w := m.writers[i]
 			for int(w) >= len(n.seen) {
-				n.seen = append(n.seen, 0)
+				n.seen = append(n.seen, writerSeen{})
 			}
-			if v := d.Version(); v > n.seen[w] {
+			if v := d.Version(); v > n.seen[w].version {
 				fresh = true
-				n.seen[w] = v
+				n.seen[w].version = v
 			}
 		}
 		// Eager deltas come straight from their owner and refresh its
@@ -232,7 +232,7 @@ func (s *Sim) handleDeltas(n *node, m *umsg) {
 			n.applied = append(n.applied, 0)
 		}
 		n.applied[word] |= bit
-		s.applyDeltas(n, m.deltas)
+		s.applyDeltas(n, m)
 	}
 	if epidemic && fresh {
 		s.enqueueBroadcast(n, m, noName)
@@ -388,9 +388,9 @@ func (s *Sim) announce(n *node) {
 func (s *Sim) heard(n *node, p int32) (wasDown bool) {
 	w := s.wall()
 	wasDown = n.leases.Heard(s.names[p], w)
-	if n.heardAt[p] != w {
-		n.heardAt[p] = w
-		n.leaseFIFO = append(n.leaseFIFO, leaseRec{peer: p, at: w})
+	rec := leaseRec{peer: p, at: w}
+	if k := len(n.leaseFIFO); k == 0 || n.leaseFIFO[k-1] != rec {
+		n.leaseFIFO = append(n.leaseFIFO, rec)
 	}
 	return wasDown
 }
@@ -411,7 +411,7 @@ func (s *Sim) leaseTick(n *node) {
 		if w-r.at <= ttl {
 			break
 		}
-		if n.heardAt[r.peer] == r.at && !n.leases.Down(s.names[r.peer]) {
+		if at, _ := n.leases.LastHeard(s.names[r.peer]); at == r.at && !n.leases.Down(s.names[r.peer]) {
 			due = true
 		}
 	}
@@ -454,10 +454,15 @@ func (s *Sim) observeMember(n *node, p int32, life uint32) {
 // Host operations: the real ReplicaHost calls, plus the simulator's
 // bookkeeping of what each node shows.
 
-func (s *Sim) applyDeltas(n *node, ds []crdt.Delta) {
+func (s *Sim) applyDeltas(n *node, m *umsg) {
 	w := s.wall()
+	ds := m.deltas
 	for i := range ds {
-		changed, dropped, err := n.r.Apply(ds[i], w)
+		var ref *crdt.OriginRef
+		if wr := m.writers[i]; int(wr) < len(n.seen) {
+			ref = &n.seen[wr].ref
+		}
+		changed, dropped, err := n.r.ApplyVia(ref, ds[i], w)
 		if err != nil {
 			panic(fmt.Sprintf("sim: %s rejected a delta: %v", n.name, err))
 		}

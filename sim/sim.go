@@ -295,12 +295,14 @@ type node struct {
 	writeDelay int32  // 1 + the Config.WriteDelays index the armed flush drew; 0 for none
 	queue      bqueue // memberlist's TransmitLimitedQueue for Rollcall messages
 	leases     *gossip.Leases
-	heardAt    map[int32]int64 // shadow of the lease table's times, for leaseFIFO
-	leaseFIFO  []leaseRec
-	gaps       *gossip.GapTracker
-	pulling    map[int32]bool
-	answering  int      // anti-entropy answers in flight (gossip bounds them at 4)
-	seen       []uint64 // Cluster.seen, indexed by Sim.writers' index of the origin
+	// leaseFIFO records each lease refresh (peer, time) in time order, so
+	// leaseTick knows when some peer's lease may have passed; a record is
+	// current while it matches the lease table's LastHeard.
+	leaseFIFO []leaseRec
+	gaps      *gossip.GapTracker
+	pulling   map[int32]bool
+	answering int          // anti-entropy answers in flight (gossip bounds them at 4)
+	seen      []writerSeen // indexed by Sim.writers' index of the origin
 	// applied has bit did set once this life of the node applied delta
 	// message did: it skips re-applying a message it already applied
 	// (crdt's Apply is idempotent, so the state is the same) but still
@@ -325,6 +327,13 @@ type node struct {
 	suspSeq  uint64
 }
 
+// writerSeen is what a node keeps per origin: Cluster.seen's newest version,
+// and where its replica keeps the origin's state (beside it: one cache line).
+type writerSeen struct {
+	version uint64
+	ref     crdt.OriginRef
+}
+
 type leaseRec struct {
 	peer int32
 	at   int64
@@ -340,7 +349,6 @@ func (s *Sim) newNode(id int32, life, mlInc uint32) (*node, error) {
 		id: id, name: s.names[id], up: true, life: life, born: s.now,
 		self: self, r: r,
 		leases:   gossip.NewLeases(s.cfg.LeaseTimeout),
-		heardAt:  make(map[int32]int64),
 		gaps:     gossip.NewGapTracker(),
 		pulling:  make(map[int32]bool),
 		peerLife: make(map[int32]uint32),
