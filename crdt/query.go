@@ -6,12 +6,15 @@ import (
 )
 
 // view returns a copy of a record as this replica's projection shows it: an
-// active session of a gateway marked down is shown expired. Its Groups is
-// the held record's, shared: records are immutable (see Delta), so the
-// copy costs no allocation, and callers must not modify it.
+// active session of a gateway marked down, or of a retired incarnation, is
+// shown expired. Its Groups is the held record's, shared: records are
+// immutable (see Delta), so the copy costs no allocation, and callers must
+// not modify it.
 func (r *Replica) view(e *entry) Session {
 	s := *e.s
-	if s.State == StateActive && !r.effectiveActive(e.s) {
+	// e.counted is effectiveActive(e.s), kept by every merge and node
+	// change (CheckInvariants verifies it): no node lookup needed.
+	if s.State == StateActive && !e.counted {
 		s.State = StateExpired
 	}
 	return s

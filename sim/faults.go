@@ -48,6 +48,9 @@ func (s *Sim) restart(id int32) {
 		panic(err)
 	}
 	s.nodes[id] = n
+	for _, m := range s.deltaMsgList {
+		clearBit(m.applied, id)
+	}
 	seed := s.randomLiveNode()
 	if seed >= 0 && seed != id {
 		sv := s.nodes[seed]

@@ -48,7 +48,15 @@ type umsg struct {
 	size int // encoded bytes, with the two-byte gossip header
 	// deltas
 	deltas []crdt.Delta
-	did    int32 // delta message number (Sim.deltaMsgs), for node.applied
+	did    int32 // delta message number (Sim.deltaMsgs)
+	// applied has bit n set once node n (this life of it) applied the
+	// message: it skips re-applying a message (crdt's Apply is idempotent,
+	// so the state is the same) but still handles it otherwise. By
+	// message, not by node: a message spreading through the cluster keeps
+	// its bits in the cache, where a node's would be cold. A restarted
+	// node, whose replica starts empty, has its bit cleared everywhere
+	// (Sim.deltaMsgList) and applies everything again.
+	applied []uint64
 	// slots and writers are, per delta, its origin's node slot and
 	// Sim.writer number: looked up once, not at every node.
 	slots, writers []int32
@@ -56,7 +64,7 @@ type umsg struct {
 	origin    crdt.Origin
 	watermark uint64
 	sessions  int
-	// pull, state
+	// pull, state: the asker; alive: the announcing node (origin's slot)
 	from   int32
 	digest crdt.Digest
 	// sync

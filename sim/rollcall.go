@@ -92,7 +92,9 @@ func (s *Sim) deltaMsg(ds []crdt.Delta) *umsg {
 		panic(fmt.Sprintf("sim: encode deltas: %v", err)) // our own records: a bug
 	}
 	m := &umsg{kind: uDeltas, deltas: ds, size: rollcallHeader + len(b), did: s.deltaMsgs,
-		slots: make([]int32, len(ds)), writers: make([]int32, len(ds))}
+		slots: make([]int32, len(ds)), writers: make([]int32, len(ds)),
+		applied: make([]uint64, (s.cfg.Nodes+63)/64)}
+	s.deltaMsgList = append(s.deltaMsgList, m)
 	for i := range ds {
 		o := ds[i].Origin()
 		m.slots[i] = s.index(o.Node)
@@ -186,8 +188,7 @@ func (s *Sim) handleUser(n *node, m *umsg) {
 // not change) and cannot be fresh (its versions are all at most what was
 // seen then), so only the lease refresh is done for it.
 func (s *Sim) handleDeltas(n *node, m *umsg) {
-	word, bit := int(m.did/64), uint64(1)<<(m.did%64)
-	dup := word < len(n.applied) && n.applied[word]&bit != 0
+	dup := bit(m.applied, n.id)
 	// Cluster asks memberlist's NumMembers (alive and suspect, self
 	// included).
 	epidemic := gossip.ChooseMode(s.numMembers(n), s.cfg.EagerThreshold) == gossip.ModeEpidemic
@@ -199,11 +200,10 @@ func (s *Sim) handleDeltas(n *node, m *umsg) {
 	last := int32(-1)
 	for i := range m.deltas {
 		d := &m.deltas[i]
-		o := d.Origin()
-		if o.Node == n.name {
+		p := m.slots[i] // the origin's node
+		if p == n.id {
 			continue
 		}
-		p := m.slots[i]
 		if !dup {
 			w := m.writers[i]
 			for int(w) >= len(n.seen) {
@@ -228,10 +228,7 @@ func (s *Sim) handleDeltas(n *node, m *umsg) {
 		s.markUp(n, p)
 	}
 	if !dup {
-		for word >= len(n.applied) {
-			n.applied = append(n.applied, 0)
-		}
-		n.applied[word] |= bit
+		setBit(m.applied, n.id)
 		s.applyDeltas(n, m)
 	}
 	if epidemic && fresh {
@@ -261,11 +258,10 @@ func (s *Sim) writer(k uint64) int32 {
 
 // handleAlive is Cluster.handleAlive.
 func (s *Sim) handleAlive(n *node, m *umsg) {
-	o := m.origin
-	if o.Node == n.name {
+	o, p := m.origin, m.from
+	if p == n.id {
 		return
 	}
-	p := s.index(o.Node)
 	local := n.r.Watermark(o)
 	wasDown := s.heard(n, p)
 	known := n.peerLife[p]
@@ -370,7 +366,7 @@ func (s *Sim) reconnect(n *node) {
 
 // announce is Cluster.announce.
 func (s *Sim) announce(n *node) {
-	m := &umsg{kind: uAlive, origin: n.self, watermark: n.ownVersion, sessions: n.sessions}
+	m := &umsg{kind: uAlive, origin: n.self, from: n.id, watermark: n.ownVersion, sessions: n.sessions}
 	m.size = aliveMsgSize(len(n.name), n.self.Incarnation, n.ownVersion, n.sessions)
 	if gossip.ChooseMode(s.liveMembers(n)+1, s.cfg.EagerThreshold) == gossip.ModeEager {
 		for p := range int32(s.cfg.Nodes) {

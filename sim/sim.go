@@ -38,9 +38,10 @@ type Sim struct {
 	// lastStreamAt is when the last stream sent will arrive.
 	lastStreamAt int64
 
-	// deltaMsgs counts the delta messages made: their ids (umsg.did)
-	// index node.applied.
-	deltaMsgs int32
+	// deltaMsgs counts the delta messages made (umsg.did); deltaMsgList
+	// holds them, for a restart to clear its node's applied bits.
+	deltaMsgs    int32
+	deltaMsgList []*umsg
 	// writers numbers the origins that have written, in order of first
 	// message: node.seen is a dense table by this number (every node
 	// hears of nearly every writer, so a table is smaller than a map per
@@ -280,20 +281,26 @@ func incarnation(life uint32) uint64 { return uint64(wallBase) + uint64(life) }
 // node is one simulated gateway: its replica, the state gossip.Cluster
 // keeps, and its memberlist view.
 type node struct {
-	id   int32
+	// What every delivered packet reads comes first, so it shares one or two
+	// cache lines: with ten thousand nodes taking turns, each line of a
+	// node is a miss.
+	up      bool
+	id      int32
+	numDown int // memberlist: peers dead or left in view
+	r       *crdt.Replica
+	seen    []writerSeen // indexed by Sim.writers' index of the origin
+	born    int64        // virtual time this life started
+	queue   bqueue       // memberlist's TransmitLimitedQueue for Rollcall messages
+
 	name string
-	up   bool
 	life uint32 // 1 + restarts
-	born int64  // virtual time this life started
 
 	// Rollcall (mirrors gossip.Cluster)
 	self       crdt.Origin
-	r          *crdt.Replica
 	pending    []crdt.Delta
 	ownVersion uint64 // our origin's watermark: the version of our last write
 	flushArmed bool
-	writeDelay int32  // 1 + the Config.WriteDelays index the armed flush drew; 0 for none
-	queue      bqueue // memberlist's TransmitLimitedQueue for Rollcall messages
+	writeDelay int32 // 1 + the Config.WriteDelays index the armed flush drew; 0 for none
 	leases     *gossip.Leases
 	// leaseFIFO records each lease refresh (peer, time) in time order, so
 	// leaseTick knows when some peer's lease may have passed; a record is
@@ -301,23 +308,14 @@ type node struct {
 	leaseFIFO []leaseRec
 	gaps      *gossip.GapTracker
 	pulling   map[int32]bool
-	answering int          // anti-entropy answers in flight (gossip bounds them at 4)
-	seen      []writerSeen // indexed by Sim.writers' index of the origin
-	// applied has bit did set once this life of the node applied delta
-	// message did: it skips re-applying a message it already applied
-	// (crdt's Apply is idempotent, so the state is the same) but still
-	// handles it otherwise. Per node, so the bits of the messages in one
-	// packet (made close together) share a cache line, and a restarted
-	// node, whose replica starts empty, applies everything again.
-	applied  []uint64
-	peerLife map[int32]uint32 // Rollcall incarnation known per peer, when not 1
-	sessions int              // active sessions owned (alive announcements carry it)
+	answering int              // anti-entropy answers in flight (gossip bounds them at 4)
+	peerLife  map[int32]uint32 // Rollcall incarnation known per peer, when not 1
+	sessions  int              // active sessions owned (alive announcements carry it)
 
 	// memberlist
 	mlInc    uint32
 	mlQueue  bqueue              // memberlist's own broadcast queue
 	view     map[int32]*peerView // peers whose state differs from "alive, incarnation 1, life 1"
-	numDown  int                 // peers dead or left in view
 	probeSeq uint32
 	probeIdx int
 	probeA   uint64 // probe order of this pass: i -> (probeA*i + probeB) mod Nodes
