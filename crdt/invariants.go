@@ -44,6 +44,9 @@ func (r *Replica) CheckInvariants() error {
 		if st == nil {
 			return fmt.Errorf("%s has unknown origin %s", k, e.s.Origin)
 		}
+		if e.st != st {
+			return fmt.Errorf("%s points at the state of origin %v, not of its own %s", k, e.st.origin, e.s.Origin)
+		}
 		it, ok := st.log.Get(e.s.Version)
 		if !ok || it.e != e {
 			return fmt.Errorf("origin log of %s misses %s@%d", e.s.Origin, k, e.s.Version)

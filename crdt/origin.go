@@ -22,21 +22,13 @@ func (it logItem) user() string {
 
 // originState is a replica's view of one origin.
 type originState struct {
+	// Apply reads the fields up to log; they come first (see nodeState).
 	origin Origin
 	node   *nodeState // its node's state (node.go)
 	// watermark: every write of the origin with version <= watermark is held
 	// here, or is dominated by a held record or by a later write of the
 	// origin above the watermark.
 	watermark uint64
-	// pending are runs above the watermark this replica covers, sorted by
-	// After, disjoint and not touching: what a gap keeps out of the
-	// watermark. Digests carry them (DigestEntry.Held).
-	pending []Span
-	// gcFloor is the highest version of this origin removed by GC or purge.
-	gcFloor uint64
-	// log indexes the origin's current records by version, so a diff
-	// touches only the records above the asker's watermark.
-	log versionLog
 	// latest caches, for Apply, that the origin is another node's newest
 	// incarnation this replica has heard of: admitted without asking
 	// admit. Cleared when a newer incarnation is admitted.
@@ -45,6 +37,15 @@ type originState struct {
 	// was down: coverage this replica no longer holds, forgotten when the
 	// node is marked up again (SetNodeUp).
 	purged bool
+	// pending are runs above the watermark this replica covers, sorted by
+	// After, disjoint and not touching: what a gap keeps out of the
+	// watermark. Digests carry them (DigestEntry.Held).
+	pending []Span
+	// log indexes the origin's current records by version, so a diff
+	// touches only the records above the asker's watermark.
+	log versionLog
+	// gcFloor is the highest version of this origin removed by GC or purge.
+	gcFloor uint64
 }
 
 // observe folds the coverage (since, upto] of a received write into the

@@ -23,6 +23,10 @@ type entry struct {
 	// clock may start there). Tombstone GC counts from it, so owner clock
 	// skew cannot shorten a tombstone's life.
 	endedAt int64
+	// st is the state of s's origin, whose log names this entry: a record
+	// replaced by another origin's, or removed, leaves that log without a
+	// node-table lookup. Origin states are never removed.
+	st *originState
 	// counted records whether s is counted in the group index, i.e. it was
 	// effectively active when last indexed.
 	counted bool
@@ -344,7 +348,7 @@ func (r *Replica) mergeSession(st *originState, s *Session, now int64, owned boo
 	}
 	var e *entry
 	if cur == nil {
-		e = &entry{s: s, endedAt: endedAt}
+		e = &entry{s: s, endedAt: endedAt, st: st}
 		r.indexUser(e)
 		r.numSessions++
 	} else {
@@ -353,17 +357,12 @@ func (r *Replica) mergeSession(st *originState, s *Session, now int64, owned boo
 		// the groups differ, the group counts change (recount below brings
 		// the counts in line, as for a new entry).
 		e = cur
-		cst := st
-		if cur.s.Origin != s.Origin {
-			cst = r.origin(cur.s.Origin)
-		}
-		if cst != nil {
-			cst.log.Delete(logItem{version: cur.s.Version})
-		}
+		cur.st.log.Delete(logItem{version: cur.s.Version})
 		if cur.counted && !slices.Equal(cur.s.Groups, s.Groups) {
 			r.uncount(cur)
 		}
 		e.s = s
+		e.st = st
 		e.endedAt = endedAt
 	}
 	st.log.ReplaceOrInsert(logItem{version: s.Version, e: e})
@@ -402,9 +401,7 @@ func (r *Replica) removeEntry(e *entry) {
 	}
 	r.unindexUser(k)
 	r.numSessions--
-	if st := r.origin(e.s.Origin); st != nil {
-		st.log.Delete(logItem{version: e.s.Version})
-	}
+	e.st.log.Delete(logItem{version: e.s.Version})
 }
 
 func (r *Replica) mergeAccount(a *Account) bool {

@@ -294,20 +294,19 @@ func (r *Replica) GC(now int64) GCStats {
 		if e == nil || e.s.Version != t.version || e.s.Origin != t.origin || !r.ended(e.s) {
 			continue // replaced since; its own tombstone (if any) is queued
 		}
-		if st := r.origin(e.s.Origin); st != nil {
-			st.gcFloor = max(st.gcFloor, e.s.Version)
-			if r.retired(e.s.Origin) {
-				// A retired incarnation never fills the gaps below its
-				// last writes, so its watermark would stay below what
-				// we collect forever: every anti-entropy round would
-				// resend what lies above it, and a peer that lagged past
-				// our GC floor would never be found lagging (Diff
-				// compares with the lower of the two). A horizon after
-				// this record arrived, anything of the gaps that any
-				// replica held has reached us; the rest is lost with
-				// the incarnation.
-				st.raise(e.s.Version)
-			}
+		st := e.st
+		st.gcFloor = max(st.gcFloor, e.s.Version)
+		if r.retired(e.s.Origin) {
+			// A retired incarnation never fills the gaps below its
+			// last writes, so its watermark would stay below what
+			// we collect forever: every anti-entropy round would
+			// resend what lies above it, and a peer that lagged past
+			// our GC floor would never be found lagging (Diff
+			// compares with the lower of the two). A horizon after
+			// this record arrived, anything of the gaps that any
+			// replica held has reached us; the rest is lost with
+			// the incarnation.
+			st.raise(e.s.Version)
 		}
 		r.raiseFloor(t.key, e.s.Epoch, now)
 		r.removeEntry(e)
