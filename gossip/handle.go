@@ -143,7 +143,12 @@ func (c *Cluster) handleAlive(a alive) {
 		return
 	}
 	now := c.cfg.Now().UnixNano()
-	local := c.host.Watermark(a.Origin)
+	// An announcement of watermark 0 (a node that has written nothing)
+	// reveals no gap, whatever we hold: the replica need not be asked.
+	var local uint64
+	if a.Watermark > 0 {
+		local = c.host.Watermark(a.Origin)
+	}
 	c.mu.Lock()
 	wasDown := c.leases.Heard(a.Origin.Node, now)
 	p := c.peerLocked(a.Origin.Node)

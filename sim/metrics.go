@@ -87,10 +87,13 @@ func (t *tracker) addClient() { t.shown = append(t.shown, make([]uint64, t.words
 // observeUser re-examines what node n shows of a user after a replica call
 // reported it changed: ghost, false-offline and convergence bookkeeping.
 func (s *Sim) observeUser(n *node, user string) {
-	cid, ok := s.byUser[user]
-	if !ok {
-		return
+	if cid, ok := s.byUser[user]; ok {
+		s.observeClient(n, cid)
 	}
+}
+
+// observeClient is observeUser for the user of client cid.
+func (s *Sim) observeClient(n *node, cid int32) {
 	c := s.clients[cid]
 	sess, has := n.r.Session(crdt.Key{User: c.user, Device: c.device})
 	s.track.update(s, n, c, has && sess.State == crdt.StateActive)

@@ -57,9 +57,10 @@ type umsg struct {
 	// node, whose replica starts empty, has its bit cleared everywhere
 	// (Sim.deltaMsgList) and applies everything again.
 	applied []uint64
-	// slots and writers are, per delta, its origin's node slot and
-	// Sim.writer number: looked up once, not at every node.
-	slots, writers []int32
+	// slots, writers and clients are, per delta, its origin's node slot,
+	// Sim.writer number and the client of its user (-1 for none): looked
+	// up once, not at every node.
+	slots, writers, clients []int32
 	// alive
 	origin    crdt.Origin
 	watermark uint64

@@ -92,13 +92,18 @@ func (s *Sim) deltaMsg(ds []crdt.Delta) *umsg {
 		panic(fmt.Sprintf("sim: encode deltas: %v", err)) // our own records: a bug
 	}
 	m := &umsg{kind: uDeltas, deltas: ds, size: rollcallHeader + len(b), did: s.deltaMsgs,
-		slots: make([]int32, len(ds)), writers: make([]int32, len(ds)),
+		slots: make([]int32, len(ds)), writers: make([]int32, len(ds)), clients: make([]int32, len(ds)),
 		applied: make([]uint64, (s.cfg.Nodes+63)/64)}
 	s.deltaMsgList = append(s.deltaMsgList, m)
 	for i := range ds {
 		o := ds[i].Origin()
 		m.slots[i] = s.index(o.Node)
 		m.writers[i] = s.writer(originKey(m.slots[i], o))
+		if cid, ok := s.byUser[ds[i].User()]; ok {
+			m.clients[i] = cid
+		} else {
+			m.clients[i] = -1
+		}
 	}
 	s.deltaMsgs++
 	return m
@@ -262,7 +267,10 @@ func (s *Sim) handleAlive(n *node, m *umsg) {
 	if p == n.id {
 		return
 	}
-	local := n.r.Watermark(o)
+	var local uint64
+	if m.watermark > 0 {
+		local = n.r.Watermark(o)
+	}
 	wasDown := s.heard(n, p)
 	known := n.peerLife[p]
 	if known == 0 {
@@ -463,7 +471,9 @@ func (s *Sim) applyDeltas(n *node, m *umsg) {
 			panic(fmt.Sprintf("sim: %s rejected a delta: %v", n.name, err))
 		}
 		if changed {
-			s.observeUser(n, ds[i].User())
+			if cid := m.clients[i]; cid >= 0 {
+				s.observeClient(n, cid)
+			}
 		}
 		for _, u := range dropped {
 			s.observeUser(n, u)
