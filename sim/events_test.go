@@ -44,12 +44,52 @@ func TestEventQueueOrder(t *testing.T) {
 	}
 }
 
-func cmpEvents(a, b event) int {
-	switch {
-	case less(&a, &b):
-		return -1
-	case less(&b, &a):
-		return 1
+// The same, with times as the simulator makes them: never before the last
+// event popped, a delay ahead that is zero, within one wheel bucket, within
+// the wheel, or beyond it (the far heap), and often equal (ties across
+// buckets and between the wheel and the heap).
+func TestEventQueueOrderAcrossWheel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 5))
+	delays := []int64{0, 1 << (wheelShift - 3), 1 << wheelShift, 1 << (wheelShift + 4), wheelSize << wheelShift, 4 * wheelSize << wheelShift}
+	for round := range 40 {
+		var q eventQueue
+		var want []event
+		var now int64
+		for step := range 3000 {
+			if q.len() == 0 || rng.IntN(2) == 0 {
+				d := delays[rng.IntN(len(delays))]
+				if d > 0 {
+					d = rng.Int64N(d)
+					if rng.IntN(2) == 0 {
+						d -= d % 1000 // ties
+					}
+				}
+				e := event{at: now + d, a: int32(step)}
+				q.push(e)
+				e.seq = q.seq
+				want = append(want, e)
+				continue
+			}
+			exp := slices.MinFunc(want, cmpEvents)
+			want = slices.DeleteFunc(want, func(e event) bool { return e == exp })
+			if at := q.peekAt(); at != exp.at {
+				t.Fatalf("round %d step %d: peekAt %d, want %d", round, step, at, exp.at)
+			}
+			got := q.pop()
+			if got != exp {
+				t.Fatalf("round %d step %d: popped (at %d, seq %d), want (at %d, seq %d)", round, step, got.at, got.seq, exp.at, exp.seq)
+			}
+			now = got.at
+			if q.len() != len(want) {
+				t.Fatalf("round %d step %d: len %d, want %d", round, step, q.len(), len(want))
+			}
+		}
+		for len(want) > 0 {
+			exp := slices.MinFunc(want, cmpEvents)
+			want = slices.DeleteFunc(want, func(e event) bool { return e == exp })
+			if got := q.pop(); got != exp {
+				t.Fatalf("round %d drain: popped (at %d, seq %d), want (at %d, seq %d)", round, got.at, got.seq, exp.at, exp.seq)
+			}
+		}
 	}
-	return 0
 }
