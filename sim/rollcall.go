@@ -211,8 +211,8 @@ func (s *Sim) handleDeltas(n *node, m *umsg) {
 		}
 		if !dup {
 			w := m.writers[i]
-			for int(w) >= len(n.seen) {
-				n.seen = append(n.seen, writerSeen{})
+			if k := int(w) + 1 - len(n.seen); k > 0 {
+				n.seen = append(n.seen, make([]writerSeen, k)...)
 			}
 			if v := d.Version(); v > n.seen[w].version {
 				fresh = true
