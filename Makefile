@@ -5,7 +5,7 @@ BIN       := bin/rollcall
 FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
 
-.PHONY: all build test test-short bench lint fuzz run clean image calibrate
+.PHONY: all build test test-short bench lint fuzz run clean image calibrate pgo
 
 all: build
 
@@ -54,3 +54,11 @@ image:
 # The simulator against a real 32-node in-process cluster (docs/simulator.md).
 calibrate:
 	$(GO) run ./cmd/rollcall sim calibrate --runs 5 --plot docs/sim-calibration.svg
+
+# Refresh the profile the compiler optimizes rollcall with
+# (cmd/rollcall/default.pgo, used by every go build of ./cmd/rollcall): a CPU
+# profile of the simulator's 10,000-node run, its heaviest workload. The
+# agent's own hot paths are not in it; a production agent's profile can be
+# merged in (go tool pprof -proto default.pgo agent.pprof > merged.pgo).
+pgo:
+	$(GO) run ./cmd/rollcall sim --nodes 10000 --changes 1000 --duration 20s --format json --cpuprofile cmd/rollcall/default.pgo > /dev/null
