@@ -66,6 +66,15 @@ func join(t *rapid.T, a, b *Replica) *Replica {
 	return a
 }
 
+// indices returns 0, 1, ..., n-1: the positions of n deltas, in order.
+func indices(n int) []int {
+	idx := make([]int, n)
+	for i := range idx {
+		idx[i] = i
+	}
+	return idx
+}
+
 func must(b []byte, err error) []byte {
 	if err != nil {
 		panic(err)
@@ -95,10 +104,7 @@ func TestReplicaMergeLaws(t *testing.T) {
 	t.Parallel()
 	rapid.Check(t, func(t *rapid.T) {
 		ds := history(t)
-		all := make([]int, len(ds))
-		for i := range all {
-			all[i] = i
-		}
+		all := indices(len(ds))
 		// Any order, with duplicates.
 		p1 := rapid.Permutation(all).Draw(t, "order1")
 		p2 := append(rapid.Permutation(all).Draw(t, "order2"), rapid.SliceOfN(rapid.SampledFrom(append(all, 0)), 0, 10).Draw(t, "duplicates")...)
@@ -183,18 +189,11 @@ func TestCoalesce(t *testing.T) {
 			t.Fatalf("coalesced coverage (%d, %d], batch (%d, %d]", out[0].Since, out[len(out)-1].Version(),
 				batch[0].Since, batch[len(batch)-1].Version())
 		}
-		seq := func(n int) []int {
-			idx := make([]int, n)
-			for i := range idx {
-				idx[i] = i
-			}
-			return idx
-		}
 		full, co := observer(t, "x"), observer(t, "y")
-		feed(t, full, prefix, seq(len(prefix)))
-		feed(t, co, prefix, seq(len(prefix)))
-		feed(t, full, batch, seq(len(batch)))
-		feed(t, co, out, rapid.Permutation(seq(len(out))).Draw(t, "coalesced-order"))
+		feed(t, full, prefix, indices(len(prefix)))
+		feed(t, co, prefix, indices(len(prefix)))
+		feed(t, full, batch, indices(len(batch)))
+		feed(t, co, out, rapid.Permutation(indices(len(out))).Draw(t, "coalesced-order"))
 		if projection(full) != projection(co) || full.Watermark(o) != co.Watermark(o) {
 			t.Fatalf("coalesced (watermark %d):\n%s\nevery delta (watermark %d):\n%s",
 				co.Watermark(o), dumpReplica(co), full.Watermark(o), dumpReplica(full))
@@ -202,7 +201,7 @@ func TestCoalesce(t *testing.T) {
 		// Lose some of the coalesced deltas: the watermark claims only what
 		// was received; a pull from a replica holding the batch repairs it.
 		lossy := observer(t, "z")
-		feed(t, lossy, prefix, seq(len(prefix)))
+		feed(t, lossy, prefix, indices(len(prefix)))
 		kept := rapid.SliceOfNDistinct(rapid.IntRange(0, len(out)-1), 0, len(out), rapid.ID[int]).Draw(t, "kept")
 		feed(t, lossy, out, kept)
 		received := map[uint64]bool{}
@@ -230,10 +229,7 @@ func TestApplyViaIsApply(t *testing.T) {
 	t.Parallel()
 	rapid.Check(t, func(t *rapid.T) {
 		ds := history(t)
-		all := make([]int, len(ds))
-		for i := range all {
-			all[i] = i
-		}
+		all := indices(len(ds))
 		order := append(rapid.Permutation(all).Draw(t, "order"), rapid.SliceOfN(rapid.SampledFrom(all), 0, 10).Draw(t, "duplicates")...)
 		plain, via, other := observer(t, "x"), observer(t, "y"), observer(t, "z")
 		refs := make([]OriginRef, rapid.IntRange(1, 3).Draw(t, "refs"))
