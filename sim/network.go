@@ -48,7 +48,6 @@ type umsg struct {
 	size int // encoded bytes, with the two-byte gossip header
 	// deltas
 	deltas []crdt.Delta
-	did    int32 // delta message number (Sim.deltaMsgs)
 	// applied has bit n set once node n (this life of it) applied the
 	// message: it skips re-applying a message (crdt's Apply is idempotent,
 	// so the state is the same) but still handles it otherwise. By

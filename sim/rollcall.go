@@ -91,7 +91,7 @@ func (s *Sim) deltaMsg(ds []crdt.Delta) *umsg {
 	if err != nil {
 		panic(fmt.Sprintf("sim: encode deltas: %v", err)) // our own records: a bug
 	}
-	m := &umsg{kind: uDeltas, deltas: ds, size: rollcallHeader + len(b), did: s.deltaMsgs,
+	m := &umsg{kind: uDeltas, deltas: ds, size: rollcallHeader + len(b),
 		slots: make([]int32, len(ds)), writers: make([]int32, len(ds)), clients: make([]int32, len(ds)),
 		applied: make([]uint64, (s.cfg.Nodes+63)/64)}
 	s.deltaMsgList = append(s.deltaMsgList, m)
@@ -105,7 +105,6 @@ func (s *Sim) deltaMsg(ds []crdt.Delta) *umsg {
 			m.clients[i] = -1
 		}
 	}
-	s.deltaMsgs++
 	return m
 }
 

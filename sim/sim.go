@@ -38,9 +38,8 @@ type Sim struct {
 	// lastStreamAt is when the last stream sent will arrive.
 	lastStreamAt int64
 
-	// deltaMsgs counts the delta messages made (umsg.did); deltaMsgList
-	// holds them, for a restart to clear its node's applied bits.
-	deltaMsgs    int32
+	// deltaMsgList holds every delta message made, for a restart to clear
+	// its node's applied bits.
 	deltaMsgList []*umsg
 	// writers numbers the origins that have written, in order of first
 	// message: node.seen is a dense table by this number (every node
