@@ -264,19 +264,31 @@ func (c *client) hello(user, device string, extra ...map[string]any) frame {
 	return c.expect(OpWelcome)
 }
 
-// call sends a request with an id and returns the reply carrying it.
+// call sends a request with an id and returns the reply carrying it,
+// skipping the events and messages that arrive first. A test that expects
+// an event which may arrive before the reply uses callEvents instead.
 func (c *client) call(req map[string]any) frame {
+	c.t.Helper()
+	f, _ := c.callEvents(req)
+	return f
+}
+
+// callEvents is call that also returns the events and messages read before
+// the reply, in order.
+func (c *client) callEvents(req map[string]any) (frame, []frame) {
 	c.t.Helper()
 	req["id"] = "c"
 	c.send(req)
+	var skipped []frame
 	for {
 		f := c.recv()
 		if f.str("id") == "c" {
-			return f
+			return f, skipped
 		}
 		if f.str("op") != OpEvent && f.str("op") != OpMessage {
 			c.t.Fatalf("unexpected frame %v waiting for reply to %v", f, req)
 		}
+		skipped = append(skipped, f)
 	}
 }
 
