@@ -63,6 +63,13 @@ const (
 	MaxNameLen = 256
 	// MaxTokenLen bounds a hello's token.
 	MaxTokenLen = 8 << 10
+	// MaxEpoch is the largest session epoch a gateway issues: 2^53-1, the
+	// largest integer a JSON client that reads numbers as IEEE doubles (a
+	// browser) holds exactly. A hello's last_epoch must be below it, and a
+	// (user, device) whose next epoch would exceed it is refused with
+	// CodeEpochExhausted: an epoch that cannot grow is refused, never
+	// wrapped (issue 13, fault 5).
+	MaxEpoch = 1<<53 - 1
 )
 
 // Ops. Requests are sent by clients; the rest by the gateway.
@@ -107,6 +114,7 @@ const (
 	CodeExpired          ErrorCode = "expired"           // no request within the timeout; closes
 	CodeInternal         ErrorCode = "internal"          // a gateway-side failure; the request changed nothing
 	CodeOverloaded       ErrorCode = "overloaded"        // the gateway holds MaxConnections already; closes at once
+	CodeEpochExhausted   ErrorCode = "epoch_exhausted"   // the (user, device) holds MaxEpoch: no newer epoch exists
 )
 
 // closes reports whether the gateway closes the connection after sending

@@ -4,7 +4,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"math"
 	"slices"
 	"time"
 	"unicode/utf8"
@@ -28,7 +27,8 @@ type localSession struct {
 // write by this node:
 //
 //	Connecting -> Active        handleHello: PutLocal(active), epoch =
-//	                            1 + max(replica.MaxEpoch, last_epoch)
+//	                            1 + max(replica.MaxEpoch, last_epoch),
+//	                            refused (epoch_exhausted) past MaxEpoch
 //	Active -> Active            status/join/leave: PutLocal(active, Seq+1);
 //	                            any request refreshes the deadline (no write)
 //	Active -> Disconnected      handleBye, connLost (TCP closed), Drain
@@ -81,12 +81,24 @@ func (n *Node) handleHello(c *conn, req *Request) {
 		c.sendError(req.ID, CodeShuttingDown, "the gateway is shutting down")
 		return
 	}
+	key := crdt.Key{User: sess.user, Device: sess.device}
+	held := max(n.replica.MaxEpoch(key), req.LastEpoch)
+	if held >= MaxEpoch {
+		// No epoch above the held one can be issued (a peer may have
+		// taught the replica any epoch, up to 2^64-1): refuse, rather
+		// than wrap to an epoch every replica would refuse.
+		n.mu.Unlock()
+		n.stats.badRequests.Add(1)
+		n.log.Info("hello refused: epoch exhausted", zap.Uint64("conn", c.id), zap.String("key", key.String()), zap.Uint64("held", held))
+		c.sendError(req.ID, CodeEpochExhausted, "no newer epoch exists for "+key.String()+
+			": it holds epoch "+utoa(held)+" and the largest is "+utoa(MaxEpoch)+"; connect with another device name")
+		return
+	}
 	if !c.state.CompareAndSwap(stateConnecting, stateActive) {
 		n.mu.Unlock() // closing already: nothing to open
 		return
 	}
-	key := crdt.Key{User: sess.user, Device: sess.device}
-	sess.epoch = 1 + max(n.replica.MaxEpoch(key), req.LastEpoch)
+	sess.epoch = 1 + held
 	c.lastActive.Store(mono)
 	c.sess = sess
 	d, err := n.replica.PutLocal(n.recordLocked(c, crdt.StateActive, now), now.UnixNano())
@@ -147,8 +159,8 @@ func checkHello(req *Request) *requestError {
 			return rerr
 		}
 	}
-	if req.LastEpoch >= math.MaxUint64-1 {
-		return errorf(CodeBadRequest, "last_epoch out of range")
+	if req.LastEpoch >= MaxEpoch {
+		return errorf(CodeBadRequest, "last_epoch %d out of range: epochs are below %d (2^53-1)", req.LastEpoch, uint64(MaxEpoch))
 	}
 	if len(req.Token) > MaxTokenLen {
 		return errorf(CodeBadRequest, "token longer than %d bytes", MaxTokenLen)
