@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"unicode/utf8"
 )
 
 // decodeRequest parses one request line (newline and trailing "\r" already
@@ -28,6 +29,21 @@ func decodeRequest(line []byte) (Request, *requestError) {
 		}
 		return Request{}, errorf(CodeBadJSON, "not a JSON object: %v", err)
 	}
+	if !utf8.Valid(line) {
+		// JSON text is UTF-8 (RFC 8259 section 8.1). encoding/json replaces
+		// invalid bytes in the strings it decodes, but keeps raw values
+		// (id, body) as they came, and those are echoed to clients: a line
+		// that is not UTF-8 is refused whole, so no reply or message can
+		// carry its bytes (issue 13, fault 7).
+		if !validID(req.ID) {
+			req.ID = nil
+		}
+		what := "request line"
+		if !utf8.Valid(req.Body) {
+			what = "body"
+		}
+		return req, errorf(CodeBadRequest, "%s is not valid UTF-8", what)
+	}
 	if !validID(req.ID) {
 		req.ID = nil
 		return req, errorf(CodeBadRequest, "id must be a string or a number")
@@ -41,14 +57,15 @@ func decodeRequest(line []byte) (Request, *requestError) {
 	return req, nil
 }
 
-// validID reports whether a raw id is absent, a string or a number.
+// validID reports whether a raw id is absent, a string or a number, in
+// valid UTF-8 (it is echoed verbatim).
 func validID(id json.RawMessage) bool {
 	if len(id) == 0 {
 		return true
 	}
 	switch c := id[0]; {
 	case c == '"', c == '-', c >= '0' && c <= '9':
-		return true
+		return utf8.Valid(id)
 	}
 	return false
 }

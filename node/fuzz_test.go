@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"testing"
+	"unicode/utf8"
 )
 
 // FuzzDecodeRequest checks the request decoder on arbitrary lines: it never
@@ -19,6 +20,7 @@ func FuzzDecodeRequest(f *testing.F) {
 		`{"op":"hb"}`, ` { "op" : "hb" } `, `{"op":"hb","id":1}`, `{"op":"hello","user":"u","device":"d","token":"t","status":"away","last_epoch":16,"groups":["a","b"]}`,
 		`{"op":"send","to":"bob","body":{"x":[1,2,{"y":null}]}}`, `{"op":"account","override":"dnd","authoritative_device":""}`,
 		`{"op":"sub","users":["a"],"group":"g"}`, `{"op":5}`, `{"op":"hb","id":{}}`, `[]`, `null`, `{`, "\xff",
+		"{\"op\":\"send\",\"to\":\"b\",\"body\":\"\xff\"}", "{\"op\":\"hb\",\"id\":\"\xc3\"}",
 	} {
 		f.Add([]byte(s))
 	}
@@ -42,15 +44,21 @@ func FuzzDecodeRequest(f *testing.F) {
 			default:
 				t.Fatalf("decoder returned %s", rerr.code)
 			}
-			// The error line must encode.
+			// The error line must encode, as valid UTF-8 (it echoes the id).
+			line := encodeError(req.ID, rerr.code, rerr.msg)
 			var ef ErrorFrame
-			if err := json.Unmarshal(encodeError(req.ID, rerr.code, rerr.msg), &ef); err != nil {
-				t.Fatalf("error frame does not decode: %v", err)
+			if err := json.Unmarshal(line, &ef); err != nil || !utf8.Valid(line) {
+				t.Fatalf("error frame %q does not decode: %v", line, err)
 			}
 			return
 		}
 		if !knownOp(req.Op) {
 			t.Fatalf("accepted unknown op %q", req.Op)
+		}
+		// Raw values are echoed (id) or passed on (body): an accepted line
+		// is valid UTF-8, so they are too.
+		if !utf8.Valid(line) {
+			t.Fatalf("accepted a line that is not UTF-8: %q", line)
 		}
 		// Accepted requests re-encode and decode to the same request.
 		b, err := json.Marshal(req)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"slices"
 	"sync"
+	"unicode/utf8"
 
 	"go.uber.org/zap"
 )
@@ -17,8 +18,8 @@ func (n *Node) handleSend(c *conn, req *Request) (any, *requestError) {
 	if rerr := checkName("to", req.To); rerr != nil {
 		return nil, rerr
 	}
-	if len(req.Body) == 0 {
-		return nil, errorf(CodeBadRequest, "missing body")
+	if rerr := checkBody(req.Body); rerr != nil {
+		return nil, rerr
 	}
 	n.mu.Lock()
 	s, rerr := n.ownedLocked(c)
@@ -78,8 +79,10 @@ func (n *Node) route(msg Message, gateways []string) int {
 // full is dropped as a slow consumer and not counted). It is part of Host:
 // the cluster layer calls it for messages routed here.
 func (n *Node) DeliverLocal(msg Message) int {
-	if len(msg.Body) == 0 || !json.Valid(msg.Body) {
-		n.log.Info("dropping message with an invalid body", zap.String("to", msg.To), zap.String("from", msg.From))
+	if rerr := checkBody(msg.Body); rerr != nil {
+		// Routed messages come from peers: never pass on what a client
+		// could not parse.
+		n.log.Info("dropping message with an invalid body", zap.String("to", msg.To), zap.String("from", msg.From), zap.String("why", rerr.msg))
 		return 0
 	}
 	n.mu.Lock()
@@ -101,4 +104,20 @@ func (n *Node) DeliverLocal(msg Message) int {
 	}
 	n.stats.messages.Add(uint64(k))
 	return k
+}
+
+// checkBody validates a message body: one well-formed JSON value in valid
+// UTF-8. json.Valid alone accepts invalid UTF-8 inside strings, and the
+// body is passed on as it came, so both are checked: at the sender's
+// gateway (handleSend) and again where it is delivered (DeliverLocal).
+func checkBody(body []byte) *requestError {
+	switch {
+	case len(body) == 0:
+		return errorf(CodeBadRequest, "missing body")
+	case !utf8.Valid(body):
+		return errorf(CodeBadRequest, "body is not valid UTF-8")
+	case !json.Valid(body):
+		return errorf(CodeBadRequest, "body is not a JSON value")
+	}
+	return nil
 }
