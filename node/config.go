@@ -48,6 +48,22 @@ type Config struct {
 	// precise but wakes more often. Default min(250ms, Timeout/10).
 	SweepInterval time.Duration
 
+	// StallThreshold is how late the sweeper's tick must be, beyond
+	// SweepInterval and measured on the real monotonic clock (not Clock), to
+	// count as a stall of the gateway itself (SIGSTOP, a paused VM, a long
+	// scheduler pause). A stall extends every local session's deadline by
+	// its length, since the heartbeats sent meanwhile sit unread in socket
+	// buffers. Smaller catches shorter stalls, but counts the ordinary
+	// lateness of a loaded machine as stalls, each of which delays the expiry
+	// of clients that really went silent by as much. Larger lets a stall up
+	// to the threshold count as the clients' silence, which is harmless while
+	// the threshold is below Timeout-Heartbeat: a shorter stall cannot expire
+	// a client that heartbeats on time. Default max(Timeout/4,
+	// 2*SweepInterval), at most Timeout/2, computed by Validate from the
+	// final Timeout (DefaultConfig leaves it zero); negative disables stall
+	// detection.
+	StallThreshold time.Duration
+
 	// MaxLineBytes is the longest request line accepted, newline excluded.
 	// A longer line gets line_too_long and the connection is closed.
 	// Default 64 KiB (MaxLineBytesDefault).
@@ -145,10 +161,12 @@ const (
 )
 
 // DefaultConfig returns a Config with every default filled in except Secret
-// (which has none) and Dev (false).
+// (which has none), Dev (false) and StallThreshold (zero: Validate derives
+// it from the Timeout the caller settles on).
 func DefaultConfig() Config {
 	c := Config{}
 	_ = c.fill()
+	c.StallThreshold = 0
 	return c
 }
 
@@ -175,6 +193,9 @@ func (c *Config) fill() error {
 	}
 	if c.SweepInterval == 0 {
 		c.SweepInterval = min(maxDefaultSweepInterval, max(c.Timeout/10, minSweepInterval))
+	}
+	if c.StallThreshold == 0 {
+		c.StallThreshold = min(max(c.Timeout/4, 2*c.SweepInterval), c.Timeout/2)
 	}
 	if c.MaxLineBytes == 0 {
 		c.MaxLineBytes = MaxLineBytesDefault
@@ -231,6 +252,9 @@ func (c *Config) Validate() error {
 	}
 	if c.SweepInterval > c.Timeout {
 		errs = append(errs, fmt.Errorf("sweep interval (%v) must not exceed timeout (%v)", c.SweepInterval, c.Timeout))
+	}
+	if c.StallThreshold >= c.Timeout {
+		errs = append(errs, fmt.Errorf("stall threshold (%v) must be below timeout (%v)", c.StallThreshold, c.Timeout))
 	}
 	if c.MaxLineBytes < minMaxLineBytes {
 		errs = append(errs, fmt.Errorf("max line bytes must be at least %d", minMaxLineBytes))

@@ -183,7 +183,8 @@ func (c *conn) handleLine(raw []byte) {
 		return
 	}
 	if isPlainHeartbeat(line) {
-		// The hot path: one clock read and one atomic store.
+		// The hot path: one clock read, one atomic load (the stalls
+		// subtracted by mono) and one atomic store.
 		if c.state.Load() == stateActive {
 			c.lastActive.Store(c.n.mono())
 			return

@@ -3,6 +3,10 @@ package node
 import (
 	"sync"
 	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/rollcall/rollcall/internal/stall"
 )
 
 // Session deadlines. The heartbeat path must be O(1) and allocation-free, so
@@ -20,6 +24,23 @@ import (
 // So a session is examined about once per Timeout however often it
 // heartbeats, the sweep costs O(sessions due), and expiry is late by at most
 // one SweepInterval. Closed connections are dropped when their slot comes up.
+//
+// Deadlines run on Node.mono, a clock that stops while the gateway itself is
+// stalled (SIGSTOP, a paused VM, a long scheduler pause): the heartbeats its
+// clients sent meanwhile wait unread in socket buffers, so that silence is
+// the gateway's, not theirs (issue 13, fault 4). Only the sweeper expires
+// sessions, so the sweeper detects stalls: before each sweep it feeds a
+// stall.Detector a reading of the real monotonic clock, and a tick later
+// than SweepInterval by more than Config.StallThreshold adds its lateness to
+// Node.stalled, which mono subtracts. The detector reads the real clock, not
+// Config.Clock, so a test that moves a fake clock between ticks is not
+// taken for a stall.
+//
+// A request handled after the stall but before the sweeper's next tick
+// stores a lastActive the stall has not yet been subtracted from: that
+// session's deadline is extended by the stall once more, until its next
+// request. Expiring a dead client up to one stall late is the price of
+// keeping the heartbeat path a single atomic store.
 
 // wheel is a hashed timer wheel of connections keyed by deadline. Times are
 // Node.mono() nanoseconds. Safe for concurrent use; add is called on hello
@@ -108,11 +129,17 @@ func (w *wheel) len() int {
 	return n
 }
 
-// sweepLoop expires silent sessions every SweepInterval.
+// sweepLoop expires silent sessions every SweepInterval, after counting a
+// stall of the gateway revealed by a late tick (see the comment at the top).
 func (n *Node) sweepLoop() {
 	defer n.loops.Done()
 	t := time.NewTicker(n.cfg.SweepInterval)
 	defer t.Stop()
+	var stalls *stall.Detector
+	if n.cfg.StallThreshold >= 0 {
+		stalls = stall.NewDetector(n.cfg.SweepInterval, n.cfg.StallThreshold)
+		stalls.Observe(n.stallNow())
+	}
 	var due []*conn
 	for {
 		select {
@@ -120,11 +147,19 @@ func (n *Node) sweepLoop() {
 			return
 		case <-t.C:
 		}
+		if stalls != nil {
+			if d := stalls.Observe(n.stallNow()); d > 0 {
+				n.stalled.Store(int64(stalls.Total()))
+				n.log.Warn("the gateway was stalled; session deadlines extended by the stall",
+					zap.Duration("stall", d), zap.Duration("total", stalls.Total()))
+			}
+		}
 		now := n.mono()
 		due = n.wheel.advance(now, int64(n.cfg.Timeout), due[:0])
 		for _, c := range due {
 			n.expireSession(c, now)
 		}
 		clear(due)
+		n.sweeps.Add(1)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -78,9 +79,28 @@ func (f *fakeCluster) published() []crdt.Delta {
 	return append([]crdt.Delta(nil), f.deltas...)
 }
 
+// fakeStallClock stands in for the real monotonic clock the sweeper's stall
+// detector reads (Node.stallNow). It only moves when a test says so: a test
+// that advances it with the fake Clock simulates a stall of the gateway.
+type fakeStallClock struct{ ns atomic.Int64 }
+
+func (f *fakeStallClock) now() int64              { return f.ns.Load() }
+func (f *fakeStallClock) Advance(d time.Duration) { f.ns.Add(int64(d)) }
+
 // newTestNode starts a node on 127.0.0.1:0 in dev mode with short timings;
-// mut adjusts the config first.
+// mut adjusts the config first. A node given a fake Clock gets a stall
+// detector that sees no stalls: such a test owns time, and a stall of the
+// test process (a loaded machine) must not move its deadlines. Use
+// newStallTestNode to simulate stalls.
 func newTestNode(t testing.TB, mut func(*Config)) *Node {
+	t.Helper()
+	n, _ := newStallTestNode(t, mut)
+	return n
+}
+
+// newStallTestNode is newTestNode that also returns the clock the stall
+// detector reads when the node has a fake Clock (nil otherwise).
+func newStallTestNode(t testing.TB, mut func(*Config)) (*Node, *fakeStallClock) {
 	t.Helper()
 	cfg := Config{
 		Name:          "n1",
@@ -97,11 +117,27 @@ func newTestNode(t testing.TB, mut func(*Config)) *Node {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
+	var stalls *fakeStallClock
+	if _, fake := cfg.Clock.(*fakeClock); fake {
+		stalls = &fakeStallClock{}
+		n.stallNow = stalls.now
+	}
 	if err := n.Start(); err != nil {
 		t.Fatalf("Start: %v", err)
 	}
 	t.Cleanup(func() { n.Close() })
-	return n
+	return n, stalls
+}
+
+// waitSweeps returns once the sweeper has run a whole sweep that began
+// after the call: every sweep's effect (a stall counted, a session expired)
+// of the state before the call has happened.
+func waitSweeps(t testing.TB, n *Node) {
+	t.Helper()
+	// The sweep under way may have read its clocks before the call; the one
+	// after it began after the call.
+	target := n.sweeps.Load() + 2
+	waitFor(t, "two sweeps", func() bool { return n.sweeps.Load() >= target })
 }
 
 // frame is one decoded line from the gateway.

@@ -33,6 +33,15 @@ type Node struct {
 	base   time.Time // deadlines are monotonic nanoseconds since base
 	wheel  *wheel
 
+	// stallNow reads the real monotonic clock for the sweeper's stall
+	// detector (nanoseconds since New). Tests in this package replace it
+	// before Start.
+	stallNow func() int64
+
+	// Written by the sweeper, read anywhere.
+	stalled atomic.Int64  // nanoseconds of gateway stalls detected; mono subtracts them
+	sweeps  atomic.Uint64 // sweeps done (tests wait on it)
+
 	cluster atomic.Pointer[clusterRef]
 
 	// Guarded by mu.
@@ -102,6 +111,8 @@ func New(cfg Config) (*Node, error) {
 		drained: make(chan struct{}),
 	}
 	n.wheel = newWheel(int64(cfg.SweepInterval), int64(cfg.Timeout), 0)
+	start := time.Now()
+	n.stallNow = func() int64 { return int64(time.Since(start)) }
 	if cfg.Cluster != nil {
 		n.SetCluster(cfg.Cluster)
 	}
@@ -136,8 +147,18 @@ func (n *Node) getCluster() Cluster {
 	return nil
 }
 
-// mono returns the monotonic time since the node started, in nanoseconds.
-func (n *Node) mono() int64 { return int64(n.clock.Now().Sub(n.base)) }
+// mono returns the node's deadline clock: the time since the node started,
+// less the stalls of the gateway itself the sweeper has detected, in
+// nanoseconds. It stops while the gateway is stalled, so a stall extends
+// every session's deadline by its length (see sweepLoop). It is on the
+// heartbeat path: one clock read and one atomic load.
+func (n *Node) mono() int64 { return n.monoAt(n.clock.Now()) }
+
+// monoAt is mono at clock time now: code that also uses now (a record's
+// ExpiresAt, a reply's expires_at) reads the clock once and converts.
+func (n *Node) monoAt(now time.Time) int64 {
+	return int64(now.Sub(n.base)) - n.stalled.Load()
+}
 
 // Start binds the client (and HTTP, when configured) listeners and starts
 // the accept loops, the expiry sweeper, the event notifier and crdt GC.

@@ -73,7 +73,7 @@ func (n *Node) handleHello(c *conn, req *Request) {
 		groups: crdt.NormalizeGroups(slices.Clone(req.Groups)),
 	}
 	now := n.clock.Now()
-	mono := int64(now.Sub(n.base))
+	mono := n.monoAt(now)
 
 	n.mu.Lock()
 	if n.draining {
@@ -403,7 +403,7 @@ func (n *Node) ownedLocked(c *conn) (*localSession, *requestError) {
 func (n *Node) recordLocked(c *conn, st crdt.State, now time.Time) crdt.Session {
 	s := c.sess
 	deadline := c.lastActive.Load() + int64(n.cfg.Timeout)
-	expires := now.Add(time.Duration(deadline - int64(now.Sub(n.base))))
+	expires := now.Add(time.Duration(deadline - n.monoAt(now)))
 	return crdt.Session{
 		User: s.user, Device: s.device, ID: s.id, Epoch: s.epoch,
 		State: st, Status: s.status, Groups: s.groups, ExpiresAt: expires.UnixNano(),
