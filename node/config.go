@@ -3,6 +3,7 @@ package node
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"os"
 	"time"
@@ -102,6 +103,16 @@ type Config struct {
 	// (Cluster.Route), all of them concurrently. Default 2s.
 	RouteTimeout time.Duration
 
+	// SendRate is how many sends per second one session may make on
+	// average, and SendBurst how many it may make at once after a quiet
+	// spell (a token bucket per session). A send past the allowance gets
+	// rate_limited, reaches nobody, and the connection stays open. Higher
+	// suits bots that fan out to many users; lower bounds what one flooding
+	// session costs the gateway and its recipients. Defaults 50/s and 100;
+	// a negative SendRate disables the limit.
+	SendRate  float64
+	SendBurst int
+
 	// GCInterval is how often the node collects crdt tombstones and purges
 	// the sessions of long-dead gateways. Default 1m.
 	GCInterval time.Duration
@@ -154,6 +165,8 @@ const (
 	DefaultWriteTimeout       = 10 * time.Second
 	DefaultEventCoalesce      = 10 * time.Millisecond
 	DefaultRouteTimeout       = 2 * time.Second
+	DefaultSendRate           = 50  // sends per second per session
+	DefaultSendBurst          = 100 // sends at once per session
 	DefaultGCInterval         = time.Minute
 	DefaultDrainTimeout       = 10 * time.Second
 	maxDefaultSweepInterval   = 250 * time.Millisecond
@@ -218,6 +231,12 @@ func (c *Config) fill() error {
 	if c.RouteTimeout == 0 {
 		c.RouteTimeout = DefaultRouteTimeout
 	}
+	if c.SendRate == 0 {
+		c.SendRate = DefaultSendRate
+	}
+	if c.SendBurst == 0 {
+		c.SendBurst = DefaultSendBurst
+	}
 	if c.GCInterval == 0 {
 		c.GCInterval = DefaultGCInterval
 	}
@@ -261,6 +280,9 @@ func (c *Config) Validate() error {
 	}
 	if c.OutboundQueue < 1 {
 		errs = append(errs, errors.New("outbound queue must be at least 1"))
+	}
+	if math.IsNaN(c.SendRate) || math.IsInf(c.SendRate, 0) || c.SendBurst < 1 {
+		errs = append(errs, fmt.Errorf("send rate (%v) must be a number and send burst (%d) at least 1", c.SendRate, c.SendBurst))
 	}
 	if c.OutboundQueueBytes <= c.MaxLineBytes {
 		errs = append(errs, fmt.Errorf("outbound queue bytes (%d) must exceed max line bytes (%d)", c.OutboundQueueBytes, c.MaxLineBytes))

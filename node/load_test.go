@@ -2,7 +2,9 @@ package node
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"strings"
@@ -125,7 +127,9 @@ func TestConcurrentClientsHeartbeating(t *testing.T) {
 }
 
 // TestSlowConsumer checks that a client that does not read is dropped with
-// slow_consumer without slowing anyone else.
+// slow_consumer without slowing anyone else. What fills its queue is the
+// replies to its own pipelined requests: messages from others never do
+// (TestMessageFloodNeverCutsRecipient).
 func TestSlowConsumer(t *testing.T) {
 	n := newTestNode(t, func(c *Config) {
 		c.MaxLineBytes = 4096
@@ -138,18 +142,22 @@ func TestSlowConsumer(t *testing.T) {
 	bystander.ok(map[string]any{"op": "sub", "users": []string{"slow"}})
 	bystander.expectEvent("slow")
 
-	// Pipeline the sends in batches (the kernel buffers megabytes before the
-	// queue even starts to fill).
-	line := `{"op":"send","to":"slow","body":"` + strings.Repeat("x", 3000) + `"}`
-	batch := strings.Repeat(line+"\n", 10)
+	// Pipeline gets in batches without reading their replies (the kernel
+	// buffers megabytes before the queue even starts to fill).
+	users := make([]string, 300)
+	for i := range users {
+		users[i] = fmt.Sprintf("u%d", i)
+	}
+	req, _ := json.Marshal(map[string]any{"op": "get", "users": users})
+	batch := strings.Repeat(string(req)+"\n", 10)
 	start := time.Now()
 	for i := 0; n.Stats().SlowConsumers == 0; i++ {
 		if i > 10000 || time.Since(start) > 20*time.Second {
 			t.Fatalf("no slow consumer after %d batches", i)
 		}
-		sender.sendRaw(batch[:len(batch)-1])
-		for range 10 {
-			sender.expect(OpOK)
+		slow.nc.SetWriteDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.WriteString(slow.nc, batch); err != nil {
+			break // the gateway closed the slow client
 		}
 	}
 	t.Logf("slow consumer detected after %v", time.Since(start))

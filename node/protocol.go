@@ -115,6 +115,7 @@ const (
 	CodeInternal         ErrorCode = "internal"          // a gateway-side failure; the request changed nothing
 	CodeOverloaded       ErrorCode = "overloaded"        // the gateway holds MaxConnections already; closes at once
 	CodeEpochExhausted   ErrorCode = "epoch_exhausted"   // the (user, device) holds MaxEpoch: no newer epoch exists
+	CodeRateLimited      ErrorCode = "rate_limited"      // the session sent faster than Config.SendRate allows; nothing was done
 )
 
 // closes reports whether the gateway closes the connection after sending

@@ -27,6 +27,12 @@ func (n *Node) handleSend(c *conn, req *Request) (any, *requestError) {
 		n.mu.Unlock()
 		return nil, rerr
 	}
+	if ok, wait := s.sends.allow(n.mono(), n.cfg.SendRate, n.cfg.SendBurst); !ok {
+		n.mu.Unlock()
+		n.stats.rateLimited.Add(1)
+		return nil, errorf(CodeRateLimited, "at most %g sends per second (%d at once) per session; the next is allowed in %dms",
+			n.cfg.SendRate, n.cfg.SendBurst, max(wait.Milliseconds(), 1))
+	}
 	msg := Message{To: req.To, From: s.user, FromDevice: s.device, Body: slices.Clone(req.Body)}
 	var remote []string
 	for _, rs := range n.activeSessionsLocked(req.To) {
@@ -75,9 +81,10 @@ func (n *Node) route(msg Message, gateways []string) int {
 }
 
 // DeliverLocal delivers a message to the active sessions of msg.To that
-// this node owns and returns how many it reached (a session whose queue is
-// full is dropped as a slow consumer and not counted). It is part of Host:
-// the cluster layer calls it for messages routed here.
+// this node owns and returns how many it reached. A session whose queue is
+// past its share for messages (conn.sendMessage) misses the message and is
+// not counted: messages never cost a recipient its connection. It is part
+// of Host: the cluster layer calls it for messages routed here.
 func (n *Node) DeliverLocal(msg Message) int {
 	if rerr := checkBody(msg.Body); rerr != nil {
 		// Routed messages come from peers: never pass on what a client
@@ -98,11 +105,12 @@ func (n *Node) DeliverLocal(msg Message) int {
 	frame := encodeLine(MessageFrame{Op: OpMessage, From: msg.From, FromDevice: msg.FromDevice, Body: msg.Body})
 	k := 0
 	for _, c := range conns {
-		if c.send(frame) {
+		if c.sendMessage(frame) {
 			k++
 		}
 	}
 	n.stats.messages.Add(uint64(k))
+	n.stats.messageDrops.Add(uint64(len(conns) - k))
 	return k
 }
 

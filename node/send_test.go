@@ -2,9 +2,14 @@ package node
 
 import (
 	"encoding/json"
+	"io"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/rollcall/rollcall/crdt"
 )
 
 // recvRaw reads the next line as the gateway wrote it and fails the test
@@ -108,5 +113,190 @@ func TestDeliverLocalRefusesInvalidBody(t *testing.T) {
 	f := b.recvRaw()
 	if f.str("op") != OpMessage || f.str("from") == "" {
 		t.Fatalf("bob got %v", f)
+	}
+}
+
+// floodSends writes count send lines to recipient from c, while a second
+// goroutine reads c's replies, and returns how many were delivered (the sum
+// of ok.delivered) and how many were refused with each error code. The
+// sender reads its replies, so it is never a slow consumer itself.
+func floodSends(t *testing.T, c *client, to string, count, bodyLen int) (delivered int, refused map[string]int) {
+	t.Helper()
+	line := `{"op":"send","to":"` + to + `","body":"` + strings.Repeat("x", bodyLen) + `"}` + "\n"
+	const batch = 100
+	werr := make(chan error, 1)
+	go func() {
+		chunk := strings.Repeat(line, batch)
+		for sent := 0; sent < count; sent += batch {
+			c.nc.SetWriteDeadline(time.Now().Add(30 * time.Second))
+			if _, err := io.WriteString(c.nc, chunk[:len(line)*min(batch, count-sent)]); err != nil {
+				werr <- err
+				return
+			}
+		}
+		werr <- nil
+	}()
+	refused = map[string]int{}
+	for range count {
+		f, err := c.tryRecv(30 * time.Second)
+		if err != nil {
+			t.Fatalf("sender: %v (after %d delivered, %v refused)", err, delivered, refused)
+		}
+		switch f.str("op") {
+		case OpOK:
+			delivered += int(f.num("delivered"))
+		case OpError:
+			refused[f.str("code")]++
+		default:
+			t.Fatalf("sender got %v", f)
+		}
+	}
+	if err := <-werr; err != nil {
+		t.Fatalf("sender write: %v", err)
+	}
+	return delivered, refused
+}
+
+// reader reads a client's frames in the background, counting messages and
+// recording any error, until stopped.
+type reader struct {
+	c        *client
+	messages atomic.Int64
+	errs     chan frame
+	done     chan struct{}
+}
+
+func readInBackground(c *client) *reader {
+	r := &reader{c: c, errs: make(chan frame, 16), done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		for {
+			c.nc.SetReadDeadline(time.Now().Add(time.Minute))
+			line, err := c.r.ReadBytes('\n')
+			if err != nil {
+				return
+			}
+			var f frame
+			if json.Unmarshal(line, &f) != nil || !utf8.Valid(line) {
+				r.errs <- frame{"op": "invalid", "line": string(line)}
+				continue
+			}
+			switch f.str("op") {
+			case OpMessage:
+				r.messages.Add(1)
+			case OpError:
+				r.errs <- f
+			}
+		}
+	}()
+	return r
+}
+
+// waitMessages waits until the reader has counted want messages, and fails
+// on any error frame it saw.
+func (r *reader) waitMessages(t *testing.T, want int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for r.messages.Load() < int64(want) {
+		select {
+		case f := <-r.errs:
+			t.Fatalf("recipient got %v after %d messages", f, r.messages.Load())
+		case <-r.done:
+			t.Fatalf("recipient's connection ended after %d of %d messages", r.messages.Load(), want)
+		case <-time.After(time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("recipient got %d of %d messages", r.messages.Load(), want)
+		}
+	}
+	select {
+	case f := <-r.errs:
+		t.Fatalf("recipient got %v", f)
+	default:
+	}
+}
+
+// TestSendFloodIsThrottled: the fault's reproduction (issue 13, fault 7: a
+// sender of 20,000 sends was never throttled while its victim, reading
+// promptly, was cut as slow_consumer). The sender gets its burst, then
+// rate_limited for every send past its allowance, and keeps its
+// connection; the victim gets every delivered message and stays. The
+// node's clock is fake and does not move, so the allowance is exactly the
+// burst until the test moves it.
+func TestSendFloodIsThrottled(t *testing.T) {
+	fc := newFakeClock()
+	n := newTestNode(t, func(c *Config) {
+		c.Clock = fc
+		c.SendRate = 10
+		c.SendBurst = 25
+	})
+	mallory, _ := connect(t, n, "mallory", "bot")
+	victim, _ := connect(t, n, "victim", "phone")
+	r := readInBackground(victim)
+
+	const flood = 20000
+	delivered, refused := floodSends(t, mallory, "victim", flood, 200)
+	if delivered != 25 || refused[string(CodeRateLimited)] != flood-25 || len(refused) != 1 {
+		t.Fatalf("delivered %d, refused %v; want 25 delivered and %d rate_limited", delivered, refused, flood-25)
+	}
+	r.waitMessages(t, delivered)
+
+	// The allowance refills at SendRate: 1s later, 10 more.
+	fc.Advance(time.Second)
+	delivered, refused = floodSends(t, mallory, "victim", 12, 10)
+	if delivered != 10 || refused[string(CodeRateLimited)] != 2 {
+		t.Fatalf("after 1s: delivered %d, refused %v; want 10 and 2 rate_limited", delivered, refused)
+	}
+	r.waitMessages(t, 35)
+	// The refusal says what the limit is.
+	f := mallory.call(map[string]any{"op": "send", "to": "victim", "body": 1})
+	if f.str("code") != string(CodeRateLimited) || !strings.Contains(f.str("message"), "10 sends per second") {
+		t.Fatalf("refusal %v", f)
+	}
+	// The sender's other requests are not limited, and both stay connected.
+	mallory.ok(map[string]any{"op": "status", "status": "away"})
+	victim.send(map[string]any{"op": "status", "status": "busy", "id": "v"})
+	st := n.Stats()
+	if st.SlowConsumers != 0 || st.RateLimited != flood-25+2+1 || st.Messages != 35 {
+		t.Fatalf("stats: %d slow consumers, %d rate limited, %d messages", st.SlowConsumers, st.RateLimited, st.Messages)
+	}
+	if p := presenceOf(n, "victim"); !p.Online {
+		t.Fatal("victim offline")
+	}
+}
+
+// TestMessageFloodNeverCutsRecipient: messages from many sessions at once
+// (here one sender with the limit off: the same for the recipient's queue)
+// can outrun any recipient. Messages past the recipient's queue share are
+// not delivered, and counted as such, but never make the recipient a slow
+// consumer, even one that reads nothing until the flood is over.
+func TestMessageFloodNeverCutsRecipient(t *testing.T) {
+	n := newTestNode(t, func(c *Config) {
+		c.SendRate = -1
+		c.OutboundQueue = 64
+		c.OutboundQueueBytes = 256 << 10
+	})
+	sender, _ := connect(t, n, "sender", "bot")
+	victim, _ := connect(t, n, "victim", "phone")
+
+	const flood = 5000 // 40 MB: far more than the socket buffers hold
+	delivered, refused := floodSends(t, sender, "victim", flood, 8000)
+	if len(refused) != 0 {
+		t.Fatalf("refused %v", refused)
+	}
+	st := n.Stats()
+	if st.SlowConsumers != 0 {
+		t.Fatalf("the recipient was cut as a slow consumer (%d delivered)", delivered)
+	}
+	if delivered == flood || st.MessageDrops != uint64(flood-delivered) {
+		t.Fatalf("%d of %d delivered, %d drops counted: the flood never filled the queue's message share", delivered, flood, st.MessageDrops)
+	}
+	// The recipient, reading now, gets every message delivered, then its reply.
+	r := readInBackground(victim)
+	r.waitMessages(t, delivered)
+	victim.send(map[string]any{"op": "status", "status": "away"})
+	waitFor(t, "the victim's status", func() bool { return presenceOf(n, "victim").Status == crdt.UserAway })
+	if got := r.messages.Load(); got != int64(delivered) {
+		t.Fatalf("victim got %d messages, %d delivered", got, delivered)
 	}
 }

@@ -21,6 +21,8 @@ type localSession struct {
 	epoch  uint64
 	status crdt.Status
 	groups []string // sorted, unique
+
+	sends tokenBucket // the session's allowance of sends (Config.SendRate)
 }
 
 // The session lifecycle (the seed's state machine), every transition a crdt

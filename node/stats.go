@@ -20,6 +20,8 @@ type counters struct {
 	badRequests    atomic.Uint64 // error replies to malformed or invalid requests
 	events         atomic.Uint64 // event frames queued
 	messages       atomic.Uint64 // message frames queued
+	messageDrops   atomic.Uint64 // message frames not queued: the recipient's queue was past its message share
+	rateLimited    atomic.Uint64 // requests refused with rate_limited
 	routeFailures  atomic.Uint64 // Cluster.Route calls that failed
 	published      atomic.Uint64 // deltas handed to Cluster.Publish (or written standalone)
 }
@@ -43,6 +45,8 @@ type Stats struct {
 	BadRequests    uint64 `json:"bad_requests"`
 	Events         uint64 `json:"events"`
 	Messages       uint64 `json:"messages"`
+	MessageDrops   uint64 `json:"message_drops"`
+	RateLimited    uint64 `json:"rate_limited"`
 	RouteFailures  uint64 `json:"route_failures"`
 	Published      uint64 `json:"published"`
 
@@ -75,6 +79,8 @@ func (n *Node) Stats() Stats {
 	st.BadRequests = c.badRequests.Load()
 	st.Events = c.events.Load()
 	st.Messages = c.messages.Load()
+	st.MessageDrops = c.messageDrops.Load()
+	st.RateLimited = c.rateLimited.Load()
 	st.RouteFailures = c.routeFailures.Load()
 	st.Published = c.published.Load()
 	return st
