@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rollcall/rollcall/crdt"
+	"github.com/rollcall/rollcall/internal/stall"
 	"github.com/rollcall/rollcall/node"
 )
 
@@ -38,13 +39,18 @@ type Cluster struct {
 
 	inbound chan []byte
 	flushCh chan struct{}
+	started time.Time // real monotonic start, for stall detection
 	// answers bounds concurrent anti-entropy answers (each computes a Diff
 	// and opens a stream); requests past it are dropped and counted.
 	answers chan struct{}
 
+	// owned by handleLoop: every liveness decision is made there, in order
+	stall   *stall.Detector
+	stalled int64 // total of this process's own stalls, ns (see leaseNow)
+
 	mu      sync.Mutex // guards the fields below
 	pending []crdt.Delta
-	leases  *Leases
+	leases  *Leases // written only by handleLoop
 	gaps    *GapTracker
 	peers   map[string]*peer // by node name, every node ever seen
 	pulling map[string]bool  // pulls in flight, by peer
@@ -73,6 +79,7 @@ type peer struct {
 	state       string           // alive, dead or left (memberlist events)
 	leaving     bool             // it announced a graceful leave
 	deadSince   time.Time        // when memberlist declared it dead
+	rejoinAt    time.Time        // last rejoin attempt made because it was heard while dead
 }
 
 // maxConcurrentAnswers bounds the anti-entropy answers computed at once.
@@ -90,6 +97,8 @@ func New(cfg Config, host Host) (*Cluster, error) {
 		self:     crdt.Origin{Node: cfg.Name, Incarnation: cfg.Incarnation},
 		ctx:      ctx,
 		cancel:   cancel,
+		started:  time.Now(),
+		stall:    stall.NewDetector(leaseTick(cfg.LeaseTimeout), cfg.LeaseTimeout/4),
 		inbound:  make(chan []byte, cfg.InboundQueue),
 		flushCh:  make(chan struct{}, 1),
 		answers:  make(chan struct{}, maxConcurrentAnswers),
@@ -101,6 +110,7 @@ func New(cfg Config, host Host) (*Cluster, error) {
 		seen:     make(map[crdt.Origin]uint64),
 		routes:   make(map[uint64]chan routeAck),
 	}
+	c.stall.Observe(c.elapsed()) // the first reading: the loop starts now
 	mlc, err := c.memberlistConfig()
 	if err != nil {
 		cancel()

@@ -83,6 +83,10 @@ type Config struct {
 	Logger *zap.Logger
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+
+	// elapsed, if set (tests), replaces the real monotonic time since start
+	// that stall detection reads (see Cluster.leaseNow).
+	elapsed func() time.Duration
 }
 
 // DefaultConfig returns a Config with every default filled in, except Name.

@@ -3,6 +3,7 @@ package gossip
 import (
 	"bytes"
 	"slices"
+	"time"
 
 	"github.com/hashicorp/memberlist"
 	"github.com/vmihailenco/msgpack/v5"
@@ -102,6 +103,7 @@ func (c *Cluster) memberFailed(n *memberlist.Node) {
 	if n.Name == c.cfg.Name {
 		return
 	}
+	mode := ChooseMode(c.ml.NumMembers(), c.cfg.EagerThreshold)
 	c.mu.Lock()
 	p := c.peerLocked(n.Name)
 	// memberlist does not update the State of the Node it hands to
@@ -114,11 +116,21 @@ func (c *Cluster) memberFailed(n *memberlist.Node) {
 	if p.addr == "" {
 		p.addr = n.Address()
 	}
-	wasUp := c.leases.Fail(n.Name)
+	// A graceful leave is the peer's own word: it always counts. A dead
+	// verdict is overruled by proof of life heard since (VerdictOverrule).
+	var overrule time.Duration
+	if state == "dead" {
+		overrule = VerdictOverrule(mode, c.cfg.AliveInterval)
+	}
+	wasUp := c.leases.Fail(n.Name, c.leaseNow(), overrule)
+	down := c.leases.Down(n.Name)
 	c.mu.Unlock()
-	if wasUp {
+	switch {
+	case wasUp:
 		c.log.Info("member failed or left; its sessions are shown expired", zap.String("node", n.Name), zap.String("state", state))
 		c.host.MarkNodeDown(n.Name)
+	case !down:
+		c.log.Info("member declared dead but heard from since; its sessions stay shown", zap.String("node", n.Name))
 	}
 }
 
@@ -142,6 +154,7 @@ func (c *Cluster) observeMember(n *memberlist.Node, state string) {
 	}
 	p.addr, p.state, p.node = n.Address(), state, n
 	p.leaving = false
+	c.leases.Begin(n.Name, c.leaseNow())
 	c.mu.Unlock()
 	if newInc {
 		c.retire(originOf(n.Name, m.Incarnation))

@@ -4,6 +4,8 @@ package gossip
 // on one goroutine, in arrival order.
 
 import (
+	"time"
+
 	"github.com/rollcall/rollcall/crdt"
 	"go.uber.org/zap"
 )
@@ -20,12 +22,19 @@ func (c *Cluster) enqueue(b []byte) {
 	}
 }
 
+// handleLoop is the only goroutine that decides and applies peer liveness
+// (leases, memberlist's verdicts, proof of life in messages): the lease
+// table and the host's projection change together, in one order.
 func (c *Cluster) handleLoop() {
 	defer c.wg.Done()
+	leaseT := time.NewTicker(leaseTick(c.cfg.LeaseTimeout))
+	defer leaseT.Stop()
 	for {
 		select {
 		case <-c.ctx.Done():
 			return
+		case <-leaseT.C:
+			c.expireLeases()
 		case b := <-c.inbound:
 			c.handle(b)
 		case <-c.evSignal:
@@ -100,7 +109,7 @@ func (c *Cluster) handle(b []byte) {
 }
 
 func (c *Cluster) handleDeltas(ds []crdt.Delta, raw []byte) {
-	now := c.cfg.Now().UnixNano()
+	now := c.leaseNow()
 	fresh := false
 	var up []string
 	// Never call memberlist with mu held: memberlist calls our event
@@ -142,22 +151,34 @@ func (c *Cluster) handleAlive(a alive) {
 	if a.Origin.Node == c.cfg.Name {
 		return
 	}
-	now := c.cfg.Now().UnixNano()
+	now := c.leaseNow()
 	// An announcement of watermark 0 (a node that has written nothing)
 	// reveals no gap, whatever we hold: the replica need not be asked.
 	var local uint64
 	if a.Watermark > 0 {
 		local = c.host.Watermark(a.Origin)
 	}
+	var rejoin string
 	c.mu.Lock()
 	wasDown := c.leases.Heard(a.Origin.Node, now)
 	p := c.peerLocked(a.Origin.Node)
 	newInc := a.Origin.Incarnation > p.incarnation
 	p.incarnation = max(p.incarnation, a.Origin.Incarnation)
 	p.sessions, p.clientAddr = a.Sessions, a.ClientAddr
-	pull := c.gaps.Observe(a.Origin, a.Watermark, local) && !c.pulling[a.Origin.Node]
+	// A node coming back from down may have ended sessions while this node
+	// was not hearing it: pull at once rather than after the gap persists,
+	// so the sessions it ended are not shown for long.
+	gap := c.gaps.Observe(a.Origin, a.Watermark, local) || (wasDown && local < a.Watermark)
+	pull := gap && !c.pulling[a.Origin.Node]
 	if pull {
 		c.pulling[a.Origin.Node] = true
+	}
+	// memberlist holds it dead, but it speaks to us: its verdict is stale
+	// (a pause or partition that ended). Rejoin it now instead of at the
+	// next reconnect round, so memberlist's view heals in one round trip.
+	if p.state == "dead" && p.addr != "" && c.cfg.Now().Sub(p.rejoinAt) >= 2*c.cfg.AliveInterval {
+		p.rejoinAt = c.cfg.Now()
+		rejoin = p.addr
 	}
 	c.mu.Unlock()
 	if newInc {
@@ -169,6 +190,9 @@ func (c *Cluster) handleAlive(a alive) {
 	if pull {
 		c.stats.GapPulls.Add(1)
 		c.goPull(a.Origin.Node)
+	}
+	if rejoin != "" {
+		c.goRejoin([]string{rejoin})
 	}
 }
 

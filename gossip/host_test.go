@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"go.uber.org/zap"
 
 	"github.com/rollcall/rollcall/crdt"
 	"github.com/rollcall/rollcall/node"
@@ -90,6 +91,9 @@ type testCluster struct {
 	opts  []func(*Config)
 	// onHost, if set, is called for each new host before its cluster starts.
 	onHost func(i int, h *fakeHost)
+	// wrapHost, if set, gives the host the cluster drives (fault injection
+	// between the cluster and its host).
+	wrapHost func(i int, h *fakeHost) Host
 }
 
 func fastMemberlist(mlc *memberlist.Config) {
@@ -111,6 +115,9 @@ func testConfig(name string, inc uint64) Config {
 	cfg.LeaseTimeout = 2 * time.Second
 	cfg.AliveInterval = 100 * time.Millisecond
 	cfg.Memberlist = fastMemberlist
+	if os.Getenv("GOSSIP_TEST_LOG") != "" {
+		cfg.Logger, _ = zap.NewDevelopment()
+	}
 	cfg.ReconnectInterval = 300 * time.Millisecond
 	return cfg
 }
@@ -148,7 +155,11 @@ func (tc *testCluster) start(name string, inc uint64) int {
 			break
 		}
 	}
-	c, err := New(cfg, h)
+	var host Host = h
+	if tc.wrapHost != nil {
+		host = tc.wrapHost(len(tc.nodes), h)
+	}
+	c, err := New(cfg, host)
 	if err != nil {
 		tc.t.Fatal(err)
 	}

@@ -49,6 +49,21 @@ func ChooseMode(members, threshold int) Mode {
 // detector alone marks gateways down.
 func LeasesEnforced(m Mode) bool { return m == ModeEager }
 
+// VerdictOverrule is how recently a peer must have been heard directly for
+// this node to overrule memberlist's verdict that the peer is dead (Leases.Fail):
+// two alive intervals, the longest a live owner goes unheard in eager mode.
+// memberlist's verdict ends a suspicion that began seconds earlier, and can
+// arrive after a paused or partitioned peer is back; the peer's own
+// announcements since are the newer truth, and its lease still expires if it
+// falls silent. In epidemic mode there is no lease to fall back on, so the
+// verdict always counts (0).
+func VerdictOverrule(m Mode, aliveInterval time.Duration) time.Duration {
+	if !LeasesEnforced(m) {
+		return 0
+	}
+	return 2 * aliveInterval
+}
+
 // RetransmitLimit is memberlist's retransmit limit for a piggybacked
 // broadcast: mult * ceil(log10(n+1)).
 func RetransmitLimit(mult, n int) int {
@@ -102,9 +117,14 @@ func PackDeltas(deltas []crdt.Delta, budget int) (batches [][]crdt.Delta, oversi
 	return batches, oversized
 }
 
-// Leases tracks, per peer gateway, when it was last heard from. A peer
-// whose lease has passed is shown failed in the projection until heard again.
-// Time is an argument; Leases is not safe for concurrent use.
+// Leases is this node's decision of which peer gateways are up: a peer is
+// shown failed in the projection from the moment the table marks it down
+// until it marks it up again. Every input that bears on a peer's liveness
+// goes through it (direct proof of life, memberlist's verdicts and joins,
+// the passing of time), and the caller applies the transitions it reports
+// to the replica in the order they were made, from one goroutine: the table
+// and the projection never disagree, so a stale "down" can never overtake a
+// newer "up". Time is an argument; Leases is not safe for concurrent use.
 type Leases struct {
 	ttl   time.Duration
 	peers map[string]lease
@@ -124,8 +144,9 @@ func NewLeases(ttl time.Duration) *Leases {
 	return &Leases{ttl: ttl, peers: make(map[string]lease)}
 }
 
-// Heard refreshes node's lease at now and reports whether the node was down
-// (so the caller marks it up again).
+// Heard refreshes node's lease at now (the node proved itself alive: an
+// announcement or a delta straight from it) and reports whether the node
+// was down (so the caller marks it up again).
 func (l *Leases) Heard(node string, now int64) (wasDown bool) {
 	p := l.peers[node]
 	wasDown = p.down
@@ -137,10 +158,33 @@ func (l *Leases) Heard(node string, now int64) (wasDown bool) {
 	return wasDown
 }
 
-// Fail marks node down at once (memberlist declared it dead or it left) and
-// reports whether it was up.
-func (l *Leases) Fail(node string) (wasUp bool) {
+// Begin starts node's lease at now if it has none: memberlist reported the
+// node as a member before this node heard from it (on a fresh start every
+// peer is in that state). Without it a peer that fails before its first
+// announcement arrives would never expire by lease, and would wait for
+// memberlist's slower failure detector. A peer already heard or marked down
+// is unchanged.
+func (l *Leases) Begin(node string, now int64) {
+	p, ok := l.peers[node]
+	if ok && (p.heard || p.down) {
+		return
+	}
+	p.last, p.heard = now, true
+	l.peers[node] = p
+}
+
+// Fail applies memberlist's verdict that node is dead (or left) at now and
+// reports whether it was up (so the caller marks it down). A verdict is the
+// end of a suspicion that began seconds earlier; a node heard from within
+// heardWithin before now has proved itself alive since, and the verdict is
+// overruled (its lease goes on and expires if it really falls silent). Pass
+// heardWithin 0 when there is no lease to fall back on (epidemic mode) or
+// the node said it left: the verdict then always counts.
+func (l *Leases) Fail(node string, now int64, heardWithin time.Duration) (wasUp bool) {
 	p := l.peers[node]
+	if heardWithin > 0 && p.heard && now-p.last <= int64(heardWithin) {
+		return false
+	}
 	wasUp = !p.down
 	p.down = true
 	l.peers[node] = p
@@ -167,7 +211,8 @@ func (l *Leases) Expire(now int64) []string {
 // Down reports whether node is marked down.
 func (l *Leases) Down(node string) bool { return l.peers[node].down }
 
-// LastHeard returns when node was last heard from, and whether it ever was.
+// LastHeard returns when node was last heard from (or its lease began), and
+// whether it ever was.
 func (l *Leases) LastHeard(node string) (at int64, ok bool) {
 	p := l.peers[node]
 	return p.last, p.heard

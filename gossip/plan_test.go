@@ -95,7 +95,7 @@ func TestLeases(t *testing.T) {
 	if !l.Heard("a", int64(1400*time.Millisecond)) {
 		t.Fatal("hearing a down node must report it was down")
 	}
-	if !l.Fail("b") || l.Fail("b") {
+	if !l.Fail("b", int64(1400*time.Millisecond), 0) || l.Fail("b", int64(1400*time.Millisecond), 0) {
 		t.Fatal("Fail must report up->down once")
 	}
 	if l.Down("a") || !l.Down("b") {
@@ -108,7 +108,7 @@ func TestLeases(t *testing.T) {
 	}
 	// A node memberlist declared dead before it was ever heard is down, and
 	// has no lease to expire.
-	if !l.Fail("c") || !l.Down("c") {
+	if !l.Fail("c", int64(1400*time.Millisecond), time.Second) || !l.Down("c") {
 		t.Fatal("Fail of an unheard node must mark it down")
 	}
 	if _, ok := l.LastHeard("c"); ok {
@@ -123,6 +123,48 @@ func TestLeases(t *testing.T) {
 	l.Forget("a")
 	if _, ok := l.LastHeard("a"); ok || l.Down("a") {
 		t.Fatal("Forget must drop the node")
+	}
+}
+
+// A freshly started node leases every member memberlist reports, so a peer
+// that fails before its first announcement still expires by lease.
+func TestLeasesBeginAtJoin(t *testing.T) {
+	l := NewLeases(time.Second)
+	l.Begin("a", 0)
+	l.Heard("b", 0)
+	l.Begin("b", int64(900*time.Millisecond)) // already heard: unchanged
+	if got := sortedCopy(l.Expire(int64(1100 * time.Millisecond))); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("Expire = %v, want [a b]", got)
+	}
+	// A join event does not revive a node that is down: only hearing it does.
+	l.Begin("a", int64(1200*time.Millisecond))
+	if !l.Down("a") {
+		t.Fatal("Begin revived a down node")
+	}
+	if got := l.Expire(int64(5 * time.Second)); len(got) != 0 {
+		t.Fatalf("Expire = %v, want nothing (both already down)", got)
+	}
+}
+
+// memberlist's dead verdict ends a suspicion that began earlier: a node
+// heard within the overrule window since is alive, and its lease goes on.
+func TestLeasesVerdictOverruledByFreshProofOfLife(t *testing.T) {
+	l := NewLeases(2 * time.Second)
+	ms := int64(time.Millisecond)
+	l.Heard("p", 1000*ms)
+	if l.Fail("p", 1300*ms, 800*time.Millisecond) || l.Down("p") {
+		t.Fatal("a verdict 300ms after proof of life must be overruled")
+	}
+	if got := l.Expire(3100 * ms); len(got) != 1 || got[0] != "p" {
+		t.Fatalf("Expire = %v: the lease of an overruled verdict still runs", got)
+	}
+	l.Heard("q", 1000*ms)
+	if !l.Fail("q", 1900*ms, 800*time.Millisecond) || !l.Down("q") {
+		t.Fatal("a verdict 900ms after the last proof of life counts")
+	}
+	l.Heard("r", 1000*ms)
+	if !l.Fail("r", 1100*ms, 0) || !l.Down("r") {
+		t.Fatal("with no overrule window (a leave, epidemic mode) the verdict always counts")
 	}
 }
 

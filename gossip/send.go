@@ -105,13 +105,16 @@ func (c *Cluster) enqueueBroadcast(msg []byte, name string) {
 
 // otherMembers returns the live members except this node, as copies taken
 // from memberlist's events. (memberlist.Members returns pointers into its own
-// state, which it keeps changing under its lock: reading them races.)
+// state, which it keeps changing under its lock: reading them races.) A
+// member memberlist holds dead but whose lease this node keeps (it was heard
+// since the verdict) is live: cutting it off would leave it without our
+// deltas and announcements until memberlist's view heals.
 func (c *Cluster) otherMembers() []*memberlist.Node {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := make([]*memberlist.Node, 0, len(c.peers))
 	for _, p := range c.peers {
-		if p.node != nil && p.state == "alive" {
+		if p.node != nil && c.liveLocked(p) {
 			n := *p.node
 			out = append(out, &n)
 		}
@@ -123,11 +126,17 @@ func (c *Cluster) otherMembers() []*memberlist.Node {
 func (c *Cluster) member(name string) *memberlist.Node {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if p := c.peers[name]; p != nil && p.node != nil && p.state == "alive" {
+	if p := c.peers[name]; p != nil && p.node != nil && c.liveLocked(p) {
 		n := *p.node
 		return &n
 	}
 	return nil
+}
+
+// liveLocked reports whether p is a member to send to: alive to
+// memberlist, or held dead by memberlist but not by this node's leases.
+func (c *Cluster) liveLocked(p *peer) bool {
+	return p.state == "alive" || (p.state == "dead" && !c.leases.Down(p.name))
 }
 
 func pickRandom(nodes []*memberlist.Node, k int) []*memberlist.Node {

@@ -13,8 +13,6 @@ func (c *Cluster) tickLoop() {
 	defer c.wg.Done()
 	aliveT := time.NewTicker(c.cfg.AliveInterval)
 	defer aliveT.Stop()
-	leaseT := time.NewTicker(min(c.cfg.LeaseTimeout/20, 250*time.Millisecond))
-	defer leaseT.Stop()
 	reconnectT := time.NewTicker(c.cfg.ReconnectInterval)
 	defer reconnectT.Stop()
 	c.announce()
@@ -26,18 +24,47 @@ func (c *Cluster) tickLoop() {
 			c.announce()
 		case <-reconnectT.C:
 			c.reconnect()
-		case <-leaseT.C:
-			if !LeasesEnforced(ChooseMode(c.ml.NumMembers(), c.cfg.EagerThreshold)) {
-				continue
-			}
-			c.mu.Lock()
-			expired := c.leases.Expire(c.cfg.Now().UnixNano())
-			c.mu.Unlock()
-			for _, n := range expired {
-				c.log.Info("peer lease expired; its sessions are shown expired", zap.String("node", n))
-				c.host.MarkNodeDown(n)
-			}
 		}
+	}
+}
+
+// leaseTick is how often leases are checked: a twentieth of the lease, at
+// most 250ms.
+func leaseTick(ttl time.Duration) time.Duration { return min(ttl/20, 250*time.Millisecond) }
+
+// leaseNow is the lease clock: the configured clock less this process's own
+// stalls. A gateway that was stopped (SIGSTOP, a paused VM) heard nothing
+// while it was stopped, though its peers kept announcing themselves: the
+// stall extends every lease by its length instead of expiring them all on
+// resume. Called on handleLoop only.
+func (c *Cluster) leaseNow() int64 { return c.cfg.Now().UnixNano() - c.stalled }
+
+// elapsed is the real monotonic time since the cluster started, in
+// nanoseconds: what stall detection reads.
+func (c *Cluster) elapsed() int64 {
+	if c.cfg.elapsed != nil {
+		return int64(c.cfg.elapsed())
+	}
+	return int64(time.Since(c.started))
+}
+
+// expireLeases is the lease tick, run on handleLoop with every other
+// liveness input: it first takes note of a stall of this process (the
+// tick's real lateness), then marks down the peers whose lease passed.
+func (c *Cluster) expireLeases() {
+	if s := c.stall.Observe(c.elapsed()); s > 0 {
+		c.stalled += int64(s)
+		c.log.Warn("this gateway was stalled; peer leases extended by the stall", zap.Duration("stall", s))
+	}
+	if !LeasesEnforced(ChooseMode(c.ml.NumMembers(), c.cfg.EagerThreshold)) {
+		return
+	}
+	c.mu.Lock()
+	expired := c.leases.Expire(c.leaseNow())
+	c.mu.Unlock()
+	for _, n := range expired {
+		c.log.Info("peer lease expired; its sessions are shown expired", zap.String("node", n))
+		c.host.MarkNodeDown(n)
 	}
 }
 
@@ -59,6 +86,11 @@ func (c *Cluster) reconnect() {
 		addrs = append(addrs, p.addr)
 	}
 	c.mu.Unlock()
+	c.goRejoin(addrs)
+}
+
+// goRejoin asks memberlist to join addrs again, in the background.
+func (c *Cluster) goRejoin(addrs []string) {
 	if len(addrs) == 0 {
 		return
 	}
@@ -66,7 +98,7 @@ func (c *Cluster) reconnect() {
 	go func() {
 		defer c.wg.Done()
 		if n, err := c.ml.Join(addrs); err == nil || n > 0 {
-			c.log.Info("rejoined failed members", zap.Int("answered", n))
+			c.log.Info("rejoined failed members", zap.Strings("addrs", addrs), zap.Int("answered", n))
 		}
 	}()
 }

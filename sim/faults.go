@@ -2,6 +2,8 @@ package sim
 
 // Scheduled faults: partitions, crashes and restarts.
 
+import "github.com/rollcall/rollcall/gossip"
+
 // split applies partition i: nodes of group j talk only within it; nodes in
 // no group form group 0.
 func (s *Sim) split(i int) {
@@ -54,6 +56,7 @@ func (s *Sim) restart(id int32) {
 	seed := s.randomLiveNode()
 	if seed >= 0 && seed != id {
 		sv := s.nodes[seed]
+		eager := gossip.LeasesEnforced(gossip.ChooseMode(s.numMembers(sv), s.cfg.EagerThreshold))
 		// Join: memberlist learns the members the seed sees alive; those
 		// it sees dead are not in a joiner's list at all (mergeState
 		// ignores suspicions of unknown nodes), so they are dead long ago
@@ -74,6 +77,9 @@ func (s *Sim) restart(id int32) {
 				n.peerLife[p] = v.life
 			}
 			s.setView(n, p, v)
+			if v.state == stAlive && eager {
+				s.beginLease(n, p) // NotifyJoin: Cluster.observeMember
+			}
 		}
 		s.broadcastML(n, part{kind: pAlive, node: id, inc: n.mlInc, life: n.life})
 		s.startPushPull(n, seed)

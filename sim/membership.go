@@ -284,7 +284,7 @@ func (s *Sim) deadNode(n *node, d part) {
 	}
 	v.changeAt = s.now
 	s.setView(n, d.node, v)
-	s.onLeave(n, d.node)
+	s.onLeave(n, d.node, v.state == stLeft)
 }
 
 // getBroadcasts is memberlist's getBroadcasts: memberlist's own messages

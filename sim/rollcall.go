@@ -398,6 +398,18 @@ func (s *Sim) heard(n *node, p int32) (wasDown bool) {
 	return wasDown
 }
 
+// beginLease is Leases.Begin for peer p (memberlist reported it as a member
+// of a node that has not heard it yet), kept in step with the lease FIFO.
+func (s *Sim) beginLease(n *node, p int32) {
+	name := s.names[p]
+	if _, heard := n.leases.LastHeard(name); heard || n.leases.Down(name) {
+		return
+	}
+	w := s.wall()
+	n.leases.Begin(name, w)
+	n.leaseFIFO = append(n.leaseFIFO, leaseRec{peer: p, at: w})
+}
+
 // leaseTick is the lease half of Cluster.tickLoop. Leases.Expire scans
 // every peer; it is called only when some peer's lease may have passed
 // (Config.Check verifies that the skipped calls would expire nothing).
@@ -434,9 +446,14 @@ func (s *Sim) leaseTick(n *node) {
 	}
 }
 
-// onLeave is events.NotifyLeave: memberlist declared p dead or left.
-func (s *Sim) onLeave(n *node, p int32) {
-	if n.leases.Fail(s.names[p]) {
+// onLeave is events.NotifyLeave (Cluster.memberFailed): memberlist
+// declared p dead or left.
+func (s *Sim) onLeave(n *node, p int32, left bool) {
+	var overrule time.Duration
+	if !left {
+		overrule = gossip.VerdictOverrule(gossip.ChooseMode(s.numMembers(n), s.cfg.EagerThreshold), s.cfg.AliveInterval)
+	}
+	if n.leases.Fail(s.names[p], s.wall(), overrule) {
 		s.markDown(n, p)
 	}
 }

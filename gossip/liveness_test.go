@@ -1,0 +1,232 @@
+package gossip
+
+import (
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/rollcall/rollcall/crdt"
+)
+
+// slowDownHost holds its first MarkNodeDown back until a MarkNodeUp has been
+// made (or a second has passed): the window in which a lease expiry decided
+// before an alive announcement could be applied after it.
+type slowDownHost struct {
+	*fakeHost
+	hold     atomic.Bool
+	upCalled chan struct{}
+	once     sync.Once
+	released chan struct{} // closed once the held MarkNodeDown is applied
+}
+
+func (h *slowDownHost) MarkNodeDown(n string) {
+	if h.hold.CompareAndSwap(true, false) {
+		select {
+		case <-h.upCalled:
+		case <-time.After(time.Second):
+		}
+		h.fakeHost.MarkNodeDown(n)
+		close(h.released)
+		return
+	}
+	h.fakeHost.MarkNodeDown(n)
+}
+
+func (h *slowDownHost) MarkNodeUp(n string) {
+	h.fakeHost.MarkNodeUp(n)
+	h.once.Do(func() { close(h.upCalled) })
+}
+
+// A peer whose lease passed while its packets were held up, and that is
+// heard again at once, must end up shown alive: the lease table and the
+// projection change in one order, so the stale "down" cannot land after the
+// newer "up" and leave the peer's sessions offline for good.
+func TestLeaseExpiryCannotOvertakeProofOfLife(t *testing.T) {
+	var slow *slowDownHost
+	tc := &testCluster{t: t, net: NewFaultNetwork(1), opts: []func(*Config){func(c *Config) {
+		// Only leases detect failures here: memberlist's prober is off.
+		c.Memberlist = func(m *memberlist.Config) { fastMemberlist(m); m.ProbeInterval = time.Hour }
+	}}}
+	tc.wrapHost = func(i int, h *fakeHost) Host {
+		if i != 0 {
+			return h
+		}
+		slow = &slowDownHost{fakeHost: h, upCalled: make(chan struct{}), released: make(chan struct{})}
+		return slow
+	}
+	for _, name := range []string{"n0", "n1"} {
+		tc.start(name, 1)
+	}
+	t.Cleanup(func() {
+		for _, c := range tc.nodes {
+			_ = c.Shutdown()
+		}
+	})
+	tc.waitMembers(2)
+	tc.hosts[1].connect(t, "alice", "phone")
+	waitFor(t, 5*time.Second, "alice online on n0", func() bool { return tc.hosts[0].presence("alice").Online })
+
+	slow.hold.Store(true)
+	tc.net.Block(tc.addr(1), tc.addr(0))
+	waitFor(t, 10*time.Second, "n0's lease of n1 to pass", func() bool {
+		tc.nodes[0].mu.Lock()
+		defer tc.nodes[0].mu.Unlock()
+		return tc.nodes[0].leases.Down("n1")
+	})
+	tc.net.Heal()
+	select {
+	case <-slow.released:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the held lease expiry was never applied")
+	}
+	waitFor(t, 10*time.Second, "alice online on n0 again", func() bool { return tc.hosts[0].presence("alice").Online })
+	// And she stays online: n1 keeps announcing itself, and nothing is
+	// left to mark it down.
+	time.Sleep(500 * time.Millisecond)
+	if !tc.hosts[0].presence("alice").Online {
+		t.Fatal("alice shown offline on n0 after n1 was heard again")
+	}
+	tc.nodes[0].mu.Lock()
+	leaseDown := tc.nodes[0].leases.Down("n1")
+	tc.nodes[0].mu.Unlock()
+	var shownDown bool
+	tc.hosts[0].Do(func(r *crdt.Replica) { _, shownDown = r.NodeDown("n1") })
+	if leaseDown != shownDown {
+		t.Fatalf("lease table says down=%v, projection says down=%v", leaseDown, shownDown)
+	}
+}
+
+// A freshly started node leases every member memberlist reports, heard from
+// or not: a member that never reaches it expires by lease (not only by
+// memberlist's slower failure detector, off here).
+func TestFreshNodeLeasesMembersNeverHeard(t *testing.T) {
+	tc := newTestCluster(t, 2, func(c *Config) {
+		c.Memberlist = func(m *memberlist.Config) { fastMemberlist(m); m.ProbeInterval = time.Hour }
+	})
+	tc.waitMembers(2)
+	tc.hosts[1].connect(t, "alice", "phone")
+	waitFor(t, 5*time.Second, "alice online on n0", func() bool { return tc.hosts[0].presence("alice").Online })
+	// n1 falls silent towards the newcomer before it ever hears from n1.
+	addr := freeAddr(t)
+	tc.opts = append(tc.opts, func(c *Config) { c.BindAddr = addr })
+	tc.net.Block(tc.addr(1), addr)
+	n2 := tc.start("n2", 1)
+	waitFor(t, 5*time.Second, "alice's session synced to n2", func() bool {
+		var ok bool
+		tc.hosts[n2].Do(func(r *crdt.Replica) { _, ok = r.Session(crdt.Key{User: "alice", Device: "phone"}) })
+		return ok
+	})
+	waitFor(t, 10*time.Second, "n2 to show n1's sessions expired by lease", func() bool {
+		return !tc.hosts[n2].presence("alice").Online
+	})
+	if !tc.hosts[0].presence("alice").Online {
+		t.Fatal("n0, which hears n1, must still show alice online")
+	}
+}
+
+// freeAddr returns a loopback address whose port was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// memberlist can declare a peer dead while the peer is speaking to us (a
+// one-way partition here; a pause that ended, in production): its own
+// announcements since are the newer truth. Its sessions must never flash
+// offline, and it must not be cut off from our deltas.
+func TestLateDeadVerdictDoesNotCutOffALivePeer(t *testing.T) {
+	var offline atomic.Int32
+	tc := &testCluster{t: t, net: NewFaultNetwork(1), opts: []func(*Config){func(c *Config) { c.ReconnectInterval = time.Hour }}}
+	tc.onHost = func(i int, h *fakeHost) {
+		if i == 0 {
+			h.OnChange = func(users []string) {
+				for _, u := range users {
+					if u == "alice" && !h.presence("alice").Online {
+						offline.Add(1)
+					}
+				}
+			}
+		}
+	}
+	tc.start("n0", 1)
+	tc.start("n1", 1)
+	t.Cleanup(func() {
+		for _, c := range tc.nodes {
+			_ = c.Shutdown()
+		}
+	})
+	tc.waitMembers(2)
+	tc.hosts[1].connect(t, "alice", "phone")
+	waitFor(t, 5*time.Second, "alice online on n0", func() bool { return tc.hosts[0].presence("alice").Online })
+	offline.Store(0)
+
+	// n0's probes of n1 go unanswered; n1 still reaches n0.
+	tc.net.Block(tc.addr(0), tc.addr(1))
+	waitFor(t, 10*time.Second, "memberlist on n0 to declare n1 dead", func() bool {
+		tc.nodes[0].mu.Lock()
+		defer tc.nodes[0].mu.Unlock()
+		p := tc.nodes[0].peers["n1"]
+		return p != nil && p.state == "dead"
+	})
+	time.Sleep(300 * time.Millisecond) // several announcements of n1 after the verdict
+	tc.net.Heal()
+	if n := offline.Load(); n > 0 {
+		t.Fatalf("alice was shown offline on n0 %d times though n1 was heard throughout", n)
+	}
+	// n0 still sends to n1, which memberlist holds dead.
+	tc.hosts[0].connect(t, "bob", "laptop")
+	waitFor(t, 5*time.Second, "bob (on n0) online on n1", func() bool { return tc.hosts[1].presence("bob").Online })
+}
+
+// jumpClock is a clock that can jump forward, as a stopped process's clock
+// does when it resumes.
+type jumpClock struct{ offset atomic.Int64 }
+
+func (j *jumpClock) now() time.Time { return time.Now().Add(time.Duration(j.offset.Load())) }
+func (j *jumpClock) elapsed(start time.Time) func() time.Duration {
+	return func() time.Duration { return time.Since(start) + time.Duration(j.offset.Load()) }
+}
+
+// A gateway that was stopped (SIGSTOP, a paused VM) heard nothing while it
+// was stopped, though its peers kept announcing themselves: on resume its
+// leases must be extended by the stall, not expire every peer at once.
+func TestOwnStallDoesNotExpirePeers(t *testing.T) {
+	var clk jumpClock
+	start := time.Now()
+	tc := newTestCluster(t, 2, func(c *Config) {
+		if c.Name == "n0" {
+			c.Now = clk.now
+			c.elapsed = clk.elapsed(start)
+		}
+	})
+	tc.waitMembers(2)
+	tc.hosts[1].connect(t, "alice", "phone")
+	waitFor(t, 5*time.Second, "alice online on n0", func() bool { return tc.hosts[0].presence("alice").Online })
+	var downs atomic.Int32
+	// n0 "stops" for 5s, more than the 2s lease: its clock jumps. For the
+	// next second n1's announcements do not reach it (they would sit unread
+	// in the socket of a stopped process), so the lease ticks after the
+	// jump see nothing newer than the stall.
+	tc.net.Block(tc.addr(1), tc.addr(0))
+	clk.offset.Add(int64(5 * time.Second))
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		if !tc.hosts[0].presence("alice").Online {
+			downs.Add(1)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	tc.net.Heal()
+	if downs.Load() > 0 {
+		t.Fatal("n0 showed n1's sessions expired after its own stall")
+	}
+}
