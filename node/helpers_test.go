@@ -162,7 +162,13 @@ type client struct {
 
 func dial(t testing.TB, n *Node) *client {
 	t.Helper()
-	nc, err := net.DialTimeout("tcp", n.ClientAddr().String(), 5*time.Second)
+	return dialAddr(t, n.ClientAddr().String())
+}
+
+// dialAddr connects a test client to a gateway's client address.
+func dialAddr(t testing.TB, addr string) *client {
+	t.Helper()
+	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
 		t.Fatalf("dial: %v", err)
 	}
