@@ -1,0 +1,109 @@
+package chaos
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Constants of the agent that the bounds depend on but no flag sets. They
+// are read off the agent's code (node/config.go, gossip/tick.go,
+// gossip/config.go, cmd/rollcall/cluster.go); if the agent changes them,
+// change them here.
+const (
+	// eventCoalesce is the node's event-coalescing window
+	// (node.DefaultEventCoalesce).
+	eventCoalesce = 10 * time.Millisecond
+	// batchDelay is how long a write waits to share a gossip packet
+	// (gossip.DefaultConfig().BatchDelay).
+	batchDelay = 2 * time.Millisecond
+	// loopbackRTT is a TCP round trip on loopback with the host busy,
+	// for a gap pull.
+	loopbackRTT = 50 * time.Millisecond
+	// DefaultSlack is what the bounds allow for a loaded two-core machine
+	// running the agents, the workload and the observers at once:
+	// scheduling delays, collector pauses, a burst of events queued.
+	DefaultSlack = time.Second
+)
+
+// Bounds are the time bounds the checker holds the cluster to, derived
+// from the agent's settings. All are durations; the checker works in
+// milliseconds.
+type Bounds struct {
+	Heartbeat time.Duration // --heartbeat
+	Timeout   time.Duration // --timeout: session timeout and peer lease
+
+	Sweep      time.Duration // expiry sweep period: min(250ms, Timeout/10)
+	LeaseCheck time.Duration // peer lease check period: min(Timeout/20, 250ms)
+	Alive      time.Duration // alive announcement period: min(1s, Timeout/5)
+	Repair     time.Duration // loss repair: 2*Alive + loopbackRTT
+	Slack      time.Duration // loaded-machine allowance
+
+	// Propagation bounds a write on one gateway reaching a subscriber or a
+	// get on every other running one: batch + coalesce + Repair + Slack.
+	Propagation time.Duration
+	// SilentExpiry bounds, from a client's last request, its session
+	// shown offline everywhere: Timeout + Sweep + Propagation.
+	SilentExpiry time.Duration
+	// CrashExpiry bounds, from a kill -9, the dead gateway's sessions shown
+	// offline on every other: Timeout (the lease) + LeaseCheck + coalesce +
+	// Slack. The lease counts from the last time the peer was heard, which
+	// is before the kill.
+	CrashExpiry time.Duration
+	// Recovery is how long a gateway is excused after a pause ends or a
+	// restart is ready (and its peers, about it): one announcement to be
+	// heard + Repair + coalesce + Slack.
+	Recovery time.Duration
+	// Convergence bounds, from the end of the last fault, every running
+	// gateway answering the same for every user whose state is not
+	// changing: Timeout + LeaseCheck + Repair + coalesce + 2*Slack.
+	Convergence time.Duration
+	// Grace is how much shorter than Timeout a gap between a client's
+	// requests may be for the client still to count as heartbeating: one
+	// heartbeat interval (the gateway may read a request that late).
+	Grace time.Duration
+}
+
+// DeriveBounds computes the bounds for the agent settings heartbeat and
+// timeout with the given slack (DefaultSlack if zero).
+func DeriveBounds(heartbeat, timeout, slack time.Duration) Bounds {
+	if slack == 0 {
+		slack = DefaultSlack
+	}
+	b := Bounds{Heartbeat: heartbeat, Timeout: timeout, Slack: slack}
+	b.Sweep = min(250*time.Millisecond, max(timeout/10, time.Millisecond))
+	b.LeaseCheck = min(timeout/20, 250*time.Millisecond)
+	b.Alive = min(time.Second, timeout/5)
+	b.Repair = 2*b.Alive + loopbackRTT
+	b.Propagation = batchDelay + eventCoalesce + b.Repair + slack
+	b.SilentExpiry = timeout + b.Sweep + b.Propagation
+	b.CrashExpiry = timeout + b.LeaseCheck + eventCoalesce + slack
+	b.Recovery = b.Alive + b.Repair + eventCoalesce + slack
+	b.Convergence = timeout + b.LeaseCheck + b.Repair + eventCoalesce + 2*slack
+	b.Grace = heartbeat
+	return b
+}
+
+// Describe prints the bounds with their formulas, one a line.
+func (b Bounds) Describe() string {
+	var s strings.Builder
+	p := func(name, formula string, d time.Duration) {
+		fmt.Fprintf(&s, "  %-13s %-58s = %v\n", name, formula, d)
+	}
+	fmt.Fprintf(&s, "bounds (heartbeat %v, timeout %v):\n", b.Heartbeat, b.Timeout)
+	p("sweep", "min(250ms, timeout/10)", b.Sweep)
+	p("lease check", "min(timeout/20, 250ms)", b.LeaseCheck)
+	p("alive", "min(1s, timeout/5)", b.Alive)
+	p("repair", "2*alive + rtt 50ms", b.Repair)
+	p("slack", "loaded 2-core machine", b.Slack)
+	p("propagation", "batch 2ms + coalesce 10ms + repair + slack", b.Propagation)
+	p("silent", "last request + timeout + sweep + propagation", b.SilentExpiry)
+	p("crash", "kill + timeout + lease check + coalesce + slack", b.CrashExpiry)
+	p("recovery", "after resume/ready: alive + repair + coalesce + slack", b.Recovery)
+	p("convergence", "after faults: timeout + lease check + repair + coalesce + 2*slack", b.Convergence)
+	p("grace", "a request gap under timeout-grace is heartbeating", b.Grace)
+	return s.String()
+}
+
+// ms converts a duration to the history's milliseconds.
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
