@@ -1,5 +1,10 @@
 package node
 
+import (
+	"net"
+	"time"
+)
+
 // What may fill a connection's outbound queue (issue 13, fault 7). The
 // queue's bound (Config.OutboundQueue frames, OutboundQueueBytes bytes)
 // exists to drop a client that does not read: the replies and events it
@@ -12,7 +17,8 @@ package node
 //     online members in one go, more than the queue holds (sendSnapshot).
 
 // sendMessage queues a message frame unless the queue already holds half
-// its frame or byte bound (an empty queue takes any frame that fits). A
+// its frame or byte bound (an empty queue takes any frame that fits; a
+// snapshot waiting does not count). A
 // message that does not fit is not queued for this connection, which stays
 // open, and sendMessage reports false: messages are best effort, like a
 // message to an offline user, and never make a slow consumer; only what a
@@ -21,7 +27,7 @@ func (c *conn) sendMessage(frame []byte) bool {
 	q := &c.q
 	maxFrames, maxBytes := c.n.cfg.OutboundQueue, c.n.cfg.OutboundQueueBytes
 	q.mu.Lock()
-	frames, bytes := len(q.frames)+1, q.bytes+len(frame)
+	frames, bytes := len(q.frames)-q.snapFrames+1, q.bytes-q.snapBytes+len(frame)
 	if q.closing || frames > maxFrames || bytes > maxBytes ||
 		(frames > 1 && (2*frames > maxFrames || 2*bytes > maxBytes)) {
 		q.mu.Unlock()
@@ -32,4 +38,70 @@ func (c *conn) sendMessage(frame []byte) bool {
 	q.mu.Unlock()
 	c.wakeWriter()
 	return true
+}
+
+// sendSnapshot queues the reply and initial events of a sub outside the
+// bound, and returns a channel closed once they have left the queue (the
+// writer took them, or the connection died), or nil when the connection is
+// closing and nothing was queued. The caller, the connection's reader,
+// waits on it before it reads the next request: so the snapshot's size is
+// paid by backpressure on this client's own requests (as TCP pushes back
+// on a client that sends faster than it reads), one snapshot at a time,
+// and never by dropping a client that reads promptly. A client that does
+// not read at all is still dropped: its writer times out (WriteTimeout),
+// and replies and events queued meanwhile count against the bound.
+func (c *conn) sendSnapshot(frames [][]byte) <-chan struct{} {
+	q := &c.q
+	q.mu.Lock()
+	if q.closing {
+		q.mu.Unlock()
+		return nil
+	}
+	for _, f := range frames {
+		q.frames = append(q.frames, f)
+		q.bytes += len(f)
+		q.snapBytes += len(f)
+	}
+	q.snapFrames += len(frames)
+	if q.snapTaken == nil {
+		q.snapTaken = make(chan struct{})
+	}
+	taken := q.snapTaken
+	q.mu.Unlock()
+	c.wakeWriter()
+	return taken
+}
+
+// releaseSnapLocked notes that the snapshot frames have left the queue
+// (taken by the writer, or dropped with the connection) and wakes the
+// reader waiting on them. The caller holds q.mu.
+func (q *outQueue) releaseSnapLocked() {
+	q.snapFrames, q.snapBytes = 0, 0
+	if q.snapTaken != nil {
+		close(q.snapTaken)
+		q.snapTaken = nil
+	}
+}
+
+// writeFrames writes a batch the writer took, in pieces of at most
+// OutboundQueueBytes (at least one frame each), each within timeout: so
+// WriteTimeout bounds the time to write what the queue's bound holds, and a
+// larger batch (a snapshot) gets time in proportion, not one deadline for
+// all of it.
+func (c *conn) writeFrames(frames [][]byte, timeout time.Duration) error {
+	limit := c.n.cfg.OutboundQueueBytes
+	for len(frames) > 0 {
+		k, size := 1, len(frames[0])
+		for k < len(frames) && size+len(frames[k]) <= limit {
+			size += len(frames[k])
+			k++
+		}
+		c.nc.SetWriteDeadline(time.Now().Add(timeout)) //nolint:errcheck // shows up as a write error
+		bufs := net.Buffers(frames[:k])
+		if _, err := bufs.WriteTo(c.nc); err != nil {
+			return err
+		}
+		frames = frames[k:]
+	}
+	return nil
 }

@@ -72,7 +72,10 @@ type Config struct {
 
 	// OutboundQueue is how many frames (replies, events, messages) may wait
 	// for one connection's writer. A client that lets it fill is sent
-	// slow_consumer and closed; nobody else ever waits for it. Default 1024.
+	// slow_consumer and closed; nobody else ever waits for it. Messages
+	// take at most half of it (more are not delivered), and a sub's initial
+	// events do not count (they are paced by the client's own reading; see
+	// backpressure.go). Default 1024.
 	OutboundQueue int
 
 	// OutboundQueueBytes bounds the bytes waiting in one connection's queue,
@@ -87,9 +90,9 @@ type Config struct {
 	// here. Default 100,000; negative means no cap.
 	MaxConnections int
 
-	// WriteTimeout bounds one write to a client socket. A client that does
-	// not read for this long while the node has data for it is treated as a
-	// slow consumer. Default 10s.
+	// WriteTimeout bounds one write to a client socket, of at most
+	// OutboundQueueBytes. A client that does not read for this long while
+	// the node has data for it is treated as a slow consumer. Default 10s.
 	WriteTimeout time.Duration
 
 	// EventCoalesce is how long the node gathers presence changes before it

@@ -70,6 +70,13 @@ type outQueue struct {
 	closing bool // accept no more frames; the writer flushes and closes
 	dead    bool // the socket is gone; the writer exits without writing
 	wake    chan struct{}
+
+	// A sub's snapshot (sendSnapshot, backpressure.go) waits in frames
+	// without counting against the bound: snapFrames frames, snapBytes
+	// bytes. snapTaken, when set, is closed once they leave the queue.
+	snapFrames int
+	snapBytes  int
+	snapTaken  chan struct{}
 }
 
 func (n *Node) newConn(nc net.Conn) *conn {
@@ -213,6 +220,7 @@ func (c *conn) abort() {
 	c.q.mu.Lock()
 	c.q.dead = true
 	c.q.closing = true
+	c.q.releaseSnapLocked()
 	c.q.mu.Unlock()
 	c.state.Store(stateClosing)
 	c.wakeWriter()
@@ -236,10 +244,11 @@ func (c *conn) send(frame []byte) bool {
 		q.mu.Unlock()
 		return false
 	}
-	if len(q.frames) >= c.n.cfg.OutboundQueue || q.bytes+len(frame) > c.n.cfg.OutboundQueueBytes {
+	if len(q.frames)-q.snapFrames >= c.n.cfg.OutboundQueue || q.bytes-q.snapBytes+len(frame) > c.n.cfg.OutboundQueueBytes {
 		clear(q.frames)
 		q.frames = append(q.frames[:0], encodeError(nil, CodeSlowConsumer, "outbound queue full: the client does not read fast enough"))
 		q.bytes = 0
+		q.releaseSnapLocked()
 		q.closing = true
 		q.mu.Unlock()
 		c.state.Store(stateClosing)
@@ -287,6 +296,7 @@ func (q *outQueue) take() (frames [][]byte, closing, dead bool) {
 	q.frames = q.spare[:0]
 	q.spare = nil
 	q.bytes = 0
+	q.releaseSnapLocked()
 	return frames, q.closing, q.dead
 }
 
@@ -322,9 +332,7 @@ func (c *conn) writeLoop() {
 			if closing {
 				timeout = min(timeout, lingerTimeout) // a final frame is best effort
 			}
-			c.nc.SetWriteDeadline(time.Now().Add(timeout)) //nolint:errcheck // shows up as a write error
-			bufs := net.Buffers(frames)
-			_, err := bufs.WriteTo(c.nc)
+			err := c.writeFrames(frames, timeout)
 			c.q.recycle(frames)
 			if err != nil {
 				if errors.Is(err, os.ErrDeadlineExceeded) {

@@ -62,7 +62,8 @@ func (n *Node) nextVersionLocked() uint64 {
 
 // handleSub subscribes the connection to users and/or a group. It queues the
 // ok and then one event per current subject itself, so that no change event
-// can overtake them.
+// can overtake them, outside the queue's bound (sendSnapshot), and returns
+// once they have left the queue.
 func (n *Node) handleSub(c *conn, req *Request) *requestError {
 	if rerr := checkSubjects(req); rerr != nil {
 		return rerr
@@ -112,10 +113,14 @@ func (n *Node) handleSub(c *conn, req *Request) *requestError {
 	}
 	n.fanMu.Lock()
 	n.mu.Unlock()
-	for _, f := range frames {
-		c.send(f)
-	}
+	taken := c.sendSnapshot(frames)
 	n.fanMu.Unlock()
+	if taken != nil {
+		// Read the next request only once this snapshot is on its way:
+		// a snapshot may exceed the queue's bound, so it is paced by this
+		// connection's own reads, never by dropping a prompt reader.
+		<-taken
+	}
 	return nil
 }
 
