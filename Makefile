@@ -4,8 +4,13 @@ PKGS      := ./...
 BIN       := bin/rollcall
 FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
+# make chaos: seconds per seed, seeds (1..20, 3,7; empty: one from the
+# clock), agents per run.
+CHAOS_DURATION ?= 60s
+CHAOS_SEEDS    ?=
+CHAOS_GATEWAYS ?= 3
 
-.PHONY: all build test test-short bench lint fuzz run clean image calibrate pgo
+.PHONY: all build test test-short bench lint fuzz run clean image calibrate pgo chaos
 
 all: build
 
@@ -38,6 +43,12 @@ fuzz:
 			$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
 		done; \
 	done
+
+# The chaos harness (docs/chaos.md): real agents under a seeded fault
+# schedule and client workload, the history checked against the four
+# promises. One summary line per seed; exits 1 on any violation.
+chaos: build
+	$(GO) run ./cmd/chaos --bin $(BIN) --duration $(CHAOS_DURATION) --gateways $(CHAOS_GATEWAYS) $(if $(CHAOS_SEEDS),--seeds $(CHAOS_SEEDS))
 
 # A single development node on loopback that accepts any user (no tokens).
 run: build

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"strings"
 	"sync"
 	"time"
 )
@@ -204,7 +205,8 @@ type History struct {
 	Raw     []string // Raw[line-1] is that line's text
 }
 
-// ReadHistory reads a history. A last line cut short (a run killed while
+// ReadHistory reads a history. Blank lines and lines starting with # (the
+// comments of hand-written histories) are skipped. A last line cut short (a run killed while
 // writing) is dropped; any other bad line is an error.
 func ReadHistory(r io.Reader) (*History, error) {
 	h := &History{}
@@ -218,7 +220,7 @@ func ReadHistory(r io.Reader) (*History, error) {
 			}
 			text := string(trimNL(line))
 			h.Raw = append(h.Raw, text)
-			if text != "" {
+			if text != "" && !strings.HasPrefix(text, "#") {
 				var rec Record
 				if jerr := json.Unmarshal([]byte(text), &rec); jerr != nil {
 					pending = fmt.Errorf("history line %d: %w", n, jerr)
