@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"net"
@@ -233,21 +234,88 @@ func (c *Cluster) Join(addrs []string) (int, error) {
 func (c *Cluster) LocalAddr() string { return c.ml.LocalNode().Address() }
 
 // Leave flushes pending deltas reliably to every member (the host should
-// have written its sessions disconnected first: node.Drain), leaves
-// memberlist gracefully and shuts down.
+// have written its sessions disconnected first: node.Drain), tells every
+// member over TCP that it is leaving, leaves memberlist gracefully and shuts
+// down, all within timeout.
+//
+// A leave needs no quorum. memberlist's own leave is a broadcast that waits
+// to be gossiped; when every other member is leaving too (all gateways
+// stopped at once) nobody is left to gossip it to, so it is given only a
+// moment, and its timeout is not an error once every member has the
+// leave over TCP: their projections are already right, and their memberlist
+// sees this node gone at its next probe.
 func (c *Cluster) Leave(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
 	c.mu.Lock()
 	c.leaving = true
 	c.mu.Unlock()
 	c.flush(true)
+	members := c.otherMembers()
+	told := false
 	if msg, err := encodeAliveAs(msgLeaving, alive{Origin: c.self, Sessions: c.host.SessionCount(), ClientAddr: c.cfg.ClientAddr}); err == nil {
-		c.sendAll(c.otherMembers(), msg, true)
+		told = c.sendAll(members, msg, true) == len(members)
 	}
-	err := c.ml.Leave(timeout)
+	err := c.leaveMemberlist(time.Until(deadline))
+	if err != nil && told {
+		c.log.Info("memberlist's leave broadcast did not go out in time; every member was told over TCP",
+			zap.Int("members", len(members)), zap.Error(err))
+		err = nil
+	}
 	if serr := c.Shutdown(); err == nil {
 		err = serr
 	}
 	return err
+}
+
+// leaveGrace is how long memberlist's leave broadcast is given once every
+// other member is leaving too.
+const leaveGrace = 200 * time.Millisecond
+
+// leaveMemberlist runs memberlist's leave, waiting for its broadcast at
+// most wait, or leaveGrace once no member that stays is left to hear it
+// (the others announce their own leaves meanwhile). On an early return the
+// leave goes on in the background until wait and is then dropped by
+// Shutdown.
+func (c *Cluster) leaveMemberlist(wait time.Duration) error {
+	done := make(chan error, 1)
+	go func() {
+		// memberlist panics on a leave after shutdown; this goroutine can
+		// only get there if it was not scheduled for the whole grace.
+		defer func() {
+			if r := recover(); r != nil {
+				done <- fmt.Errorf("gossip: memberlist leave: %v", r)
+			}
+		}()
+		done <- c.ml.Leave(max(wait, time.Millisecond))
+	}()
+	poll := time.NewTicker(20 * time.Millisecond)
+	defer poll.Stop()
+	var grace <-chan time.Time
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-grace:
+			return errors.New("gossip: every other member is leaving too: memberlist's leave broadcast was not waited for")
+		case <-poll.C:
+			if grace == nil && c.stayingMembers() == 0 {
+				grace = time.After(leaveGrace)
+			}
+		}
+	}
+}
+
+// stayingMembers counts the live members that have not announced a leave.
+func (c *Cluster) stayingMembers() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, p := range c.peers {
+		if p.node != nil && c.liveLocked(p) && !p.leaving {
+			n++
+		}
+	}
+	return n
 }
 
 // Shutdown stops the cluster without telling anyone (a crash, to peers).

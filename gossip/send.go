@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -151,27 +152,35 @@ func pickRandom(nodes []*memberlist.Node, k int) []*memberlist.Node {
 }
 
 // sendAll sends msg to every node, best effort (UDP) or reliably (TCP,
-// concurrently, waiting for all).
-func (c *Cluster) sendAll(nodes []*memberlist.Node, msg []byte, reliable bool) {
+// concurrently, waiting for all), and returns how many sends succeeded (for
+// UDP: were handed to the network).
+func (c *Cluster) sendAll(nodes []*memberlist.Node, msg []byte, reliable bool) int {
 	if !reliable {
+		sent := 0
 		for _, n := range nodes {
 			if err := c.ml.SendBestEffort(n, msg); err != nil {
 				c.stats.SendErrors.Add(1)
+			} else {
+				sent++
 			}
 			c.stats.PacketsSent.Add(1)
 			c.stats.BytesSent.Add(uint64(len(msg)))
 		}
-		return
+		return sent
 	}
 	var wg sync.WaitGroup
+	var sent atomic.Int64
 	for _, n := range nodes {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c.sendReliable(n, msg)
+			if c.sendReliable(n, msg) {
+				sent.Add(1)
+			}
 		}()
 	}
 	wg.Wait()
+	return int(sent.Load())
 }
 
 func (c *Cluster) sendReliable(n *memberlist.Node, msg []byte) bool {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,59 +24,9 @@ func TestThreeAgentProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary and runs three processes")
 	}
-	bin := filepath.Join(t.TempDir(), "rollcall")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
 	const timeout = 2 * time.Second
-	type agent struct {
-		name, client, http, gossip string
-		cmd                        *exec.Cmd
-		exited                     chan error
-	}
-	var agents []*agent
-	for i := 1; i <= 3; i++ {
-		a := &agent{name: fmt.Sprintf("gw%d", i), client: freeAddr(t), http: freeAddr(t), gossip: freeAddr(t), exited: make(chan error, 1)}
-		args := []string{"agent", "--name", a.name, "--dev", "--client-addr", a.client, "--http-addr", a.http,
-			"--gossip-addr", a.gossip, "--gossip-profile", "local", "--timeout", timeout.String(), "--heartbeat", "500ms",
-			"--log-level", "warn"}
-		if i > 1 {
-			args = append(args, "--join", agents[0].gossip)
-		}
-		a.cmd = exec.Command(bin, args...)
-		a.cmd.Stderr = os.Stderr
-		if err := a.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		go func() { a.exited <- a.cmd.Wait() }()
-		t.Cleanup(func() { _ = a.cmd.Process.Kill() })
-		agents = append(agents, a)
-		waitDial(t, a.client)
-	}
-	waitFor := func(what string, d time.Duration, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(d)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	waitFor("3 alive members", 10*time.Second, func() bool {
-		var ms []gossip.Member
-		if err := callAgent(t.Context(), "GET", agents[2].http, "/v1/members", nil, &ms); err != nil {
-			return false
-		}
-		alive := 0
-		for _, m := range ms {
-			if m.State == "alive" {
-				alive++
-			}
-		}
-		return alive == 3
-	})
+	agents := startAgents(t, buildBinary(t), 3, "--timeout", timeout.String(), "--heartbeat", "500ms")
+	waitAlive(t, agents, 10*time.Second)
 
 	bob := dialLine(t, agents[1].client, "bob", "laptop", nil)
 	bob.heartbeat(300 * time.Millisecond)
@@ -150,6 +101,106 @@ func TestThreeAgentProcesses(t *testing.T) {
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("gw3 did not exit after leave")
+	}
+}
+
+// Stopping every agent at once (docker compose stop sends SIGTERM to all)
+// must let each drain and exit 0 well within its drain timeout, not wait
+// for the others to relay its leave.
+func TestAllAgentsStoppedAtOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and runs three processes")
+	}
+	const drain = 8 * time.Second
+	agents := startAgents(t, buildBinary(t), 3, "--drain-timeout", drain.String())
+	waitAlive(t, agents, 10*time.Second)
+	for _, a := range agents {
+		c := dialLine(t, a.client, "user-"+a.name, "phone", nil)
+		c.heartbeat(300 * time.Millisecond)
+	}
+	stopped := time.Now()
+	for _, a := range agents {
+		if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, a := range agents {
+		select {
+		case err := <-a.exited:
+			if err != nil {
+				t.Errorf("%s exited with %v after SIGTERM", a.name, err)
+			}
+		case <-time.After(drain + 5*time.Second):
+			t.Fatalf("%s did not exit within its drain timeout", a.name)
+		}
+	}
+	t.Logf("all three exited %v after SIGTERM (drain timeout %v)", time.Since(stopped), drain)
+}
+
+// agentProc is a `rollcall agent` process started by a test.
+type agentProc struct {
+	name, client, http, gossip string
+	cmd                        *exec.Cmd
+	exited                     chan error
+}
+
+// buildBinary builds rollcall into a temporary directory.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "rollcall")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// startAgents starts n agents gw1..gwN on loopback, gw2.. joining gw1, in
+// development mode with local gossip timings, plus extra flags.
+func startAgents(t *testing.T, bin string, n int, extra ...string) []*agentProc {
+	t.Helper()
+	var agents []*agentProc
+	for i := 1; i <= n; i++ {
+		a := &agentProc{name: fmt.Sprintf("gw%d", i), client: freeAddr(t), http: freeAddr(t), gossip: freeAddr(t), exited: make(chan error, 1)}
+		args := []string{"agent", "--name", a.name, "--dev", "--client-addr", a.client, "--http-addr", a.http,
+			"--gossip-addr", a.gossip, "--gossip-profile", "local", "--log-level", "warn"}
+		if i > 1 {
+			args = append(args, "--join", agents[0].gossip)
+		}
+		a.cmd = exec.Command(bin, append(args, extra...)...)
+		a.cmd.Stderr = os.Stderr
+		if err := a.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() { a.exited <- a.cmd.Wait() }()
+		t.Cleanup(func() { _ = a.cmd.Process.Kill() })
+		agents = append(agents, a)
+		waitDial(t, a.client)
+	}
+	return agents
+}
+
+// waitAlive waits until the last agent lists every agent alive.
+func waitAlive(t *testing.T, agents []*agentProc, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		var ms []gossip.Member
+		alive := 0
+		if err := callAgent(t.Context(), "GET", agents[len(agents)-1].http, "/v1/members", nil, &ms); err == nil {
+			for _, m := range ms {
+				if m.State == "alive" {
+					alive++
+				}
+			}
+		}
+		if alive == len(agents) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %d alive members", len(agents))
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
