@@ -55,8 +55,11 @@ type Cluster struct {
 	gaps    *GapTracker
 	peers   map[string]*peer // by node name, every node ever seen
 	pulling map[string]bool  // pulls in flight, by peer
-	seen    map[crdt.Origin]uint64
-	leaving bool
+	// peers heard again after being marked down, shown down until caught
+	// up with (revive.go); written only by handleLoop
+	reviving map[string]revival
+	seen     map[crdt.Origin]uint64
+	leaving  bool
 
 	// memberlist events, queued by the event delegate (which memberlist
 	// calls with its node lock held) and handled by handleLoop.
@@ -108,6 +111,7 @@ func New(cfg Config, host Host) (*Cluster, error) {
 		gaps:     NewGapTracker(),
 		peers:    make(map[string]*peer),
 		pulling:  make(map[string]bool),
+		reviving: make(map[string]revival),
 		seen:     make(map[crdt.Origin]uint64),
 		routes:   make(map[uint64]chan routeAck),
 	}

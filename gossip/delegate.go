@@ -124,6 +124,9 @@ func (c *Cluster) memberFailed(n *memberlist.Node) {
 	}
 	wasUp := c.leases.Fail(n.Name, c.leaseNow(), overrule)
 	down := c.leases.Down(n.Name)
+	if down {
+		delete(c.reviving, n.Name)
+	}
 	c.mu.Unlock()
 	switch {
 	case wasUp:

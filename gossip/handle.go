@@ -88,6 +88,7 @@ func (c *Cluster) handle(b []byte) {
 			c.stats.BadMessages.Add(1)
 			c.log.Warn("rejected sync", zap.Error(err))
 		}
+		c.checkRevivals(c.leaseNow())
 	case msgRoute:
 		c.goRoute(m.route)
 	case msgRouteAck:
@@ -111,7 +112,7 @@ func (c *Cluster) handle(b []byte) {
 func (c *Cluster) handleDeltas(ds []crdt.Delta, raw []byte) {
 	now := c.leaseNow()
 	fresh := false
-	var up []string
+	var back map[string]crdt.Delta // peers heard again: their newest delta here
 	// Never call memberlist with mu held: memberlist calls our event
 	// delegate with its own lock held.
 	epidemic := ChooseMode(c.ml.NumMembers(), c.cfg.EagerThreshold) == ModeEpidemic
@@ -127,15 +128,26 @@ func (c *Cluster) handleDeltas(ds []crdt.Delta, raw []byte) {
 		}
 		// Eager deltas come straight from their owner: proof it is alive.
 		// Relayed epidemic deltas prove nothing about the owner now.
-		if !epidemic && c.leases.Heard(o.Node, now) {
-			up = append(up, o.Node)
+		if !epidemic {
+			if c.leases.Heard(o.Node, now) {
+				if back == nil {
+					back = make(map[string]crdt.Delta)
+				}
+				back[o.Node] = ds[i]
+			} else if prev, ok := back[o.Node]; ok && prev.Origin() == o && ds[i].Version() > prev.Version() {
+				back[o.Node] = ds[i]
+			}
 		}
 	}
 	c.mu.Unlock()
-	for _, n := range up {
-		c.host.MarkNodeUp(n)
+	err := c.host.ApplyDeltas(ds)
+	for n, d := range back {
+		c.revive(n, d.Origin(), d.Version(), now)
 	}
-	if err := c.host.ApplyDeltas(ds); err != nil {
+	if len(back) == 0 {
+		c.checkRevivals(now)
+	}
+	if err != nil {
 		c.stats.BadMessages.Add(1)
 		c.log.Warn("rejected deltas", zap.Error(err))
 		return
@@ -165,11 +177,7 @@ func (c *Cluster) handleAlive(a alive) {
 	newInc := a.Origin.Incarnation > p.incarnation
 	p.incarnation = max(p.incarnation, a.Origin.Incarnation)
 	p.sessions, p.clientAddr = a.Sessions, a.ClientAddr
-	// A node coming back from down may have ended sessions while this node
-	// was not hearing it: pull at once rather than after the gap persists,
-	// so the sessions it ended are not shown for long.
-	gap := c.gaps.Observe(a.Origin, a.Watermark, local) || (wasDown && local < a.Watermark)
-	pull := gap && !c.pulling[a.Origin.Node]
+	pull := c.gaps.Observe(a.Origin, a.Watermark, local) && !c.pulling[a.Origin.Node]
 	if pull {
 		c.pulling[a.Origin.Node] = true
 	}
@@ -184,12 +192,12 @@ func (c *Cluster) handleAlive(a alive) {
 	if newInc {
 		c.retire(a.Origin)
 	}
-	if wasDown {
-		c.host.MarkNodeUp(a.Origin.Node)
-	}
 	if pull {
 		c.stats.GapPulls.Add(1)
 		c.goPull(a.Origin.Node)
+	}
+	if wasDown {
+		c.revive(a.Origin.Node, a.Origin, a.Watermark, now)
 	}
 	if rejoin != "" {
 		c.goRejoin([]string{rejoin})

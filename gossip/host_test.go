@@ -76,6 +76,12 @@ func (h *fakeHost) snapshot() string {
 	return string(b)
 }
 
+func (h *fakeHost) nodeDown(n string) (since int64, down bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.r.NodeDown(n)
+}
+
 func (h *fakeHost) presence(user string) crdt.Presence {
 	h.mu.Lock()
 	defer h.mu.Unlock()

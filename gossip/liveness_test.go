@@ -230,3 +230,63 @@ func TestOwnStallDoesNotExpirePeers(t *testing.T) {
 		t.Fatal("n0 showed n1's sessions expired after its own stall")
 	}
 }
+
+// A gateway cut off long enough to be shown down ends a session meanwhile
+// (its writes lost in the partition). When it is heard again, that session
+// must not be shown online again, even for a moment, while the missed write
+// is pulled.
+func TestRevivedPeerNeverReshowsEndedSessions(t *testing.T) {
+	var reshown atomic.Int32
+	var cutOff atomic.Bool
+	tc := &testCluster{t: t, net: NewFaultNetwork(1), opts: []func(*Config){func(c *Config) {
+		// Leases alone detect the partition (memberlist's prober is off),
+		// and only the revival pull repairs (no periodic push/pull).
+		c.Memberlist = func(m *memberlist.Config) {
+			fastMemberlist(m)
+			m.ProbeInterval, m.PushPullInterval = time.Hour, time.Hour
+		}
+	}}}
+	tc.onHost = func(i int, h *fakeHost) {
+		if i == 0 {
+			h.OnChange = func(users []string) {
+				for _, u := range users {
+					if u == "alice" && cutOff.Load() && h.presence("alice").Online {
+						reshown.Add(1)
+					}
+				}
+			}
+		}
+	}
+	tc.start("n0", 1)
+	tc.start("n1", 1)
+	t.Cleanup(func() {
+		for _, c := range tc.nodes {
+			_ = c.Shutdown()
+		}
+	})
+	tc.waitMembers(2)
+	tc.hosts[1].connect(t, "alice", "phone")
+	waitFor(t, 5*time.Second, "alice online on n0", func() bool { return tc.hosts[0].presence("alice").Online })
+
+	tc.net.Partition([]string{tc.addr(0)}, []string{tc.addr(1)})
+	waitFor(t, 10*time.Second, "n0 to show n1 down", func() bool { return !tc.hosts[0].presence("alice").Online })
+	cutOff.Store(true)
+	tc.hosts[1].write(t, "alice", "phone", crdt.StateDisconnected, crdt.StatusAvailable, nil)
+	time.Sleep(50 * time.Millisecond) // the write is sent, and lost
+	tc.net.Heal()
+	waitFor(t, 10*time.Second, "alice's disconnect to reach n0", func() bool {
+		var st crdt.State
+		tc.hosts[0].Do(func(r *crdt.Replica) {
+			s, _ := r.Session(crdt.Key{User: "alice", Device: "phone"})
+			st = s.State
+		})
+		return st == crdt.StateDisconnected
+	})
+	waitFor(t, 10*time.Second, "n1 shown up on n0", func() bool {
+		_, down := tc.hosts[0].nodeDown("n1")
+		return !down
+	})
+	if n := reshown.Load(); n > 0 {
+		t.Fatalf("alice's ended session was shown online again on n0 (%d changes)", n)
+	}
+}

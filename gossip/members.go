@@ -18,7 +18,8 @@ type Member struct {
 	ClientAddr  string `json:"client_addr"`
 	Sessions    int    `json:"sessions"` // active sessions it owns, as last announced
 	// LeaseExpired is true when this node shows the member's sessions
-	// expired (lease passed or memberlist declared it failed).
+	// expired (lease passed or memberlist declared it failed, or it was
+	// heard again and its missed writes are still being pulled).
 	LeaseExpired bool `json:"lease_expired"`
 	Self         bool `json:"self,omitempty"`
 }
@@ -34,7 +35,7 @@ func (c *Cluster) Members() []Member {
 			continue // heard of through gossip, not yet a memberlist member
 		}
 		out = append(out, Member{Name: p.name, Addr: p.addr, State: p.state, Incarnation: p.incarnation,
-			ClientAddr: p.clientAddr, Sessions: p.sessions, LeaseExpired: c.leases.Down(p.name)})
+			ClientAddr: p.clientAddr, Sessions: p.sessions, LeaseExpired: c.leases.Down(p.name) || c.revivingLocked(p.name)})
 	}
 	c.mu.Unlock()
 	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })

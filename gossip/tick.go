@@ -59,9 +59,14 @@ func (c *Cluster) expireLeases() {
 	if !LeasesEnforced(ChooseMode(c.ml.NumMembers(), c.cfg.EagerThreshold)) {
 		return
 	}
+	now := c.leaseNow()
 	c.mu.Lock()
-	expired := c.leases.Expire(c.leaseNow())
+	expired := c.leases.Expire(now)
+	for _, n := range expired {
+		delete(c.reviving, n)
+	}
 	c.mu.Unlock()
+	c.checkRevivals(now)
 	for _, n := range expired {
 		c.log.Info("peer lease expired; its sessions are shown expired", zap.String("node", n))
 		c.host.MarkNodeDown(n)
