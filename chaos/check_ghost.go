@@ -52,15 +52,17 @@ func (m *model) ghostOn(c *connModel, o string) *Violation {
 	}
 	for _, s := range m.streams[o] {
 		for _, ev := range s.events {
-			if ev.t >= d && ev.t <= m.stop && !inAny(excl, ev.t) {
+			if lo := m.genLow(ev); lo >= d && ev.t <= m.stop && !anyOverlap(excl, lo, ev.t) {
 				consider(ev, ev.t)
 			}
 		}
-		// The stream's state at the deadline (or when o recovered).
+		// The stream's state at the deadline (or when o recovered, and the
+		// harness read again).
 		pt := d
 		if w := m.downAt(o, pt); w != nil {
 			pt = w.b
 		}
+		pt = m.afterStalls(pt)
 		if pt < s.end && pt >= s.start && pt <= m.stop {
 			if ev := s.stateAt(c.user, pt); ev != nil && ev.t < pt {
 				if findSession(ev.byUser[c.user], c.dev, c.epoch, c.gw) != nil && pt < firstAt {

@@ -86,8 +86,8 @@ func (m *model) lostOn(c *connModel, o string, a, b float64) []Violation {
 	}
 	for _, s := range m.streams[o] {
 		for _, ev := range s.events {
-			if ev.t >= a && ev.t < b && !inAny(excl, ev.t) {
-				check(ev, ev.t, ev.t, 0)
+			if lo := m.genLow(ev); lo >= a && ev.t < b && !anyOverlap(excl, lo, ev.t) {
+				check(ev, lo, ev.t, 0)
 			}
 		}
 		// A stream that never sent the event: its state at the start of
@@ -99,7 +99,7 @@ func (m *model) lostOn(c *connModel, o string, a, b float64) []Violation {
 			}
 		}
 		for _, pt := range points {
-			pt = max(pt, s.start+m.b.prop)
+			pt = m.afterStalls(max(pt, s.start+m.b.prop))
 			if pt >= b || pt >= s.end || inAny(excl, pt) {
 				continue
 			}
@@ -158,7 +158,9 @@ func (m *model) checkConnEnds() []Violation {
 				why = "superseded it though the device opened no newer connection"
 			}
 		case "shutting_down":
-			if d := m.deathDuring(c.gw, c.helloT, c.endT); d == nil || d.kind != "term" {
+			// The drain may start a moment after the SIGTERM, so a hello
+			// welcomed just after it is still told shutting_down.
+			if !m.draining(c.gw, c.endT) {
 				why = "said shutting_down though nobody stopped it"
 			}
 		case "eof":
@@ -181,6 +183,17 @@ func (m *model) checkConnEnds() []Violation {
 		}
 	}
 	return out
+}
+
+// draining reports whether gateway gw had been sent SIGTERM and had not
+// exited (or only just) at t.
+func (m *model) draining(gw string, t float64) bool {
+	for _, d := range m.gw[gw].deaths {
+		if d.kind == "term" && d.at <= t && (d.exit == inf || t <= d.exit+1000) {
+			return true
+		}
+	}
+	return false
 }
 
 // largestGap returns the longest time c went without a request before its

@@ -172,6 +172,7 @@ type model struct {
 	gwLines    []int // gw records (signals, exits, readies), for reports
 	faultLines []int
 
+	stalls        []window    // when the harness itself did not run (+ stallDrain)
 	restartFailed []int       // lines of failed restarts
 	byLine        map[int]int // line -> index in h.Records
 }
@@ -247,6 +248,8 @@ func buildModel(h *History) *model {
 			if r.Op != "hello" {
 				m.addOp(r, line)
 			}
+		case KindStall:
+			m.stalls = append(m.stalls, window{a: r.From, b: r.T + stallDrain, line: line, why: "harness stalled"})
 		case KindEnd:
 			if c := m.conns[r.C]; c != nil && c.endLine == 0 {
 				c.endReason, c.endT, c.endLine = r.Reason, r.T, line
@@ -280,6 +283,37 @@ func buildModel(h *History) *model {
 		m.settle(c)
 	}
 	return m
+}
+
+// stallDrain is how long after a stall of the harness it may still be
+// reading what queued up during it.
+const stallDrain = 100.0
+
+// genLow returns the earliest time an event may have been sent: its
+// receipt, unless the harness was stalled just before, when it may have
+// waited in the socket since the stall began.
+func (m *model) genLow(ev *obsModel) float64 {
+	lo := ev.t
+	for _, s := range m.stalls {
+		if s.contains(ev.t) {
+			lo = min(lo, s.a)
+		}
+	}
+	return lo
+}
+
+// afterStalls moves a point in time past any stall of the harness around
+// it: what a stream showed then is only known once the harness read again.
+func (m *model) afterStalls(t float64) float64 {
+	for moved := true; moved; {
+		moved = false
+		for _, s := range m.stalls {
+			if s.contains(t) && t < s.b {
+				t, moved = s.b, true
+			}
+		}
+	}
+	return t
 }
 
 // recordAt returns the record on a history line.

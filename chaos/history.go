@@ -28,6 +28,8 @@ import (
 //	       the gateway sent (expired, superseded, shutting_down, ...) or eof
 //	obs    an observation by gateway gw (life): src event (one presence, on
 //	       subscriber stream c) or get (every workload user; sent, t)
+//	stall  the harness itself did not run from "from" to t (starved): what
+//	       it received just after may have waited in a socket since from
 //	stop   the run ended here; the checker ignores anything later
 //
 // A record is written when what it describes is complete, so lines are
@@ -42,6 +44,7 @@ const (
 	KindEnd   = "end"
 	KindObs   = "obs"
 	KindStop  = "stop"
+	KindStall = "stall"
 )
 
 // Record is one history line. Which fields are set depends on K.
@@ -80,6 +83,8 @@ type Record struct {
 	Delivered *int    `json:"delivered,omitempty"`
 	Err       string  `json:"err,omitempty"`
 	Reason    string  `json:"reason,omitempty"`
+
+	From float64 `json:"from,omitempty"`
 
 	Src string     `json:"src,omitempty"`
 	P   []Presence `json:"p,omitempty"`

@@ -245,10 +245,12 @@ func (c *clientConn) request(ctx context.Context, req map[string]any, timeout ti
 	}
 }
 
-// heartbeat sends a plain hb and returns when it was written.
+// heartbeat sends a plain hb and returns when it had been written: the
+// time is taken after the write, so a starved client never claims a
+// heartbeat earlier than the gateway could read it.
 func (c *clientConn) heartbeat() (float64, error) {
-	t := c.now()
-	return t, c.write([]byte("{\"op\":\"hb\"}\n"))
+	err := c.write([]byte("{\"op\":\"hb\"}\n"))
+	return c.now(), err
 }
 
 // silence stops the connection reading; it stays open until close.

@@ -183,19 +183,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	inj := &injector{e: e, seed: cfg.Seed, start: at(tl.FaultStart), end: at(tl.FaultEnd), drain: cfg.DrainTimeout}
 	injected := make(chan int, 1)
 	go func() { injected <- inj.run(runCtx, faults) }()
-	// Flush now and then, so a killed run leaves most of its history.
-	wg.Go(func() {
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-runCtx.Done():
-				return
-			case <-t.C:
-				_ = rec.Flush()
-			}
-		}
-	})
+	// Flush now and then, so a killed run leaves most of its history; and
+	// record the harness's own stalls.
+	wg.Go(func() { watchStalls(runCtx, rec) })
 
 	interrupted := sleepCtx(ctx, time.Until(rec.At(at(tl.Stop))))
 	rec.Write(Record{K: KindStop})
@@ -227,6 +217,39 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	rep := Check(h)
 	res.Ops, res.Violations = rep.Ops, rep.Violations
 	return res, nil
+}
+
+// stallTick and stallMin: the harness checks every stallTick that it
+// runs, and records a stall when it did not for stallMin.
+const (
+	stallTick = 50 * time.Millisecond
+	stallMin  = 250 * time.Millisecond
+)
+
+// watchStalls records when the harness itself was not scheduled for
+// stallMin or more (a loaded machine), so the checker does not take the
+// receipt time of what queued up meanwhile for when it was sent. It also
+// flushes the history every second.
+func watchStalls(ctx context.Context, rec *Recorder) {
+	t := time.NewTicker(stallTick)
+	defer t.Stop()
+	last, flushed := rec.Now(), time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := rec.Now()
+		if now-last >= ms(stallMin) {
+			rec.Write(Record{T: now, K: KindStall, From: last})
+		}
+		last = now
+		if time.Since(flushed) >= time.Second {
+			_ = rec.Flush()
+			flushed = time.Now()
+		}
+	}
 }
 
 // agentVersion is the binary's VCS revision (with "+dirty" for a
