@@ -6,7 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 )
 
@@ -104,3 +109,117 @@ func FuzzReadLine(f *testing.F) {
 		}
 	})
 }
+
+// FuzzMessageFrame checks what a recipient receives for any body and any
+// sender names a peer may route here: a body checkBody accepts encodes to
+// one line of valid JSON in valid UTF-8 holding the same value, and the
+// names come out valid UTF-8 whatever they held. Seed corpus:
+// testdata/fuzz/FuzzMessageFrame.
+func FuzzMessageFrame(f *testing.F) {
+	for _, s := range []string{
+		`{"text":"hi"}`, `"caf` + "\u00e9" + `"`, " [1,\n2 ,\t{\"a\":null}] ", `"<b>&amp;</b>"`, `"\u2028"`, `"\ud800"`,
+		"\"\xff\"", `{"a":`, `1 2`, ``, "\"\x01\"", `1e999`, `-0.0e+00`, `{"a":1,"a":2}`,
+	} {
+		f.Add([]byte(s), "alice", "phone")
+	}
+	f.Add([]byte(`{}`), "al\xffice", "ph\xc3")
+	f.Fuzz(func(t *testing.T, body []byte, from, device string) {
+		if checkBody(body) != nil {
+			if len(body) > 0 && utf8.Valid(body) && json.Valid(body) {
+				t.Fatalf("refused a valid body %q", body)
+			}
+			return
+		}
+		line := encodeLine(MessageFrame{Op: OpMessage, From: from, FromDevice: device, Body: body})
+		if !utf8.Valid(line) || !json.Valid(line) {
+			t.Fatalf("body %q made an invalid line %q", body, line)
+		}
+		if i := bytes.IndexByte(line, '\n'); i != len(line)-1 {
+			t.Fatalf("body %q made a line with a newline at %d of %d", body, i, len(line))
+		}
+		var got struct {
+			Op   string          `json:"op"`
+			Body json.RawMessage `json:"body"`
+		}
+		if err := json.Unmarshal(line, &got); err != nil || got.Op != OpMessage {
+			t.Fatalf("line %q: %+v, %v", line, got, err)
+		}
+		var want, have any
+		errWant, errHave := json.Unmarshal(body, &want), json.Unmarshal(got.Body, &have)
+		if (errWant == nil) != (errHave == nil) || !reflect.DeepEqual(want, have) {
+			t.Fatalf("body %q arrived as %q", body, got.Body)
+		}
+	})
+}
+
+// FuzzReadSecretFile reads arbitrary secret files (what an operator points
+// --secret-file at): errors, never panics, and what it accepts is the
+// file's content without trailing whitespace, at least MinSecretBytes
+// long. Seed corpus: testdata/fuzz/FuzzReadSecretFile.
+func FuzzReadSecretFile(f *testing.F) {
+	for _, s := range []string{
+		"0123456789abcdef0123456789abcdef", "0123456789abcdef0123456789abcdef\n", "c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0cw==\r\n",
+		"short\n", "", "\n\n\n", strings.Repeat(" ", 40), strings.Repeat("\x00", 32), "\xff\xfe" + strings.Repeat("k", 31) + " \t",
+	} {
+		f.Add([]byte(s))
+	}
+	path := filepath.Join(f.TempDir(), "secret")
+	f.Fuzz(func(t *testing.T, content []byte) {
+		if err := os.WriteFile(path, content, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		b, err := ReadSecretFile(path)
+		if err != nil {
+			if !strings.Contains(err.Error(), path) {
+				t.Fatalf("error does not name the file: %v", err)
+			}
+			return
+		}
+		if len(b) < MinSecretBytes || !bytes.HasPrefix(content, b) || len(bytes.TrimRight(b, " \t\r\n")) != len(b) ||
+			len(bytes.TrimRight(content[len(b):], " \t\r\n")) != 0 {
+			t.Fatalf("file %q read as %q", content, b)
+		}
+		if _, err := NewToken(b, "u", time.Minute, time.Unix(0, 0)); err != nil {
+			t.Fatalf("an accepted secret does not sign: %v", err)
+		}
+	})
+}
+
+// FuzzVerifyToken feeds arbitrary hello tokens to the verifier: errors,
+// never panics, and accepts a token only for its own user and only under
+// the secret that signed it (no "none" algorithm, no other key).
+func FuzzVerifyToken(f *testing.F) {
+	now := time.Date(2026, 9, 24, 17, 45, 0, 0, time.UTC)
+	good, err := NewToken(testSecret, "alice", time.Hour, now)
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, s := range []string{
+		good, good[:len(good)-2], good + "x", "", ".", "..", "a.b.c",
+		"eyJhbGciOiJub25lIn0.eyJzdWIiOiJhbGljZSIsImV4cCI6OTk5OTk5OTk5OX0.",
+		"eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhbGljZSJ9.x", strings.Repeat("A", 300),
+	} {
+		f.Add(s, "alice")
+	}
+	n := &Node{cfg: Config{Secret: testSecret}, clock: fixedClock(now)}
+	other := &Node{cfg: Config{Secret: []byte("another secret, also 32 bytes long")}, clock: fixedClock(now)}
+	f.Fuzz(func(t *testing.T, token, user string) {
+		if len(token) > MaxTokenLen {
+			return // checkHello refuses these before verifying
+		}
+		if err := n.verifyToken(token, user); err != nil {
+			return
+		}
+		if other.verifyToken(token, user) == nil {
+			t.Fatalf("token %q verifies under two secrets", token)
+		}
+		if n.verifyToken(token, user+"x") == nil {
+			t.Fatalf("token %q verifies for two users", token)
+		}
+	})
+}
+
+// fixedClock is a Clock that always tells the same time.
+type fixedClock time.Time
+
+func (c fixedClock) Now() time.Time { return time.Time(c) }

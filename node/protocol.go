@@ -43,7 +43,9 @@ import (
 // ProtocolVersion is the version of the client protocol, sent in welcome.
 //
 //	1  hello/welcome, hb, status, account, join, leave, get, group, locate,
-//	   sub, unsub, send, bye; events with version; error codes below.
+//	   sub, unsub, send, bye; events with version; error codes below
+//	   (epoch_exhausted and rate_limited joined later: new codes are a
+//	   compatible change, clients treat unknown codes as errors).
 const ProtocolVersion = 1
 
 // Limits.
