@@ -27,6 +27,10 @@ type Fault struct {
 	GWs  []int         // indexes into Cluster.GWs; kill-restart: the restarted one, then the killed one
 	Hold time.Duration // pause length, or how long killed gateways stay down
 	Gap  time.Duration // kill-restart: from the first one ready to the second kill
+	// Hold2 is how long the second victim of a kill-restart stays down:
+	// longer than the crash bound, so its sessions must be shown offline by
+	// the lease of a gateway that only just started (issue 13, fault 2).
+	Hold2 time.Duration
 }
 
 // length is how long the fault takes, about (restarts take about a second).
@@ -37,7 +41,7 @@ func (f Fault) length() time.Duration {
 	case FaultKill, FaultTerm:
 		return f.Hold + 1500*time.Millisecond
 	case FaultKillRestart:
-		return 2*(f.Hold+1500*time.Millisecond) + f.Gap
+		return f.Hold + f.Hold2 + 3*time.Second + f.Gap
 	}
 	return 200 * time.Millisecond
 }
@@ -71,12 +75,13 @@ func Schedule(seed uint64, n int, window time.Duration) []Fault {
 		case r < 30:
 			f.Kind, f.GWs, f.Hold = FaultPause, some(), dur(time.Second, 5*time.Second)
 		case r < 50:
-			f.Kind, f.GWs, f.Hold = FaultKill, some(), dur(200*time.Millisecond, 3*time.Second)
+			f.Kind, f.GWs, f.Hold = FaultKill, some(), dur(200*time.Millisecond, 5*time.Second)
 		case r < 60:
 			f.Kind, f.GWs, f.Hold = FaultTerm, some(), dur(200*time.Millisecond, 2*time.Second)
 		case r < 70 && n >= 2:
 			p := rng.Perm(n)
-			f.Kind, f.GWs, f.Hold, f.Gap = FaultKillRestart, p[:2], dur(200*time.Millisecond, time.Second), dur(0, 400*time.Millisecond)
+			f.Kind, f.GWs, f.Hold, f.Gap = FaultKillRestart, p[:2], dur(200*time.Millisecond, time.Second), dur(0, 300*time.Millisecond)
+			f.Hold2 = dur(4*time.Second, 6*time.Second)
 		case r < 85:
 			f.Kind, f.GWs = FaultGarbageConn, []int{rng.IntN(n)}
 		default:
@@ -157,7 +162,7 @@ func (in *injector) inject(ctx context.Context, f Fault) {
 		in.restart(ctx, gws[:1])
 		_ = sleepCtx(ctx, f.Gap)
 		in.down(ctx, gws[1:], syscall.SIGKILL)
-		_ = sleepCtx(ctx, f.Hold)
+		_ = sleepCtx(ctx, f.Hold2)
 		in.restart(ctx, gws[1:])
 	case FaultGarbageConn:
 		detail = garbageClient(ctx, rand.New(rand.NewPCG(in.seed, uint64(f.ID))), gws[0].ClientAddr)
