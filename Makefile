@@ -5,7 +5,7 @@ BIN       := bin/rollcall
 FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
 # make chaos: seconds per seed, seeds (1..20, 3,7; empty: one from the
-# clock), agents per run.
+# clock), agents per run; CHAOS_NETNS=1 adds network faults (root).
 CHAOS_DURATION ?= 60s
 CHAOS_SEEDS    ?=
 CHAOS_GATEWAYS ?= 3
@@ -48,7 +48,7 @@ fuzz:
 # schedule and client workload, the history checked against the four
 # promises. One summary line per seed; exits 1 on any violation.
 chaos: build
-	$(GO) run ./cmd/chaos --bin $(BIN) --duration $(CHAOS_DURATION) --gateways $(CHAOS_GATEWAYS) $(if $(CHAOS_SEEDS),--seeds $(CHAOS_SEEDS))
+	$(GO) run ./cmd/chaos --bin $(BIN) --duration $(CHAOS_DURATION) --gateways $(CHAOS_GATEWAYS) $(if $(CHAOS_SEEDS),--seeds $(CHAOS_SEEDS)) $(if $(CHAOS_NETNS),--netns)
 
 # A single development node on loopback that accepts any user (no tokens).
 run: build

@@ -20,6 +20,10 @@ const (
 	// loopbackRTT is a TCP round trip on loopback with the host busy,
 	// for a gap pull.
 	loopbackRTT = 50 * time.Millisecond
+	// rejoinInterval is how often a gateway retries members memberlist
+	// declared dead (gossip.DefaultConfig().ReconnectInterval): after a
+	// network fault heals, a peer cut off long enough waits up to this.
+	rejoinInterval = 10 * time.Second
 	// DefaultSlack is what the bounds allow for a loaded two-core machine
 	// running the agents, the workload and the observers at once:
 	// scheduling delays, collector pauses, a burst of events queued.
@@ -58,6 +62,10 @@ type Bounds struct {
 	// gateway answering the same for every user whose state is not
 	// changing: Timeout + LeaseCheck + Repair + coalesce + 2*Slack.
 	Convergence time.Duration
+	// Rejoin is how long after a network fault heals the two sides are
+	// excused: the reconnect round that rejoins a peer declared dead, then
+	// Recovery.
+	Rejoin time.Duration
 	// Grace is how much shorter than Timeout a gap between a client's
 	// requests may be for the client still to count as heartbeating: one
 	// heartbeat interval (the gateway may read a request that late).
@@ -80,6 +88,7 @@ func DeriveBounds(heartbeat, timeout, slack time.Duration) Bounds {
 	b.CrashExpiry = timeout + b.LeaseCheck + eventCoalesce + slack
 	b.Recovery = b.Alive + b.Repair + eventCoalesce + slack
 	b.Convergence = timeout + b.LeaseCheck + b.Repair + eventCoalesce + 2*slack
+	b.Rejoin = rejoinInterval + b.Recovery
 	b.Grace = heartbeat
 	return b
 }
@@ -101,6 +110,7 @@ func (b Bounds) Describe() string {
 	p("crash", "kill + timeout + lease check + coalesce + slack", b.CrashExpiry)
 	p("recovery", "after resume/ready: alive + repair + coalesce + slack", b.Recovery)
 	p("convergence", "after faults: timeout + lease check + repair + coalesce + 2*slack", b.Convergence)
+	p("rejoin", "after a network fault heals: reconnect round 10s + recovery", b.Rejoin)
 	p("grace", "a request gap under timeout-grace is heartbeating", b.Grace)
 	return s.String()
 }

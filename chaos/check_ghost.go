@@ -30,7 +30,7 @@ func (m *model) checkGhosts() []Violation {
 // ghostOn returns the first observation on gateway o showing session c
 // online after its deadline, if any.
 func (m *model) ghostOn(c *connModel, o string) *Violation {
-	d := c.deadline
+	d := m.deafDeadline(o, c.gw, c.endAct, c.deadline)
 	excl := m.gw[o].down
 	var first *obsModel
 	firstAt := inf

@@ -38,7 +38,7 @@ func (m *model) checkLost() []Violation {
 
 // lostOn checks session c as gateway o shows it over [a, b).
 func (m *model) lostOn(c *connModel, o string, a, b float64) []Violation {
-	excl := slices.Concat(m.gw[o].down, m.gw[c.gw].down)
+	excl := slices.Concat(m.gw[o].down, m.gw[c.gw].down, m.cutWindows(o, c.gw))
 	var out []Violation
 	missing, stale := false, false
 	check := func(ob *obsModel, lo, hi float64, asOf float64) {

@@ -4,6 +4,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strings"
 )
 
 // The checker's model of a history: gateways' down windows, connections
@@ -42,6 +43,22 @@ type downEvent struct {
 
 	exitStatus string // the exit record's status
 	exitLine   int
+}
+
+// netCut is one network rule: gateway x drops (all, or some with lossy)
+// what it receives from y, and with out what it sends to y, over [a, b].
+type netCut struct {
+	x, y  string
+	out   bool
+	lossy bool
+	a, b  float64
+	line  int
+}
+
+// deafens reports whether the cut stops o hearing g: o drops what g
+// sends, or g drops (with out) what it sends to o.
+func (c netCut) deafens(o, g string) bool {
+	return (c.x == o && c.y == g) || (c.out && c.x == g && c.y == o)
 }
 
 // gwModel is what the history says about one gateway.
@@ -173,19 +190,20 @@ type model struct {
 	faultLines []int
 
 	stalls        []window    // when the harness itself did not run (+ stallDrain)
+	cuts          []netCut    // network faults
 	restartFailed []int       // lines of failed restarts
 	byLine        map[int]int // line -> index in h.Records
 }
 
 // boundsMS are the bounds in history milliseconds.
 type boundsMS struct {
-	prop, silent, crash, recovery, conv, grace, timeout, drain float64
+	prop, silent, crash, recovery, conv, grace, timeout, drain, rejoin, slack float64
 }
 
 func newBoundsMS(ri *RunInfo) boundsMS {
 	b := ri.Bounds()
 	return boundsMS{prop: ms(b.Propagation), silent: ms(b.SilentExpiry), crash: ms(b.CrashExpiry),
-		recovery: ms(b.Recovery), conv: ms(b.Convergence), grace: ms(b.Grace), timeout: ms(b.Timeout), drain: ri.DrainMS}
+		recovery: ms(b.Recovery), conv: ms(b.Convergence), rejoin: ms(b.Rejoin), slack: ms(b.Slack), grace: ms(b.Grace), timeout: ms(b.Timeout), drain: ri.DrainMS}
 }
 
 // buildModel reads a history into a model. It returns nil if the history
@@ -248,6 +266,26 @@ func buildModel(h *History) *model {
 			if r.Op != "hello" {
 				m.addOp(r, line)
 			}
+		case KindNet:
+			if r.T > m.stop {
+				break
+			}
+			switch r.Ev {
+			case "drop":
+				for _, p := range r.GWs {
+					m.cuts = append(m.cuts, netCut{x: r.GW, y: p, out: strings.Contains(r.Detail, "out"),
+						lossy: !strings.Contains(r.Detail, "p=1.00"), a: r.T, b: inf, line: line})
+				}
+				m.gwLines = append(m.gwLines, line)
+			case "heal":
+				for i := range m.cuts {
+					if m.cuts[i].x == r.GW && m.cuts[i].b == inf {
+						m.cuts[i].b = r.T
+						m.lastFault = max(m.lastFault, r.T+ms(rejoinInterval))
+					}
+				}
+				m.gwLines = append(m.gwLines, line)
+			}
 		case KindStall:
 			m.stalls = append(m.stalls, window{a: r.From, b: r.T + stallDrain, line: line, why: "harness stalled"})
 		case KindEnd:
@@ -283,6 +321,37 @@ func buildModel(h *History) *model {
 		m.settle(c)
 	}
 	return m
+}
+
+// cutWindows returns the windows in which gateways o and g may not see
+// each other: a network rule between them, either way, until its heal +
+// rejoin.
+func (m *model) cutWindows(o, g string) []window {
+	var out []window
+	for _, c := range m.cuts {
+		if (c.x == o && c.y == g) || (c.x == g && c.y == o) {
+			out = append(out, window{a: c.a, b: c.b + m.b.rejoin, line: c.line, why: "network fault"})
+		}
+	}
+	return out
+}
+
+// deafDeadline moves a ghost deadline d of a session of gateway g that
+// ended at end, as gateway o sees it, past network faults that kept o from
+// hearing g meanwhile: o shows the session until its lease on g runs out
+// (a full cut) or until the fault heals and the loss is repaired.
+func (m *model) deafDeadline(o, g string, end, d float64) float64 {
+	for _, c := range m.cuts {
+		if !c.deafens(o, g) || c.b < end || c.a > d {
+			continue
+		}
+		if c.lossy {
+			d = max(d, c.b+m.b.recovery)
+		} else {
+			d = max(d, min(c.a+m.b.crash, c.b+m.b.recovery))
+		}
+	}
+	return d
 }
 
 // stallDrain is how long after a stall of the harness it may still be

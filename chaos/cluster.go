@@ -24,6 +24,9 @@ type ClusterConfig struct {
 	Heartbeat    time.Duration // --heartbeat
 	Timeout      time.Duration // --timeout
 	DrainTimeout time.Duration // --drain-timeout
+	// Net, if set, runs each agent in its own network namespace of it,
+	// on fixed ports of its own address (network faults).
+	Net *network
 }
 
 // Gateway is one agent: its name and ports are fixed for the run; each
@@ -35,6 +38,7 @@ type Gateway struct {
 	HTTPAddr   string
 	GossipAddr string
 	logPath    string
+	index      int // in Cluster.GWs
 
 	mu       sync.Mutex
 	life     int           // how many times it has been started
@@ -57,7 +61,14 @@ func NewCluster(cfg ClusterConfig, rec *Recorder) (*Cluster, error) {
 	c := &Cluster{cfg: cfg, rec: rec}
 	used := map[string]bool{}
 	for i := 1; i <= cfg.Gateways; i++ {
-		g := &Gateway{Name: fmt.Sprintf("gw%d", i)}
+		g := &Gateway{Name: fmt.Sprintf("gw%d", i), index: i - 1}
+		g.logPath = filepath.Join(cfg.Dir, g.Name+".log")
+		if cfg.Net != nil {
+			a := cfg.Net.addr(i - 1)
+			g.ClientAddr, g.HTTPAddr, g.GossipAddr = a+":7400", a+":7401", a+":7946"
+			c.GWs = append(c.GWs, g)
+			continue
+		}
 		var err error
 		if g.ClientAddr, err = freePort(used, false); err != nil {
 			return nil, err
@@ -68,7 +79,6 @@ func NewCluster(cfg ClusterConfig, rec *Recorder) (*Cluster, error) {
 		if g.GossipAddr, err = freePort(used, true); err != nil {
 			return nil, err
 		}
-		g.logPath = filepath.Join(cfg.Dir, g.Name+".log")
 		c.GWs = append(c.GWs, g)
 	}
 	return c, nil
@@ -157,7 +167,11 @@ func (c *Cluster) start(g *Gateway, join []string) error {
 	defer g.mu.Unlock()
 	g.life++
 	fmt.Fprintf(logf, "=== chaos: %s life %d at t=%.1fms: %s %s\n", g.Name, g.life, c.rec.Now(), c.cfg.Bin, strings.Join(args, " "))
-	cmd := exec.Command(c.cfg.Bin, args...)
+	name, argv := c.cfg.Bin, args
+	if c.cfg.Net != nil {
+		name, argv = c.cfg.Net.command(g.index, c.cfg.Bin, args)
+	}
+	cmd := exec.Command(name, argv...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Its own process group, so a kill reaches anything it started; and
 	// killed with the harness if the harness dies first.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -17,7 +18,22 @@ const (
 	FaultKillRestart  = "kill-restart"   // kill -9 one, restart it, kill -9 another right after it is ready
 	FaultGarbageConn  = "garbage-client" // garbage on a gateway's client port
 	FaultGarbageGossp = "garbage-gossip" // garbage on a gateway's gossip port, UDP and TCP
+
+	// Network faults, with Config.Netns only.
+	FaultPartition = "partition" // some gateways cut off from the rest, both ways
+	FaultOneWay    = "one-way"   // a gateway hears nothing from one peer, which still hears it
+	FaultLoss      = "loss"      // a gateway loses 30% of its gossip with every peer, both ways
 )
+
+// netTail is how long a network fault must end before the fault window
+// does: a peer memberlist declared dead meanwhile is rejoined only by the
+// next reconnect round (gossip's ReconnectInterval, 10s), then synced.
+const netTail = 12500 * time.Millisecond
+
+// isNet reports whether a fault kind is a network fault.
+func isNet(kind string) bool {
+	return kind == FaultPartition || kind == FaultOneWay || kind == FaultLoss
+}
 
 // Fault is one entry of the schedule.
 type Fault struct {
@@ -36,7 +52,7 @@ type Fault struct {
 // length is how long the fault takes, about (restarts take about a second).
 func (f Fault) length() time.Duration {
 	switch f.Kind {
-	case FaultPause:
+	case FaultPause, FaultPartition, FaultOneWay, FaultLoss:
 		return f.Hold
 	case FaultKill, FaultTerm:
 		return f.Hold + 1500*time.Millisecond
@@ -56,8 +72,9 @@ func (f Fault) String() string {
 
 // Schedule draws a fault schedule for n gateways over window: faults one
 // after another with 0.5–3s between them, each over at most n-1
-// gateways, so one always runs. The same seed gives the same schedule.
-func Schedule(seed uint64, n int, window time.Duration) []Fault {
+// gateways, so one always runs; with net, network faults too, each ending
+// netTail before the window does. The same seed gives the same schedule.
+func Schedule(seed uint64, n int, window time.Duration, net bool) []Fault {
 	rng := rand.New(rand.NewPCG(seed, 0x6661756c74))
 	dur := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo)+1)) }
 	some := func() []int {
@@ -71,7 +88,23 @@ func Schedule(seed uint64, n int, window time.Duration) []Fault {
 	at := dur(0, time.Second)
 	for {
 		f := Fault{ID: len(out) + 1, At: at}
-		switch r := rng.IntN(100); {
+		r := rng.IntN(100)
+		if net {
+			switch r2 := rng.IntN(100); {
+			case r2 < 12:
+				k := 1 + rng.IntN(max(1, n/2))
+				f.Kind, f.GWs, f.Hold = FaultPartition, rng.Perm(n)[:k], dur(time.Second, 6*time.Second)
+			case r2 < 19:
+				f.Kind, f.GWs, f.Hold = FaultOneWay, rng.Perm(n)[:2], dur(time.Second, 6*time.Second)
+			case r2 < 25:
+				f.Kind, f.GWs, f.Hold = FaultLoss, []int{rng.IntN(n)}, dur(2*time.Second, 8*time.Second)
+			}
+			if f.Kind != "" && at+f.Hold+netTail > window {
+				f.Kind, f.GWs, f.Hold = FaultPause, f.GWs[:1], dur(time.Second, 5*time.Second)
+			}
+		}
+		switch {
+		case f.Kind != "":
 		case r < 30:
 			f.Kind, f.GWs, f.Hold = FaultPause, some(), dur(time.Second, 5*time.Second)
 		case r < 50:
@@ -164,12 +197,73 @@ func (in *injector) inject(ctx context.Context, f Fault) {
 		in.down(ctx, gws[1:], syscall.SIGKILL)
 		_ = sleepCtx(ctx, f.Hold2)
 		in.restart(ctx, gws[1:])
+	case FaultPartition, FaultOneWay, FaultLoss:
+		detail = in.network(ctx, f, gws)
 	case FaultGarbageConn:
 		detail = garbageClient(ctx, rand.New(rand.NewPCG(in.seed, uint64(f.ID))), gws[0].ClientAddr)
 	case FaultGarbageGossp:
 		detail = garbageGossip(ctx, rand.New(rand.NewPCG(in.seed, uint64(f.ID))), gws[0].GossipAddr)
 	}
 	rec.Write(Record{K: KindFault, Ev: "end", Fault: f.Kind, FID: f.ID, GWs: names, Detail: detail})
+}
+
+// network injects a network fault, holds it and heals it. Each host's
+// rules are recorded as a net record (gw drops what it gets from gws, and
+// with "out" what it sends them), and each heal too.
+func (in *injector) network(ctx context.Context, f Fault, gws []*Gateway) string {
+	nw := in.e.cl.cfg.Net
+	all := in.e.cl.GWs
+	type cut struct {
+		host  *Gateway
+		peers []*Gateway
+		out   bool
+		prob  float64
+	}
+	var cuts []cut
+	switch f.Kind {
+	case FaultPartition:
+		for _, a := range gws {
+			var rest []*Gateway
+			for _, b := range all {
+				if !slices.Contains(gws, b) {
+					rest = append(rest, b)
+				}
+			}
+			cuts = append(cuts, cut{host: a, peers: rest, out: true, prob: 1})
+		}
+	case FaultOneWay:
+		cuts = append(cuts, cut{host: gws[0], peers: gws[1:], prob: 1})
+	case FaultLoss:
+		var rest []*Gateway
+		for _, b := range all {
+			if b != gws[0] {
+				rest = append(rest, b)
+			}
+		}
+		cuts = append(cuts, cut{host: gws[0], peers: rest, out: true, prob: 0.3})
+	}
+	for _, c := range cuts {
+		var names []string
+		for _, p := range c.peers {
+			names = append(names, p.Name)
+			if err := nw.drop(c.host.index, p.index, c.out, c.prob); err != nil {
+				in.e.rec.Write(Record{K: KindNet, Ev: "error", GW: c.host.Name, Detail: err.Error()})
+			}
+		}
+		dir := "in"
+		if c.out {
+			dir = "in+out"
+		}
+		in.e.rec.Write(Record{K: KindNet, Ev: "drop", GW: c.host.Name, GWs: names, Detail: fmt.Sprintf("%s p=%.2f", dir, c.prob)})
+	}
+	_ = sleepCtx(ctx, f.Hold)
+	for _, c := range cuts {
+		if err := nw.heal(c.host.index); err != nil {
+			in.e.rec.Write(Record{K: KindNet, Ev: "error", GW: c.host.Name, Detail: err.Error()})
+		}
+		in.e.rec.Write(Record{K: KindNet, Ev: "heal", GW: c.host.Name})
+	}
+	return fmt.Sprintf("%d hosts' rules", len(cuts))
 }
 
 // down sends sig to every gateway in gws at once and waits for them to

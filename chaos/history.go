@@ -28,6 +28,9 @@ import (
 //	       the gateway sent (expired, superseded, shutting_down, ...) or eof
 //	obs    an observation by gateway gw (life): src event (one presence, on
 //	       subscriber stream c) or get (every workload user; sent, t)
+//	net    a network fault's rules (with --netns): ev drop: gateway gw drops
+//	       what it receives from gws (detail "in"), and what it sends them
+//	       ("in+out"), all or at random (p=); ev heal: gw's rules are gone
 //	stall  the harness itself did not run from "from" to t (starved): what
 //	       it received just after may have waited in a socket since from
 //	stop   the run ended here; the checker ignores anything later
@@ -45,6 +48,7 @@ const (
 	KindObs   = "obs"
 	KindStop  = "stop"
 	KindStall = "stall"
+	KindNet   = "net"
 )
 
 // Record is one history line. Which fields are set depends on K.
@@ -104,6 +108,7 @@ type RunInfo struct {
 	FaultEnd     float64  `json:"fault_end"`
 	SettleStart  float64  `json:"settle_start"`
 	Stop         float64  `json:"stop"`
+	Netns        bool     `json:"netns,omitempty"`
 	Command      string   `json:"command,omitempty"`
 	AgentVersion string   `json:"agent,omitempty"`
 }

@@ -41,6 +41,11 @@ type Config struct {
 	// Slack is the loaded-machine allowance in every bound. Default
 	// DefaultSlack.
 	Slack time.Duration
+	// Netns adds network faults (partitions, one-way cuts, loss): each
+	// agent runs in a network namespace of its own. It needs root, ip and
+	// iptables; without them the run goes on without network faults and
+	// says so.
+	Netns bool
 	// Command, if set, is recorded in the history header: how to replay.
 	Command string
 	// Log receives progress lines; default io.Discard.
@@ -147,8 +152,19 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	bounds := DeriveBounds(cfg.Heartbeat, cfg.Timeout, cfg.Slack)
 	tl := cfg.Timeline()
 
+	var nw *network
+	if cfg.Netns {
+		if err := netnsAvailable(); err != nil {
+			fmt.Fprintf(cfg.Log, "seed %d: no network faults: %v\n", cfg.Seed, err)
+		} else if nw, err = newNetwork(cfg.Gateways); err != nil {
+			fmt.Fprintf(cfg.Log, "seed %d: no network faults: %v\n", cfg.Seed, err)
+			nw = nil
+		} else {
+			defer nw.close()
+		}
+	}
 	cl, err := NewCluster(ClusterConfig{Bin: cfg.Bin, Dir: cfg.Dir, Gateways: cfg.Gateways, Heartbeat: cfg.Heartbeat,
-		Timeout: cfg.Timeout, DrainTimeout: cfg.DrainTimeout}, rec)
+		Timeout: cfg.Timeout, DrainTimeout: cfg.DrainTimeout, Net: nw}, rec)
 	if err != nil {
 		return nil, err
 	}
@@ -169,7 +185,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	rec.Write(Record{T: base, K: KindRun, Run: &RunInfo{Seed: cfg.Seed, Gateways: names, Users: e.users,
 		HeartbeatMS: ms(cfg.Heartbeat), TimeoutMS: ms(cfg.Timeout), SlackMS: ms(cfg.Slack), DrainMS: ms(cfg.DrainTimeout),
 		FaultStart: at(tl.FaultStart), FaultEnd: at(tl.FaultEnd), SettleStart: at(tl.SettleStart), Stop: at(tl.Stop),
-		Command: cfg.Command, AgentVersion: agentVersion(cfg.Bin)}})
+		Command: cfg.Command, AgentVersion: agentVersion(cfg.Bin), Netns: nw != nil}})
 
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -179,7 +195,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		wg.Go(func() { e.poller(runCtx, g) })
 	}
 	wg.Go(func() { e.runWorkload(runCtx, cfg.Seed) })
-	faults := Schedule(cfg.Seed, cfg.Gateways, tl.FaultEnd-tl.FaultStart)
+	faults := Schedule(cfg.Seed, cfg.Gateways, tl.FaultEnd-tl.FaultStart, nw != nil)
 	inj := &injector{e: e, seed: cfg.Seed, start: at(tl.FaultStart), end: at(tl.FaultEnd), drain: cfg.DrainTimeout}
 	injected := make(chan int, 1)
 	go func() { injected <- inj.run(runCtx, faults) }()

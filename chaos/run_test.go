@@ -36,7 +36,7 @@ func TestParseSeeds(t *testing.T) {
 func TestSchedule(t *testing.T) {
 	const window = 40 * time.Second
 	for seed := uint64(1); seed <= 50; seed++ {
-		a, b := Schedule(seed, 4, window), Schedule(seed, 4, window)
+		a, b := Schedule(seed, 4, window, seed%2 == 0), Schedule(seed, 4, window, seed%2 == 0)
 		if !reflect.DeepEqual(a, b) {
 			t.Fatalf("seed %d: two schedules differ", seed)
 		}

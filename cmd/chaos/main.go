@@ -1,13 +1,13 @@
 // Command chaos runs the chaos harness of package chaos against real
 // rollcall agents, seed after seed, or checks a saved history:
 //
-//	chaos [--seeds 1..20] [--duration 60s] [--gateways 3] [--bin bin/rollcall]
+//	chaos [--seeds 1..20] [--duration 60s] [--gateways 3] [--netns] [--bin bin/rollcall]
 //	chaos check history.jsonl
 //
 // Each seed ends with one summary line; a seed with violations prints
 // them, keeps its run directory and the command that replays it. The exit
 // status is 1 if any seed had a violation. Flags default from CHAOS_SEEDS,
-// CHAOS_DURATION and CHAOS_GATEWAYS. See docs/chaos.md.
+// CHAOS_DURATION, CHAOS_GATEWAYS and CHAOS_NETNS. See docs/chaos.md.
 package main
 
 import (
@@ -55,6 +55,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	dir := fs.String("dir", "", "parent of the run directories (default: the system's temporary directory)")
 	keep := fs.Bool("keep", false, "keep the run directory of a passing seed too")
 	slack := fs.Duration("slack", chaos.DefaultSlack, "loaded-machine allowance in every bound")
+	netns := fs.Bool("netns", os.Getenv("CHAOS_NETNS") != "", "network faults too: agents in network namespaces, partitions, one-way cuts, loss (root, ip, iptables) [CHAOS_NETNS]")
 	verbose := fs.Bool("v", false, "progress lines (members at stop, run directory)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -93,9 +94,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if *slack != chaos.DefaultSlack {
 			replay += " --slack " + slack.String()
 		}
+		if *netns {
+			replay += " --netns"
+		}
 		cfg := chaos.DefaultConfig()
 		cfg.Seed, cfg.Duration, cfg.Gateways, cfg.Users, cfg.Bin, cfg.Slack = seed, *duration, *gateways, *users, absBin, *slack
-		cfg.Command = replay
+		cfg.Command, cfg.Netns = replay, *netns
 		if *dir != "" {
 			cfg.Dir = filepath.Join(*dir, fmt.Sprintf("seed-%d-%s", seed, time.Now().Format("150405")))
 		}
