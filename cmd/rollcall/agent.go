@@ -24,6 +24,8 @@ type agentFlags struct {
 	timeout      time.Duration
 	drainTimeout time.Duration
 	maxConns     int
+	sendRate     float64
+	sendBurst    int
 	secretFile   string
 	dev          bool
 	logLevel     string
@@ -54,6 +56,8 @@ func agentFlagSet(af *agentFlags, stderr io.Writer) (*flag.FlagSet, *string) {
 	fs.DurationVar(&af.timeout, "timeout", node.DefaultTimeout, "silence after which a session expires")
 	fs.DurationVar(&af.drainTimeout, "drain-timeout", node.DefaultDrainTimeout, "graceful shutdown bound on SIGTERM/SIGINT")
 	fs.IntVar(&af.maxConns, "max-connections", node.DefaultMaxConnections, "client connections held at once; more are told overloaded and closed (negative: no cap)")
+	fs.Float64Var(&af.sendRate, "send-rate", node.DefaultSendRate, "sends per second one session may make on average; more are refused rate_limited (negative: no limit)")
+	fs.IntVar(&af.sendBurst, "send-burst", node.DefaultSendBurst, "sends one session may make at once after a quiet spell")
 	fs.StringVar(&af.secretFile, "secret-file", "", "file holding the HS256 key of client tokens (see 'rollcall token')")
 	fs.BoolVar(&af.dev, "dev", false, "accept any user without a token (development only; logs a loud warning)")
 	fs.StringVar(&af.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -144,6 +148,8 @@ func (af *agentFlags) nodeConfig(log *zap.Logger) (node.Config, error) {
 	cfg.Timeout = af.timeout
 	cfg.DrainTimeout = af.drainTimeout
 	cfg.MaxConnections = af.maxConns
+	cfg.SendRate = af.sendRate
+	cfg.SendBurst = af.sendBurst
 	cfg.PurgeHorizon = af.cluster.PurgeHorizon
 	cfg.Dev = af.dev
 	cfg.Logger = log
