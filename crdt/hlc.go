@@ -1,5 +1,7 @@
 package crdt
 
+import "math"
+
 // Timestamp is a hybrid logical clock reading: wall time in Unix nanoseconds
 // plus a logical counter that orders events within one wall reading. It stays
 // close to physical time while respecting causality across nodes.
@@ -38,7 +40,7 @@ func (c *HLC) Now(wall int64) Timestamp {
 	if wall > c.last.Wall {
 		c.last = Timestamp{Wall: wall}
 	} else {
-		c.last.Logical++
+		c.last = c.last.next()
 	}
 	return c.last
 }
@@ -50,13 +52,23 @@ func (c *HLC) Observe(wall int64, remote Timestamp) Timestamp {
 	case wall > c.last.Wall && wall > remote.Wall:
 		c.last = Timestamp{Wall: wall}
 	case remote.Wall > c.last.Wall:
-		c.last = Timestamp{Wall: remote.Wall, Logical: remote.Logical + 1}
+		c.last = remote.next()
 	case c.last.Wall > remote.Wall:
-		c.last.Logical++
+		c.last = c.last.next()
 	default: // equal walls
-		c.last.Logical = max(c.last.Logical, remote.Logical) + 1
+		c.last = Timestamp{Wall: remote.Wall, Logical: max(c.last.Logical, remote.Logical)}.next()
 	}
 	return c.last
+}
+
+// next returns the smallest timestamp after t. A logical counter at its
+// limit (a peer's timestamp can carry any value) moves to the next
+// nanosecond instead of wrapping to a smaller timestamp.
+func (t Timestamp) next() Timestamp {
+	if t.Logical == math.MaxUint32 {
+		return Timestamp{Wall: t.Wall + 1}
+	}
+	return Timestamp{Wall: t.Wall, Logical: t.Logical + 1}
 }
 
 // Last returns the latest timestamp issued or observed.

@@ -2,6 +2,7 @@ package crdt
 
 import (
 	"fmt"
+	"math"
 	"reflect"
 	"testing"
 
@@ -150,7 +151,8 @@ func TestCompareAccountsLaws(t *testing.T) {
 }
 
 // TestHLCMonotonic: every reading, local or after observing a remote one, is
-// strictly greater than every reading before it and than the remote stamp.
+// strictly greater than every reading before it and than the remote stamp,
+// even when the remote stamp's logical counter is at its limit.
 func TestHLCMonotonic(t *testing.T) {
 	t.Parallel()
 	rapid.Check(t, func(t *rapid.T) {
@@ -161,7 +163,8 @@ func TestHLCMonotonic(t *testing.T) {
 			var ts Timestamp
 			if rapid.Bool().Draw(t, fmt.Sprint("observe", i)) {
 				remote := Timestamp{Wall: rapid.Int64Range(0, 6).Draw(t, fmt.Sprint("rwall", i)),
-					Logical: rapid.Uint32Range(0, 3).Draw(t, fmt.Sprint("rlogical", i))}
+					// a peer's counter can hold any value, its limit included
+					Logical: rapid.SampledFrom([]uint32{0, 1, 2, 3, math.MaxUint32 - 1, math.MaxUint32}).Draw(t, fmt.Sprint("rlogical", i))}
 				ts = c.Observe(wall, remote)
 				if ts.Compare(remote) <= 0 {
 					t.Fatalf("observe(%d, %v) = %v, not after the remote stamp", wall, remote, ts)
