@@ -126,7 +126,12 @@ func (m *model) changeWindows() map[string][]window {
 				w = append(w, window{a: s.sent, b: b})
 			}
 			if c.endAct < inf {
-				w = append(w, window{a: c.endAct, b: c.deadline})
+				last := c.deadline
+				for _, o := range m.gws {
+					d, _ := m.deadlineOn(c, o)
+					last = max(last, d)
+				}
+				w = append(w, window{a: c.endAct, b: last})
 			}
 		} else {
 			failed := c.helloT

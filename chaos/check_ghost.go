@@ -15,7 +15,7 @@ import (
 func (m *model) checkGhosts() []Violation {
 	var out []Violation
 	for _, c := range m.sortedConns() {
-		if !c.welcomed || !m.users[c.user] || c.deadline >= m.stop {
+		if !c.welcomed || !m.users[c.user] || c.endAct >= m.stop {
 			continue
 		}
 		for _, o := range m.gws {
@@ -30,7 +30,7 @@ func (m *model) checkGhosts() []Violation {
 // ghostOn returns the first observation on gateway o showing session c
 // online after its deadline, if any.
 func (m *model) ghostOn(c *connModel, o string) *Violation {
-	d := m.deafDeadline(o, c.gw, c.endAct, c.deadline)
+	d, dwhy := m.deadlineOn(c, o)
 	excl := m.gw[o].down
 	var first *obsModel
 	firstAt := inf
@@ -80,7 +80,7 @@ func (m *model) ghostOn(c *connModel, o string) *Violation {
 	}
 	return &Violation{Kind: Ghost, At: firstAt, User: c.user,
 		Msg: fmt.Sprintf("%s shows %s online (%s), %.0fms past its deadline %s (ended %s: %s; deadline: %s)",
-			o, c.name(), how, firstAt-d, fmtT(d), fmtT(c.endAct), c.endWhy, c.deadlineWhy),
+			o, c.name(), how, firstAt-d, fmtT(d), fmtT(c.endAct), c.endWhy, dwhy),
 		Lines: uniq(append([]int{first.line, c.endWhyLine, c.helloLine}, m.contextLines(firstAt, o, c.gw)...)...)}
 }
 

@@ -103,8 +103,17 @@ type connModel struct {
 	endWhyLine            int
 	deadline              float64 // ghost deadline: offline everywhere by then
 	deadlineWhy           string
-	healthyEnd            float64 // heartbeating until then
+	causes                []endCause // every deadline that applies; deadline is the earliest
+	healthyEnd            float64    // heartbeating until then
 	prev                  int
+}
+
+// endCause is one reason a session must be offline by a time: t, and
+// the gateway whose write (or silence) makes it so.
+type endCause struct {
+	t      float64
+	why    string
+	writer string // the gateway that writes the end; "" for a death (leases)
 }
 
 // opErr is a request that failed.
@@ -336,22 +345,42 @@ func (m *model) cutWindows(o, g string) []window {
 	return out
 }
 
-// deafDeadline moves a ghost deadline d of a session of gateway g that
-// ended at end, as gateway o sees it, past network faults that kept o from
-// hearing g meanwhile: o shows the session until its lease on g runs out
-// (a full cut) or until the fault heals and the loss is repaired.
-func (m *model) deafDeadline(o, g string, end, d float64) float64 {
+// deafDeadline moves a ghost deadline d, set by a write of gateway g for
+// a session that ended at end, as gateway o sees it, past network faults
+// that kept o from hearing g meanwhile: o shows the session until the
+// fault heals and any loss is repaired, or, with lease (g owns the
+// session) and a full cut, until o's lease on g runs out if sooner.
+func (m *model) deafDeadline(o, g string, end, d float64, lease bool) float64 {
 	for _, c := range m.cuts {
 		if !c.deafens(o, g) || c.b < end || c.a > d {
 			continue
 		}
-		if c.lossy {
+		if c.lossy || !lease {
 			d = max(d, c.b+m.b.recovery)
 		} else {
 			d = max(d, min(c.a+m.b.crash, c.b+m.b.recovery))
 		}
 	}
 	return d
+}
+
+// deadlineOn is session c's ghost deadline as gateway o sees it: the
+// earliest of its causes, each moved past the network faults that kept o
+// from hearing the gateway that writes it. A lease helps only when that
+// gateway owns the session: a newer epoch written elsewhere cannot be
+// known before o hears its writer again.
+func (m *model) deadlineOn(c *connModel, o string) (float64, string) {
+	best, why := inf, ""
+	for _, k := range c.causes {
+		t := k.t
+		if k.writer != "" && k.writer != o {
+			t = m.deafDeadline(o, k.writer, c.endAct, t, k.writer == c.gw)
+		}
+		if t < best {
+			best, why = t, k.why
+		}
+	}
+	return best, why
 }
 
 // stallDrain is how long after a stall of the harness it may still be
@@ -619,7 +648,9 @@ func (m *model) settle(c *connModel) {
 			c.endAct, c.endWhy, c.endWhyLine = t, why, line
 		}
 	}
+	writer := c.gw
 	dl := func(t float64, why string) {
+		c.causes = append(c.causes, endCause{t: t, why: why, writer: writer})
 		if t < c.deadline {
 			c.deadline, c.deadlineWhy = t, why
 		}
@@ -648,23 +679,26 @@ func (m *model) settle(c *connModel) {
 		}
 		act(o.helloSent, "a newer connection of the same device", o.helloLine)
 		if o.welcomed && o.epoch > c.epoch {
-			dl(m.extendForPauses(o.gw, o.helloT, o.helloT+p), "newer epoch welcomed + propagation")
+			writer = o.gw
+			dl(m.extendForPauses(o.gw, o.helloT, o.helloT+p), "newer epoch welcomed on "+o.gw+" + propagation")
+			writer = c.gw
 		}
 		break
 	}
 	// Its gateway died.
 	if d := m.deathDuring(c.gw, c.helloT, min(c.endAct, c.endT, m.stop)); d != nil {
 		act(d.at, d.kind+" of its gateway", d.line)
-		switch d.kind {
-		case "term":
+		if d.kind == "term" {
 			dl(min(d.exit, d.at+m.b.drain)+p, "SIGTERM: drained, exit + propagation")
-			dl(d.at+m.b.crash, "SIGTERM: lease")
-		default:
-			dl(d.at+m.b.crash, d.kind+" + crash expiry (lease)")
-			if d.ready < inf {
-				dl(d.ready+m.b.recovery, "the restarted gateway's new incarnation ends the old one's sessions")
-			}
 		}
+		// The survivors' leases, or the new incarnation, end it: no write
+		// of the dead gateway is needed.
+		writer = ""
+		dl(d.at+m.b.crash, d.kind+" + crash expiry (lease)")
+		if d.kind != "term" && d.ready < inf {
+			dl(d.ready+m.b.recovery, "the restarted gateway's new incarnation ends the old one's sessions")
+		}
+		writer = c.gw
 	}
 	// The gateway closed it for some other reason.
 	if c.endLine != 0 && c.endT < c.endAct {
