@@ -1,8 +1,10 @@
 package chaos
 
 import (
+	"encoding/json"
 	"maps"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -95,4 +97,105 @@ func TestReadHistoryCutShort(t *testing.T) {
 	if rep := Check(&History{}); len(rep.Violations) != 1 || rep.Violations[0].Kind != Process {
 		t.Fatalf("a history without a header: %v", rep.Violations)
 	}
+}
+
+// edit returns a copy of h with the records for which keep returns false
+// dropped and extra appended (as new lines at the end of the file).
+func edit(t *testing.T, h *History, keep func(Record) bool, extra ...Record) *History {
+	t.Helper()
+	out := &History{Raw: slices.Clone(h.Raw)}
+	for i, r := range h.Records {
+		if keep == nil || keep(r) {
+			out.Records = append(out.Records, r)
+			out.Lines = append(out.Lines, h.Lines[i])
+		}
+	}
+	for _, r := range extra {
+		b, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.Raw = append(out.Raw, string(b))
+		out.Records = append(out.Records, r)
+		out.Lines = append(out.Lines, len(out.Raw))
+	}
+	return out
+}
+
+func mustRead(t *testing.T, path string) *History {
+	t.Helper()
+	h, err := ReadHistoryFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func wantKinds(t *testing.T, h *History, want map[string]int) {
+	t.Helper()
+	rep := Check(h)
+	if got := rep.Kinds(); !maps.Equal(got, want) {
+		var s strings.Builder
+		rep.Write(&s)
+		t.Errorf("violations %v, want %v:\n%s", got, want, s.String())
+	}
+}
+
+// TestCheckHarnessStall: events that waited in the socket while the
+// harness was starved are dated from the stall's start. In good.jsonl,
+// u2's move to epoch 2 (c3, welcomed at 3003, must show by 4865) reaches
+// gw1's subscriber late, after a stale "offline" event: both received
+// just after a stall of the harness from 3000 to 4950. With the stall
+// recorded that is no violation.
+func TestCheckHarnessStall(t *testing.T) {
+	h := mustRead(t, "testdata/good.jsonl")
+	late := func(r Record) bool {
+		return !(r.K == KindObs && r.Src == "event" && r.GW == "gw1" && len(r.P) == 1 && r.P[0].User == "u2" && r.T > 3000)
+	}
+	u2 := func(v uint64, ss ...SessionInfo) Presence {
+		p := Presence{User: "u2", Status: "offline", Sessions: ss, Version: v}
+		if len(ss) > 0 {
+			p.Online, p.Status = true, "available"
+		}
+		return p
+	}
+	c := SessionInfo{Session: "ses_c", Device: "phone", Epoch: 2, Gateway: "gw1", Status: "busy"}
+	events := []Record{
+		{T: 5000, K: KindObs, Src: "event", GW: "gw1", Life: 1, C: 10, P: []Presence{u2(17)}},
+		{T: 5001, K: KindObs, Src: "event", GW: "gw1", Life: 1, C: 10, P: []Presence{u2(18, c)}},
+	}
+	stall := Record{T: 4950, K: KindStall, From: 3000}
+	wantKinds(t, edit(t, h, late, append(events, stall)...), map[string]int{})
+	// Without it, the stale event shows the live epoch 2 offline, and the
+	// stream still shows the superseded epoch 1 at its deadline.
+	wantKinds(t, edit(t, h, late, events...), map[string]int{Lost: 1, Ghost: 1})
+}
+
+// TestCheckNetworkCut: a gateway that cannot hear another is excused
+// from showing its sessions, until the heal + rejoin. In good.jsonl, gw2
+// shows u1/phone (on gw1) offline from 5000 to 7000: a violation, unless
+// gw2 was dropping what gw1 sent it meanwhile.
+func TestCheckNetworkCut(t *testing.T) {
+	h := mustRead(t, "testdata/good.jsonl")
+	var offline []Record
+	keep := func(r Record) bool {
+		if r.K == KindObs && r.Src == "get" && r.GW == "gw2" && r.Sent >= 5000 && r.Sent <= 7000 {
+			r.P = slices.Clone(r.P)
+			for i := range r.P {
+				if r.P[i].User == "u1" {
+					r.P[i] = Presence{User: "u1", Status: "offline", Sessions: []SessionInfo{}, Version: r.P[i].Version}
+				}
+			}
+			offline = append(offline, r)
+			return false
+		}
+		return true
+	}
+	h = edit(t, h, keep)
+	cut := []Record{
+		{T: 4900, K: KindNet, Ev: "drop", GW: "gw2", GWs: []string{"gw1"}, Detail: "in p=1.00"},
+		{T: 7000, K: KindNet, Ev: "heal", GW: "gw2"},
+	}
+	wantKinds(t, edit(t, h, nil, append(offline, cut...)...), map[string]int{})
+	wantKinds(t, edit(t, h, nil, offline...), map[string]int{Lost: 1})
 }
