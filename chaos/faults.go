@@ -30,11 +30,6 @@ const (
 // next reconnect round (gossip's ReconnectInterval, 10s), then synced.
 const netTail = 12500 * time.Millisecond
 
-// isNet reports whether a fault kind is a network fault.
-func isNet(kind string) bool {
-	return kind == FaultPartition || kind == FaultOneWay || kind == FaultLoss
-}
-
 // Fault is one entry of the schedule.
 type Fault struct {
 	ID   int
