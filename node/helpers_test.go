@@ -216,6 +216,30 @@ func (c *client) tryRecv(d time.Duration) (frame, error) {
 	return f, nil
 }
 
+// keepBeating sends plain heartbeats (which get no reply) on c every
+// interval until the returned stop is called: for a client that must stay
+// live while it reads nothing.
+func keepBeating(c *client, every time.Duration) (stop func()) {
+	done, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		tk := time.NewTicker(every)
+		defer tk.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tk.C:
+			}
+			c.nc.SetWriteDeadline(time.Now().Add(5 * time.Second))
+			if _, err := io.WriteString(c.nc, "{\"op\":\"hb\"}\n"); err != nil {
+				return
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
 // expect reads frames until one with op arrives, failing on an error frame
 // (unless op is "error") and skipping events and messages.
 func (c *client) expect(op string) frame {
