@@ -81,8 +81,15 @@ func (r *Report) Kinds() map[string]int {
 const maxLineShown = 600
 
 // Write prints every violation with its history lines.
-func (r *Report) Write(w io.Writer) {
-	for _, v := range r.Violations {
+func (r *Report) Write(w io.Writer) { r.WriteFirst(w, len(r.Violations)) }
+
+// WriteFirst prints the first n violations with their history lines, and
+// how many more there are.
+func (r *Report) WriteFirst(w io.Writer, n int) {
+	if n < len(r.Violations) {
+		defer fmt.Fprintf(w, "... and %d more violations\n", len(r.Violations)-n)
+	}
+	for _, v := range r.Violations[:min(n, len(r.Violations))] {
 		fmt.Fprintf(w, "%s at t=%.3fs: %s\n", v.Kind, v.At/1000, v.Msg)
 		for _, l := range v.Lines {
 			fmt.Fprintf(w, "    %6d  %s\n", l, r.lineText(l, v.User))

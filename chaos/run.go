@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -120,9 +121,27 @@ type Result struct {
 	Violations []Violation
 }
 
-// Summary is the run's one-line summary.
+// Summary is the run's one-line summary; with violations, their count by
+// kind follows in parentheses.
 func (r *Result) Summary() string {
-	return fmt.Sprintf("seed %d: %d faults, %d ops, %d violations", r.Seed, r.Faults, r.Ops, len(r.Violations))
+	s := fmt.Sprintf("seed %d: %d faults, %d ops, %d violations", r.Seed, r.Faults, r.Ops, len(r.Violations))
+	if len(r.Violations) == 0 {
+		return s
+	}
+	counts := map[string]int{}
+	var kinds []string
+	for _, v := range r.Violations {
+		if counts[v.Kind] == 0 {
+			kinds = append(kinds, v.Kind)
+		}
+		counts[v.Kind]++
+	}
+	slices.Sort(kinds)
+	parts := make([]string, len(kinds))
+	for i, k := range kinds {
+		parts[i] = fmt.Sprintf("%s %d", k, counts[k])
+	}
+	return s + " (" + strings.Join(parts, ", ") + ")"
 }
 
 // Run runs one seed: it starts the cluster, the observers, the workload

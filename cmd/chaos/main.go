@@ -56,6 +56,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	keep := fs.Bool("keep", false, "keep the run directory of a passing seed too")
 	slack := fs.Duration("slack", chaos.DefaultSlack, "loaded-machine allowance in every bound")
 	netns := fs.Bool("netns", os.Getenv("CHAOS_NETNS") != "", "network faults too: agents in network namespaces, partitions, one-way cuts, loss (root, ip, iptables) [CHAOS_NETNS]")
+	show := fs.Int("show", 30, "violations printed in full per seed (all are in the run directory's violations.txt)")
 	verbose := fs.Bool("v", false, "progress lines (members at stop, run directory)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -127,9 +128,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		h, err := chaos.ReadHistoryFile(filepath.Join(res.Dir, "history.jsonl"))
 		if err == nil {
 			rep := chaos.Check(h)
-			rep.Write(stdout)
+			rep.WriteFirst(stdout, *show)
+			if f, err := os.Create(filepath.Join(res.Dir, "violations.txt")); err == nil {
+				rep.Write(f)
+				f.Close()
+			}
 		}
-		fmt.Fprintf(stdout, "seed %d: run directory %s (history.jsonl, gw*.log)\n", seed, res.Dir)
+		fmt.Fprintf(stdout, "seed %d: run directory %s (history.jsonl, violations.txt, gw*.log)\n", seed, res.Dir)
 		fmt.Fprintf(stdout, "seed %d: replay with: %s\n", seed, replay)
 		fmt.Fprintf(stdout, "seed %d: check again with: go run ./cmd/chaos check %s\n", seed, filepath.Join(res.Dir, "history.jsonl"))
 	}
