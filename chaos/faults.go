@@ -15,7 +15,7 @@ const (
 	FaultPause        = "pause"          // SIGSTOP some gateways, SIGCONT after hold
 	FaultKill         = "kill"           // kill -9 some gateways, restart them after hold
 	FaultTerm         = "term"           // SIGTERM some gateways at once, restart them after hold
-	FaultKillRestart  = "kill-restart"   // kill -9 one, restart it, kill -9 another while it starts
+	FaultKillRestart  = "kill-restart"   // kill -9 one, kill -9 another just before the first restarts
 	FaultGarbageConn  = "garbage-client" // garbage on a gateway's client port
 	FaultGarbageGossp = "garbage-gossip" // garbage on a gateway's gossip port, UDP and TCP
 
@@ -37,7 +37,7 @@ type Fault struct {
 	At   time.Duration // from the start of the fault window
 	GWs  []int         // indexes into Cluster.GWs; kill-restart: the restarted one, then the killed one
 	Hold time.Duration // pause length, or how long killed gateways stay down
-	Gap  time.Duration // kill-restart: from the first one's restart to the second kill
+	Gap  time.Duration // kill-restart: from the second kill to the first one's restart
 	// Hold2 is how long the second victim of a kill-restart stays down:
 	// longer than the crash bound, so its sessions must be shown offline by
 	// the lease of a gateway that only just started (issue 13, fault 2).
@@ -185,19 +185,15 @@ func (in *injector) inject(ctx context.Context, f Fault) {
 		_ = sleepCtx(ctx, f.Hold)
 		in.restart(ctx, gws)
 	case FaultKillRestart:
-		// The second victim dies while the first is still starting: the
-		// new incarnation knows it only from the state it joined with,
-		// never heard it directly, and must still lease it.
+		// The second victim dies just before the first starts again: the
+		// new incarnation knows it only from a survivor's state (which
+		// still holds it alive), never hears it, and must still show it
+		// offline by lease.
 		in.down(ctx, gws[:1], syscall.SIGKILL)
 		_ = sleepCtx(ctx, f.Hold)
-		if err := in.e.cl.Launch(gws[0]); err != nil {
-			in.e.rec.Write(Record{K: KindGW, GW: gws[0].Name, Ev: "restart-failed", Detail: err.Error()})
-		}
-		_ = sleepCtx(ctx, f.Gap)
 		in.down(ctx, gws[1:], syscall.SIGKILL)
-		if !gws[0].Running() || in.e.cl.WaitReady(ctx, gws[0], 20*time.Second) != nil {
-			in.restart(ctx, gws[:1])
-		}
+		_ = sleepCtx(ctx, f.Gap)
+		in.restart(ctx, gws[:1])
 		_ = sleepCtx(ctx, f.Hold2)
 		in.restart(ctx, gws[1:])
 	case FaultPartition, FaultOneWay, FaultLoss:
