@@ -22,6 +22,9 @@ import (
 //	            one is left open (the old one is superseded)
 //	move        close, then at once a new connection elsewhere
 //
+// When the gateway ends a connection, half the actors reconnect within a
+// second and the others stay away for two to three crash bounds.
+//
 // From the settle time on, actors change nothing: a connected actor keeps
 // heartbeating, a disconnected one stays away.
 
@@ -86,9 +89,16 @@ func (a *actor) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		if cur != nil && !cur.alive() {
 			// The gateway ended it (killed, shut down, superseded, expired).
+			// Half the actors come back at once; the others stay away past
+			// the crash bound, so a dead gateway's sessions are left for the
+			// leases to end, not for newer epochs to supersede.
 			cur.close(false)
 			cur = nil
-			_ = sleepCtx(ctx, a.dur(50*time.Millisecond, time.Second))
+			back := a.dur(50*time.Millisecond, time.Second)
+			if a.rng.IntN(2) == 0 {
+				back = a.dur(2*a.e.bounds.CrashExpiry, 3*a.e.bounds.CrashExpiry)
+			}
+			_ = sleepCtx(ctx, back)
 			continue
 		}
 		if a.settled() {
