@@ -14,7 +14,9 @@ import (
 //   - messages, which anyone may send to anyone: a flood from other
 //     sessions would otherwise cut the recipient (sendMessage);
 //   - the initial events of a sub, up to 1,000 users or a whole group's
-//     online members in one go, more than the queue holds (sendSnapshot).
+//     online members in one go, more than the queue holds (sendSnapshot);
+//   - the replies to requests the client pipelines faster than it reads
+//     them (awaitRoom).
 
 // sendMessage queues a message frame unless the queue already holds half
 // its frame or byte bound (an empty queue takes any frame that fits; a
@@ -72,9 +74,33 @@ func (c *conn) sendSnapshot(frames [][]byte) <-chan struct{} {
 	return taken
 }
 
+// awaitRoom holds the connection's reader, before it reads the next
+// request, while the outbound queue holds half its bound or more: until the
+// writer takes the queue (or the connection closes). A client that
+// pipelines requests faster than it reads their replies is slowed, as TCP
+// slows a sender faster than its receiver, instead of being cut as a slow
+// consumer for its own replies; one that reads nothing is still dropped by
+// its writer's timeout. Events and messages pushed meanwhile from other
+// sessions still count against the bound.
+func (c *conn) awaitRoom() {
+	q := &c.q
+	q.mu.Lock()
+	frames, bytes := len(q.frames)-q.snapFrames, q.bytes-q.snapBytes
+	if q.closing || (2*frames < c.n.cfg.OutboundQueue && 2*bytes < c.n.cfg.OutboundQueueBytes) {
+		q.mu.Unlock()
+		return
+	}
+	if q.snapTaken == nil {
+		q.snapTaken = make(chan struct{})
+	}
+	taken := q.snapTaken
+	q.mu.Unlock()
+	<-taken
+}
+
 // releaseSnapLocked notes that the snapshot frames have left the queue
 // (taken by the writer, or dropped with the connection) and wakes the
-// reader waiting on them. The caller holds q.mu.
+// reader waiting on them or on room (awaitRoom). The caller holds q.mu.
 func (q *outQueue) releaseSnapLocked() {
 	q.snapFrames, q.snapBytes = 0, 0
 	if q.snapTaken != nil {

@@ -177,12 +177,12 @@ const (
 )
 
 // DefaultConfig returns a Config with every default filled in except Secret
-// (which has none), Dev (false) and StallThreshold (zero: Validate derives
-// it from the Timeout the caller settles on).
+// (which has none), Dev (false), and SweepInterval and StallThreshold (zero:
+// Validate derives them from the Timeout the caller settles on).
 func DefaultConfig() Config {
 	c := Config{}
 	_ = c.fill()
-	c.StallThreshold = 0
+	c.SweepInterval, c.StallThreshold = 0, 0
 	return c
 }
 

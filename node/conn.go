@@ -122,7 +122,9 @@ func (c *conn) readLoop() {
 		if c.state.Load() == stateClosing {
 			continue // discard input until the client or the writer closes
 		}
-		c.handleLine(line)
+		if c.handleLine(line) {
+			c.awaitRoom()
+		}
 	}
 }
 
@@ -183,29 +185,31 @@ func (c *conn) releaseLong() {
 	c.long = c.long[:0]
 }
 
-// handleLine handles one request line.
-func (c *conn) handleLine(raw []byte) {
+// handleLine handles one request line and reports whether it may have
+// queued a reply (a plain heartbeat or an empty line queues none).
+func (c *conn) handleLine(raw []byte) (replied bool) {
 	line := trimLine(raw)
 	if len(line) == 0 {
-		return
+		return false
 	}
 	if isPlainHeartbeat(line) {
 		// The hot path: one clock read, one atomic load (the stalls
 		// subtracted by mono) and one atomic store.
 		if c.state.Load() == stateActive {
 			c.lastActive.Store(c.n.mono())
-			return
+			return false
 		}
 		c.sendError(nil, CodeNotAuthenticated, "send hello first")
-		return
+		return true
 	}
 	req, rerr := decodeRequest(line)
 	if rerr != nil {
 		c.n.stats.badRequests.Add(1)
 		c.sendError(req.ID, rerr.code, rerr.msg)
-		return
+		return true
 	}
 	c.n.dispatch(c, &req)
+	return true
 }
 
 // finish runs when the reader stops: the session, if still live, is

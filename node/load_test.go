@@ -126,15 +126,19 @@ func TestConcurrentClientsHeartbeating(t *testing.T) {
 	checkInvariants(t, n)
 }
 
-// TestSlowConsumer checks that a client that does not read is dropped with
-// slow_consumer without slowing anyone else. What fills its queue is the
-// replies to its own pipelined requests: messages from others never do
-// (TestMessageFloodNeverCutsRecipient).
+// TestSlowConsumer checks that a client that does not read is dropped
+// without slowing anyone else. It pipelines requests without reading their
+// replies: its reads are paced (awaitRoom) until its writer's timeout drops
+// it. Messages from others never cut it (TestMessageFloodNeverCutsRecipient).
 func TestSlowConsumer(t *testing.T) {
 	n := newTestNode(t, func(c *Config) {
 		c.MaxLineBytes = 4096
 		c.OutboundQueue = 16
 		c.OutboundQueueBytes = 32 << 10
+		// The others do not heartbeat: keep them through the writer's
+		// timeout and the slow client's draining of its socket.
+		c.Timeout = time.Minute
+		c.WriteTimeout = time.Second
 	})
 	slow, _ := connect(t, n, "slow", "phone")
 	sender, _ := connect(t, n, "sender", "x")
