@@ -173,11 +173,12 @@ func TestRemoteDeltasEmitEventsAndSupersede(t *testing.T) {
 func TestApplySyncSupersedesAndDigest(t *testing.T) {
 	n := newTestNode(t, nil)
 	w, _ := connect(t, n, "watcher", "w")
-	local, _ := connect(t, n, "alice", "phone")
+	local, wl := connect(t, n, "alice", "phone")
 	w.ok(map[string]any{"op": "sub", "users": []string{"alice"}})
 	w.expectEvent("alice")
 	rm := newRemote(t, "n2")
-	rm.put("alice", "phone", 5, crdt.StateActive, crdt.StatusBusy)
+	newer := wl.num("epoch") + 5
+	rm.put("alice", "phone", uint64(newer), crdt.StateActive, crdt.StatusBusy)
 	rm.put("carol", "x", 1, crdt.StateActive, crdt.StatusAvailable)
 	// Anti-entropy: the node's digest, the peer's diff.
 	sync := rm.r.Diff(n.Digest())
@@ -185,7 +186,7 @@ func TestApplySyncSupersedesAndDigest(t *testing.T) {
 		t.Fatal(err)
 	}
 	local.expectError(CodeSuperseded)
-	if e := w.expectEvent("alice"); e.num("sessions") != 0 && e["sessions"].([]any)[0].(map[string]any)["epoch"] != 5.0 {
+	if e := w.expectEvent("alice"); e.num("sessions") != 0 && e["sessions"].([]any)[0].(map[string]any)["epoch"] != newer {
 		t.Fatalf("event %v", e)
 	}
 	if !presenceOf(n, "carol").Online {

@@ -28,6 +28,14 @@ type fakeClock struct {
 	t  time.Time
 }
 
+// clockEpoch reports whether epoch is what the first hello of a (user,
+// device) between start and now is issued: the clock in milliseconds
+// (epochFloor).
+func clockEpoch(epoch float64, start time.Time) bool {
+	e := int64(epoch)
+	return e >= start.UnixMilli() && e <= time.Now().UnixMilli()
+}
+
 func newFakeClock() *fakeClock {
 	return &fakeClock{t: time.Date(2026, 9, 24, 17, 45, 0, 0, time.UTC)}
 }

@@ -29,7 +29,8 @@ type localSession struct {
 // write by this node:
 //
 //	Connecting -> Active        handleHello: PutLocal(active), epoch =
-//	                            1 + max(replica.MaxEpoch, last_epoch),
+//	                            max(1 + max(replica.MaxEpoch, last_epoch),
+//	                            epochFloor: the clock in ms),
 //	                            refused (epoch_exhausted) past MaxEpoch
 //	Active -> Active            status/join/leave: PutLocal(active, Seq+1);
 //	                            any request refreshes the deadline (no write)
@@ -100,7 +101,7 @@ func (n *Node) handleHello(c *conn, req *Request) {
 		n.mu.Unlock() // closing already: nothing to open
 		return
 	}
-	sess.epoch = 1 + held
+	sess.epoch = max(1+held, min(epochFloor(now), MaxEpoch))
 	c.lastActive.Store(mono)
 	c.sess = sess
 	d, err := n.replica.PutLocal(n.recordLocked(c, crdt.StateActive, now), now.UnixNano())

@@ -10,12 +10,13 @@ import (
 
 func TestHelloWelcome(t *testing.T) {
 	n := newTestNode(t, nil)
+	start := time.Now()
 	c := dial(t, n)
 	c.send(map[string]any{"op": "hello", "id": 7, "user": "user_142", "device": "phone",
 		"status": "away", "groups": []string{"team-7", "team-7", "ops"}})
 	w := c.expect(OpWelcome)
 	if w.num("id") != 7 || w.str("user") != "user_142" || w.str("device") != "phone" ||
-		w.num("epoch") != 1 || w.str("gateway") != "n1" || w.num("heartbeat_ms") != 5000 ||
+		!clockEpoch(w.num("epoch"), start) || w.str("gateway") != "n1" || w.num("heartbeat_ms") != 5000 ||
 		w.num("timeout_ms") != 15000 || !strings.HasPrefix(w.str("session"), "ses_") {
 		t.Fatalf("welcome %v", w)
 	}
@@ -46,14 +47,16 @@ func TestHelloAssignsDeviceAndEpochs(t *testing.T) {
 	if n.SessionCount() != 2 {
 		t.Fatalf("sessions %d", n.SessionCount())
 	}
-	// last_epoch moves the epoch forward; a reconnect moves past the node's.
-	c, w := connect(t, n, "bob", "phone", map[string]any{"last_epoch": 16})
-	if w.num("epoch") != 17 {
+	// last_epoch moves the epoch forward (past the clock's floor, here by
+	// 1000s); a reconnect moves past the node's.
+	base := float64(epochFloor(time.Now().Add(1000 * time.Second)))
+	c, w := connect(t, n, "bob", "phone", map[string]any{"last_epoch": base + 16})
+	if w.num("epoch") != base+17 {
 		t.Fatalf("epoch %v", w["epoch"])
 	}
 	c.ok(map[string]any{"op": "bye"})
 	_, w = connect(t, n, "bob", "phone", map[string]any{"last_epoch": 3})
-	if w.num("epoch") != 18 {
+	if w.num("epoch") != base+18 {
 		t.Fatalf("reconnect epoch %v", w["epoch"])
 	}
 }
@@ -108,7 +111,7 @@ func TestStatusAccountGetLocate(t *testing.T) {
 		t.Fatalf("locate %v", loc)
 	}
 	first := ss[1].(map[string]any) // sorted by device: desktop, phone
-	if first["session"] != wa.str("session") || first["gateway"] != "n1" || first["status"] != "busy" || first["epoch"] != 1.0 {
+	if first["session"] != wa.str("session") || first["gateway"] != "n1" || first["status"] != "busy" || first["epoch"] != wa.num("epoch") {
 		t.Fatalf("locate session %v", first)
 	}
 	// Bad requests.
@@ -314,11 +317,11 @@ func TestSupersede(t *testing.T) {
 		t.Fatalf("presence %+v", p)
 	}
 	s, _ := sessionOf(n, crdt.Key{User: "alice", Device: "phone"})
-	if len(s.Groups) != 0 || s.Epoch != 2 {
+	if len(s.Groups) != 0 || s.Epoch != uint64(w2.num("epoch")) {
 		t.Fatalf("record %+v", s)
 	}
 	for _, d := range fc.published() {
-		if d.Session != nil && d.Session.Epoch == 1 && d.Session.Status == crdt.StatusAway {
+		if d.Session != nil && d.Session.Epoch == uint64(w1.num("epoch")) && d.Session.Status == crdt.StatusAway {
 			t.Fatalf("a request on the superseded connection was written: %+v", d.Session)
 		}
 	}
