@@ -129,11 +129,16 @@ func testConfig(name string, inc uint64) Config {
 }
 
 func newTestCluster(t testing.TB, n int, opts ...func(*Config)) *testCluster {
-	tc := &testCluster{t: t, net: NewFaultNetwork(1), opts: opts}
+	return (&testCluster{t: t, net: NewFaultNetwork(1), opts: opts}).run(n)
+}
+
+// run starts nodes n0..n(n-1) of a cluster whose hooks are set, and shuts
+// them down when the test ends.
+func (tc *testCluster) run(n int) *testCluster {
 	for i := range n {
 		tc.start(fmt.Sprintf("n%d", i), 1)
 	}
-	t.Cleanup(func() {
+	tc.t.Cleanup(func() {
 		for _, c := range tc.nodes {
 			if c != nil {
 				_ = c.Shutdown()

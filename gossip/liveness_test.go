@@ -58,14 +58,7 @@ func TestLeaseExpiryCannotOvertakeProofOfLife(t *testing.T) {
 		slow = &slowDownHost{fakeHost: h, upCalled: make(chan struct{}), released: make(chan struct{})}
 		return slow
 	}
-	for _, name := range []string{"n0", "n1"} {
-		tc.start(name, 1)
-	}
-	t.Cleanup(func() {
-		for _, c := range tc.nodes {
-			_ = c.Shutdown()
-		}
-	})
+	tc.run(2)
 	tc.waitMembers(2)
 	tc.hosts[1].connect(t, "alice", "phone")
 	waitFor(t, 5*time.Second, "alice online on n0", func() bool { return tc.hosts[0].presence("alice").Online })
@@ -157,13 +150,7 @@ func TestLateDeadVerdictDoesNotCutOffALivePeer(t *testing.T) {
 			}
 		}
 	}
-	tc.start("n0", 1)
-	tc.start("n1", 1)
-	t.Cleanup(func() {
-		for _, c := range tc.nodes {
-			_ = c.Shutdown()
-		}
-	})
+	tc.run(2)
 	tc.waitMembers(2)
 	tc.hosts[1].connect(t, "alice", "phone")
 	waitFor(t, 5*time.Second, "alice online on n0", func() bool { return tc.hosts[0].presence("alice").Online })
@@ -257,13 +244,7 @@ func TestRevivedPeerNeverReshowsEndedSessions(t *testing.T) {
 			}
 		}
 	}
-	tc.start("n0", 1)
-	tc.start("n1", 1)
-	t.Cleanup(func() {
-		for _, c := range tc.nodes {
-			_ = c.Shutdown()
-		}
-	})
+	tc.run(2)
 	tc.waitMembers(2)
 	tc.hosts[1].connect(t, "alice", "phone")
 	waitFor(t, 5*time.Second, "alice online on n0", func() bool { return tc.hosts[0].presence("alice").Online })
