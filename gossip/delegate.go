@@ -2,6 +2,9 @@ package gossip
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
+	"net"
 	"slices"
 	"time"
 
@@ -73,6 +76,40 @@ func (d *delegate) MergeRemoteState(b []byte, join bool) {
 		return
 	}
 	(*Cluster)(d).enqueue(slices.Clone(b))
+}
+
+// aliveFilter is the Cluster's memberlist.AliveDelegate: it keeps malformed
+// members out of memberlist's view. Without gossip encryption anyone who
+// reaches the gossip port can send memberlist messages; one with a garbage
+// "alive" (no address, inverted protocol versions) used to enter the member
+// list and stall joins for everyone ("protocol version (2) is
+// incompatible: [1, 0]"). Every Rollcall node publishes readable metadata,
+// so a member without it is not one of ours. (Forged but well-formed
+// messages are only kept out by encryption: --gossip-key.)
+type aliveFilter Cluster
+
+var _ memberlist.AliveDelegate = (*aliveFilter)(nil)
+
+// NotifyAlive refuses a member that no Rollcall node would announce.
+func (a *aliveFilter) NotifyAlive(n *memberlist.Node) error {
+	return checkMember(n)
+}
+
+// checkMember reports why n cannot be a Rollcall gateway, or nil.
+func checkMember(n *memberlist.Node) error {
+	switch {
+	case n.Name == "":
+		return errors.New("member without a name")
+	case len(n.Addr) != net.IPv4len && len(n.Addr) != net.IPv6len, n.Addr.IsUnspecified(), n.Port == 0:
+		return fmt.Errorf("member %q without a usable address", n.Name)
+	case n.PMin > n.PCur || n.PCur > n.PMax || n.DMin > n.DCur || n.DCur > n.DMax:
+		return fmt.Errorf("member %q with impossible protocol versions %d..%d (%d), %d..%d (%d)",
+			n.Name, n.PMin, n.PMax, n.PCur, n.DMin, n.DMax, n.DCur)
+	}
+	if _, err := decodeMeta(n.Meta); err != nil {
+		return fmt.Errorf("member %q without Rollcall metadata: %w", n.Name, err)
+	}
+	return nil
 }
 
 // events is the Cluster's memberlist.EventDelegate.

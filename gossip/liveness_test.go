@@ -1,12 +1,14 @@
 package gossip
 
 import (
+	"bytes"
 	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/memberlist"
 
 	"github.com/rollcall/rollcall/crdt"
@@ -269,5 +271,50 @@ func TestRevivedPeerNeverReshowsEndedSessions(t *testing.T) {
 	})
 	if n := reshown.Load(); n > 0 {
 		t.Fatalf("alice's ended session was shown online again on n0 (%d changes)", n)
+	}
+}
+
+// mlAlive is memberlist's alive message, as its wire format encodes it.
+type mlAlive struct {
+	Incarnation uint32
+	Node        string
+	Addr        []byte
+	Port        uint16
+	Meta        []byte
+	Vsn         []uint8
+}
+
+// Without gossip encryption anyone can send memberlist messages to the
+// gossip port. A malformed "alive" (no address, inverted protocol
+// versions, no Rollcall metadata) must not enter the member list: one
+// used to stall every join ("protocol version (2) is incompatible").
+func TestMalformedMemberIsRefused(t *testing.T) {
+	tc := newTestCluster(t, 2)
+	tc.waitMembers(2)
+	var buf bytes.Buffer
+	buf.WriteByte(4)                                 // memberlist's aliveMsg
+	forged := mlAlive{Incarnation: 9, Node: "ghost"} // no address, no versions, no metadata
+	if err := codec.NewEncoder(&buf, &codec.MsgpackHandle{}).Encode(&forged); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("udp", tc.addr(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for range 5 {
+		if _, err := conn.Write(buf.Bytes()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A newcomer still joins, and nobody lists the forged member.
+	tc.start("n2", 1)
+	tc.waitMembers(3)
+	for _, i := range tc.live() {
+		for _, m := range tc.nodes[i].ml.Members() {
+			if m.Name == "ghost" {
+				t.Fatalf("n%d lists the forged member %+v", i, m)
+			}
+		}
 	}
 }
