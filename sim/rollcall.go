@@ -38,7 +38,20 @@ func (s *Sim) liveMembers(n *node) int { return s.cfg.Nodes - 1 - n.numDown }
 
 // member reports whether Cluster.otherMembers includes p.
 func (s *Sim) member(n *node, p int32) bool {
-	return p != n.id && s.viewOf(n, p).state < stDead
+	if p == n.id {
+		return false
+	}
+	switch s.viewOf(n, p).state {
+	case stDead:
+		// Cluster.liveLocked: held dead by memberlist, but heard since
+		// the verdict (Leases.Fail overruled it), so still sent to.
+		name := s.names[p]
+		_, heard := n.leases.LastHeard(name)
+		return heard && !n.leases.Down(name)
+	case stLeft:
+		return false
+	}
+	return true
 }
 
 // flush is Cluster.flush.
