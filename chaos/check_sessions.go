@@ -166,6 +166,21 @@ func (m *model) settle(c *connModel) {
 		act(c.endT, "closed by the gateway: "+c.endReason, c.endLine)
 		dl(m.extendForPauses(c.gw, c.endT, c.endT+p), "gateway closed it + propagation")
 	}
+	// An end the gateway must write itself (an expiry, a disconnect) is
+	// not guaranteed if the gateway dies before that write is due: the
+	// survivors' leases end the session then, by the crash bound.
+	if d := m.deathDuring(c.gw, c.helloT, m.stop); d != nil {
+		c.deadline = inf
+		for i := range c.causes {
+			k := &c.causes[i]
+			if k.writer == c.gw && k.t > d.at && d.at+m.b.crash > k.t {
+				k.t, k.why = d.at+m.b.crash, k.why+", but its gateway died first: "+d.kind+" + crash expiry (lease)"
+			}
+			if k.t < c.deadline {
+				c.deadline, c.deadlineWhy = k.t, k.why
+			}
+		}
+	}
 	// Heartbeating until the first gap a timeout could legitimately end.
 	limit := m.b.timeout - m.b.grace
 	c.healthyEnd = c.endAct
