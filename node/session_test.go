@@ -292,7 +292,7 @@ func TestSupersede(t *testing.T) {
 	// A request in flight on the old connection races the new hello.
 	old.sendRaw(`{"op":"status","status":"busy","id":1}`)
 	nu, w2 := connect(t, n, "alice", "phone")
-	if w2.num("epoch") != w1.num("epoch")+1 {
+	if w2.num("epoch") <= w1.num("epoch") { // +1, or the clock's floor if later
 		t.Fatalf("epochs %v %v", w1["epoch"], w2["epoch"])
 	}
 	old.sendRaw(`{"op":"status","status":"away","id":2}`)
