@@ -8,6 +8,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -121,12 +122,21 @@ func New(cfg Config, host Host) (*Cluster, error) {
 		cancel()
 		return nil, err
 	}
+	// The queue exists before memberlist starts: its gossip goroutine asks
+	// the delegate for broadcasts as soon as Create has begun.
+	var created atomic.Pointer[memberlist.Memberlist]
+	c.queue = &memberlist.TransmitLimitedQueue{RetransmitMult: mlc.RetransmitMult, NumNodes: func() int {
+		if ml := created.Load(); ml != nil {
+			return ml.NumMembers()
+		}
+		return 1
+	}}
 	c.ml, err = memberlist.Create(mlc)
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("gossip: start memberlist on %s: %w", cfg.BindAddr, err)
 	}
-	c.queue = &memberlist.TransmitLimitedQueue{NumNodes: c.ml.NumMembers, RetransmitMult: mlc.RetransmitMult}
+	created.Store(c.ml)
 	c.wg.Add(3)
 	go c.handleLoop()
 	go c.flushLoop()
