@@ -14,8 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/rollcall/rollcall/gossip"
 	"github.com/rollcall/rollcall/internal/testcerts"
+	"github.com/rollcall/rollcall/node"
 )
 
 // tlsAgent is an in-process agent serving TLS on both ports with an admin
@@ -252,5 +255,62 @@ func TestGossipKeyNeverShown(t *testing.T) {
 	}
 	if !strings.Contains(log.String(), "keyring") && !strings.Contains(log.String(), "gossip started") {
 		t.Fatalf("the agent's log is not what this test reads:\n%s", log.String())
+	}
+}
+
+func TestAgentTLSAndTokenFlags(t *testing.T) {
+	dir := t.TempDir()
+	ca := testcerts.NewCA(t, "ca")
+	certFile, keyFile := ca.Issue(t, "gw").Write(t, dir, "gw")
+	for _, tc := range []struct {
+		name string
+		af   agentFlags
+		want string
+	}{
+		{"key without certificate", agentFlags{tlsKey: keyFile}, "need --tls-cert"},
+		{"client CA without certificate", agentFlags{tlsClientCA: certFile}, "need --tls-cert"},
+		{"certificate without key", agentFlags{tlsCert: certFile}, "needs --tls-key"},
+		{"key that is not a key", agentFlags{tlsCert: certFile, tlsKey: certFile}, "tls"},
+	} {
+		if _, err := tc.af.tlsServer(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+	}
+	if s, err := (&agentFlags{}).tlsServer(); s != nil || err != nil {
+		t.Fatalf("no TLS flags: %v %v", s, err)
+	}
+	if s, err := (&agentFlags{tlsCert: certFile, tlsKey: keyFile}).tlsServer(); s == nil || err != nil {
+		t.Fatalf("certificate and key: %v", err)
+	}
+
+	short := filepath.Join(dir, "short-token")
+	if err := os.WriteFile(short, []byte("too short\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	af := agentFlags{name: "n", clientAddr: "127.0.0.1:0", heartbeat: time.Second, timeout: 3 * time.Second, dev: true, adminTokenFile: short}
+	if _, err := af.nodeConfig(zap.NewNop()); err == nil || !strings.Contains(err.Error(), "--admin-token-file") {
+		t.Fatalf("a short admin token: %v", err)
+	}
+	af.adminTokenFile = writeAdminToken(t)
+	if cfg, err := af.nodeConfig(zap.NewNop()); err != nil || string(cfg.AdminToken) != testAdminToken {
+		t.Fatalf("admin token %q: %v", cfg.AdminToken, err)
+	}
+
+	keyPath := filepath.Join(dir, "gossip.key")
+	if err := os.WriteFile(keyPath, []byte("not base64!\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n, err := node.New(node.Config{Name: "n", Dev: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cf := range []clusterFlags{
+		{GossipAddr: "127.0.0.1:0", GossipKeyFile: keyPath, GossipKey: "x"},
+		{GossipAddr: "127.0.0.1:0", GossipKeyFile: keyPath},
+		{GossipAddr: "127.0.0.1:0", GossipKeyFile: filepath.Join(dir, "missing")},
+	} {
+		if _, _, err := startCluster(t.Context(), cf, n, zap.NewNop(), &clusterAPI{}); err == nil || !strings.Contains(err.Error(), "gossip-key") {
+			t.Errorf("%+v: %v", cf, err)
+		}
 	}
 }
