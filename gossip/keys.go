@@ -2,7 +2,9 @@ package gossip
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -61,15 +63,28 @@ func LoadKeyring(path string) (*memberlist.Keyring, error) {
 	return memberlist.NewKeyring(keys, keys[0])
 }
 
-// Keys lists the installed keys (base64), primary first; nil when gossip is
-// not encrypted.
-func (c *Cluster) Keys() []string {
+// KeyInfo identifies an installed gossip key without revealing it.
+type KeyInfo struct {
+	ID      string `json:"id"`      // KeyID of the key
+	Primary bool   `json:"primary"` // the key gossip is encrypted with
+}
+
+// KeyID names a gossip key without revealing it: the first 8 bytes of the
+// key's SHA-256, in hex. Operators match it against `rollcall keys id KEY`.
+func KeyID(key []byte) string {
+	sum := sha256.Sum256(key)
+	return hex.EncodeToString(sum[:8])
+}
+
+// KeyIDs lists the installed keys by KeyID, primary first; nil when gossip
+// is not encrypted. The keys themselves are never returned.
+func (c *Cluster) KeyIDs() []KeyInfo {
 	if c.cfg.Keyring == nil {
 		return nil
 	}
-	var out []string
-	for _, k := range c.cfg.Keyring.GetKeys() {
-		out = append(out, base64.StdEncoding.EncodeToString(k))
+	var out []KeyInfo
+	for i, k := range c.cfg.Keyring.GetKeys() {
+		out = append(out, KeyInfo{ID: KeyID(k), Primary: i == 0})
 	}
 	return out
 }

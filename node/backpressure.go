@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"net"
 	"time"
 )
@@ -123,9 +124,17 @@ func (c *conn) writeFrames(frames [][]byte, timeout time.Duration) error {
 			k++
 		}
 		c.nc.SetWriteDeadline(time.Now().Add(timeout)) //nolint:errcheck // shows up as a write error
-		bufs := net.Buffers(frames[:k])
-		if _, err := bufs.WriteTo(c.nc); err != nil {
-			return err
+		if c.tls != nil && k > 1 {
+			// tls.Conn writes a record, and makes a syscall, per Write:
+			// join the frames so a batch fills records.
+			if _, err := c.nc.Write(bytes.Join(frames[:k], nil)); err != nil {
+				return err
+			}
+		} else {
+			bufs := net.Buffers(frames[:k])
+			if _, err := bufs.WriteTo(c.nc); err != nil {
+				return err
+			}
 		}
 		frames = frames[k:]
 	}

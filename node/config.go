@@ -1,6 +1,7 @@
 package node
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math"
@@ -151,6 +152,36 @@ type Config struct {
 	// cluster's routes here.
 	HTTPHandlers map[string]http.Handler
 
+	// Transport security and the admin API (see tls.go and httpauth.go).
+
+	// TLS, when set, serves both the client port and the HTTP port over TLS
+	// with this configuration: it must hold a certificate (Certificates,
+	// GetCertificate or GetConfigForClient; a GetConfigForClient that
+	// returns a new configuration per handshake rotates certificates without
+	// a restart). TLS 1.2 is the minimum whatever MinVersion says. Set
+	// ClientAuth and ClientCAs for mutual TLS. The handshake counts against
+	// HandshakeTimeout on the client port. Default nil: plain TCP on both
+	// ports (loopback, tests).
+	TLS *tls.Config
+
+	// AdminToken is the bearer token of the admin API: the routes of
+	// AdminHTTPHandlers and /debug/pprof/, which answer only requests
+	// carrying "Authorization: Bearer <AdminToken>"; it also reads every
+	// read-only route. At least MinAdminTokenBytes long (see
+	// ReadAdminTokenFile). Default empty: the admin routes answer 403,
+	// unless Dev, which leaves them open to anyone.
+	AdminToken []byte
+
+	// ReadHTTPHandlers are extra read-only routes, like HTTPHandlers, that
+	// reveal the cluster's state (the agent's GET /v1/members): a request
+	// needs what httpReadAllowed asks (the admin token). Default none.
+	ReadHTTPHandlers map[string]http.Handler
+
+	// AdminHTTPHandlers are extra routes, like HTTPHandlers, that change
+	// state or reveal secrets (the agent's POST /v1/leave, GET and POST
+	// /v1/keys): they need AdminToken. Default none.
+	AdminHTTPHandlers map[string]http.Handler
+
 	// Cluster disseminates this node's writes and routes messages to other
 	// gateways. Nil runs standalone; see also Node.SetCluster.
 	Cluster Cluster
@@ -292,6 +323,12 @@ func (c *Config) Validate() error {
 	}
 	if !c.Dev && len(c.Secret) == 0 {
 		errs = append(errs, errors.New("a secret is required unless Dev is set"))
+	}
+	if len(c.AdminToken) > 0 && len(c.AdminToken) < MinAdminTokenBytes {
+		errs = append(errs, fmt.Errorf("admin token must be at least %d bytes", MinAdminTokenBytes))
+	}
+	if c.TLS != nil && len(c.TLS.Certificates) == 0 && c.TLS.GetCertificate == nil && c.TLS.GetConfigForClient == nil {
+		errs = append(errs, errors.New("TLS config holds no certificate"))
 	}
 	if len(c.Secret) > 0 && len(c.Secret) < MinSecretBytes {
 		errs = append(errs, fmt.Errorf("secret must be at least %d bytes", MinSecretBytes))

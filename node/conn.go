@@ -2,6 +2,7 @@ package node
 
 import (
 	"bufio"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"io"
@@ -40,7 +41,9 @@ var errLineTooLong = errors.New("line too long")
 type conn struct {
 	// Static after newConn.
 	n      *Node
-	nc     net.Conn
+	nc     net.Conn  // raw, or tls over it
+	raw    net.Conn  // the TCP socket: closing it never blocks
+	tls    *tls.Conn // nc when the node serves TLS, else nil
 	id     uint64
 	remote string
 
@@ -79,12 +82,15 @@ type outQueue struct {
 	snapTaken  chan struct{}
 }
 
-func (n *Node) newConn(nc net.Conn) *conn {
+func (n *Node) newConn(raw net.Conn) *conn {
+	nc, tc := n.wrapTLS(raw)
 	c := &conn{
 		n:      n,
 		nc:     nc,
+		raw:    raw,
+		tls:    tc,
 		id:     n.nextConn.Add(1),
-		remote: nc.RemoteAddr().String(),
+		remote: raw.RemoteAddr().String(),
 		br:     bufio.NewReaderSize(nc, readBufferSize),
 	}
 	c.q.wake = make(chan struct{}, 1)
@@ -101,7 +107,11 @@ func (c *conn) serve() {
 func (c *conn) readLoop() {
 	defer c.n.connWG.Done()
 	defer c.finish()
-	c.nc.SetReadDeadline(time.Now().Add(c.n.cfg.HandshakeTimeout)) //nolint:errcheck // a failed deadline shows up as a read error
+	handshakeDeadline := time.Now().Add(c.n.cfg.HandshakeTimeout)
+	c.nc.SetReadDeadline(handshakeDeadline) //nolint:errcheck // a failed deadline shows up as a read error
+	if c.tls != nil && !c.handshakeTLS(handshakeDeadline) {
+		return
+	}
 	for {
 		line, err := c.readLine()
 		if err != nil {
@@ -228,7 +238,9 @@ func (c *conn) abort() {
 	c.q.mu.Unlock()
 	c.state.Store(stateClosing)
 	c.wakeWriter()
-	c.nc.Close()
+	// The raw socket: a TLS close would first try to send close_notify
+	// to a client that may not be reading.
+	c.raw.Close()
 }
 
 func (c *conn) wakeWriter() {
@@ -358,8 +370,9 @@ func (c *conn) writeLoop() {
 				c.wakeWriter()
 				continue
 			}
-			if tc, ok := c.nc.(*net.TCPConn); ok {
-				tc.CloseWrite()                                     //nolint:errcheck // best effort
+			// A TCP half-close, or TLS's close_notify (which needs the
+			// handshake done).
+			if cw, ok := c.nc.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
 				c.nc.SetReadDeadline(time.Now().Add(lingerTimeout)) //nolint:errcheck // best effort
 			} else {
 				c.nc.Close()

@@ -9,21 +9,32 @@ import (
 	"go.uber.org/zap"
 )
 
-// HTTP endpoints, read-only:
+// HTTP endpoints (who may call them: httpauth.go):
 //
-//	GET /healthz              200 {"status":"ok"}; 503 {"status":"draining"}
-//	GET /v1/presence/{user}   the user's Presence
-//	GET /v1/sessions          the active sessions this node owns
-//	GET /v1/stats             Stats
+//	GET /healthz              open: 200 {"status":"ok"}; 503 {"status":"draining"}
+//	GET /v1/presence/{user}   read: the user's Presence
+//	GET /v1/sessions          read: the active sessions this node owns
+//	GET /v1/stats             read: Stats
+//	/debug/pprof/...          admin: net/http/pprof
+//
+// plus Config.HTTPHandlers (open), ReadHTTPHandlers (read) and
+// AdminHTTPHandlers (admin).
 
 func (n *Node) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", n.handleHealthz)
-	mux.HandleFunc("GET /v1/presence/{user}", n.handlePresenceHTTP)
-	mux.HandleFunc("GET /v1/sessions", n.handleSessionsHTTP)
-	mux.HandleFunc("GET /v1/stats", n.handleStatsHTTP)
+	mux.Handle("GET /v1/presence/{user}", n.requireRead(http.HandlerFunc(n.handlePresenceHTTP), pathUser))
+	mux.Handle("GET /v1/sessions", n.requireRead(http.HandlerFunc(n.handleSessionsHTTP), nodeWide))
+	mux.Handle("GET /v1/stats", n.requireRead(http.HandlerFunc(n.handleStatsHTTP), nodeWide))
+	n.handlePprof(mux)
 	for pattern, h := range n.cfg.HTTPHandlers {
 		mux.Handle(pattern, h)
+	}
+	for pattern, h := range n.cfg.ReadHTTPHandlers {
+		mux.Handle(pattern, n.requireRead(h, nodeWide))
+	}
+	for pattern, h := range n.cfg.AdminHTTPHandlers {
+		mux.Handle(pattern, n.requireAdmin(h))
 	}
 	return mux
 }

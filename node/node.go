@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -32,6 +33,7 @@ type Node struct {
 	origin crdt.Origin
 	base   time.Time // deadlines are monotonic nanoseconds since base
 	wheel  *wheel
+	tls    *tls.Config // the listeners' TLS configuration (serverTLS(cfg.TLS)); nil serves plain TCP
 
 	// stallNow reads the real monotonic clock for the sweeper's stall
 	// detector (nanoseconds since New). Tests in this package replace it
@@ -100,6 +102,7 @@ func New(cfg Config) (*Node, error) {
 		clock:   cfg.Clock,
 		origin:  origin,
 		base:    now,
+		tls:     serverTLS(cfg.TLS),
 		replica: r,
 		local:   make(map[string]map[string]*conn),
 		conns:   make(map[*conn]struct{}),
@@ -181,17 +184,27 @@ func (n *Node) start() error {
 			return fmt.Errorf("node: listen for HTTP on %s: %w", n.cfg.HTTPAddr, err)
 		}
 		n.httpLn = hl
-		n.httpSrv = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+		// ReadHeaderTimeout also bounds the TLS handshake (net/http runs it
+		// on the connection's goroutine, not the accept loop).
+		n.httpSrv = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog: n.httpErrorLog()}
+		served := hl
+		if n.tls != nil {
+			served = tls.NewListener(hl, n.tls)
+		}
 		n.loops.Add(1)
 		go func() {
 			defer n.loops.Done()
-			if err := n.httpSrv.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := n.httpSrv.Serve(served); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				n.log.Error("http server stopped", zap.Error(err))
 			}
 		}()
 	}
 	if n.cfg.Dev {
 		n.log.Warn("DEV MODE: clients are NOT authenticated; any user may connect as anyone. Never run this in production.")
+		if n.httpLn != nil && len(n.cfg.AdminToken) == 0 {
+			n.log.Warn("DEV MODE: the admin API (POST /v1/leave, /v1/keys, /debug/pprof) is open to anyone who reaches the HTTP port; give an admin token to close it")
+		}
 	}
 	n.started.Store(true)
 	n.loops.Add(4)
@@ -202,6 +215,7 @@ func (n *Node) start() error {
 	n.log.Info("gateway started",
 		zap.Stringer("client_addr", ln.Addr()),
 		zap.String("http_addr", n.addrString(n.httpLn)),
+		zap.Bool("tls", n.tls != nil),
 		zap.Duration("heartbeat", n.cfg.Heartbeat),
 		zap.Duration("timeout", n.cfg.Timeout),
 		zap.Stringer("origin", n.origin))
@@ -302,7 +316,7 @@ func (n *Node) Drain(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		for _, c := range conns {
-			c.nc.Close()
+			c.raw.Close()
 		}
 		return fmt.Errorf("node: drain: %w", ctx.Err())
 	}

@@ -35,16 +35,13 @@ func (n *Node) acceptLoop(ln net.Listener) {
 			n.mu.Unlock()
 			// Drain closed the listener, but a connection may have been
 			// accepted just before.
-			nc.Write(encodeError(nil, CodeShuttingDown, "the gateway is shutting down")) //nolint:errcheck // best effort
-			nc.Close()
+			n.refuse(nc, CodeShuttingDown, "the gateway is shutting down")
 			continue
 		}
 		if max := n.cfg.MaxConnections; max > 0 && len(n.conns) >= max {
 			n.mu.Unlock()
 			n.stats.overloaded.Add(1)
-			nc.SetWriteDeadline(time.Now().Add(time.Second))                                                          //nolint:errcheck // best effort
-			nc.Write(encodeError(nil, CodeOverloaded, "the gateway is at its connection limit; try another gateway")) //nolint:errcheck // best effort
-			nc.Close()
+			n.refuse(nc, CodeOverloaded, "the gateway is at its connection limit; try another gateway")
 			continue
 		}
 		c := n.newConn(nc)
@@ -53,6 +50,17 @@ func (n *Node) acceptLoop(ln net.Listener) {
 		n.mu.Unlock()
 		c.serve()
 	}
+}
+
+// refuse closes a connection the accept loop will not serve, after a
+// best-effort error line on plain TCP (over TLS it would need a handshake in
+// the accept loop; see tls.go).
+func (n *Node) refuse(nc net.Conn, code ErrorCode, msg string) {
+	if n.tls == nil {
+		nc.SetWriteDeadline(time.Now().Add(time.Second)) //nolint:errcheck // best effort
+		nc.Write(encodeError(nil, code, msg))            //nolint:errcheck // best effort
+	}
+	nc.Close()
 }
 
 // dispatch runs one decoded request on the connection's reader goroutine.

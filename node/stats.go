@@ -24,6 +24,8 @@ type counters struct {
 	rateLimited    atomic.Uint64 // requests refused with rate_limited
 	routeFailures  atomic.Uint64 // Cluster.Route calls that failed
 	published      atomic.Uint64 // deltas handed to Cluster.Publish (or written standalone)
+
+	tlsHandshakeFailures atomic.Uint64 // client connections closed for a failed or timed-out TLS handshake
 }
 
 // Stats is a snapshot of a node's counters and gauges (GET /v1/stats).
@@ -49,6 +51,8 @@ type Stats struct {
 	RateLimited    uint64 `json:"rate_limited"`
 	RouteFailures  uint64 `json:"route_failures"`
 	Published      uint64 `json:"published"`
+
+	TLSHandshakeFailures uint64 `json:"tls_handshake_failures"`
 
 	WatchedUsers  int `json:"watched_users"`
 	WatchedGroups int `json:"watched_groups"`
@@ -83,6 +87,7 @@ func (n *Node) Stats() Stats {
 	st.RateLimited = c.rateLimited.Load()
 	st.RouteFailures = c.routeFailures.Load()
 	st.Published = c.published.Load()
+	st.TLSHandshakeFailures = c.tlsHandshakeFailures.Load()
 	return st
 }
 

@@ -6,12 +6,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strings"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/rollcall/rollcall/internal/tlsconf"
 	"github.com/rollcall/rollcall/node"
 )
 
@@ -31,6 +33,12 @@ type agentFlags struct {
 	logLevel     string
 	logFormat    string
 	cluster      clusterFlags
+
+	// TLS and the admin API (docs/_tls.md).
+	tlsCert        string // --tls-cert: PEM certificate chain of both ports
+	tlsKey         string // --tls-key: its private key
+	tlsClientCA    string // --tls-client-ca: CA client certificates must chain to (mutual TLS)
+	adminTokenFile string // --admin-token-file: bearer token of the admin API
 }
 
 // clusterFlags are the gossip flags of `rollcall agent`, parsed here and
@@ -40,6 +48,7 @@ type clusterFlags struct {
 	Join            []string      // --join: gossip addresses of existing members
 	GossipProfile   string        // --gossip-profile: lan, wan or local timings
 	GossipKey       string        // --gossip-key: base64 gossip encryption key
+	GossipKeyFile   string        // --gossip-key-file: file holding the base64 gossip key
 	KeyringFile     string        // --keyring-file: file of base64 keys, primary first
 	GossipAdvertise string        // --gossip-advertise: address peers should use
 	PurgeHorizon    time.Duration // --purge-horizon: drop a dead gateway's sessions after this (also node.Config.PurgeHorizon)
@@ -66,10 +75,15 @@ func agentFlagSet(af *agentFlags, stderr io.Writer) (*flag.FlagSet, *string) {
 	fs.StringVar(&cf.GossipAddr, "gossip-addr", "127.0.0.1:7946", "gossip (memberlist) bind address, UDP and TCP; empty runs standalone")
 	join := fs.String("join", "", "comma-separated gossip addresses of cluster members to join")
 	fs.StringVar(&cf.GossipProfile, "gossip-profile", "lan", "gossip timings: lan, wan or local")
-	fs.StringVar(&cf.GossipKey, "gossip-key", "", "base64 key (16, 24 or 32 bytes) encrypting gossip")
+	fs.StringVar(&cf.GossipKey, "gossip-key", "", "base64 key (16, 24 or 32 bytes) encrypting gossip; visible in ps: prefer --gossip-key-file or ROLLCALL_GOSSIP_KEY")
+	fs.StringVar(&cf.GossipKeyFile, "gossip-key-file", "", "file holding the base64 gossip key (the form not visible in ps)")
 	fs.StringVar(&cf.KeyringFile, "keyring-file", "", "file of base64 gossip keys, one per line, primary first")
 	fs.StringVar(&cf.GossipAdvertise, "gossip-advertise", "", "gossip address to advertise to peers (default: the bind address)")
 	fs.DurationVar(&cf.PurgeHorizon, "purge-horizon", 30*time.Minute, "how long a dead gateway's sessions stay (shown expired) before they are purged")
+	fs.StringVar(&af.tlsCert, "tls-cert", "", "PEM certificate (chain, leaf first) serving TLS on the client and HTTP ports; reloaded with the key on SIGHUP; empty: plain TCP")
+	fs.StringVar(&af.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
+	fs.StringVar(&af.tlsClientCA, "tls-client-ca", "", "PEM CA certificate(s): clients of both ports must present a certificate signed by one (mutual TLS)")
+	fs.StringVar(&af.adminTokenFile, "admin-token-file", "", "file holding the admin API's bearer token (its text minus trailing whitespace, at least 32 bytes); without it the admin API answers 403")
 	return fs, join
 }
 
@@ -100,7 +114,19 @@ func runAgent(ctx context.Context, args []string, _, stderr io.Writer) error {
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	api := &clusterAPI{leave: stop}
-	cfg.HTTPHandlers = api.handlers()
+	cfg.ReadHTTPHandlers = api.readHandlers()
+	cfg.AdminHTTPHandlers = api.adminHandlers()
+	// TLS on both ports. The lead's SIGHUP handler calls tlsServer.Reload.
+	tlsServer, err := af.tlsServer()
+	if err != nil {
+		return err
+	}
+	if tlsServer != nil {
+		cfg.TLS = tlsServer.Config()
+		log.Info("TLS on the client and HTTP ports", zap.Stringer("certificate", tlsServer.Info()))
+	} else if !isLoopback(cfg.ClientAddr) {
+		log.Warn("the client port is plain TCP on a non-loopback address: tokens cross the network in clear text; give --tls-cert and --tls-key")
+	}
 	n, err := node.New(cfg)
 	if err != nil {
 		return err
@@ -166,10 +192,45 @@ func (af *agentFlags) nodeConfig(log *zap.Logger) (node.Config, error) {
 	case !af.dev:
 		return cfg, errors.New("need --secret-file (HS256 key for client tokens) or --dev (no authentication)")
 	}
+	if af.adminTokenFile != "" {
+		token, err := node.ReadAdminTokenFile(af.adminTokenFile)
+		if err != nil {
+			return cfg, fmt.Errorf("--admin-token-file: %w", err)
+		}
+		cfg.AdminToken = token
+	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, err
 	}
 	return cfg, nil
+}
+
+// tlsServer loads --tls-cert, --tls-key and --tls-client-ca; nil without
+// --tls-cert (plain TCP).
+func (af *agentFlags) tlsServer() (*tlsconf.Server, error) {
+	if af.tlsCert == "" {
+		if af.tlsKey != "" || af.tlsClientCA != "" {
+			return nil, errors.New("--tls-key and --tls-client-ca need --tls-cert")
+		}
+		return nil, nil
+	}
+	if af.tlsKey == "" {
+		return nil, errors.New("--tls-cert needs --tls-key")
+	}
+	return tlsconf.NewServer(tlsconf.ServerFiles{CertFile: af.tlsCert, KeyFile: af.tlsKey, ClientCAFile: af.tlsClientCA})
+}
+
+// isLoopback reports whether a listen address is on loopback only.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func splitList(s string) []string {

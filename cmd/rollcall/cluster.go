@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -40,9 +42,22 @@ func startCluster(_ context.Context, cf clusterFlags, n *node.Node, log *zap.Log
 	if a := n.Config().ClientAddr; a != "" {
 		cfg.ClientAddr = a
 	}
+	if cf.GossipKeyFile != "" {
+		if cf.GossipKey != "" {
+			return nil, nil, errors.New("give --gossip-key or --gossip-key-file, not both")
+		}
+		b, err := os.ReadFile(cf.GossipKeyFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--gossip-key-file: %w", err)
+		}
+		cf.GossipKey = strings.TrimSpace(string(b))
+		if cf.GossipKey == "" {
+			return nil, nil, fmt.Errorf("--gossip-key-file %s is empty", cf.GossipKeyFile)
+		}
+	}
 	switch {
 	case cf.GossipKey != "" && cf.KeyringFile != "":
-		return nil, nil, errors.New("give --gossip-key or --keyring-file, not both")
+		return nil, nil, errors.New("give one of --gossip-key, --gossip-key-file and --keyring-file")
 	case cf.GossipKey != "":
 		key, err := gossip.ParseKey(cf.GossipKey)
 		if err != nil {
@@ -79,23 +94,38 @@ func startCluster(_ context.Context, cf clusterFlags, n *node.Node, log *zap.Log
 
 // clusterAPI serves the cluster's HTTP routes on the node's HTTP endpoint:
 //
-//	GET  /v1/members   the members, as `rollcall members` shows them
-//	GET  /v1/keys      the installed gossip keys (base64), primary first
-//	POST /v1/keys      {"op":"install|use|remove","key":"<base64>"}: a
-//	                   keyring step on every member
-//	POST /v1/leave     graceful leave: drain, publish, leave, exit
+//	GET  /v1/members   read: the members, as `rollcall members` shows them
+//	GET  /v1/keys      admin: the installed gossip keys by id (gossip.KeyID),
+//	                   primary first; never the keys
+//	POST /v1/keys      admin: {"op":"install|use|remove","key":"<base64>"}: a
+//	                   keyring step on every member; answers with key ids
+//	POST /v1/leave     admin: graceful leave: drain, publish, leave, exit
 type clusterAPI struct {
 	cluster atomic.Pointer[gossip.Cluster]
 	leave   func() // cancels the agent's run context
 }
 
-func (a *clusterAPI) handlers() map[string]http.Handler {
+// readHandlers are the read-only routes (node.Config.ReadHTTPHandlers).
+func (a *clusterAPI) readHandlers() map[string]http.Handler {
 	return map[string]http.Handler{
 		"GET /v1/members": http.HandlerFunc(a.members),
-		"GET /v1/keys":    http.HandlerFunc(a.keys),
-		"POST /v1/keys":   http.HandlerFunc(a.keyOp),
-		"POST /v1/leave":  http.HandlerFunc(a.leaveNow),
 	}
+}
+
+// adminHandlers are the routes that change state or reveal secrets
+// (node.Config.AdminHTTPHandlers).
+func (a *clusterAPI) adminHandlers() map[string]http.Handler {
+	return map[string]http.Handler{
+		"GET /v1/keys":   http.HandlerFunc(a.keys),
+		"POST /v1/keys":  http.HandlerFunc(a.keyOp),
+		"POST /v1/leave": http.HandlerFunc(a.leaveNow),
+	}
+}
+
+// keysReply is the answer of GET and POST /v1/keys.
+type keysReply struct {
+	OK   bool             `json:"ok,omitempty"`
+	Keys []gossip.KeyInfo `json:"keys"`
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -120,7 +150,7 @@ func (a *clusterAPI) members(w http.ResponseWriter, _ *http.Request) {
 
 func (a *clusterAPI) keys(w http.ResponseWriter, _ *http.Request) {
 	if c := a.standalone(w); c != nil {
-		writeJSON(w, http.StatusOK, map[string]any{"keys": c.Keys()})
+		writeJSON(w, http.StatusOK, keysReply{Keys: c.KeyIDs()})
 	}
 }
 
@@ -158,7 +188,7 @@ func (a *clusterAPI) keyOp(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadGateway, out)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "keys": c.Keys()})
+	writeJSON(w, http.StatusOK, keysReply{OK: true, Keys: c.KeyIDs()})
 }
 
 func (a *clusterAPI) leaveNow(w http.ResponseWriter, _ *http.Request) {

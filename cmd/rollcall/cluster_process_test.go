@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -84,7 +86,11 @@ func TestThreeAgentProcesses(t *testing.T) {
 	// rollcall leave on gw3: alice is told, bob sees her offline, the
 	// process exits cleanly.
 	left := time.Now()
-	if err := runLeave(t.Context(), []string{"--http-addr", agents[2].http}, &syncBuffer{}, &syncBuffer{}); err != nil {
+	if err := runLeave(t.Context(), []string{"--http-addr", agents[2].http}, &syncBuffer{}, &syncBuffer{}); err == nil ||
+		!strings.Contains(err.Error(), "401") {
+		t.Fatalf("leave without the admin token: %v", err)
+	}
+	if err := runLeave(t.Context(), []string{"--http-addr", agents[2].http, "--admin-token-file", agents[2].adminTokenFile}, &syncBuffer{}, &syncBuffer{}); err != nil {
 		t.Fatal(err)
 	}
 	if e := alice2.expect("error"); e["code"] != "shutting_down" {
@@ -140,6 +146,7 @@ func TestAllAgentsStoppedAtOnce(t *testing.T) {
 // agentProc is a `rollcall agent` process started by a test.
 type agentProc struct {
 	name, client, http, gossip string
+	adminTokenFile             string
 	cmd                        *exec.Cmd
 	exited                     chan error
 }
@@ -156,14 +163,17 @@ func buildBinary(t *testing.T) string {
 }
 
 // startAgents starts n agents gw1..gwN on loopback, gw2.. joining gw1, in
-// development mode with local gossip timings, plus extra flags.
+// development mode with local gossip timings and an admin token (one
+// file for all), plus extra flags.
 func startAgents(t *testing.T, bin string, n int, extra ...string) []*agentProc {
 	t.Helper()
 	var agents []*agentProc
+	tokenFile := writeAdminToken(t)
 	for i := 1; i <= n; i++ {
-		a := &agentProc{name: fmt.Sprintf("gw%d", i), client: freeAddr(t), http: freeAddr(t), gossip: freeAddr(t), exited: make(chan error, 1)}
+		a := &agentProc{name: fmt.Sprintf("gw%d", i), client: freeAddr(t), http: freeAddr(t), gossip: freeAddr(t),
+			adminTokenFile: tokenFile, exited: make(chan error, 1)}
 		args := []string{"agent", "--name", a.name, "--dev", "--client-addr", a.client, "--http-addr", a.http,
-			"--gossip-addr", a.gossip, "--gossip-profile", "local", "--log-level", "warn"}
+			"--gossip-addr", a.gossip, "--gossip-profile", "local", "--log-level", "warn", "--admin-token-file", tokenFile}
 		if i > 1 {
 			args = append(args, "--join", agents[0].gossip)
 		}
@@ -187,7 +197,8 @@ func waitAlive(t *testing.T, agents []*agentProc, d time.Duration) {
 	for {
 		var ms []gossip.Member
 		alive := 0
-		if err := callAgent(t.Context(), "GET", agents[len(agents)-1].http, "/v1/members", nil, &ms); err == nil {
+		agent := &agentClient{addr: agents[len(agents)-1].http, scheme: "http", http: &http.Client{}}
+		if err := agent.call(t.Context(), "GET", "/v1/members", nil, &ms); err == nil {
 			for _, m := range ms {
 				if m.State == "alive" {
 					alive++

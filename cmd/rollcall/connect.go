@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -49,6 +50,7 @@ func connectClient(ctx context.Context, args []string, stdin io.Reader, stdout, 
 	status := fs.String("status", "", "initial status: available, away or busy")
 	groups := fs.String("groups", "", "comma-separated groups to join")
 	raw := fs.Bool("json", false, "print the gateway's lines as raw JSON")
+	tlsFiles := clientTLSFlags(fs)
 	if err := parseFlags(fs, args, os.Getenv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -58,10 +60,11 @@ func connectClient(ctx context.Context, args []string, stdin io.Reader, stdout, 
 	if *user == "" {
 		return errors.New("need --user")
 	}
-	var d net.Dialer
-	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	nc, err := d.DialContext(dctx, "tcp", *addr)
-	cancel()
+	tlsConfig, err := tlsFiles.Config()
+	if err != nil {
+		return err
+	}
+	nc, err := dialGateway(ctx, *addr, tlsConfig)
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
@@ -121,6 +124,19 @@ func connectClient(ctx context.Context, args []string, stdin io.Reader, stdout, 
 	}
 }
 
+// dialGateway connects to a gateway's client port within 10 seconds: over
+// TLS, handshake included, when tlsConfig is set.
+func dialGateway(ctx context.Context, addr string, tlsConfig *tls.Config) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if tlsConfig != nil {
+		d := tls.Dialer{Config: tlsConfig}
+		return d.DialContext(ctx, "tcp", addr)
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, "tcp", addr)
+}
+
 // interactive is the state of one `rollcall connect` session.
 type interactive struct {
 	nc  net.Conn
@@ -133,6 +149,7 @@ type interactive struct {
 
 	done     chan struct{} // closed when the gateway closed the connection
 	closeErr error         // the closing error the gateway sent, if any; set before done closes
+	welcomed bool          // a welcome arrived; owned by readLoop
 	hbOnce   sync.Once
 }
 
@@ -189,6 +206,9 @@ func (cl *interactive) readLoop() {
 			if cl.closeErr == nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 				cl.closeErr = err
 			}
+			if cl.closeErr == nil && !cl.welcomed {
+				cl.closeErr = errors.New("the gateway closed the connection before its welcome (if it serves TLS, give --tls or --tls-ca)")
+			}
 			cl.printf("-- connection closed")
 			return
 		}
@@ -229,6 +249,9 @@ func (cl *interactive) show(line []byte) {
 	if err := json.Unmarshal(line, &m); err != nil {
 		cl.printf("%s", line)
 		return
+	}
+	if m.Op == node.OpWelcome {
+		cl.welcomed = true
 	}
 	if m.Op == node.OpWelcome && m.HeartbeatMS > 0 {
 		cl.hbOnce.Do(func() { go cl.heartbeat(time.Duration(m.HeartbeatMS) * time.Millisecond) })

@@ -17,20 +17,61 @@ import (
 	"time"
 
 	"github.com/rollcall/rollcall/gossip"
+	"github.com/rollcall/rollcall/internal/tlsconf"
+	"github.com/rollcall/rollcall/node"
 )
 
 // The operator's cluster commands talk to an agent's HTTP endpoint.
 
-func httpFlagSet(name string, stderr io.Writer) (*flag.FlagSet, *string) {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	addr := fs.String("http-addr", "127.0.0.1:7401", "HTTP address of the agent to ask (its --http-addr)")
-	return fs, addr
+// agentTarget is the agent a cluster command asks, from its flags.
+type agentTarget struct {
+	addr      string
+	tokenFile string
+	tls       *tlsconf.ClientFiles
 }
 
-// callAgent makes one HTTP request to an agent and decodes its JSON answer
-// into out; a non-2xx answer becomes an error carrying the agent's message.
-func callAgent(ctx context.Context, method, addr, path string, body, out any) error {
+func httpFlagSet(name string, stderr io.Writer) (*flag.FlagSet, *agentTarget) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	t := &agentTarget{}
+	fs.StringVar(&t.addr, "http-addr", "127.0.0.1:7401", "HTTP address of the agent to ask (its --http-addr)")
+	fs.StringVar(&t.tokenFile, "admin-token-file", "", "file holding the agent's admin token (its --admin-token-file)")
+	t.tls = clientTLSFlags(fs)
+	return fs, t
+}
+
+// client builds the HTTP client of the target's flags.
+func (t *agentTarget) client() (*agentClient, error) {
+	c := &agentClient{addr: t.addr, scheme: "http", http: &http.Client{}}
+	if t.tokenFile != "" {
+		token, err := node.ReadAdminTokenFile(t.tokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("--admin-token-file: %w", err)
+		}
+		c.token = string(token)
+	}
+	tc, err := t.tls.Config()
+	if err != nil {
+		return nil, err
+	}
+	if tc != nil {
+		c.scheme = "https"
+		c.http.Transport = &http.Transport{TLSClientConfig: tc, Proxy: http.ProxyFromEnvironment}
+	}
+	return c, nil
+}
+
+// agentClient asks one agent's HTTP endpoint.
+type agentClient struct {
+	addr   string
+	scheme string // http or https
+	token  string // admin token; empty sends none
+	http   *http.Client
+}
+
+// call makes one HTTP request to the agent and decodes its JSON answer into
+// out; a non-2xx answer becomes an error carrying the agent's message.
+func (c *agentClient) call(ctx context.Context, method, path string, body, out any) error {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -41,13 +82,16 @@ func callAgent(ctx context.Context, method, addr, path string, body, out any) er
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+addr+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, c.scheme+"://"+c.addr+path, rd)
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("ask agent at %s: %w", addr, err)
+		return fmt.Errorf("ask agent at %s: %w", c.addr, err)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
@@ -55,17 +99,7 @@ func callAgent(ctx context.Context, method, addr, path string, body, out any) er
 		return fmt.Errorf("read agent's answer: %w", err)
 	}
 	if resp.StatusCode/100 != 2 {
-		var e struct {
-			Error  string            `json:"error"`
-			Failed map[string]string `json:"failed"`
-		}
-		if json.Unmarshal(raw, &e) == nil && e.Error != "" {
-			if len(e.Failed) > 0 {
-				return fmt.Errorf("%s (%s %s): %s; failed on %v", resp.Status, method, path, e.Error, e.Failed)
-			}
-			return fmt.Errorf("%s (%s %s): %s", resp.Status, method, path, e.Error)
-		}
-		return fmt.Errorf("%s (%s %s)", resp.Status, method, path)
+		return c.answerError(resp, method, path, raw)
 	}
 	if out == nil {
 		return nil
@@ -73,8 +107,31 @@ func callAgent(ctx context.Context, method, addr, path string, body, out any) er
 	return json.Unmarshal(raw, out)
 }
 
+// answerError turns a non-2xx answer into an error, with a hint for the
+// usual mistakes.
+func (c *agentClient) answerError(resp *http.Response, method, path string, raw []byte) error {
+	hint := ""
+	switch {
+	case resp.StatusCode == http.StatusUnauthorized && c.token == "":
+		hint = "; give --admin-token-file (or ROLLCALL_ADMIN_TOKEN_FILE)"
+	case resp.StatusCode == http.StatusBadRequest && bytes.Contains(raw, []byte("HTTPS server")):
+		hint = "; the agent speaks TLS: give --tls or --tls-ca"
+	}
+	var e struct {
+		Error  string            `json:"error"`
+		Failed map[string]string `json:"failed"`
+	}
+	if json.Unmarshal(raw, &e) == nil && e.Error != "" {
+		if len(e.Failed) > 0 {
+			return fmt.Errorf("%s (%s %s): %s; failed on %v%s", resp.Status, method, path, e.Error, e.Failed, hint)
+		}
+		return fmt.Errorf("%s (%s %s): %s%s", resp.Status, method, path, e.Error, hint)
+	}
+	return fmt.Errorf("%s (%s %s)%s", resp.Status, method, path, hint)
+}
+
 func runMembers(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, addr := httpFlagSet("members", stderr)
+	fs, target := httpFlagSet("members", stderr)
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	if err := parseFlags(fs, args, os.Getenv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -82,8 +139,12 @@ func runMembers(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		return err
 	}
+	agent, err := target.client()
+	if err != nil {
+		return err
+	}
 	var members []gossip.Member
-	if err := callAgent(ctx, http.MethodGet, *addr, "/v1/members", nil, &members); err != nil {
+	if err := agent.call(ctx, http.MethodGet, "/v1/members", nil, &members); err != nil {
 		return err
 	}
 	if *asJSON {
@@ -107,25 +168,30 @@ func runMembers(ctx context.Context, args []string, stdout, stderr io.Writer) er
 }
 
 func runLeave(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, addr := httpFlagSet("leave", stderr)
+	fs, target := httpFlagSet("leave", stderr)
 	if err := parseFlags(fs, args, os.Getenv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
 		return err
 	}
-	if err := callAgent(ctx, http.MethodPost, *addr, "/v1/leave", nil, nil); err != nil {
+	agent, err := target.client()
+	if err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(stdout, "agent at %s is leaving: its clients are told shutting_down and its sessions go offline everywhere\n", *addr)
+	if err := agent.call(ctx, http.MethodPost, "/v1/leave", nil, nil); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "agent at %s is leaving: its clients are told shutting_down and its sessions go offline everywhere\n", target.addr)
 	return err
 }
 
 func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, addr := httpFlagSet("keys", stderr)
+	fs, target := httpFlagSet("keys", stderr)
 	fs.Usage = func() {
-		fmt.Fprint(stderr, `usage: rollcall keys list|generate [--http-addr A]
-       rollcall keys install|use|remove KEY [--http-addr A]
+		fmt.Fprint(stderr, `usage: rollcall keys list|generate [flags]
+       rollcall keys install|use|remove KEY [flags]
+       rollcall keys id KEY
 
 Rotate the gossip encryption key across the whole cluster in three steps,
 each of which must succeed on every member before the next:
@@ -133,7 +199,10 @@ each of which must succeed on every member before the next:
   rollcall keys use NEW       every member encrypts with NEW
   rollcall keys remove OLD    OLD is no longer accepted
 Keys are base64 AES keys of 16, 24 or 32 bytes ('rollcall keys generate').
-Update the agents' --gossip-key / --keyring-file too, for their next start.
+Agents show keys only by id (the first 8 bytes of the key's SHA-256, hex):
+'rollcall keys id KEY' prints a key's id, without asking any agent.
+Update the agents' --gossip-key-file / --keyring-file too, for their next
+start. list, install, use and remove need the agent's admin token.
 
 `)
 		fs.PrintDefaults()
@@ -161,39 +230,63 @@ Update the agents' --gossip-key / --keyring-file too, for their next start.
 		}
 		_, err := fmt.Fprintln(stdout, base64.StdEncoding.EncodeToString(k))
 		return err
-	case "list":
-		var out struct {
-			Keys []string `json:"keys"`
+	case "id":
+		if len(rest) != 2 {
+			return errors.New("keys id needs exactly one KEY")
 		}
-		if err := callAgent(ctx, http.MethodGet, *addr, "/v1/keys", nil, &out); err != nil {
+		key, err := gossip.ParseKey(rest[1])
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintln(stdout, gossip.KeyID(key))
+		return err
+	case "list":
+		agent, err := target.client()
+		if err != nil {
+			return err
+		}
+		var out keysReply
+		if err := agent.call(ctx, http.MethodGet, "/v1/keys", nil, &out); err != nil {
 			return err
 		}
 		if len(out.Keys) == 0 {
 			_, err := fmt.Fprintln(stdout, "gossip is not encrypted")
 			return err
 		}
-		for i, k := range out.Keys {
-			mark := ""
-			if i == 0 {
-				mark = "  (primary)"
-			}
-			fmt.Fprintf(stdout, "%s%s\n", k, mark)
-		}
+		printKeyIDs(stdout, out.Keys)
 		return nil
 	case "install", "use", "remove":
 		if len(rest) != 2 {
 			return fmt.Errorf("keys %s needs exactly one KEY", op)
 		}
-		if _, err := gossip.ParseKey(rest[1]); err != nil {
+		key, err := gossip.ParseKey(rest[1])
+		if err != nil {
 			return err
 		}
-		if err := callAgent(ctx, http.MethodPost, *addr, "/v1/keys", keyOpRequest{Op: op, Key: rest[1]}, nil); err != nil {
+		agent, err := target.client()
+		if err != nil {
 			return err
 		}
-		_, err := fmt.Fprintf(stdout, "keys %s: done on every member\n", op)
-		return err
+		var out keysReply
+		if err := agent.call(ctx, http.MethodPost, "/v1/keys", keyOpRequest{Op: op, Key: rest[1]}, &out); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "keys %s %s: done on every member; keys now:\n", op, gossip.KeyID(key))
+		printKeyIDs(stdout, out.Keys)
+		return nil
 	default:
 		fs.Usage()
 		return fmt.Errorf("unknown keys subcommand %q", op)
+	}
+}
+
+// printKeyIDs prints key ids, one a line, the primary marked.
+func printKeyIDs(w io.Writer, keys []gossip.KeyInfo) {
+	for _, k := range keys {
+		mark := ""
+		if k.Primary {
+			mark = "  (primary)"
+		}
+		fmt.Fprintf(w, "%s%s\n", k.ID, mark)
 	}
 }

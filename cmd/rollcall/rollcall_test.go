@@ -69,6 +69,19 @@ func writeSecret(t *testing.T) string {
 	return p
 }
 
+// writeAdminToken writes an admin token file (with the trailing newline
+// echo leaves) and returns its path.
+func writeAdminToken(t *testing.T) string {
+	p := filepath.Join(t.TempDir(), "admin-token")
+	if err := os.WriteFile(p, []byte(testAdminToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// testAdminToken is the admin token writeAdminToken writes.
+const testAdminToken = "admin-token-of-the-tests-0123456789"
+
 func TestTokenCommand(t *testing.T) {
 	secret := writeSecret(t)
 	var out bytes.Buffer
