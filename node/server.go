@@ -39,16 +39,16 @@ func (n *Node) acceptLoop(ln net.Listener) {
 			nc.Close()
 			continue
 		}
-		if max := n.cfg.MaxConnections; max > 0 && len(n.conns) >= max {
+		ip := remoteIP(nc)
+		if code, msg := n.admitLocked(ip); code != "" {
 			n.mu.Unlock()
-			n.stats.overloaded.Add(1)
-			nc.SetWriteDeadline(time.Now().Add(time.Second))                                                          //nolint:errcheck // best effort
-			nc.Write(encodeError(nil, CodeOverloaded, "the gateway is at its connection limit; try another gateway")) //nolint:errcheck // best effort
-			nc.Close()
+			refuseConn(nc, code, msg)
 			continue
 		}
 		c := n.newConn(nc)
+		c.ip = ip
 		n.conns[c] = struct{}{}
+		n.countConnLocked(c, true)
 		n.connWG.Add(2)
 		n.mu.Unlock()
 		c.serve()
