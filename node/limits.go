@@ -50,6 +50,9 @@ const (
 	// host cannot take a gateway's every slot.
 	DefaultMaxConnectionsPerIP = 10_000
 
+	// MinMaxLineBytes is the smallest MaxLineBytes a Config accepts.
+	MinMaxLineBytes = minMaxLineBytes
+
 	// MinRequestsPerHeartbeat is the fewest requests per heartbeat
 	// interval a RequestRate may allow: a client that heartbeats as told,
 	// or a few times as often, must never be limited.

@@ -31,6 +31,7 @@ type agentFlags struct {
 	logLevel     string
 	logFormat    string
 	cluster      clusterFlags
+	limits       limitFlags // abuse limits and buffer sizes (limits.go)
 }
 
 // clusterFlags are the gossip flags of `rollcall agent`, parsed here and
@@ -62,6 +63,7 @@ func agentFlagSet(af *agentFlags, stderr io.Writer) (*flag.FlagSet, *string) {
 	fs.BoolVar(&af.dev, "dev", false, "accept any user without a token (development only; logs a loud warning)")
 	fs.StringVar(&af.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&af.logFormat, "log-format", "console", "console or json")
+	af.limits.register(fs)
 	cf := &af.cluster
 	fs.StringVar(&cf.GossipAddr, "gossip-addr", "127.0.0.1:7946", "gossip (memberlist) bind address, UDP and TCP; empty runs standalone")
 	join := fs.String("join", "", "comma-separated gossip addresses of cluster members to join")
@@ -165,6 +167,9 @@ func (af *agentFlags) nodeConfig(log *zap.Logger) (node.Config, error) {
 		}
 	case !af.dev:
 		return cfg, errors.New("need --secret-file (HS256 key for client tokens) or --dev (no authentication)")
+	}
+	if err := af.limits.apply(&cfg); err != nil {
+		return cfg, err
 	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, err
