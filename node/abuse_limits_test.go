@@ -267,6 +267,50 @@ func TestSessionCapAcrossGateways(t *testing.T) {
 	connect(t, gw2, "u", "new-device")
 }
 
+// TestSessionCapExactOnOneGateway: concurrent hellos of one user on one
+// gateway are counted exactly: of 150 new devices at once with a cap of
+// 100, 100 are welcomed and 50 refused.
+func TestSessionCapExactOnOneGateway(t *testing.T) {
+	n := newTestNode(t, nil)
+	const hellos = DefaultMaxSessionsPerUser + 50
+	results := make(chan string, hellos)
+	var wg sync.WaitGroup
+	for i := range hellos {
+		wg.Go(func() {
+			nc, err := net.DialTimeout("tcp", n.ClientAddr().String(), 5*time.Second)
+			if err != nil {
+				results <- err.Error()
+				return
+			}
+			t.Cleanup(func() { nc.Close() })
+			nc.SetDeadline(time.Now().Add(10 * time.Second))
+			fmt.Fprintf(nc, `{"op":"hello","user":"u","device":"d%d"}`+"\n", i)
+			var f frame
+			line, err := bufio.NewReader(nc).ReadBytes('\n')
+			if err == nil {
+				err = json.Unmarshal(line, &f)
+			}
+			if err != nil {
+				results <- err.Error()
+				return
+			}
+			results <- f.str("op") + f.str("code")
+		})
+	}
+	wg.Wait()
+	close(results)
+	got := map[string]int{}
+	for r := range results {
+		got[r]++
+	}
+	if got[OpWelcome] != DefaultMaxSessionsPerUser || got[OpError+string(CodeTooManySessions)] != hellos-DefaultMaxSessionsPerUser {
+		t.Fatalf("replies %v", got)
+	}
+	if k := activeSessionsOf(n, "u"); k != DefaultMaxSessionsPerUser {
+		t.Fatalf("%d active sessions", k)
+	}
+}
+
 // dialFrom connects a test client to n from a local address of the
 // loopback network (127.0.0.0/8).
 func dialFrom(t *testing.T, n *Node, ip string) *client {

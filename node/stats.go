@@ -9,23 +9,24 @@ import (
 
 // counters are the node's monotonically increasing counters.
 type counters struct {
-	accepted           atomic.Uint64 // TCP connections accepted
-	overloaded         atomic.Uint64 // connections refused at MaxConnections
-	sessionsOpened     atomic.Uint64 // successful hellos
-	disconnected       atomic.Uint64 // sessions ended by bye, TCP close or error
-	expired            atomic.Uint64 // sessions ended by silence
-	superseded         atomic.Uint64 // connections closed because a newer epoch took their session
-	slowConsumers      atomic.Uint64 // connections dropped for not reading
-	authFailed         atomic.Uint64 // hellos rejected for their token
-	badRequests        atomic.Uint64 // error replies to malformed or invalid requests
-	events             atomic.Uint64 // event frames queued
-	messages           atomic.Uint64 // message frames queued
-	messageDrops       atomic.Uint64 // message frames not queued: the recipient's queue was past its message share
-	rateLimited        atomic.Uint64 // requests refused with rate_limited
+	accepted       atomic.Uint64 // TCP connections accepted
+	overloaded     atomic.Uint64 // connections refused at MaxConnections
+	sessionsOpened atomic.Uint64 // successful hellos
+	disconnected   atomic.Uint64 // sessions ended by bye, TCP close or error
+	expired        atomic.Uint64 // sessions ended by silence
+	superseded     atomic.Uint64 // connections closed because a newer epoch took their session
+	slowConsumers  atomic.Uint64 // connections dropped for not reading
+	authFailed     atomic.Uint64 // hellos rejected for their token
+	badRequests    atomic.Uint64 // error replies to malformed or invalid requests
+	events         atomic.Uint64 // event frames queued
+	messages       atomic.Uint64 // message frames queued
+	messageDrops   atomic.Uint64 // message frames not queued: the recipient's queue was past its message share
+	rateLimited    atomic.Uint64 // requests refused with rate_limited
+	routeFailures  atomic.Uint64 // Cluster.Route calls that failed
+	published      atomic.Uint64 // deltas handed to Cluster.Publish (or written standalone)
+
 	tooManySessions    atomic.Uint64 // hellos refused at MaxSessionsPerUser
 	tooManyConnections atomic.Uint64 // connections refused at MaxConnectionsPerIP
-	routeFailures      atomic.Uint64 // Cluster.Route calls that failed
-	published          atomic.Uint64 // deltas handed to Cluster.Publish (or written standalone)
 }
 
 // Stats is a snapshot of a node's counters and gauges (GET /v1/stats).
@@ -36,23 +37,24 @@ type Stats struct {
 	Sessions    int    `json:"sessions"`    // active sessions this node owns
 	Draining    bool   `json:"draining"`
 
-	Accepted           uint64 `json:"accepted"`
-	Overloaded         uint64 `json:"overloaded"`
-	SessionsOpened     uint64 `json:"sessions_opened"`
-	Disconnected       uint64 `json:"disconnected"`
-	Expired            uint64 `json:"expired"`
-	Superseded         uint64 `json:"superseded"`
-	SlowConsumers      uint64 `json:"slow_consumers"`
-	AuthFailed         uint64 `json:"auth_failed"`
-	BadRequests        uint64 `json:"bad_requests"`
-	Events             uint64 `json:"events"`
-	Messages           uint64 `json:"messages"`
-	MessageDrops       uint64 `json:"message_drops"`
-	RateLimited        uint64 `json:"rate_limited"` // requests and sends refused with rate_limited
+	Accepted       uint64 `json:"accepted"`
+	Overloaded     uint64 `json:"overloaded"`
+	SessionsOpened uint64 `json:"sessions_opened"`
+	Disconnected   uint64 `json:"disconnected"`
+	Expired        uint64 `json:"expired"`
+	Superseded     uint64 `json:"superseded"`
+	SlowConsumers  uint64 `json:"slow_consumers"`
+	AuthFailed     uint64 `json:"auth_failed"`
+	BadRequests    uint64 `json:"bad_requests"`
+	Events         uint64 `json:"events"`
+	Messages       uint64 `json:"messages"`
+	MessageDrops   uint64 `json:"message_drops"`
+	RateLimited    uint64 `json:"rate_limited"` // requests and sends refused
+	RouteFailures  uint64 `json:"route_failures"`
+	Published      uint64 `json:"published"`
+
 	TooManySessions    uint64 `json:"too_many_sessions"`
 	TooManyConnections uint64 `json:"too_many_connections"`
-	RouteFailures      uint64 `json:"route_failures"`
-	Published          uint64 `json:"published"`
 
 	WatchedUsers  int `json:"watched_users"`
 	WatchedGroups int `json:"watched_groups"`
@@ -85,10 +87,10 @@ func (n *Node) Stats() Stats {
 	st.Messages = c.messages.Load()
 	st.MessageDrops = c.messageDrops.Load()
 	st.RateLimited = c.rateLimited.Load()
-	st.TooManySessions = c.tooManySessions.Load()
-	st.TooManyConnections = c.tooManyConnections.Load()
 	st.RouteFailures = c.routeFailures.Load()
 	st.Published = c.published.Load()
+	st.TooManySessions = c.tooManySessions.Load()
+	st.TooManyConnections = c.tooManyConnections.Load()
 	return st
 }
 
