@@ -53,6 +53,23 @@ func (r *Replica) UserSessions(user string) []Session {
 	return out
 }
 
+// ActiveSessionCount returns how many of a user's sessions the projection
+// shows active (those of a gateway marked down do not count), without
+// allocating: O(the user's records).
+func (r *Replica) ActiveSessionCount(user string) int {
+	d := r.byUser.ref(user)
+	if d == nil {
+		return 0
+	}
+	count := 0
+	d.each(func(e *entry) {
+		if e.counted {
+			count++
+		}
+	})
+	return count
+}
+
 // Account returns a user's account record.
 func (r *Replica) Account(user string) (Account, bool) {
 	a := r.accounts[user]
@@ -107,15 +124,16 @@ func (r *Replica) NodeSessions(node string) []Key {
 	return keys
 }
 
-// Stats counts what a replica holds.
+// Stats counts what a replica holds. The JSON names are those of the
+// gateway's GET /v1/stats.
 type Stats struct {
-	Sessions   int // records, tombstones included
-	Active     int // effectively active sessions
-	Tombstones int
-	Accounts   int
-	Origins    int
-	Users      int
-	Groups     int // groups with at least one online user
+	Sessions   int `json:"sessions"` // records, tombstones included
+	Active     int `json:"active"`   // effectively active sessions
+	Tombstones int `json:"tombstones"`
+	Accounts   int `json:"accounts"`
+	Origins    int `json:"origins"`
+	Users      int `json:"users"`
+	Groups     int `json:"groups"` // groups with at least one online user
 }
 
 // Stats returns counts of what the replica holds. It walks the sessions:

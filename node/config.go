@@ -4,7 +4,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"os"
 	"time"
@@ -116,6 +115,36 @@ type Config struct {
 	// a negative SendRate disables the limit.
 	SendRate  float64
 	SendBurst int
+
+	// Abuse limits past the send rate (limits.go); each may change while
+	// the node runs (Node.SetLimits).
+	//
+	// RequestRate is how many requests per second one connection may make
+	// on average, heartbeats included, and RequestBurst how many at once
+	// after a quiet spell (a token bucket per connection, apart from the
+	// send bucket). A request past the allowance gets rate_limited and is
+	// not handled (a heartbeat past it does not refresh the deadline); the
+	// connection stays open. The rate must allow MinRequestsPerHeartbeat
+	// per Heartbeat, so a client heartbeating as told is never limited.
+	// Defaults 100/s and 500; a negative RequestRate disables the limit.
+	RequestRate  float64
+	RequestBurst int
+
+	// MaxSessionsPerUser caps the active sessions one user may hold,
+	// counted in this node's projection (every gateway's sessions it has
+	// heard of): a hello past it gets too_many_sessions and is closed,
+	// unless it reconnects a (user, device) already active. Exact for the
+	// hellos of one gateway, best effort across gateways (concurrent hellos
+	// on two gateways may both pass). Default 100; negative means no cap.
+	MaxSessionsPerUser int
+
+	// MaxConnectionsPerIP caps the client connections one source address
+	// holds at once on this gateway (sessions and handshakes in progress).
+	// A connection past it is sent too_many_connections and closed at
+	// accept, before it costs anything more, as with MaxConnections.
+	// Default 10,000 (a large NAT; a load generator spreads over several
+	// addresses); negative means no cap.
+	MaxConnectionsPerIP int
 
 	// GCInterval is how often the node collects crdt tombstones and purges
 	// the sessions of long-dead gateways. Default 1m.
@@ -271,6 +300,7 @@ func (c *Config) fill() error {
 	if c.SendBurst == 0 {
 		c.SendBurst = DefaultSendBurst
 	}
+	c.fillLimits()
 	if c.GCInterval == 0 {
 		c.GCInterval = DefaultGCInterval
 	}
@@ -315,9 +345,8 @@ func (c *Config) Validate() error {
 	if c.OutboundQueue < 1 {
 		errs = append(errs, errors.New("outbound queue must be at least 1"))
 	}
-	if math.IsNaN(c.SendRate) || math.IsInf(c.SendRate, 0) || c.SendBurst < 1 {
-		errs = append(errs, fmt.Errorf("send rate (%v) must be a number and send burst (%d) at least 1", c.SendRate, c.SendBurst))
-	}
+	limits := c.Limits()
+	errs = append(errs, limits.validate(c.Heartbeat)...)
 	if c.OutboundQueueBytes <= c.MaxLineBytes {
 		errs = append(errs, fmt.Errorf("outbound queue bytes (%d) must exceed max line bytes (%d)", c.OutboundQueueBytes, c.MaxLineBytes))
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"strconv"
 	"sync"
@@ -46,14 +47,16 @@ type conn struct {
 	tls    *tls.Conn // nc when the node serves TLS, else nil
 	id     uint64
 	remote string
+	ip     netip.Addr // the source address counted in n.perIP; zero when not counted
 
 	// Hot path, lock-free.
 	state      atomic.Int32
 	lastActive atomic.Int64 // Node.mono() of the last valid request
 
 	// Owned by the reader goroutine.
-	br   *bufio.Reader
-	long []byte
+	br       *bufio.Reader
+	long     []byte
+	requests tokenBucket // the connection's allowance of requests (Config.RequestRate)
 
 	// Guarded by n.mu.
 	sess      *localSession // set at welcome; never cleared
@@ -202,11 +205,16 @@ func (c *conn) handleLine(raw []byte) (replied bool) {
 	if len(line) == 0 {
 		return false
 	}
+	now := c.n.mono()
+	if !c.allowRequest(line, now) {
+		return true
+	}
 	if isPlainHeartbeat(line) {
-		// The hot path: one clock read, one atomic load (the stalls
-		// subtracted by mono) and one atomic store.
+		// The hot path: one clock read, two atomic loads (the stalls
+		// subtracted by mono, the limits), the request bucket's arithmetic
+		// and one atomic store.
 		if c.state.Load() == stateActive {
-			c.lastActive.Store(c.n.mono())
+			c.lastActive.Store(now)
 			return false
 		}
 		c.sendError(nil, CodeNotAuthenticated, "send hello first")

@@ -83,8 +83,10 @@ func (n *Node) LocalSessions() []LocalSession {
 	for _, devs := range n.local {
 		for _, c := range devs {
 			s := c.sess
+			groups := make([]string, len(s.groups)) // [] in JSON when there are none, never null
+			copy(groups, s.groups)
 			out = append(out, LocalSession{User: s.user, Device: s.device, Session: s.id, Epoch: s.epoch,
-				Status: s.status.String(), Groups: slices.Clone(s.groups), Remote: c.remote})
+				Status: s.status.String(), Groups: groups, Remote: c.remote})
 		}
 	}
 	n.mu.Unlock()

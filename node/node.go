@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,12 +47,18 @@ type Node struct {
 
 	cluster atomic.Pointer[clusterRef]
 
+	// The live limits: read anywhere, replaced whole by SetLimits (which
+	// limitsMu serializes).
+	limits   atomic.Pointer[Limits]
+	limitsMu sync.Mutex
+
 	// Guarded by mu.
 	mu         sync.Mutex
 	replica    *crdt.Replica
 	local      map[string]map[string]*conn // user -> device -> conn owning that active session
 	localCount int
 	conns      map[*conn]struct{} // every open connection
+	perIP      map[netip.Addr]int // open connections by source address
 	draining   bool
 	version    uint64                // last presence version handed out
 	dirty      map[string]struct{}   // users whose presence may have changed since the last flush
@@ -106,6 +113,7 @@ func New(cfg Config) (*Node, error) {
 		replica: r,
 		local:   make(map[string]map[string]*conn),
 		conns:   make(map[*conn]struct{}),
+		perIP:   make(map[netip.Addr]int),
 		dirty:   make(map[string]struct{}),
 		users:   make(map[string]*userWatch),
 		groups:  make(map[string]*groupWatch),
@@ -113,6 +121,8 @@ func New(cfg Config) (*Node, error) {
 		done:    make(chan struct{}),
 		drained: make(chan struct{}),
 	}
+	limits := cfg.Limits()
+	n.limits.Store(&limits)
 	n.wheel = newWheel(int64(cfg.SweepInterval), int64(cfg.Timeout), 0)
 	start := time.Now()
 	n.stallNow = func() int64 { return int64(time.Since(start)) }
@@ -129,8 +139,13 @@ func (n *Node) Name() string { return n.cfg.Name }
 // incarnation chosen at New (the clock in nanoseconds).
 func (n *Node) Origin() crdt.Origin { return n.origin }
 
-// Config returns the node's validated configuration.
-func (n *Node) Config() Config { return n.cfg }
+// Config returns the node's validated configuration, with the limits it
+// enforces now (SetLimits may have changed them since New).
+func (n *Node) Config() Config {
+	c := n.cfg
+	c.setLimits(n.Limits())
+	return c
+}
 
 // SetCluster attaches the cluster layer. Call it before Start; a nil c runs
 // standalone. It is safe to call at any time, but writes made before it are

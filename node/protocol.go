@@ -45,7 +45,8 @@ import (
 //
 //	1  hello/welcome, hb, status, account, join, leave, get, group, locate,
 //	   sub, unsub, send, bye; events with version; error codes below
-//	   (epoch_exhausted and rate_limited joined later: new codes are a
+//	   (epoch_exhausted, rate_limited, too_many_sessions and
+//	   too_many_connections joined later: new codes are a
 //	   compatible change, clients treat unknown codes as errors).
 const ProtocolVersion = 1
 
@@ -137,7 +138,16 @@ const (
 	CodeInternal         ErrorCode = "internal"          // a gateway-side failure; the request changed nothing
 	CodeOverloaded       ErrorCode = "overloaded"        // the gateway holds MaxConnections already; closes at once
 	CodeEpochExhausted   ErrorCode = "epoch_exhausted"   // the (user, device) holds MaxEpoch: no newer epoch exists
-	CodeRateLimited      ErrorCode = "rate_limited"      // the session sent faster than Config.SendRate allows; nothing was done
+	CodeRateLimited      ErrorCode = "rate_limited"      // the connection's requests (RequestRate) or the session's sends (SendRate) came too fast; nothing was done
+
+	// CodeTooManySessions refuses a hello of a user that already holds
+	// MaxSessionsPerUser active sessions in the cluster, unless it
+	// reconnects one of their devices; closes.
+	CodeTooManySessions ErrorCode = "too_many_sessions"
+	// CodeTooManyConnections refuses a connection, right after accept,
+	// from an address that already holds MaxConnectionsPerIP connections
+	// to this gateway; closes at once.
+	CodeTooManyConnections ErrorCode = "too_many_connections"
 )
 
 // closes reports whether the gateway closes the connection after sending
@@ -145,7 +155,8 @@ const (
 func (c ErrorCode) closes() bool {
 	switch c {
 	case CodeAuthFailed, CodeHandshakeTimeout, CodeLineTooLong, CodeSuperseded,
-		CodeShuttingDown, CodeSlowConsumer, CodeExpired:
+		CodeShuttingDown, CodeSlowConsumer, CodeExpired,
+		CodeTooManySessions, CodeTooManyConnections:
 		return true
 	}
 	return false

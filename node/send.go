@@ -27,11 +27,12 @@ func (n *Node) handleSend(c *conn, req *Request) (any, *requestError) {
 		n.mu.Unlock()
 		return nil, rerr
 	}
-	if ok, wait := s.sends.allow(n.mono(), n.cfg.SendRate, n.cfg.SendBurst); !ok {
+	lim := n.limits.Load()
+	if ok, wait := s.sends.allow(n.mono(), lim.SendRate, lim.SendBurst); !ok {
 		n.mu.Unlock()
 		n.stats.rateLimited.Add(1)
 		return nil, errorf(CodeRateLimited, "at most %g sends per second (%d at once) per session; the next is allowed in %dms",
-			n.cfg.SendRate, n.cfg.SendBurst, max(wait.Milliseconds(), 1))
+			lim.SendRate, lim.SendBurst, max(wait.Milliseconds(), 1))
 	}
 	msg := Message{To: req.To, From: s.user, FromDevice: s.device, Body: slices.Clone(req.Body)}
 	var remote []string

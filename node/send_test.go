@@ -280,13 +280,14 @@ func TestSendFloodIsThrottled(t *testing.T) {
 }
 
 // TestMessageFloodNeverCutsRecipient: messages from many sessions at once
-// (here one sender with the limit off: the same for the recipient's queue)
+// (here one sender with the limits off: the same for the recipient's queue)
 // can outrun any recipient. Messages past the recipient's queue share are
 // not delivered, and counted as such, but never make the recipient a slow
 // consumer, even one that reads nothing until the flood is over.
 func TestMessageFloodNeverCutsRecipient(t *testing.T) {
 	n := newTestNode(t, func(c *Config) {
 		c.SendRate = -1
+		c.RequestRate = -1
 		c.OutboundQueue = 64
 		c.OutboundQueueBytes = 256 << 10
 		// The recipient reads nothing until the flood is over: what is

@@ -38,14 +38,16 @@ func (n *Node) acceptLoop(ln net.Listener) {
 			n.refuse(nc, CodeShuttingDown, "the gateway is shutting down")
 			continue
 		}
-		if max := n.cfg.MaxConnections; max > 0 && len(n.conns) >= max {
+		ip := remoteIP(nc)
+		if code, msg := n.admitLocked(ip); code != "" {
 			n.mu.Unlock()
-			n.stats.overloaded.Add(1)
-			n.refuse(nc, CodeOverloaded, "the gateway is at its connection limit; try another gateway")
+			n.refuse(nc, code, msg)
 			continue
 		}
 		c := n.newConn(nc)
+		c.ip = ip
 		n.conns[c] = struct{}{}
+		n.countConnLocked(c, true)
 		n.connWG.Add(2)
 		n.mu.Unlock()
 		c.serve()

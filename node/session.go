@@ -84,6 +84,11 @@ func (n *Node) handleHello(c *conn, req *Request) {
 		c.sendError(req.ID, CodeShuttingDown, "the gateway is shutting down")
 		return
 	}
+	if rerr := n.sessionCapLocked(c, sess.user, sess.device); rerr != nil {
+		n.mu.Unlock()
+		c.sendError(req.ID, rerr.code, rerr.msg)
+		return
+	}
 	key := crdt.Key{User: sess.user, Device: sess.device}
 	held := max(n.replica.MaxEpoch(key), req.LastEpoch)
 	if held >= MaxEpoch {
@@ -350,8 +355,9 @@ func (n *Node) connLost(c *conn) {
 func (n *Node) endConnSession(c *conn, forget bool) {
 	now := n.clock.Now()
 	n.mu.Lock()
-	if forget {
+	if _, open := n.conns[c]; forget && open {
 		delete(n.conns, c)
+		n.countConnLocked(c, false)
 	}
 	var deltas []crdt.Delta
 	if d, ok := n.endSessionLocked(c, crdt.StateDisconnected, now); ok {

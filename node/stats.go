@@ -26,6 +26,8 @@ type counters struct {
 	published      atomic.Uint64 // deltas handed to Cluster.Publish (or written standalone)
 
 	tlsHandshakeFailures atomic.Uint64 // client connections closed for a failed or timed-out TLS handshake
+	tooManySessions      atomic.Uint64 // hellos refused at MaxSessionsPerUser
+	tooManyConnections   atomic.Uint64 // connections refused at MaxConnectionsPerIP
 }
 
 // Stats is a snapshot of a node's counters and gauges (GET /v1/stats).
@@ -48,11 +50,13 @@ type Stats struct {
 	Events         uint64 `json:"events"`
 	Messages       uint64 `json:"messages"`
 	MessageDrops   uint64 `json:"message_drops"`
-	RateLimited    uint64 `json:"rate_limited"`
+	RateLimited    uint64 `json:"rate_limited"` // requests and sends refused
 	RouteFailures  uint64 `json:"route_failures"`
 	Published      uint64 `json:"published"`
 
 	TLSHandshakeFailures uint64 `json:"tls_handshake_failures"`
+	TooManySessions      uint64 `json:"too_many_sessions"`
+	TooManyConnections   uint64 `json:"too_many_connections"`
 
 	WatchedUsers  int `json:"watched_users"`
 	WatchedGroups int `json:"watched_groups"`
@@ -88,6 +92,8 @@ func (n *Node) Stats() Stats {
 	st.RouteFailures = c.routeFailures.Load()
 	st.Published = c.published.Load()
 	st.TLSHandshakeFailures = c.tlsHandshakeFailures.Load()
+	st.TooManySessions = c.tooManySessions.Load()
+	st.TooManyConnections = c.tooManyConnections.Load()
 	return st
 }
 

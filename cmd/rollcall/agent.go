@@ -39,6 +39,9 @@ type agentFlags struct {
 	tlsKey         string // --tls-key: its private key
 	tlsClientCA    string // --tls-client-ca: CA client certificates must chain to (mutual TLS)
 	adminTokenFile string // --admin-token-file: bearer token of the admin API
+
+	// Abuse limits and buffer sizes (limits.go).
+	limits limitFlags
 }
 
 // clusterFlags are the gossip flags of `rollcall agent`, parsed here and
@@ -71,6 +74,7 @@ func agentFlagSet(af *agentFlags, stderr io.Writer) (*flag.FlagSet, *string) {
 	fs.BoolVar(&af.dev, "dev", false, "accept any user without a token (development only; logs a loud warning)")
 	fs.StringVar(&af.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&af.logFormat, "log-format", "console", "console or json")
+	af.limits.register(fs)
 	cf := &af.cluster
 	fs.StringVar(&cf.GossipAddr, "gossip-addr", "127.0.0.1:7946", "gossip (memberlist) bind address, UDP and TCP; empty runs standalone")
 	join := fs.String("join", "", "comma-separated gossip addresses of cluster members to join")
@@ -198,6 +202,9 @@ func (af *agentFlags) nodeConfig(log *zap.Logger) (node.Config, error) {
 			return cfg, fmt.Errorf("--admin-token-file: %w", err)
 		}
 		cfg.AdminToken = token
+	}
+	if err := af.limits.apply(&cfg); err != nil {
+		return cfg, err
 	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, err
