@@ -65,6 +65,7 @@ func startCluster(_ context.Context, cf clusterFlags, n *node.Node, log *zap.Log
 		return nil, nil, err
 	}
 	api.cluster.Store(c)
+	api.keyring.Store(cfg.Keyring)
 	log.Info("gossip started", zap.String("gossip_addr", c.LocalAddr()), zap.Strings("join", cf.Join),
 		zap.String("profile", cfg.Profile), zap.Bool("encrypted", cfg.Keyring != nil))
 	leave := func(ctx context.Context) error {
@@ -86,7 +87,8 @@ func startCluster(_ context.Context, cf clusterFlags, n *node.Node, log *zap.Log
 //	POST /v1/leave     graceful leave: drain, publish, leave, exit
 type clusterAPI struct {
 	cluster atomic.Pointer[gossip.Cluster]
-	leave   func() // cancels the agent's run context
+	keyring atomic.Pointer[memberlist.Keyring] // the cluster's, for SIGHUP's keyring reload; nil: not encrypted
+	leave   func()                             // cancels the agent's run context
 }
 
 func (a *clusterAPI) handlers() map[string]http.Handler {

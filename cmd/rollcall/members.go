@@ -73,10 +73,17 @@ func callAgent(ctx context.Context, method, addr, path string, body, out any) er
 	return json.Unmarshal(raw, out)
 }
 
+// membersFlagSet is the flag set of `rollcall members`: the agent's HTTP
+// address (that of leave and keys too) and --json.
+func membersFlagSet(stderr io.Writer) (fs *flag.FlagSet, addr *string, asJSON *bool) {
+	fs, addr = httpFlagSet("members", stderr)
+	asJSON = fs.Bool("json", false, "print JSON instead of a table")
+	return fs, addr, asJSON
+}
+
 func runMembers(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, addr := httpFlagSet("members", stderr)
-	asJSON := fs.Bool("json", false, "print JSON instead of a table")
-	if err := parseFlags(fs, args, os.Getenv); err != nil {
+	fs, addr, asJSON := membersFlagSet(stderr)
+	if err := parseFlags(fs, args, os.Environ()); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
@@ -108,7 +115,7 @@ func runMembers(ctx context.Context, args []string, stdout, stderr io.Writer) er
 
 func runLeave(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, addr := httpFlagSet("leave", stderr)
-	if err := parseFlags(fs, args, os.Getenv); err != nil {
+	if err := parseFlags(fs, args, os.Environ()); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
@@ -143,7 +150,7 @@ Update the agents' --gossip-key / --keyring-file too, for their next start.
 	for len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		rest, args = append(rest, args[0]), args[1:]
 	}
-	if err := parseFlags(fs, args, os.Getenv); err != nil {
+	if err := parseFlags(fs, args, os.Environ()); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
