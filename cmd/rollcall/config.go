@@ -106,7 +106,7 @@ func parseFlags(fs *flag.FlagSet, args []string, environ []string) error {
 		}
 		if v, ok := fromEnv[f.Name]; ok {
 			if err := fs.Set(f.Name, v); err != nil {
-				errs = append(errs, fmt.Errorf("%s=%q: %w", envName(f.Name), v, err))
+				errs = append(errs, fmt.Errorf("%s=%q: invalid value: %w", envName(f.Name), v, err))
 			}
 			return
 		}
@@ -231,11 +231,11 @@ func editDistance(a, b string) int {
 // flag, joined with commas (join: [a:7946, b:7946]).
 func setFromFile(fs *flag.FlagSet, name string, v any) error {
 	text, err := yamlText(fs.Lookup(name), v)
-	if err == nil {
-		err = fs.Set(name, text)
-	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
+	}
+	if err := fs.Set(name, text); err != nil {
+		return fmt.Errorf("%s: invalid value %q: %w", name, text, err)
 	}
 	return nil
 }

@@ -10,10 +10,17 @@ import (
 	"github.com/rollcall/rollcall/node"
 )
 
-// version is set at build time with -ldflags "-X main.version=..." (make
-// build passes `git describe --always --dirty`). Empty: the module version
-// the go command stamped, or "dev".
-var version string
+// Set at build time by make build and make image from git, with -ldflags
+// "-X main.version=... -X main.revision=...": the go command's own VCS
+// stamp is missing in a git worktree and with -buildvcs=false. Empty: what
+// debug.ReadBuildInfo holds (the module version, vcs.revision, vcs.time,
+// vcs.modified).
+var (
+	version    string // git describe --always --dirty
+	revision   string // git rev-parse HEAD
+	commitTime string // the commit's time, RFC 3339
+	modified   string // "true" when the work tree had uncommitted changes
+)
 
 // buildInfo is what `rollcall version` prints.
 type buildInfo struct {
@@ -28,11 +35,10 @@ type buildInfo struct {
 // readBuildInfo gathers the version from the linker flag and from the build
 // information the go command embeds.
 func readBuildInfo() buildInfo {
-	bi := buildInfo{Version: version, GoVersion: runtime.Version(), Protocol: node.ProtocolVersion}
-	info, ok := debug.ReadBuildInfo()
-	if ok {
-		if bi.Version == "" && info.Main.Version != "" && info.Main.Version != "(devel)" {
-			bi.Version = info.Main.Version
+	bi := buildInfo{GoVersion: runtime.Version(), Protocol: node.ProtocolVersion}
+	if info, ok := debug.ReadBuildInfo(); ok {
+		if v := info.Main.Version; v != "" && v != "(devel)" {
+			bi.Version = v
 		}
 		for _, s := range info.Settings {
 			switch s.Key {
@@ -44,6 +50,12 @@ func readBuildInfo() buildInfo {
 				bi.Modified = s.Value == "true"
 			}
 		}
+	}
+	if version != "" {
+		bi.Version = version
+	}
+	if revision != "" {
+		bi.Revision, bi.Time, bi.Modified = revision, commitTime, modified == "true"
 	}
 	if bi.Version == "" {
 		bi.Version = "dev"
