@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"flag"
 	"io"
@@ -241,7 +242,10 @@ func TestValidateConfig(t *testing.T) {
 
 // A bad --gossip-profile is refused even when gossip is off.
 func TestGossipProfileCheckedStandalone(t *testing.T) {
-	err := runAgent(t.Context(), []string{"--dev", "--gossip-addr", "", "--gossip-profile", "lam", "--client-addr", "127.0.0.1:0", "--http-addr", ""}, io.Discard, io.Discard)
+	// Accepted, the agent would run until the context ends.
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	err := runAgent(ctx, []string{"--dev", "--gossip-addr", "", "--gossip-profile", "lam", "--client-addr", "127.0.0.1:0", "--http-addr", ""}, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "lam") {
 		t.Fatalf("bad profile with --gossip-addr \"\": %v", err)
 	}

@@ -217,8 +217,13 @@ func TestSignalHandler(t *testing.T) {
 	default:
 	}
 	ch <- syscall.SIGINT
-	if code := <-exited; code != 1 {
-		t.Fatalf("second signal: exit %d", code)
+	select {
+	case code := <-exited:
+		if code != 1 {
+			t.Fatalf("second signal: exit %d", code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a second signal did not exit")
 	}
 	if s := <-seconds; s != syscall.SIGINT {
 		t.Fatalf("second-signal hook got %v", s)
