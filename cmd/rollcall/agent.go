@@ -159,29 +159,9 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer log.Sync() //nolint:errcheck // nothing to do about it at exit
 
-	// SIGHUP: read the config file again and run the reloaders.
-	live := &liveConfig{flags: af, values: effectiveConfig(fs, false), load: func() (*agentFlags, map[string]any, error) {
-		af, fs, _, err := loadAgentFlags(args, os.Environ(), io.Discard)
-		if err == nil {
-			err = af.check()
-		}
-		if err != nil {
-			return nil, nil, err
-		}
-		return af, effectiveConfig(fs, false), nil
-	}}
-	reloads := newReloadRegistry(log)
-	reloads.add("config", configReloader(live, reloads, log))
-	reloads.add("log-level", logLevelReloader(live, level), "log-level")
-	if sig := signalHandlerFrom(ctx); sig != nil {
-		sig.onHangup(func() { _ = reloads.run() })
-		sig.onSecondSignal(func(s os.Signal) {
-			log.Error("second signal during the drain: exiting at once, sessions not yet written stay online at peers until their leases end", zap.Stringer("signal", s))
-			_ = log.Sync()
-		})
-		defer sig.onHangup(nil)
-		defer sig.onSecondSignal(nil)
-	}
+	// SIGHUP reloads; register a reloadable part with reloads.add.
+	reloads, live, unhook := agentReloads(ctx, args, af, fs, log, level)
+	defer unhook()
 
 	cfg, err := af.nodeConfig(log)
 	if err != nil {
@@ -235,6 +215,9 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 func runValidateConfig(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 1 && !strings.HasPrefix(args[0], "-") {
 		args = []string{"--" + configFlag, args[0]}
+	}
+	if _, env := os.LookupEnv(envName(configFlag)); len(args) == 0 && !env {
+		return errors.New("name the file: rollcall validate-config FILE (or --config FILE, or ROLLCALL_CONFIG)")
 	}
 	return runAgent(ctx, append(args, "--validate-config"), stdout, stderr)
 }

@@ -87,8 +87,11 @@ func startCluster(_ context.Context, cf clusterFlags, n *node.Node, log *zap.Log
 //	POST /v1/leave     graceful leave: drain, publish, leave, exit
 type clusterAPI struct {
 	cluster atomic.Pointer[gossip.Cluster]
-	keyring atomic.Pointer[memberlist.Keyring] // the cluster's, for SIGHUP's keyring reload; nil: not encrypted
-	leave   func()                             // cancels the agent's run context
+	leave   func() // cancels the agent's run context
+
+	// keyring is the cluster's, for SIGHUP's keyring reload (nil: gossip
+	// is not encrypted).
+	keyring atomic.Pointer[memberlist.Keyring]
 }
 
 func (a *clusterAPI) handlers() map[string]http.Handler {

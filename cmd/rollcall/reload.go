@@ -2,8 +2,12 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"flag"
 	"fmt"
+	"io"
+	"os"
 	"sort"
 	"sync"
 
@@ -26,6 +30,40 @@ import (
 //
 // The keys name the config settings the reloader applies; a changed
 // setting that no reloader claims is logged as needing a restart.
+
+// agentReloads builds the agent's reload registry with its first parts,
+// the configuration itself and the log level, and, when the agent runs
+// under main's signal handler, hooks it to SIGHUP (and logs a second
+// shutdown signal). live is the configuration reloaders read; unhook
+// detaches the signal hooks.
+func agentReloads(ctx context.Context, args []string, af *agentFlags, fs *flag.FlagSet, log *zap.Logger, level zap.AtomicLevel) (reloads *reloadRegistry, live *liveConfig, unhook func()) {
+	live = &liveConfig{flags: af, values: effectiveConfig(fs, false), load: func() (*agentFlags, map[string]any, error) {
+		af, fs, _, err := loadAgentFlags(args, os.Environ(), io.Discard)
+		if err == nil {
+			err = af.check()
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		return af, effectiveConfig(fs, false), nil
+	}}
+	reloads = newReloadRegistry(log)
+	reloads.add("config", configReloader(live, reloads, log))
+	reloads.add("log-level", logLevelReloader(live, level), "log-level")
+	sig := signalHandlerFrom(ctx)
+	if sig == nil {
+		return reloads, live, func() {}
+	}
+	sig.onHangup(func() { _ = reloads.run() })
+	sig.onSecondSignal(func(s os.Signal) {
+		log.Error("second signal during the drain: exiting at once, sessions not yet written stay online at peers until their leases end", zap.Stringer("signal", s))
+		_ = log.Sync()
+	})
+	return reloads, live, func() {
+		sig.onHangup(nil)
+		sig.onSecondSignal(nil)
+	}
+}
 
 // reloadFunc refreshes one part of the running agent, returning a short
 // description of each thing that changed (nothing: nil).
