@@ -9,13 +9,23 @@ BENCHTIME ?= 1s
 CHAOS_DURATION ?= 60s
 CHAOS_SEEDS    ?=
 CHAOS_GATEWAYS ?= 3
+# make calibrate: where the plot goes (PLOT=docs/sim-calibration.svg
+# refreshes the one in the docs).
+PLOT           ?= bin/sim-calibration.svg
+# What `rollcall version` says, from git (dev outside a checkout).
+VERSION     ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+REVISION    := $(shell git rev-parse HEAD 2>/dev/null)
+COMMIT_TIME := $(shell git log -1 --format=%cI 2>/dev/null)
+MODIFIED    := $(shell test -n "$$(git status --porcelain 2>/dev/null)" && echo true || echo false)
+LDFLAGS     := -X main.version=$(VERSION) -X main.revision=$(REVISION) -X main.commitTime=$(COMMIT_TIME) -X main.modified=$(MODIFIED)
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.7.0
 
 .PHONY: all build test test-short bench lint fuzz run clean image calibrate pgo chaos
 
 all: build
 
 build:
-	$(GO) build -o $(BIN) ./cmd/rollcall
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/rollcall
 
 # All packages, race detector on. Property tests run 1,000 cases per law.
 test:
@@ -28,10 +38,13 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
 
 lint:
+	@echo "== gofmt"
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@echo "== go vet"
 	$(GO) vet $(PKGS)
-	@if $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.7.0 -version >/dev/null 2>&1; then \
-		$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.7.0 $(PKGS); \
+	@echo "== staticcheck ($(STATICCHECK); the first run downloads and builds it, a few minutes)"
+	@if $(GO) run $(STATICCHECK) -version >/dev/null 2>&1; then \
+		$(GO) run $(STATICCHECK) $(PKGS) && echo "staticcheck: no findings"; \
 	else echo "staticcheck unavailable: skipped"; fi
 
 # A short run of every fuzz target; the corpora live in testdata/fuzz.
@@ -59,12 +72,15 @@ clean:
 
 # A FROM-scratch container image with a static binary (deploy/Dockerfile).
 image:
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o deploy/rollcall ./cmd/rollcall
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o deploy/rollcall ./cmd/rollcall
 	docker build -t rollcall deploy
 
 # The simulator against a real 32-node in-process cluster (docs/simulator.md).
+# The plot goes to bin/; make calibrate PLOT=docs/sim-calibration.svg
+# refreshes the tracked one.
 calibrate:
-	$(GO) run ./cmd/rollcall sim calibrate --runs 5 --plot docs/sim-calibration.svg
+	@mkdir -p $(dir $(PLOT))
+	$(GO) run ./cmd/rollcall sim calibrate --runs 5 --plot $(PLOT)
 
 # Refresh the profile the compiler optimizes rollcall with
 # (cmd/rollcall/default.pgo, used by every go build of ./cmd/rollcall): a CPU

@@ -41,7 +41,11 @@ import (
 // Errors are {"op":"error","code":C,"message":M[,"id":I]}. After the codes in
 // closingCodes the gateway writes the error line and closes the connection.
 
-// ProtocolVersion is the version of the client protocol, sent in welcome.
+// ProtocolVersion is the version of the client protocol, sent in
+// welcome.protocol and printed by `rollcall version`. It changes only with
+// an incompatible change: an op, field or code removed, or one whose
+// meaning changes. New ops, new fields and new error codes keep it (clients
+// ignore what they do not know).
 //
 //	1  hello/welcome, hb, status, account, join, leave, get, group, locate,
 //	   sub, unsub, send, bye; events with version; error codes below

@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/rollcall/rollcall/gossip"
 	"github.com/rollcall/rollcall/internal/tlsconf"
 	"github.com/rollcall/rollcall/node"
 )
@@ -91,24 +92,97 @@ func agentFlagSet(af *agentFlags, stderr io.Writer) (*flag.FlagSet, *string) {
 	return fs, join
 }
 
+// agentActions are the agent's command-line-only flags.
+type agentActions struct {
+	printConfig    bool
+	validateConfig bool
+}
+
+// loadAgentFlags parses the agent's command line, environment and config
+// file (see parseFlags). fs is the parsed flag set.
+func loadAgentFlags(args, environ []string, stderr io.Writer) (*agentFlags, *flag.FlagSet, agentActions, error) {
+	af := &agentFlags{}
+	var act agentActions
+	fs, join := agentFlagSet(af, stderr)
+	fs.BoolVar(&act.printConfig, "print-config", false, "print the effective configuration (flags, environment, config file, defaults) as YAML, secrets redacted, and exit")
+	fs.BoolVar(&act.validateConfig, "validate-config", false, "check the configuration as the agent does before it starts, and exit: status 0 if it would start")
+	if err := parseFlags(fs, args, environ); err != nil {
+		return nil, nil, act, err
+	}
+	af.cluster.Join = splitList(*join)
+	return af, fs, act, nil
+}
+
+// check makes every check the agent makes before it listens, without
+// binding anything: log settings, the node configuration (token secret,
+// limits), the gossip settings (profile, key or keyring file), whether or
+// not gossip is on.
+func (af *agentFlags) check() error {
+	if err := checkLogFlags(af.logLevel, af.logFormat); err != nil {
+		return err
+	}
+	if _, err := af.nodeConfig(zap.NewNop()); err != nil {
+		return err
+	}
+	if _, err := af.tlsServer(); err != nil {
+		return err
+	}
+	return af.cluster.check()
+}
+
+// check validates the gossip flags; startCluster uses them as they are.
+func (cf clusterFlags) check() error {
+	gc := gossip.DefaultConfig()
+	gc.Name, gc.Profile = "check", cf.GossipProfile
+	if err := gc.Validate(); err != nil {
+		return fmt.Errorf("--gossip-profile: %w", err)
+	}
+	switch {
+	case cf.GossipKey != "" && cf.KeyringFile != "":
+		return errors.New("give --gossip-key or --keyring-file, not both")
+	case cf.GossipKey != "":
+		if _, err := gossip.ParseKey(cf.GossipKey); err != nil {
+			return fmt.Errorf("--gossip-key: %w", err)
+		}
+	case cf.KeyringFile != "":
+		if _, err := gossip.LoadKeyring(cf.KeyringFile); err != nil {
+			return fmt.Errorf("--keyring-file: %w", err)
+		}
+	}
+	return nil
+}
+
 // runAgent runs a gateway node until ctx ends (SIGINT/SIGTERM), then drains
 // it: clients are told shutting_down, sessions are written disconnected and
-// published, and the cluster layer leaves.
-func runAgent(ctx context.Context, args []string, _, stderr io.Writer) error {
-	var af agentFlags
-	fs, join := agentFlagSet(&af, stderr)
-	if err := parseFlags(fs, args, os.Getenv); err != nil {
+// published, and the cluster layer leaves. SIGHUP reloads what can be
+// reloaded (see reload.go).
+func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	af, fs, act, err := loadAgentFlags(args, os.Environ(), stderr)
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
 		return err
 	}
-	af.cluster.Join = splitList(*join)
-	log, err := newLogger(af.logLevel, af.logFormat)
+	if act.printConfig {
+		return writeConfig(stdout, "# rollcall agent: effective configuration (flags > environment > config file > defaults); secrets redacted\n", effectiveConfig(fs, true))
+	}
+	if err := af.check(); err != nil {
+		return err
+	}
+	if act.validateConfig {
+		_, err := fmt.Fprintln(stdout, "configuration is valid")
+		return err
+	}
+	log, level, err := newLogger(af.logLevel, af.logFormat, stderr)
 	if err != nil {
 		return err
 	}
 	defer log.Sync() //nolint:errcheck // nothing to do about it at exit
+
+	// SIGHUP reloads; register a reloadable part with reloads.add.
+	reloads, live, unhook := agentReloads(ctx, args, af, fs, log, level)
+	defer unhook()
 
 	cfg, err := af.nodeConfig(log)
 	if err != nil {
@@ -120,7 +194,7 @@ func runAgent(ctx context.Context, args []string, _, stderr io.Writer) error {
 	api := &clusterAPI{leave: stop}
 	cfg.ReadHTTPHandlers = api.readHandlers()
 	cfg.AdminHTTPHandlers = api.adminHandlers()
-	// TLS on both ports. The lead's SIGHUP handler calls tlsServer.Reload.
+	// TLS on both ports; SIGHUP re-reads the certificate files.
 	tlsServer, err := af.tlsServer()
 	if err != nil {
 		return err
@@ -144,6 +218,11 @@ func runAgent(ctx context.Context, args []string, _, stderr io.Writer) error {
 	} else {
 		log.Info("running standalone (no cluster)")
 	}
+	reloads.add("keyring", keyringReloader(live, api.keyring.Load()), "keyring-file")
+	if tlsServer != nil {
+		reloads.add("tls", tlsReloader(tlsServer))
+	}
+	reloads.add("limits", limitsReloader(live, n), limitKeys()...)
 	if err := n.Start(); err != nil {
 		if leave != nil {
 			leave(context.Background()) //nolint:errcheck // already failing
@@ -166,6 +245,18 @@ func runAgent(ctx context.Context, args []string, _, stderr io.Writer) error {
 	n.Close()
 	log.Info("stopped")
 	return errors.Join(errs...)
+}
+
+// runValidateConfig is `rollcall validate-config --config FILE`: the
+// agent's --validate-config, the file also accepted as the one argument.
+func runValidateConfig(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 1 && !strings.HasPrefix(args[0], "-") {
+		args = []string{"--" + configFlag, args[0]}
+	}
+	if _, env := os.LookupEnv(envName(configFlag)); len(args) == 0 && !env {
+		return errors.New("name the file: rollcall validate-config FILE (or --config FILE, or ROLLCALL_CONFIG)")
+	}
+	return runAgent(ctx, append(args, "--validate-config"), stdout, stderr)
 }
 
 // nodeConfig turns the flags into a node configuration.

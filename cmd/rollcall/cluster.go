@@ -80,6 +80,7 @@ func startCluster(_ context.Context, cf clusterFlags, n *node.Node, log *zap.Log
 		return nil, nil, err
 	}
 	api.cluster.Store(c)
+	api.keyring.Store(cfg.Keyring)
 	log.Info("gossip started", zap.String("gossip_addr", c.LocalAddr()), zap.Strings("join", cf.Join),
 		zap.String("profile", cfg.Profile), zap.Bool("encrypted", cfg.Keyring != nil))
 	leave := func(ctx context.Context) error {
@@ -103,6 +104,10 @@ func startCluster(_ context.Context, cf clusterFlags, n *node.Node, log *zap.Log
 type clusterAPI struct {
 	cluster atomic.Pointer[gossip.Cluster]
 	leave   func() // cancels the agent's run context
+
+	// keyring is the cluster's, for SIGHUP's keyring reload (nil: gossip
+	// is not encrypted).
+	keyring atomic.Pointer[memberlist.Keyring]
 }
 
 // readHandlers are the read-only routes (node.Config.ReadHTTPHandlers).

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rollcall/rollcall/internal/tlsconf"
 	"github.com/rollcall/rollcall/node"
 )
 
@@ -39,19 +40,33 @@ func runConnect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return connectClient(ctx, args, os.Stdin, stdout, stderr)
 }
 
-// connectClient runs the interactive client with explicit streams.
-func connectClient(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+// connectFlags are the flags of `rollcall connect`.
+type connectFlags struct {
+	addr, user, device, token, status, groups *string
+	raw                                       *bool
+	tls                                       *tlsconf.ClientFiles
+}
+
+func connectFlagSet(stderr io.Writer) (*flag.FlagSet, connectFlags) {
 	fs := flag.NewFlagSet("connect", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := fs.String("addr", node.DefaultClientAddr, "gateway client address")
-	user := fs.String("user", "", "user to connect as")
-	device := fs.String("device", "", "device name (default: the gateway assigns one)")
-	token := fs.String("token", "", "client token (see 'rollcall token'); not needed by a --dev gateway")
-	status := fs.String("status", "", "initial status: available, away or busy")
-	groups := fs.String("groups", "", "comma-separated groups to join")
-	raw := fs.Bool("json", false, "print the gateway's lines as raw JSON")
-	tlsFiles := clientTLSFlags(fs)
-	if err := parseFlags(fs, args, os.Getenv); err != nil {
+	return fs, connectFlags{
+		addr:   fs.String("addr", node.DefaultClientAddr, "gateway client address"),
+		user:   fs.String("user", "", "user to connect as"),
+		device: fs.String("device", "", "device name (default: the gateway assigns one)"),
+		token:  fs.String("token", "", "client token (see 'rollcall token'); not needed by a --dev gateway"),
+		status: fs.String("status", "", "initial status: available, away or busy"),
+		groups: fs.String("groups", "", "comma-separated groups to join"),
+		raw:    fs.Bool("json", false, "print the gateway's lines as raw JSON"),
+		tls:    clientTLSFlags(fs),
+	}
+}
+
+// connectClient runs the interactive client with explicit streams.
+func connectClient(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs, cf := connectFlagSet(stderr)
+	addr, user, device, token, status, groups, raw, tlsFiles := cf.addr, cf.user, cf.device, cf.token, cf.status, cf.groups, cf.raw, cf.tls
+	if err := parseFlags(fs, args, os.Environ()); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}

@@ -1,69 +1,49 @@
 package main
 
 import (
-	"flag"
 	"fmt"
-	"strings"
+	"io"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 )
 
-// envPrefix prefixes the environment variable of every flag: --client-addr
-// is also ROLLCALL_CLIENT_ADDR.
-const envPrefix = "ROLLCALL_"
-
-// envName returns the environment variable for a flag name.
-func envName(flagName string) string {
-	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
-}
-
-// parseFlags parses args into fs, then sets every flag not given on the
-// command line from its environment variable, when that is set. The command
-// line wins over the environment, which wins over the default.
-func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) error {
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments: %q", fs.Args())
-	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		if given[f.Name] || err != nil {
-			return
-		}
-		if v := getenv(envName(f.Name)); v != "" {
-			if e := fs.Set(f.Name, v); e != nil {
-				err = fmt.Errorf("%s=%q: %w", envName(f.Name), v, e)
-			}
-		}
-	})
-	return err
-}
-
-// newLogger builds the zap logger of a long-running command.
-func newLogger(level, format string) (*zap.Logger, error) {
+// newLogger builds the zap logger of a long-running command, writing to w.
+// The console format colours levels only when w is a terminal. The returned
+// level is the logger's, changeable while it runs (SIGHUP reloads
+// --log-level).
+func newLogger(level, format string, w io.Writer) (*zap.Logger, zap.AtomicLevel, error) {
 	lvl, err := zapcore.ParseLevel(level)
 	if err != nil {
-		return nil, fmt.Errorf("--log-level: %w", err)
+		return nil, zap.AtomicLevel{}, fmt.Errorf("--log-level: %w", err)
 	}
-	var cfg zap.Config
+	var enc zapcore.Encoder
 	switch format {
 	case "console":
-		cfg = zap.NewDevelopmentConfig()
-		cfg.Development = false
-		cfg.EncoderConfig.EncodeLevel = zapcore.CapitalColorLevelEncoder
+		ec := zap.NewDevelopmentEncoderConfig()
+		if isTerminal(w) {
+			ec.EncodeLevel = zapcore.CapitalColorLevelEncoder
+		}
+		enc = zapcore.NewConsoleEncoder(ec)
 	case "json":
-		cfg = zap.NewProductionConfig()
-		cfg.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
+		ec := zap.NewProductionEncoderConfig()
+		ec.EncodeTime = zapcore.ISO8601TimeEncoder
+		enc = zapcore.NewJSONEncoder(ec)
 	default:
-		return nil, fmt.Errorf("--log-format %q: want console or json", format)
+		return nil, zap.AtomicLevel{}, fmt.Errorf("--log-format %q: want console or json", format)
 	}
-	cfg.Level = zap.NewAtomicLevelAt(lvl)
-	cfg.DisableStacktrace = lvl > zapcore.DebugLevel
-	cfg.Sampling = nil
-	return cfg.Build()
+	atom := zap.NewAtomicLevelAt(lvl)
+	out := zapcore.Lock(zapcore.AddSync(w))
+	opts := []zap.Option{zap.AddCaller(), zap.ErrorOutput(out)}
+	if lvl <= zapcore.DebugLevel {
+		opts = append(opts, zap.AddStacktrace(zapcore.ErrorLevel))
+	}
+	return zap.New(zapcore.NewCore(enc, out, atom), opts...), atom, nil
+}
+
+// checkLogFlags checks --log-level and --log-format without building a
+// logger.
+func checkLogFlags(level, format string) error {
+	_, _, err := newLogger(level, format, io.Discard)
+	return err
 }

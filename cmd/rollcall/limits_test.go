@@ -17,7 +17,11 @@ func agentConfigFrom(t *testing.T, args []string, env map[string]string) (node.C
 	t.Helper()
 	var af agentFlags
 	fs, _ := agentFlagSet(&af, io.Discard)
-	if err := parseFlags(fs, append([]string{"--dev"}, args...), func(k string) string { return env[k] }); err != nil {
+	var environ []string
+	for k, v := range env {
+		environ = append(environ, k+"="+v)
+	}
+	if err := parseFlags(fs, append([]string{"--dev"}, args...), environ); err != nil {
 		return node.Config{}, err
 	}
 	return af.nodeConfig(zap.NewNop())

@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"sort"
-	"syscall"
 )
 
 // command is one subcommand. run gets the arguments after the subcommand name.
@@ -28,15 +26,9 @@ func commands() map[string]command {
 		"members": {"list the cluster's members, as one agent sees them", runMembers},
 		"leave":   {"make an agent leave the cluster gracefully and exit", runLeave},
 		"keys":    {"list or rotate the gossip encryption keys", runKeys},
+
+		"validate-config": {"check a config file as the agent would (--config FILE)", runValidateConfig},
 	}
-}
-
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
-
-func runVersion(_ context.Context, _ []string, stdout, _ io.Writer) error {
-	_, err := fmt.Fprintln(stdout, "rollcall", version)
-	return err
 }
 
 func usage(w io.Writer) {
@@ -48,9 +40,9 @@ func usage(w io.Writer) {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(w, "  %-10s %s\n", n, cmds[n].summary)
+		fmt.Fprintf(w, "  %-16s %s\n", n, cmds[n].summary)
 	}
-	fmt.Fprintln(w, "\nrun 'rollcall <command> --help' for a command's flags")
+	fmt.Fprintln(w, "\nrun 'rollcall <command> --help' for a command's flags; 'rollcall --version' for the version")
 }
 
 func main() {
@@ -61,15 +53,22 @@ func main() {
 		}
 		return
 	}
+	if os.Args[1] == "--version" || os.Args[1] == "-version" {
+		os.Args[1] = "version"
+	}
 	cmd, ok := commands()[os.Args[1]]
 	if !ok {
 		fmt.Fprintf(os.Stderr, "rollcall: unknown command %q\n\n", os.Args[1])
 		usage(os.Stderr)
 		os.Exit(2)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := cmd.run(ctx, os.Args[2:], os.Stdout, os.Stderr); err != nil {
+	// SIGINT/SIGTERM end ctx (the agent drains); a second one exits at
+	// once; SIGHUP reloads the agent.
+	sig := newSignalHandler(os.Stderr, os.Exit)
+	ctx, stop := sig.notify(context.Background())
+	err := cmd.run(withSignalHandler(ctx, sig), os.Args[2:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "rollcall %s: %v\n", os.Args[1], err)
 		os.Exit(1)
 	}

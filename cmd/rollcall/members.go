@@ -130,10 +130,17 @@ func (c *agentClient) answerError(resp *http.Response, method, path string, raw 
 	return fmt.Errorf("%s (%s %s)%s", resp.Status, method, path, hint)
 }
 
+// membersFlagSet is the flag set of `rollcall members`: the agent to ask
+// (as for leave and keys) and --json.
+func membersFlagSet(stderr io.Writer) (fs *flag.FlagSet, target *agentTarget, asJSON *bool) {
+	fs, target = httpFlagSet("members", stderr)
+	asJSON = fs.Bool("json", false, "print JSON instead of a table")
+	return fs, target, asJSON
+}
+
 func runMembers(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, target := httpFlagSet("members", stderr)
-	asJSON := fs.Bool("json", false, "print JSON instead of a table")
-	if err := parseFlags(fs, args, os.Getenv); err != nil {
+	fs, target, asJSON := membersFlagSet(stderr)
+	if err := parseFlags(fs, args, os.Environ()); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
@@ -169,7 +176,7 @@ func runMembers(ctx context.Context, args []string, stdout, stderr io.Writer) er
 
 func runLeave(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, target := httpFlagSet("leave", stderr)
-	if err := parseFlags(fs, args, os.Getenv); err != nil {
+	if err := parseFlags(fs, args, os.Environ()); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
@@ -212,7 +219,7 @@ start. list, install, use and remove need the agent's admin token.
 	for len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		rest, args = append(rest, args[0]), args[1:]
 	}
-	if err := parseFlags(fs, args, os.Getenv); err != nil {
+	if err := parseFlags(fs, args, os.Environ()); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}

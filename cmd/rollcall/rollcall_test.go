@@ -18,10 +18,10 @@ import (
 )
 
 func TestParseFlagsEnv(t *testing.T) {
-	env := map[string]string{"ROLLCALL_CLIENT_ADDR": "0.0.0.0:1", "ROLLCALL_DEV": "true", "ROLLCALL_TIMEOUT": "30s", "ROLLCALL_NAME": "from-env"}
+	env := []string{"ROLLCALL_CLIENT_ADDR=0.0.0.0:1", "ROLLCALL_DEV=true", "ROLLCALL_TIMEOUT=30s", "ROLLCALL_NAME=from-env", "ROLLCALL_NOT_A_FLAG=x", "PATH=/bin"}
 	var af agentFlags
 	fs, join := agentFlagSet(&af, io.Discard)
-	if err := parseFlags(fs, []string{"--name", "from-flag", "--join", "a:1, b:2"}, func(k string) string { return env[k] }); err != nil {
+	if err := parseFlags(fs, []string{"--name", "from-flag", "--join", "a:1, b:2"}, env); err != nil {
 		t.Fatal(err)
 	}
 	if af.clientAddr != "0.0.0.0:1" || !af.dev || af.timeout != 30*time.Second || af.name != "from-flag" ||
@@ -32,16 +32,11 @@ func TestParseFlagsEnv(t *testing.T) {
 		t.Fatalf("join %q", got)
 	}
 	fs, _ = agentFlagSet(&agentFlags{}, io.Discard)
-	if err := parseFlags(fs, nil, func(k string) string {
-		if k == "ROLLCALL_HEARTBEAT" {
-			return "soon"
-		}
-		return ""
-	}); err == nil || !strings.Contains(err.Error(), "ROLLCALL_HEARTBEAT") {
+	if err := parseFlags(fs, nil, []string{"ROLLCALL_HEARTBEAT=soon"}); err == nil || !strings.Contains(err.Error(), "ROLLCALL_HEARTBEAT") {
 		t.Fatalf("bad env accepted: %v", err)
 	}
 	fs, _ = agentFlagSet(&agentFlags{}, io.Discard)
-	if err := parseFlags(fs, []string{"extra"}, os.Getenv); err == nil {
+	if err := parseFlags(fs, []string{"extra"}, nil); err == nil {
 		t.Fatal("positional argument accepted")
 	}
 	if envName("gossip-advertise") != "ROLLCALL_GOSSIP_ADVERTISE" {
