@@ -60,6 +60,11 @@ type Cluster struct {
 	reviving map[string]revival
 	seen     map[crdt.Origin]uint64
 	leaving  bool
+	// readiness (ready.go): a Join reached a member, and the first
+	// anti-entropy exchange brought this replica up to date with one;
+	// ready is closed once both hold
+	joined, synced bool
+	ready          chan struct{}
 
 	// memberlist events, queued by the event delegate (which memberlist
 	// calls with its node lock held) and handled by handleLoop.
@@ -114,6 +119,11 @@ func New(cfg Config, host Host) (*Cluster, error) {
 		reviving: make(map[string]revival),
 		seen:     make(map[crdt.Origin]uint64),
 		routes:   make(map[uint64]chan routeAck),
+		ready:    make(chan struct{}),
+	}
+	if len(cfg.Join) == 0 {
+		c.joined, c.synced = true, true // the first member: nobody to catch up with
+		close(c.ready)
 	}
 	c.stall.Observe(c.elapsed()) // the first reading: the loop starts now
 	mlc, err := c.memberlistConfig()
@@ -121,6 +131,7 @@ func New(cfg Config, host Host) (*Cluster, error) {
 		cancel()
 		return nil, err
 	}
+	c.advertiseClientAddr(mlc)
 	c.ml, err = memberlist.Create(mlc)
 	if err != nil {
 		cancel()
@@ -156,6 +167,7 @@ func (c *Cluster) retryJoin(addrs []string) {
 		n, err := c.ml.Join(addrs)
 		if err == nil || n > 0 {
 			c.log.Info("joined the cluster", zap.Int("attempt", attempt), zap.Int("answered", n))
+			c.markJoined(n)
 			return
 		}
 		c.log.Debug("join retry failed", zap.Int("attempt", attempt), zap.Error(err))
@@ -229,6 +241,7 @@ func splitHostPort(addr string) (string, int, error) {
 // Join contacts existing members; it returns how many answered.
 func (c *Cluster) Join(addrs []string) (int, error) {
 	n, err := c.ml.Join(addrs)
+	c.markJoined(n)
 	if err != nil {
 		return n, fmt.Errorf("gossip: join %v: %w", addrs, err)
 	}

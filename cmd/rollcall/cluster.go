@@ -40,6 +40,9 @@ func startCluster(_ context.Context, cf clusterFlags, n *node.Node, log *zap.Log
 	if a := n.Config().ClientAddr; a != "" {
 		cfg.ClientAddr = a
 	}
+	if a := n.Config().ClientAdvertise; a != "" {
+		cfg.ClientAddr = a // --client-advertise
+	}
 	switch {
 	case cf.GossipKey != "" && cf.KeyringFile != "":
 		return nil, nil, errors.New("give --gossip-key or --keyring-file, not both")
