@@ -65,6 +65,7 @@ type Cluster struct {
 	// ready is closed once both hold
 	joined, synced bool
 	ready          chan struct{}
+	joinWake       chan struct{} // cap 1: a member appeared; retryJoin tries again at once
 
 	// memberlist events, queued by the event delegate (which memberlist
 	// calls with its node lock held) and handled by handleLoop.
@@ -120,6 +121,7 @@ func New(cfg Config, host Host) (*Cluster, error) {
 		seen:     make(map[crdt.Origin]uint64),
 		routes:   make(map[uint64]chan routeAck),
 		ready:    make(chan struct{}),
+		joinWake: make(chan struct{}, 1),
 	}
 	if len(cfg.Join) == 0 {
 		c.joined, c.synced = true, true // the first member: nobody to catch up with
@@ -163,6 +165,9 @@ func (c *Cluster) retryJoin(addrs []string) {
 		case <-c.ctx.Done():
 			return
 		case <-time.After(wait):
+		case <-c.joinWake:
+			// A member reached us: the cluster is up, try again now
+			// rather than at the end of a long backoff.
 		}
 		n, err := c.ml.Join(addrs)
 		if err == nil || n > 0 {
