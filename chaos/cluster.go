@@ -223,7 +223,8 @@ func (g *Gateway) Running() bool {
 }
 
 // WaitReady waits until g accepts client connections and answers
-// /healthz, then records it ready.
+// /readyz 200 (it has joined and caught up with a member, so its
+// projection holds the cluster's sessions), then records it ready.
 func (c *Cluster) WaitReady(ctx context.Context, g *Gateway, within time.Duration) error {
 	deadline := time.Now().Add(within)
 	for {
@@ -251,7 +252,7 @@ func healthy(ctx context.Context, g *Gateway) bool {
 	nc.Close()
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+g.HTTPAddr+"/healthz", nil)
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+g.HTTPAddr+"/readyz", nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return false
