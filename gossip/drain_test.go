@@ -112,6 +112,14 @@ func TestStackDrainHandsSessionsOver(t *testing.T) {
 	if e := bob.expect("error", 5*time.Second); e["code"] != "shutting_down" {
 		t.Fatalf("bob got %v", e)
 	}
+	// The others stop listing g0 as a place to send their own clients.
+	g2 := s.nodes[2].gw.ClientAddr().String()
+	waitFor(t, 5*time.Second, "g1 no longer lists the draining g0", func() bool {
+		return slices.Equal(s.nodes[1].cluster.OtherGateways(), []string{g2})
+	})
+	if s.nodes[0].gw.SessionCount() == 0 {
+		t.Fatal("g1 left g0 out only after g0's grace, not from the start of its drain")
+	}
 	alice.close()
 	bob.close() // bob does not come back
 

@@ -20,6 +20,7 @@ var (
 	_ node.ReadinessReporter = (*Cluster)(nil)
 	_ node.GatewayLister     = (*Cluster)(nil)
 	_ node.AddressBook       = (*Cluster)(nil)
+	_ node.DrainAnnouncer    = (*Cluster)(nil)
 )
 
 // Ready returns a channel closed once the node is ready: a Join (at start,
@@ -128,6 +129,19 @@ func (c *Cluster) OtherGateways() []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// AnnounceDrain tells every member, best effort (UDP), that this node is
+// leaving, as Leave does later over TCP: from then on they leave it out of
+// OtherGateways, so the clients of another gateway draining at the same
+// time are not sent here. It implements node.DrainAnnouncer.
+func (c *Cluster) AnnounceDrain() {
+	msg, err := encodeAliveAs(msgLeaving, alive{Origin: c.self, Sessions: c.host.SessionCount(), ClientAddr: c.cfg.ClientAddr})
+	if err != nil {
+		c.log.Error("encode leaving", zap.Error(err))
+		return
+	}
+	c.sendAll(c.otherMembers(), msg, false)
 }
 
 // advertiseClientAddr settles the client address this node publishes

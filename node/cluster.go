@@ -39,6 +39,14 @@ type GatewayLister interface {
 	OtherGateways() []string
 }
 
+// DrainAnnouncer is implemented by a Cluster that can tell its peers at
+// once that this node is draining, so their own drains stop listing it
+// among the gateways to reconnect to. Drain calls it first. It must not
+// block on the network for long.
+type DrainAnnouncer interface {
+	AnnounceDrain()
+}
+
 // ReadinessReporter is implemented by a Cluster that can tell whether
 // this node has joined its cluster and caught up with it. GET /readyz
 // answers 503 until Readiness reports true; a Cluster without it counts as

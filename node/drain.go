@@ -63,6 +63,9 @@ func (n *Node) Drain(ctx context.Context) error {
 	if n.ln != nil {
 		n.ln.Close()
 	}
+	if a, ok := n.getCluster().(DrainAnnouncer); ok {
+		a.AnnounceDrain()
+	}
 	gateways := n.otherGateways()
 	grace := n.cfg.DrainGrace
 	if len(gateways) == 0 {
