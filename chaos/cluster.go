@@ -114,7 +114,10 @@ func freePort(used map[string]bool, udp bool) (string, error) {
 // waits until every one lists all of them alive.
 func (c *Cluster) Start(ctx context.Context) error {
 	for i, g := range c.GWs {
-		var join []string
+		// Not nil, which start takes for every other gateway: the first
+		// one joins nobody, or it would not be ready (/readyz) until the
+		// ones started after it are up.
+		join := []string{}
 		for _, o := range c.GWs[:i] {
 			join = append(join, o.GossipAddr)
 		}
