@@ -88,7 +88,7 @@ func (n *Node) Drain(ctx context.Context) error {
 	n.log.Info("draining", zap.Int("connections", len(conns)), zap.Int("sessions", held+len(deltas)),
 		zap.Strings("gateways", gateways), zap.Duration("grace", max(grace, 0)))
 	for _, c := range conns {
-		c.closeWith(shuttingDownFrame(gateways))
+		c.closeWith(shuttingDownFrame(nil, gateways))
 	}
 
 	var err error
@@ -168,10 +168,11 @@ func (n *Node) otherGateways() []string {
 	return nil
 }
 
-// shuttingDownFrame is the shutting_down line, listing gateways in a random
-// order so the clients of a draining gateway spread over the others.
-func shuttingDownFrame(gateways []string) []byte {
-	f := ErrorFrame{Op: OpError, Code: CodeShuttingDown,
+// shuttingDownFrame is the shutting_down line (replying to request id, if
+// any), listing gateways in a random order so the clients of a draining
+// gateway spread over the others.
+func shuttingDownFrame(id json.RawMessage, gateways []string) []byte {
+	f := ErrorFrame{Op: OpError, Code: CodeShuttingDown, ID: id,
 		Message: "the gateway is shutting down; reconnect to another gateway with last_epoch"}
 	if len(gateways) > 0 {
 		f.Gateways = make([]string, len(gateways))
@@ -181,7 +182,7 @@ func shuttingDownFrame(gateways []string) []byte {
 	}
 	b, err := json.Marshal(f)
 	if err != nil {
-		return encodeError(nil, CodeShuttingDown, f.Message)
+		return encodeError(nil, CodeShuttingDown, f.Message) // only an invalid id fails, and ids are checked on decode
 	}
 	return append(b, '\n')
 }

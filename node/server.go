@@ -35,7 +35,8 @@ func (n *Node) acceptLoop(ln net.Listener) {
 			n.mu.Unlock()
 			// Drain closed the listener, but a connection may have been
 			// accepted just before.
-			nc.Write(encodeError(nil, CodeShuttingDown, "the gateway is shutting down")) //nolint:errcheck // best effort
+			nc.SetWriteDeadline(time.Now().Add(time.Second))    //nolint:errcheck // best effort
+			nc.Write(shuttingDownFrame(nil, n.otherGateways())) //nolint:errcheck // best effort
 			nc.Close()
 			continue
 		}

@@ -81,7 +81,7 @@ func (n *Node) handleHello(c *conn, req *Request) {
 	n.mu.Lock()
 	if n.draining {
 		n.mu.Unlock()
-		c.sendError(req.ID, CodeShuttingDown, "the gateway is shutting down")
+		c.closeWith(shuttingDownFrame(req.ID, n.otherGateways()))
 		return
 	}
 	key := crdt.Key{User: sess.user, Device: sess.device}
