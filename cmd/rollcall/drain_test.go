@@ -61,3 +61,10 @@ func TestAgentAdvertisesClientAddr(t *testing.T) {
 		t.Fatalf("locate %v", ss)
 	}
 }
+
+func TestConnectShowsTheOtherGateways(t *testing.T) {
+	got := formatReply(&reply{Op: "error", Code: "shutting_down", Message: "bye", Gateways: []string{"10.0.0.2:7400", "10.0.0.3:7400"}})
+	if got != "error shutting_down: bye (other gateways: 10.0.0.2:7400, 10.0.0.3:7400)" {
+		t.Fatal(got)
+	}
+}
