@@ -150,6 +150,12 @@ func (m *model) settle(c *connModel) {
 	if d := m.deathDuring(c.gw, c.helloT, min(c.endAct, c.endT, m.stop)); d != nil {
 		act(d.at, d.kind+" of its gateway", d.line)
 		if d.kind == "term" {
+			// The drain holds sessions online for --drain-grace (2s
+			// by default) while their clients reconnect elsewhere, and
+			// writes the rest disconnected when it ends. That is before
+			// the exit and within the drain timeout (the agent refuses
+			// a grace that is not below it), so this bound covers it
+			// without adding the grace.
 			dl(min(d.exit, d.at+m.b.drain)+p, "SIGTERM: drained, exit + propagation")
 		}
 		// The survivors' leases, or the new incarnation, end it: no write

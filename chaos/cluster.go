@@ -114,7 +114,10 @@ func freePort(used map[string]bool, udp bool) (string, error) {
 // waits until every one lists all of them alive.
 func (c *Cluster) Start(ctx context.Context) error {
 	for i, g := range c.GWs {
-		var join []string
+		// Not nil, which start takes for every other gateway: the first
+		// one joins nobody, or it would not be ready (/readyz) until the
+		// ones started after it are up.
+		join := []string{}
 		for _, o := range c.GWs[:i] {
 			join = append(join, o.GossipAddr)
 		}
@@ -223,7 +226,8 @@ func (g *Gateway) Running() bool {
 }
 
 // WaitReady waits until g accepts client connections and answers
-// /healthz, then records it ready.
+// /readyz 200 (it has joined and caught up with a member, so its
+// projection holds the cluster's sessions), then records it ready.
 func (c *Cluster) WaitReady(ctx context.Context, g *Gateway, within time.Duration) error {
 	deadline := time.Now().Add(within)
 	for {
@@ -251,7 +255,7 @@ func healthy(ctx context.Context, g *Gateway) bool {
 	nc.Close()
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+g.HTTPAddr+"/healthz", nil)
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+g.HTTPAddr+"/readyz", nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return false

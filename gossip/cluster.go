@@ -61,6 +61,12 @@ type Cluster struct {
 	reviving map[string]revival
 	seen     map[crdt.Origin]uint64
 	leaving  bool
+	// readiness (ready.go): a Join reached a member, and the first
+	// anti-entropy exchange brought this replica up to date with one;
+	// ready is closed once both hold
+	joined, synced bool
+	ready          chan struct{}
+	joinWake       chan struct{} // cap 1: a member appeared; retryJoin tries again at once
 
 	// memberlist events, queued by the event delegate (which memberlist
 	// calls with its node lock held) and handled by handleLoop.
@@ -115,6 +121,12 @@ func New(cfg Config, host Host) (*Cluster, error) {
 		reviving: make(map[string]revival),
 		seen:     make(map[crdt.Origin]uint64),
 		routes:   make(map[uint64]chan routeAck),
+		ready:    make(chan struct{}),
+		joinWake: make(chan struct{}, 1),
+	}
+	if len(cfg.Join) == 0 {
+		c.joined, c.synced = true, true // the first member: nobody to catch up with
+		close(c.ready)
 	}
 	c.stall.Observe(c.elapsed()) // the first reading: the loop starts now
 	mlc, err := c.memberlistConfig()
@@ -122,6 +134,7 @@ func New(cfg Config, host Host) (*Cluster, error) {
 		cancel()
 		return nil, err
 	}
+	c.advertiseClientAddr(mlc)
 	// The queue exists before memberlist starts: its gossip goroutine asks
 	// the delegate for broadcasts as soon as Create has begun.
 	var created atomic.Pointer[memberlist.Memberlist]
@@ -162,10 +175,14 @@ func (c *Cluster) retryJoin(addrs []string) {
 		case <-c.ctx.Done():
 			return
 		case <-time.After(wait):
+		case <-c.joinWake:
+			// A member reached us: the cluster is up, try again now
+			// rather than at the end of a long backoff.
 		}
 		n, err := c.ml.Join(addrs)
 		if err == nil || n > 0 {
 			c.log.Info("joined the cluster", zap.Int("attempt", attempt), zap.Int("answered", n))
+			c.markJoined(n)
 			return
 		}
 		c.log.Debug("join retry failed", zap.Int("attempt", attempt), zap.Error(err))
@@ -239,6 +256,7 @@ func splitHostPort(addr string) (string, int, error) {
 // Join contacts existing members; it returns how many answered.
 func (c *Cluster) Join(addrs []string) (int, error) {
 	n, err := c.ml.Join(addrs)
+	c.markJoined(n)
 	if err != nil {
 		return n, fmt.Errorf("gossip: join %v: %w", addrs, err)
 	}

@@ -31,7 +31,10 @@ type Config struct {
 	// "wan" or "local".
 	Profile string
 	// ClientAddr is this node's client address, published in its
-	// metadata so `locate` can say where a session lives.
+	// metadata and alive announcements so `locate` can say where a session
+	// lives and a draining gateway can send its clients to the others. An
+	// unspecified host (0.0.0.0, ::, empty) is replaced at New by the IP
+	// memberlist advertises, keeping the port; New logs the choice.
 	ClientAddr string
 
 	// Keyring enables AES-GCM encryption of all gossip (nil: plaintext).

@@ -195,7 +195,14 @@ func (c *Cluster) observeMember(n *memberlist.Node, state string) {
 	p.addr, p.state, p.node = n.Address(), state, n
 	p.leaving = false
 	c.leases.Begin(n.Name, c.leaseNow())
+	wake := !c.joined
 	c.mu.Unlock()
+	if wake {
+		select {
+		case c.joinWake <- struct{}{}:
+		default:
+		}
+	}
 	if newInc {
 		c.retire(originOf(n.Name, m.Incarnation))
 	}

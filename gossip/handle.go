@@ -81,12 +81,15 @@ func (c *Cluster) handle(b []byte) {
 			c.mu.Unlock()
 		}
 	case msgPull, msgState:
+		c.checkCovered(m.digest)
 		c.goAnswer(m.digest)
 	case msgSync:
 		c.stats.SyncRecordsReceived.Add(uint64(m.sync.Len()))
 		if err := c.host.ApplySync(m.sync); err != nil {
 			c.stats.BadMessages.Add(1)
 			c.log.Warn("rejected sync", zap.Error(err))
+		} else {
+			c.markSynced("a member's answer to this node's digest")
 		}
 		c.checkRevivals(c.leaseNow())
 	case msgRoute:

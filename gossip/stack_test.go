@@ -28,6 +28,8 @@ type stack struct {
 	nodes []*stackNode
 	// timeout is both the session timeout and the peer lease.
 	timeout time.Duration
+	// nodeConfig, if set, adjusts each gateway's configuration.
+	nodeConfig func(*node.Config)
 }
 
 func newStack(t testing.TB, n int, timeout time.Duration, opts ...func(*Config)) *stack {
@@ -54,6 +56,9 @@ func (s *stack) start(name string, opts ...func(*Config)) int {
 	ncfg.Dev = true
 	ncfg.Timeout = s.timeout
 	ncfg.Heartbeat = s.timeout / 4
+	if s.nodeConfig != nil {
+		s.nodeConfig(&ncfg)
+	}
 	gw, err := node.New(ncfg)
 	if err != nil {
 		s.t.Fatal(err)

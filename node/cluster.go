@@ -29,6 +29,34 @@ type AddressBook interface {
 	ClientAddrOf(gateway string) string
 }
 
+// GatewayLister is implemented by a Cluster that knows where clients reach
+// the other gateways. A draining node lists them in its clients'
+// shutting_down, so they can reconnect there at once, and holds their
+// sessions for Config.DrainGrace only while the list is not empty.
+type GatewayLister interface {
+	// OtherGateways returns the client addresses advertised by the other
+	// live members that have not announced a leave.
+	OtherGateways() []string
+}
+
+// DrainAnnouncer is implemented by a Cluster that can tell its peers at
+// once that this node is draining, so their own drains stop listing it
+// among the gateways to reconnect to. Drain calls it first. It must not
+// block on the network for long.
+type DrainAnnouncer interface {
+	AnnounceDrain()
+}
+
+// ReadinessReporter is implemented by a Cluster that can tell whether
+// this node has joined its cluster and caught up with it. GET /readyz
+// answers 503 until Readiness reports true; a Cluster without it counts as
+// ready. Readiness must be cheap and must not call back into the Node.
+type ReadinessReporter interface {
+	// Readiness reports whether the node has joined and caught up, and if
+	// not, why not (a sentence for operators).
+	Readiness() (ready bool, reason string)
+}
+
 // Message is a user-to-user message routed through the gateway that owns
 // each recipient session.
 type Message struct {

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"time"
@@ -214,6 +215,29 @@ type Config struct {
 	// Cluster disseminates this node's writes and routes messages to other
 	// gateways. Nil runs standalone; see also Node.SetCluster.
 	Cluster Cluster
+
+	// Rolling restarts and the address clients are told.
+
+	// DrainGrace is how long Drain keeps the local sessions online after
+	// telling their clients shutting_down, so a client that reconnects to
+	// another gateway (with last_epoch) within it is never shown offline:
+	// its newer session replaces the old one everywhere, and the old one is
+	// never written disconnected. Sessions not taken over by then are
+	// written disconnected and published when it ends; Drain ends it early
+	// once every session is taken over. It applies only while the cluster
+	// lists another live gateway (GatewayLister); otherwise sessions end at
+	// once. Longer gives slow clients more time; every session not taken
+	// over stays online that much longer. Must be below DrainTimeout.
+	// Default 2s (DefaultDrainGrace); negative disables the hold.
+	DrainGrace time.Duration
+
+	// ClientAdvertise is the client address this node tells clients and
+	// other gateways (locate's gateway_addr for its own sessions; the
+	// cluster layer publishes its own copy in the member metadata). Use it
+	// when ClientAddr is not what clients can reach: a 0.0.0.0 bind, NAT, a
+	// container. Default: the cluster's published address for this node
+	// (see gossip.Config.ClientAddr), else the bound client address.
+	ClientAdvertise string
 }
 
 // Defaults.
@@ -232,6 +256,7 @@ const (
 	DefaultSendBurst          = 100 // sends at once per session
 	DefaultGCInterval         = time.Minute
 	DefaultDrainTimeout       = 10 * time.Second
+	DefaultDrainGrace         = 2 * time.Second
 	maxDefaultSweepInterval   = 250 * time.Millisecond
 	minSweepInterval          = time.Millisecond
 )
@@ -307,6 +332,9 @@ func (c *Config) fill() error {
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = DefaultDrainTimeout
 	}
+	if c.DrainGrace == 0 {
+		c.DrainGrace = DefaultDrainGrace
+	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}
@@ -338,6 +366,16 @@ func (c *Config) Validate() error {
 	}
 	if c.StallThreshold >= c.Timeout {
 		errs = append(errs, fmt.Errorf("stall threshold (%v) must be below timeout (%v)", c.StallThreshold, c.Timeout))
+	}
+	if c.DrainGrace >= c.DrainTimeout {
+		errs = append(errs, fmt.Errorf("drain grace (%v) must be below drain timeout (%v)", c.DrainGrace, c.DrainTimeout))
+	}
+	if a := c.ClientAdvertise; a != "" {
+		if host, port, err := net.SplitHostPort(a); err != nil || host == "" || port == "" {
+			errs = append(errs, fmt.Errorf("client advertise address %q must be host:port", a))
+		} else if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+			errs = append(errs, fmt.Errorf("client advertise address %q is unspecified: give an address clients can reach", a))
+		}
 	}
 	if c.MaxLineBytes < minMaxLineBytes {
 		errs = append(errs, fmt.Errorf("max line bytes must be at least %d", minMaxLineBytes))

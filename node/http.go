@@ -11,7 +11,9 @@ import (
 
 // HTTP endpoints (who may call them: httpauth.go):
 //
-//	GET /healthz              open: 200 {"status":"ok"}; 503 {"status":"draining"}
+//	GET /healthz              open, liveness: 200 {"status":"ok"}; 503 {"status":"draining"}
+//	GET /readyz               open, readiness: 200 {"status":"ready"}; 503 with a
+//	                          status (starting, joining, draining) and reason
 //	GET /v1/presence/{user}   read: the user's Presence
 //	GET /v1/sessions          read: the active sessions this node owns
 //	GET /v1/stats             read: Stats
@@ -23,6 +25,7 @@ import (
 func (n *Node) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", n.handleHealthz)
+	mux.HandleFunc("GET /readyz", n.handleReadyz)
 	mux.Handle("GET /v1/presence/{user}", n.requireRead(http.HandlerFunc(n.handlePresenceHTTP), pathUser))
 	mux.Handle("GET /v1/sessions", n.requireRead(http.HandlerFunc(n.handleSessionsHTTP), nodeWide))
 	mux.Handle("GET /v1/stats", n.requireRead(http.HandlerFunc(n.handleStatsHTTP), nodeWide))
@@ -48,6 +51,19 @@ func (n *Node) handleHealthz(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	n.writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "node": n.cfg.Name})
+}
+
+// handleReadyz answers whether a load balancer should send this gateway
+// new clients (Node.Readiness); /healthz stays liveness only.
+func (n *Node) handleReadyz(w http.ResponseWriter, _ *http.Request) {
+	ready, status, reason := n.Readiness()
+	body := map[string]string{"status": status, "node": n.cfg.Name}
+	if !ready {
+		body["reason"] = reason
+		n.writeJSON(w, http.StatusServiceUnavailable, body)
+		return
+	}
+	n.writeJSON(w, http.StatusOK, body)
 }
 
 func (n *Node) handlePresenceHTTP(w http.ResponseWriter, r *http.Request) {

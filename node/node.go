@@ -60,6 +60,7 @@ type Node struct {
 	conns      map[*conn]struct{} // every open connection
 	perIP      map[netip.Addr]int // open connections by source address
 	draining   bool
+	holding    bool                  // Drain holds the local sessions for DrainGrace (drain.go)
 	version    uint64                // last presence version handed out
 	dirty      map[string]struct{}   // users whose presence may have changed since the last flush
 	users      map[string]*userWatch // users someone watches, directly or through a group
@@ -69,6 +70,9 @@ type Node struct {
 	fanMu sync.Mutex // orders event delivery; see the type comment
 
 	notify chan struct{} // cap 1: dirty users are waiting for the notifier
+	// handedOver (cap 1) is signalled when the last local session held by
+	// Drain is gone (taken over by a newer epoch elsewhere, or expired).
+	handedOver chan struct{}
 
 	// Lifecycle.
 	startOnce sync.Once
@@ -104,22 +108,23 @@ func New(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	n := &Node{
-		cfg:     cfg,
-		log:     cfg.Logger.With(zap.String("node", cfg.Name)),
-		clock:   cfg.Clock,
-		origin:  origin,
-		base:    now,
-		tls:     serverTLS(cfg.TLS),
-		replica: r,
-		local:   make(map[string]map[string]*conn),
-		conns:   make(map[*conn]struct{}),
-		perIP:   make(map[netip.Addr]int),
-		dirty:   make(map[string]struct{}),
-		users:   make(map[string]*userWatch),
-		groups:  make(map[string]*groupWatch),
-		notify:  make(chan struct{}, 1),
-		done:    make(chan struct{}),
-		drained: make(chan struct{}),
+		cfg:        cfg,
+		log:        cfg.Logger.With(zap.String("node", cfg.Name)),
+		clock:      cfg.Clock,
+		origin:     origin,
+		base:       now,
+		tls:        serverTLS(cfg.TLS),
+		replica:    r,
+		local:      make(map[string]map[string]*conn),
+		conns:      make(map[*conn]struct{}),
+		perIP:      make(map[netip.Addr]int),
+		dirty:      make(map[string]struct{}),
+		users:      make(map[string]*userWatch),
+		groups:     make(map[string]*groupWatch),
+		notify:     make(chan struct{}, 1),
+		done:       make(chan struct{}),
+		drained:    make(chan struct{}),
+		handedOver: make(chan struct{}, 1),
 	}
 	limits := cfg.Limits()
 	n.limits.Store(&limits)
@@ -276,65 +281,6 @@ func (n *Node) Serve(ctx context.Context) error {
 	dctx, cancel := context.WithTimeout(context.Background(), n.cfg.DrainTimeout)
 	defer cancel()
 	return n.Drain(dctx)
-}
-
-// Drain shuts the gateway down gracefully: it stops accepting connections,
-// writes every local session as disconnected and publishes those deltas,
-// tells every client shutting_down and closes it. It returns when every
-// connection is closed, or with ctx's error when ctx ends first (the rest are
-// then closed hard). Later calls return at once. The replica stays usable, so
-// the cluster layer can flush and leave afterwards.
-func (n *Node) Drain(ctx context.Context) error {
-	n.mu.Lock()
-	if n.draining {
-		n.mu.Unlock()
-		select {
-		case <-n.drained:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	n.draining = true
-	n.mu.Unlock()
-	defer close(n.drained)
-
-	if n.ln != nil {
-		n.ln.Close()
-	}
-	now := n.clock.Now()
-	n.mu.Lock()
-	var deltas []crdt.Delta
-	for _, devs := range n.local {
-		for _, c := range devs {
-			if d, ok := n.endSessionLocked(c, crdt.StateDisconnected, now); ok {
-				deltas = append(deltas, d)
-			}
-		}
-	}
-	conns := make([]*conn, 0, len(n.conns))
-	for c := range n.conns {
-		conns = append(conns, c)
-	}
-	n.unlockAndPublish(deltas)
-	n.log.Info("draining", zap.Int("connections", len(conns)), zap.Int("sessions", len(deltas)))
-	for _, c := range conns {
-		c.closeWithError(nil, CodeShuttingDown, "the gateway is shutting down; reconnect to another gateway")
-	}
-	finished := make(chan struct{})
-	go func() {
-		n.connWG.Wait()
-		close(finished)
-	}()
-	select {
-	case <-finished:
-		return nil
-	case <-ctx.Done():
-		for _, c := range conns {
-			c.raw.Close()
-		}
-		return fmt.Errorf("node: drain: %w", ctx.Err())
-	}
 }
 
 // Close stops the node at once: listeners, connections (without writing

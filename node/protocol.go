@@ -301,6 +301,10 @@ type ErrorFrame struct {
 	Code    ErrorCode       `json:"code"`
 	Message string          `json:"message"`
 	ID      json.RawMessage `json:"id,omitempty"`
+	// Gateways, in shutting_down only, are the client addresses of the
+	// other live gateways (host:port, in random order), where the client
+	// may reconnect at once with last_epoch. Absent when none is known.
+	Gateways []string `json:"gateways,omitempty"`
 }
 
 // requestError is a failed request: the code and message to send.

@@ -57,8 +57,8 @@ func (n *Node) handleLocate(_ *conn, req *Request) (any, *requestError) {
 	for _, s := range sessions {
 		info := SessionInfo{Session: s.ID, Device: s.Device, Epoch: s.Epoch, Gateway: s.Gateway, Status: s.Status.String()}
 		switch {
-		case s.Gateway == n.cfg.Name && n.ln != nil:
-			info.GatewayAddr = n.ln.Addr().String()
+		case s.Gateway == n.cfg.Name:
+			info.GatewayAddr = n.AdvertisedClientAddr()
 		case book != nil:
 			info.GatewayAddr = book.ClientAddrOf(s.Gateway)
 		}
@@ -78,4 +78,23 @@ func (n *Node) activeSessionsLocked(user string) []crdt.Session {
 		}
 	}
 	return out
+}
+
+// AdvertisedClientAddr returns the client address this node tells clients
+// and other gateways: Config.ClientAdvertise if set, else the address the
+// cluster publishes for it, else the bound client address ("" before
+// Start).
+func (n *Node) AdvertisedClientAddr() string {
+	if a := n.cfg.ClientAdvertise; a != "" {
+		return a
+	}
+	if book, ok := n.getCluster().(AddressBook); ok {
+		if a := book.ClientAddrOf(n.cfg.Name); a != "" {
+			return a
+		}
+	}
+	if n.ln != nil {
+		return n.ln.Addr().String()
+	}
+	return ""
 }

@@ -35,7 +35,11 @@ func (n *Node) acceptLoop(ln net.Listener) {
 			n.mu.Unlock()
 			// Drain closed the listener, but a connection may have been
 			// accepted just before.
-			n.refuse(nc, CodeShuttingDown, "the gateway is shutting down")
+			if n.tls == nil {
+				nc.SetWriteDeadline(time.Now().Add(time.Second))    //nolint:errcheck // best effort
+				nc.Write(shuttingDownFrame(nil, n.otherGateways())) //nolint:errcheck // best effort
+			}
+			nc.Close()
 			continue
 		}
 		ip := remoteIP(nc)

@@ -81,7 +81,7 @@ func (n *Node) handleHello(c *conn, req *Request) {
 	n.mu.Lock()
 	if n.draining {
 		n.mu.Unlock()
-		c.sendError(req.ID, CodeShuttingDown, "the gateway is shutting down")
+		c.closeWith(shuttingDownFrame(req.ID, n.otherGateways()))
 		return
 	}
 	if rerr := n.sessionCapLocked(c, sess.user, sess.device); rerr != nil {
@@ -351,7 +351,9 @@ func (n *Node) connLost(c *conn) {
 // endConnSession disconnects c's session if c still owns it and drops its
 // subscriptions; forget also removes c from the open connections. The
 // writer calls it as soon as a closing error is queued, so a session never
-// outlives the decision to close its connection.
+// outlives the decision to close its connection, except while Drain holds
+// the sessions (drain.go): then the session stays until a newer epoch
+// elsewhere takes it over or the grace ends.
 func (n *Node) endConnSession(c *conn, forget bool) {
 	now := n.clock.Now()
 	n.mu.Lock()
@@ -360,9 +362,13 @@ func (n *Node) endConnSession(c *conn, forget bool) {
 		n.countConnLocked(c, false)
 	}
 	var deltas []crdt.Delta
-	if d, ok := n.endSessionLocked(c, crdt.StateDisconnected, now); ok {
-		deltas = append(deltas, d)
-		n.stats.disconnected.Add(1)
+	// While Drain holds the sessions, Drain writes it or a newer epoch
+	// replaces it.
+	if !n.holding {
+		if d, ok := n.endSessionLocked(c, crdt.StateDisconnected, now); ok {
+			deltas = append(deltas, d)
+			n.stats.disconnected.Add(1)
+		}
 	}
 	n.dropSubsLocked(c)
 	n.unlockAndPublish(deltas)
@@ -463,6 +469,12 @@ func (n *Node) unregisterLocked(c *conn) {
 	}
 	n.localCount--
 	n.markDirtyLocked(s.user)
+	if n.holding && n.localCount == 0 {
+		select {
+		case n.handedOver <- struct{}{}:
+		default:
+		}
+	}
 }
 
 func randomHex(nbytes int) string {

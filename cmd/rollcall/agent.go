@@ -43,6 +43,10 @@ type agentFlags struct {
 
 	// Abuse limits and buffer sizes (limits.go).
 	limits limitFlags
+
+	// Rolling restarts and the address clients are told.
+	drainGrace      time.Duration // --drain-grace: node.Config.DrainGrace
+	clientAdvertise string        // --client-advertise: node.Config.ClientAdvertise and gossip.Config.ClientAddr
 }
 
 // clusterFlags are the gossip flags of `rollcall agent`, parsed here and
@@ -76,6 +80,8 @@ func agentFlagSet(af *agentFlags, stderr io.Writer) (*flag.FlagSet, *string) {
 	fs.StringVar(&af.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&af.logFormat, "log-format", "console", "console or json")
 	af.limits.register(fs)
+	fs.DurationVar(&af.drainGrace, "drain-grace", node.DefaultDrainGrace, "on SIGTERM/SIGINT, how long sessions stay online while their clients reconnect to another gateway; below --drain-timeout (negative: end them at once)")
+	fs.StringVar(&af.clientAdvertise, "client-advertise", "", "client address told to clients and other gateways (default: --client-addr, or with an unspecified host the gossip advertise IP and the client port)")
 	cf := &af.cluster
 	fs.StringVar(&cf.GossipAddr, "gossip-addr", "127.0.0.1:7946", "gossip (memberlist) bind address, UDP and TCP; empty runs standalone")
 	join := fs.String("join", "", "comma-separated gossip addresses of cluster members to join")
@@ -268,6 +274,8 @@ func (af *agentFlags) nodeConfig(log *zap.Logger) (node.Config, error) {
 	cfg.Heartbeat = af.heartbeat
 	cfg.Timeout = af.timeout
 	cfg.DrainTimeout = af.drainTimeout
+	cfg.DrainGrace = af.drainGrace
+	cfg.ClientAdvertise = af.clientAdvertise
 	cfg.MaxConnections = af.maxConns
 	cfg.SendRate = af.sendRate
 	cfg.SendBurst = af.sendBurst

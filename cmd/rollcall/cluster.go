@@ -55,6 +55,9 @@ func startCluster(_ context.Context, cf clusterFlags, n *node.Node, log *zap.Log
 			return nil, nil, fmt.Errorf("--gossip-key-file %s is empty", cf.GossipKeyFile)
 		}
 	}
+	if a := n.Config().ClientAdvertise; a != "" {
+		cfg.ClientAddr = a // --client-advertise
+	}
 	switch {
 	case cf.GossipKey != "" && cf.KeyringFile != "":
 		return nil, nil, errors.New("give one of --gossip-key, --gossip-key-file and --keyring-file")

@@ -256,6 +256,7 @@ type reply struct {
 	Body        json.RawMessage    `json:"body"`
 	Status      string             `json:"status"`
 	Version     uint64             `json:"version"`
+	Gateways    []string           `json:"gateways"`
 }
 
 func (cl *interactive) show(line []byte) {
@@ -365,6 +366,9 @@ func formatReply(m *reply) string {
 		}
 		return fmt.Sprintf("<%s/%s> %s", m.From, m.FromDevice, body)
 	case node.OpError:
+		if len(m.Gateways) > 0 {
+			return fmt.Sprintf("error %s: %s (other gateways: %s)", m.Code, m.Message, strings.Join(m.Gateways, ", "))
+		}
 		return fmt.Sprintf("error %s: %s", m.Code, m.Message)
 	}
 	b, _ := json.Marshal(m)

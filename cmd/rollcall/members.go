@@ -189,7 +189,7 @@ func runLeave(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := agent.call(ctx, http.MethodPost, "/v1/leave", nil, nil); err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(stdout, "agent at %s is leaving: its clients are told shutting_down and its sessions go offline everywhere\n", target.addr)
+	_, err = fmt.Fprintf(stdout, "agent at %s is leaving: its clients are told shutting_down and where to reconnect; sessions not taken over elsewhere go offline everywhere after its --drain-grace\n", target.addr)
 	return err
 }
 
