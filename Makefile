@@ -10,7 +10,7 @@ CHAOS_DURATION ?= 60s
 CHAOS_SEEDS    ?=
 CHAOS_GATEWAYS ?= 3
 
-.PHONY: all build test test-short bench lint fuzz run clean image calibrate pgo chaos
+.PHONY: all build test test-short bench lint fuzz run clean image secrets e2e calibrate pgo chaos
 
 all: build
 
@@ -61,6 +61,30 @@ clean:
 image:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o deploy/rollcall ./cmd/rollcall
 	docker build -t rollcall deploy
+
+# The compose cluster's secrets (deploy/docker-compose.yml), made once and
+# kept: an HS256 key for client tokens and a gossip encryption key, 32
+# random bytes each, base64. deploy/secrets/ is git-ignored and private to
+# its owner (0700); the files in it are 0644 so the containers' non-root
+# user (65532) can read them through their read-only mounts.
+secrets: deploy/secrets/token_secret deploy/secrets/gossip_keyring
+deploy/secrets/token_secret deploy/secrets/gossip_keyring:
+	@mkdir -p -m 700 deploy/secrets
+	@umask 077 && head -c 32 /dev/urandom | base64 > $@.tmp && chmod 644 $@.tmp && mv $@.tmp $@
+	@echo "made $@"
+
+# The container drills against the compose cluster (docs/_e2e.md): build
+# the image, start three gateways under a project name of their own, kill
+# one, partition one, restart all three one by one, checking what clients
+# see; the cluster is removed afterwards, also when the test fails.
+COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
+e2e: image secrets
+	@project=$${E2E_PROJECT:-rollcall-e2e-$$(date +%s)-$$$$}; start=$$(date +%s); \
+	echo "== e2e: compose project $$project ($(COMPOSE))"; \
+	ROLLCALL_E2E=1 ROLLCALL_E2E_PROJECT=$$project ROLLCALL_E2E_COMPOSE="$(COMPOSE)" \
+		$(GO) test -race -count=1 -v -timeout 10m ./e2e; rc=$$?; \
+	$(COMPOSE) -f deploy/docker-compose.yml -p $$project down -v --remove-orphans --timeout 5 >/dev/null 2>&1; \
+	echo "== e2e: $$(( $$(date +%s) - start ))s, exit $$rc"; exit $$rc
 
 # The simulator against a real 32-node in-process cluster (docs/simulator.md).
 calibrate:

