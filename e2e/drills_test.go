@@ -216,6 +216,21 @@ func (w *world) downAt(ctx context.Context, viewer, peer string) error {
 	return nil // forgotten is down too
 }
 
+// memberState reports whether gateway viewer shows peer in memberlist state
+// want.
+func (w *world) memberState(ctx context.Context, viewer, peer, want string) error {
+	ms, err := members(ctx, w.httpAddr(viewer))
+	if err != nil {
+		return err
+	}
+	for _, m := range ms {
+		if m.Name == peer && m.State != want {
+			return fmt.Errorf("%s shows %s %s, not %s", viewer, peer, m.State, want)
+		}
+	}
+	return nil
+}
+
 // allAlive reports whether every gateway shows every other alive with its
 // sessions online.
 func (w *world) allAlive(ctx context.Context) error {
@@ -407,6 +422,25 @@ func (w *world) drillPartition(ctx context.Context, t *testing.T, cut string, by
 	if took > bound {
 		t.Errorf("the cut showed after %v, over the bound %v", took, bound)
 	}
+
+	// Hold the cut until memberlist, too, has given up on the other side
+	// (declared it dead), so the heal needs the reconnect round rather than
+	// the next probe: the longer way back.
+	dead, err := waitFor(ctx, t0, 30*time.Second, func() error {
+		for _, g := range others(cut) {
+			if err := w.memberState(ctx, g, cut, "dead"); err != nil {
+				return err
+			}
+			if err := w.memberState(ctx, cut, g, "dead"); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("memberlist never declared the cut-off side dead: %v", err)
+	}
+	t.Logf("memberlist declared both sides dead %v after the cut", dead.Round(time.Millisecond))
 
 	// Changes on both sides while cut off.
 	w.must(byGW["gw1"][0].setStatus("away"))
