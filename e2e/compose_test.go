@@ -42,7 +42,7 @@ type cluster struct {
 	gossipNet string // the gossip network's first three octets
 
 	mu  sync.Mutex
-	ids map[string]string // service -> container id (kept across restarts)
+	ids map[string]string // service -> container id, from up on
 }
 
 // composeCommand is the compose CLI: ROLLCALL_E2E_COMPOSE, else the
@@ -109,27 +109,24 @@ func (c *cluster) up(ctx context.Context) {
 	if out, err := c.composeRun(ctx, "up", "-d"); err != nil {
 		c.t.Fatalf("compose up: %v\n%s", err, out)
 	}
+	ids := map[string]string{}
+	for _, gw := range gatewayNames() {
+		out, err := c.composeRun(ctx, "ps", "-q", gw)
+		if ids[gw] = strings.TrimSpace(out); err != nil || ids[gw] == "" {
+			c.t.Fatalf("container of %s: %q %v", gw, out, err)
+		}
+	}
+	c.mu.Lock()
+	c.ids = ids
+	c.mu.Unlock()
 }
 
-// id returns a service's container id. A container keeps its id when it
-// is killed, started or restarted, so it is asked of compose once.
-func (c *cluster) id(ctx context.Context, gw string) string {
-	c.t.Helper()
+// id returns a service's container id, read once at up: a container keeps
+// its id when it is killed, started or restarted.
+func (c *cluster) id(gw string) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if id, ok := c.ids[gw]; ok {
-		return id
-	}
-	out, err := c.composeRun(ctx, "ps", "-q", gw)
-	id := strings.TrimSpace(out)
-	if err != nil || id == "" {
-		c.t.Fatalf("container of %s: %q %v", gw, out, err)
-	}
-	if c.ids == nil {
-		c.ids = map[string]string{}
-	}
-	c.ids[gw] = id
-	return id
+	return c.ids[gw]
 }
 
 // inspect is what the drills read of `docker inspect`.
@@ -149,7 +146,7 @@ type inspect struct {
 
 func (c *cluster) inspect(ctx context.Context, gw string) (inspect, error) {
 	var ins []inspect
-	out, err := c.docker(ctx, "inspect", c.id(ctx, gw))
+	out, err := c.docker(ctx, "inspect", c.id(gw))
 	if err != nil {
 		return inspect{}, err
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -34,9 +35,9 @@ func TestContainerDrills(t *testing.T) {
 	w := newWorld(t)
 	w.c.up(ctx)
 	for _, gw := range gatewayNames() {
-		w.waitHealthy(ctx, gw)
+		w.waitHealthy(ctx, t, gw)
 	}
-	w.checkContainers(ctx)
+	w.checkContainers(ctx, t)
 
 	// Two users a gateway, one device each, and one user on two gateways;
 	// a watcher on each gateway subscribed to all of them.
@@ -55,13 +56,13 @@ func TestContainerDrills(t *testing.T) {
 	}
 	for _, gw := range gatewayNames() {
 		for _, a := range byGW[gw] {
-			w.must(a.connect(ctx, gw))
+			must(t, a.connect(ctx, gw))
 		}
 	}
-	w.must(multiPhone.connect(ctx, "gw1"))
-	w.must(multiLaptop.connect(ctx, "gw2"))
+	must(t, multiPhone.connect(ctx, "gw1"))
+	must(t, multiLaptop.connect(ctx, "gw2"))
 	for gw, a := range watchers {
-		w.must(a.connect(ctx, gw))
+		must(t, a.connect(ctx, gw))
 	}
 	// The bounds, from the settings the gateways announce in welcome.
 	wel := watchers["gw1"].conn().welcome
@@ -113,7 +114,7 @@ func newWorld(t *testing.T) *world {
 			"RC_GOSSIP_NET=" + gossipNet},
 	}
 	t.Logf("compose project %s (%s), gossip network %s.0/24", c.project, strings.Join(c.compose, " "), gossipNet)
-	return &world{t: t, c: c, secret: secret, addr: map[string]string{}, http: map[string]string{}}
+	return &world{c: c, secret: secret, addr: map[string]string{}, http: map[string]string{}}
 }
 
 // freeGossipNet picks the first /24 of 10.231.74.0–10.231.254.0 that no
@@ -145,10 +146,10 @@ func envOr(k, def string) string {
 	return def
 }
 
-func (w *world) must(err error) {
-	w.t.Helper()
+func must(t *testing.T, err error) {
+	t.Helper()
 	if err != nil {
-		w.t.Fatal(err)
+		t.Fatal(err)
 	}
 }
 
@@ -156,8 +157,8 @@ func first(ss []string, n int) []string { return ss[:min(n, len(ss))] }
 
 // waitHealthy waits until Docker's health check calls gw healthy (the
 // image's HEALTHCHECK, `rollcall health`), then reads its addresses.
-func (w *world) waitHealthy(ctx context.Context, gw string) time.Duration {
-	w.t.Helper()
+func (w *world) waitHealthy(ctx context.Context, t *testing.T, gw string) time.Duration {
+	t.Helper()
 	took, err := waitFor(ctx, time.Now(), 60*time.Second, func() error {
 		if h := w.c.health(ctx, gw); h != "healthy" {
 			return fmt.Errorf("%s is %s", gw, h)
@@ -165,28 +166,28 @@ func (w *world) waitHealthy(ctx context.Context, gw string) time.Duration {
 		return w.refreshAddrs(ctx, gw)
 	})
 	if err != nil {
-		w.t.Fatalf("health check: %v", err)
+		t.Fatalf("health check: %v", err)
 	}
 	return took
 }
 
 // checkContainers checks what the image and the compose file promise: not
 // root, ports published on loopback only, a health check.
-func (w *world) checkContainers(ctx context.Context) {
-	w.t.Helper()
+func (w *world) checkContainers(ctx context.Context, t *testing.T) {
+	t.Helper()
 	for _, gw := range gatewayNames() {
 		ins, err := w.c.inspect(ctx, gw)
-		w.must(err)
+		must(t, err)
 		if ins.Config.User == "" || strings.HasPrefix(ins.Config.User, "0") || strings.HasPrefix(ins.Config.User, "root") {
-			w.t.Errorf("%s runs as user %q, want non-root", gw, ins.Config.User)
+			t.Errorf("%s runs as user %q, want non-root", gw, ins.Config.User)
 		}
 		if ins.State.Health == nil {
-			w.t.Errorf("%s has no health check", gw)
+			t.Errorf("%s has no health check", gw)
 		}
 		for port, binds := range ins.NetworkSettings.Ports {
 			for _, b := range binds {
 				if b.HostIP != "127.0.0.1" {
-					w.t.Errorf("%s publishes %s on %s, want 127.0.0.1 only", gw, port, b.HostIP)
+					t.Errorf("%s publishes %s on %s, want 127.0.0.1 only", gw, port, b.HostIP)
 				}
 			}
 		}
@@ -194,7 +195,7 @@ func (w *world) checkContainers(ctx context.Context) {
 	// The host reaches the gateways on the clients network unless told to
 	// use the published ports.
 	if _, err := members(ctx, w.httpAddr("gw1")); err != nil && !w.c.published {
-		w.t.Fatalf("cannot reach gw1 at %s from the host (set ROLLCALL_E2E_PUBLISHED=1 to use its published ports): %v", w.httpAddr("gw1"), err)
+		t.Fatalf("cannot reach gw1 at %s from the host (set ROLLCALL_E2E_PUBLISHED=1 to use its published ports): %v", w.httpAddr("gw1"), err)
 	}
 }
 
@@ -312,7 +313,7 @@ func (w *world) drillKill(ctx context.Context, t *testing.T, victim string) {
 	lost := w.usersOnlyOn(victim)
 	victims := w.actorsOn(victim)
 	m := w.mark()
-	id := w.c.id(ctx, victim)
+	id := w.c.id(victim)
 	t0 := time.Now()
 	if _, err := w.c.docker(ctx, "kill", id); err != nil {
 		t.Fatal(err)
@@ -345,10 +346,12 @@ func (w *world) drillKill(ctx context.Context, t *testing.T, victim string) {
 			t.Errorf("after the kill: %v", err)
 		}
 	}
-	t.Logf("docker kill %s: its users offline at the survivors' watchers after %v at most (views correct after %v); crash bound %v",
+	// The bound is checked on the watchers' event times; the views are
+	// polled, so they are only required to agree in the end.
+	t.Logf("docker kill %s: its users offline at the survivors' watchers after %v at most (views polled correct after %v); crash bound %v",
 		victim, worst.Round(time.Millisecond), took.Round(time.Millisecond), bound)
-	if worst > bound || took > bound {
-		t.Errorf("crash detection took %v (views %v), over the crash bound %v", worst, took, bound)
+	if worst > bound {
+		t.Errorf("crash detection took %v, over the crash bound %v", worst, bound)
 	}
 	if bad := offlines(w.since(m), func(o observation) bool { return lost[o.p.User] }); len(bad) > 0 {
 		t.Errorf("users still connected to a live gateway shown offline: %s", strings.Join(first(bad, 10), "; "))
@@ -358,9 +361,9 @@ func (w *world) drillKill(ctx context.Context, t *testing.T, victim string) {
 	if _, err := w.c.docker(ctx, "start", id); err != nil {
 		t.Fatal(err)
 	}
-	w.waitHealthy(ctx, victim)
+	w.waitHealthy(ctx, t, victim)
 	for _, a := range victims {
-		w.must(a.connectRetry(ctx, victim))
+		must(t, a.connectRetry(ctx, victim))
 	}
 	if _, err := waitFor(ctx, time.Now(), w.bounds.Convergence, func() error {
 		if err := w.allAlive(ctx); err != nil {
@@ -379,16 +382,15 @@ func (w *world) drillKill(ctx context.Context, t *testing.T, victim string) {
 // shows every session that stayed connected and every change made during
 // the cut.
 func (w *world) drillPartition(ctx context.Context, t *testing.T, cut string, byGW map[string][]*actor, late *actor) {
-	id := w.c.id(ctx, cut)
+	id := w.c.id(cut)
 	ins, err := w.c.inspect(ctx, cut)
-	w.must(err)
+	must(t, err)
 	gossipNet := networkName(ins, "gossip")
 	ip := ins.NetworkSettings.Networks[gossipNet].IPAddress
 	if gossipNet == "" || ip == "" {
 		t.Fatalf("%s is on no gossip network: %+v", cut, ins.NetworkSettings.Networks)
 	}
 	sides := w.gatewaysOf()
-	sides[late.user] = []string{cut}
 	m := w.mark()
 	t0 := time.Now()
 	if _, err := w.c.docker(ctx, "network", "disconnect", gossipNet, id); err != nil {
@@ -418,9 +420,27 @@ func (w *world) drillPartition(ctx context.Context, t *testing.T, cut string, by
 	if err != nil {
 		t.Fatalf("cut off %s: %v", cut, err)
 	}
-	t.Logf("network disconnect %s: shown down on both sides after %v (bound: the lease, %v)", cut, took.Round(time.Millisecond), bound)
-	if took > bound {
-		t.Errorf("the cut showed after %v, over the bound %v", took, bound)
+	// When each watcher saw each user with no session on its side of the
+	// cut offline.
+	var worst time.Duration
+	seen := firstOffline(w.since(m))
+	for _, g := range gatewayNames() {
+		for u, gws := range sides {
+			if slices.ContainsFunc(gws, func(x string) bool { return (x == cut) == (g == cut) }) {
+				continue // has a session on g's side
+			}
+			at, ok := seen[[2]string{g, u}]
+			if !ok {
+				t.Errorf("the watcher on %s never saw %s offline", g, u)
+				continue
+			}
+			worst = max(worst, at.Sub(t0))
+		}
+	}
+	t.Logf("network disconnect %s: the other side's users offline at every watcher after %v at most (views and members polled correct after %v); bound: the lease, %v",
+		cut, worst.Round(time.Millisecond), took.Round(time.Millisecond), bound)
+	if worst > bound {
+		t.Errorf("the cut showed after %v, over the bound %v", worst, bound)
 	}
 
 	// Hold the cut until memberlist, too, has given up on the other side
@@ -443,11 +463,12 @@ func (w *world) drillPartition(ctx context.Context, t *testing.T, cut string, by
 	t.Logf("memberlist declared both sides dead %v after the cut", dead.Round(time.Millisecond))
 
 	// Changes on both sides while cut off.
-	w.must(byGW["gw1"][0].setStatus("away"))
-	w.must(byGW["gw1"][1].setStatus("busy"))
-	w.must(byGW[cut][0].setStatus("away"))
-	w.must(byGW["gw3"][1].sayBye())
-	w.must(late.connect(ctx, cut))
+	must(t, byGW["gw1"][0].setStatus("away"))
+	must(t, byGW["gw1"][1].setStatus("busy"))
+	must(t, byGW[cut][0].setStatus("away"))
+	must(t, byGW["gw3"][1].sayBye())
+	must(t, late.connect(ctx, cut))
+	sides[late.user] = []string{cut}
 	tc := time.Now()
 	if _, err := waitFor(ctx, tc, w.bounds.Propagation, func() error { return w.checkViews(ctx, gatewayNames()...) }); err != nil {
 		t.Fatalf("changes during the cut: %v", err)
@@ -498,7 +519,7 @@ func (w *world) drillPartition(ctx context.Context, t *testing.T, cut string, by
 		t.Errorf("users connected on the watcher's side of the cut shown offline: %s", strings.Join(first(bad, 10), "; "))
 	}
 	// The user who said bye comes back for the next drill.
-	w.must(byGW["gw3"][1].connect(ctx, "gw3"))
+	must(t, byGW["gw3"][1].connect(ctx, "gw3"))
 	if _, err := waitFor(ctx, time.Now(), w.bounds.Propagation, func() error { return w.checkViews(ctx, gatewayNames()...) }); err != nil {
 		t.Fatal(err)
 	}
@@ -570,7 +591,7 @@ func (w *world) drillRollingRestart(ctx context.Context, t *testing.T) {
 		target := names[(i+1)%len(names)]
 		movers := w.actorsOn(gw)
 		st := step{gw: gw, from: time.Now(), drainedAll: w.usersOnlyOn(gw)}
-		id := w.c.id(ctx, gw)
+		id := w.c.id(gw)
 		var wg sync.WaitGroup
 		errs := make([]error, len(movers))
 		for j, a := range movers {
@@ -605,7 +626,7 @@ func (w *world) drillRollingRestart(ctx context.Context, t *testing.T) {
 		if err := errors.Join(errs...); err != nil {
 			t.Error(err)
 		}
-		healthy := w.waitHealthy(ctx, gw)
+		healthy := w.waitHealthy(ctx, t, gw)
 		synced, err := waitFor(ctx, time.Now(), w.bounds.Convergence, func() error {
 			if err := w.allAlive(ctx); err != nil {
 				return err

@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 
 	"github.com/rollcall/rollcall/chaos"
@@ -21,7 +20,6 @@ import (
 
 // world is the cluster and everything connected to it.
 type world struct {
-	t      *testing.T
 	c      *cluster
 	secret []byte
 
