@@ -34,6 +34,9 @@ type frame struct {
 	HeartbeatMS int64           `json:"heartbeat_ms,omitempty"`
 	TimeoutMS   int64           `json:"timeout_ms,omitempty"`
 	Users       []node.Presence `json:"users,omitempty"`
+	// Gateways, in shutting_down from a gateway with the lame-duck drain,
+	// are the client addresses of the other live gateways.
+	Gateways []string `json:"gateways,omitempty"`
 	node.Presence
 }
 
@@ -68,9 +71,9 @@ type client struct {
 	replies chan frame
 	done    chan struct{} // closed when the reader stops
 
-	mu      sync.Mutex
-	endCode string // the closing error code, or "eof"
-	endAt   time.Time
+	mu          sync.Mutex
+	endCode     string   // the closing error code, or "eof"
+	endGateways []string // the closing error's gateways (shutting_down)
 }
 
 // dial connects to a gateway's client address and says hello; it returns
@@ -116,9 +119,10 @@ func dial(ctx context.Context, addr string, h hello, onEvent func(node.Presence)
 
 func (c *client) readLoop(rd *bufio.Reader) {
 	code := "eof"
+	var gateways []string
 	defer func() {
 		c.mu.Lock()
-		c.endCode, c.endAt = code, time.Now()
+		c.endCode, c.endGateways = code, gateways
 		c.mu.Unlock()
 		close(c.done)
 	}()
@@ -140,7 +144,7 @@ func (c *client) readLoop(rd *bufio.Reader) {
 		case f.Op == "message":
 		case f.Op == "error" && len(f.ID) == 0:
 			// A closing error: the gateway closes the connection next.
-			code = f.Code
+			code, gateways = f.Code, f.Gateways
 		default:
 			c.replies <- f
 		}
@@ -203,6 +207,13 @@ func (c *client) end() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.endCode
+}
+
+// gatewaysOffered returns the other gateways a shutting_down listed.
+func (c *client) gatewaysOffered() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.endGateways
 }
 
 // close closes the connection without a bye.
