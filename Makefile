@@ -63,15 +63,33 @@ image:
 	docker build -t rollcall deploy
 
 # The compose cluster's secrets (deploy/docker-compose.yml), made once and
-# kept: an HS256 key for client tokens and a gossip encryption key, 32
-# random bytes each, base64. deploy/secrets/ is git-ignored and private to
-# its owner (0700); the files in it are 0644 so the containers' non-root
-# user (65532) can read them through their read-only mounts.
-secrets: deploy/secrets/token_secret deploy/secrets/gossip_keyring
-deploy/secrets/token_secret deploy/secrets/gossip_keyring:
-	@mkdir -p -m 700 deploy/secrets
+# kept: an HS256 key for client tokens, a gossip encryption key and an
+# admin token for the HTTP API, 32 random bytes each in base64, and a TLS
+# certificate for the gateways (names gw1, gw2, gw3, localhost, 127.0.0.1)
+# with the CA that signed it (the CA's key is not kept). deploy/secrets/ is
+# git-ignored and private to its owner (0700); the files in it are 0644 so
+# the containers' non-root user (65532) can read them through their
+# read-only mounts.
+SECRETS := deploy/secrets
+secrets: $(SECRETS)/token_secret $(SECRETS)/gossip_keyring $(SECRETS)/admin_token $(SECRETS)/tls_gateway.crt
+$(SECRETS)/token_secret $(SECRETS)/gossip_keyring $(SECRETS)/admin_token:
+	@mkdir -p -m 700 $(SECRETS)
 	@umask 077 && head -c 32 /dev/urandom | base64 > $@.tmp && chmod 644 $@.tmp && mv $@.tmp $@
 	@echo "made $@"
+$(SECRETS)/tls_gateway.crt:
+	@mkdir -p -m 700 $(SECRETS)
+	@command -v openssl >/dev/null || { echo "make secrets: openssl is needed for the gateways' TLS certificate"; exit 1; }
+	@set -e; umask 077; d=$$(mktemp -d); trap 'rm -rf "$$d"' EXIT; \
+	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 825 \
+		-subj /CN=rollcall-compose-ca -keyout $$d/ca.key -out $$d/ca.crt 2>/dev/null; \
+	openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=rollcall-gateway \
+		-keyout $$d/gw.key -out $$d/gw.csr 2>/dev/null; \
+	printf 'subjectAltName=DNS:gw1,DNS:gw2,DNS:gw3,DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' > $$d/ext; \
+	openssl x509 -req -in $$d/gw.csr -CA $$d/ca.crt -CAkey $$d/ca.key -CAcreateserial -days 825 \
+		-extfile $$d/ext -out $$d/gw.crt 2>/dev/null; \
+	chmod 644 $$d/ca.crt $$d/gw.crt $$d/gw.key; \
+	mv $$d/ca.crt $(SECRETS)/tls_ca.crt; mv $$d/gw.key $(SECRETS)/tls_gateway.key; mv $$d/gw.crt $@
+	@echo "made $(SECRETS)/tls_ca.crt, $(SECRETS)/tls_gateway.key and $@"
 
 # The container drills against the compose cluster (docs/_e2e.md): build
 # the image, start three gateways under a project name of their own, kill

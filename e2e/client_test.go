@@ -9,6 +9,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -76,11 +77,17 @@ type client struct {
 	endGateways []string // the closing error's gateways (shutting_down)
 }
 
-// dial connects to a gateway's client address and says hello; it returns
-// once welcome arrives, or the gateway's error.
-func dial(ctx context.Context, addr string, h hello, onEvent func(node.Presence)) (*client, error) {
-	d := net.Dialer{Timeout: 3 * time.Second}
-	nc, err := d.DialContext(ctx, "tcp", addr)
+// dial connects to a gateway's client address (over TLS with tc) and says
+// hello; it returns once welcome arrives, or the gateway's error.
+func dial(ctx context.Context, addr string, tc *tls.Config, h hello, onEvent func(node.Presence)) (*client, error) {
+	var nc net.Conn
+	var err error
+	d := &net.Dialer{Timeout: 3 * time.Second}
+	if tc != nil {
+		nc, err = (&tls.Dialer{NetDialer: d, Config: tc}).DialContext(ctx, "tcp", addr)
+	} else {
+		nc, err = d.DialContext(ctx, "tcp", addr)
+	}
 	if err != nil {
 		return nil, err
 	}

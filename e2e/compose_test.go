@@ -5,6 +5,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -17,9 +18,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/rollcall/rollcall/gossip"
-	"github.com/rollcall/rollcall/node"
 )
 
 // composeFile is deploy/docker-compose.yml, from this package's directory.
@@ -137,6 +135,7 @@ type inspect struct {
 	}
 	Config struct {
 		User string
+		Env  []string
 	}
 	NetworkSettings struct {
 		Networks map[string]struct{ IPAddress string }
@@ -206,15 +205,42 @@ func (c *cluster) health(ctx context.Context, gw string) string {
 	return ins.State.Health.Status
 }
 
-// httpGet decodes a gateway's JSON answer to GET path.
-func httpGet(ctx context.Context, addr, path string, out any) error {
+// access is how the drills reach a gateway's ports: TLS when the compose
+// file turns it on (ROLLCALL_TLS_CERT in the containers' environment), and
+// the admin token for the HTTP API when make secrets made one.
+type access struct {
+	tls        *tls.Config // nil: plain TCP
+	adminToken string      // sent as Authorization: Bearer
+}
+
+// tlsFor returns the TLS configuration for dialing gateway gw (whose
+// certificate names it), or nil for plain TCP.
+func (a access) tlsFor(gw string) *tls.Config {
+	if a.tls == nil {
+		return nil
+	}
+	c := a.tls.Clone()
+	c.ServerName = gw
+	return c
+}
+
+// httpGet decodes gateway gw's JSON answer to GET path at addr.
+func (a access) httpGet(ctx context.Context, gw, addr, path string, out any) error {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
+	scheme := "http"
+	tr := &http.Transport{Proxy: nil, DisableKeepAlives: true}
+	if c := a.tlsFor(gw); c != nil {
+		scheme, tr.TLSClientConfig = "https", c
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+addr+path, nil)
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	if a.adminToken != "" {
+		req.Header.Set("Authorization", "Bearer "+a.adminToken)
+	}
+	resp, err := (&http.Client{Transport: tr}).Do(req)
 	if err != nil {
 		return err
 	}
@@ -227,16 +253,4 @@ func httpGet(ctx context.Context, addr, path string, out any) error {
 		return fmt.Errorf("GET %s: %s %s", path, resp.Status, raw)
 	}
 	return json.Unmarshal(raw, out)
-}
-
-func members(ctx context.Context, httpAddr string) ([]gossip.Member, error) {
-	var ms []gossip.Member
-	err := httpGet(ctx, httpAddr, "/v1/members", &ms)
-	return ms, err
-}
-
-func presenceOf(ctx context.Context, httpAddr, user string) (node.Presence, error) {
-	var p node.Presence
-	err := httpGet(ctx, httpAddr, "/v1/presence/"+user, &p)
-	return p, err
 }

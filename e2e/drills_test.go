@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -35,6 +37,7 @@ func TestContainerDrills(t *testing.T) {
 	ctx := t.Context()
 	w := newWorld(t)
 	w.c.up(ctx)
+	w.setAccess(ctx, t)
 	for _, gw := range gatewayNames() {
 		w.waitHealthy(ctx, t, gw)
 	}
@@ -172,6 +175,31 @@ func (w *world) waitHealthy(ctx context.Context, t *testing.T, gw string) time.D
 	return took
 }
 
+// setAccess reads how the cluster is to be reached: the admin token, and
+// TLS if the compose file turns it on for the gateways.
+func (w *world) setAccess(ctx context.Context, t *testing.T) {
+	t.Helper()
+	if raw, err := os.ReadFile("../deploy/secrets/admin_token"); err == nil {
+		w.access.adminToken = strings.TrimSpace(string(raw))
+	}
+	ins, err := w.c.inspect(ctx, "gw1")
+	must(t, err)
+	if !slices.ContainsFunc(ins.Config.Env, func(e string) bool { return strings.HasPrefix(e, "ROLLCALL_TLS_CERT=") && e != "ROLLCALL_TLS_CERT=" }) {
+		t.Log("the compose file serves plain TCP (no ROLLCALL_TLS_CERT): clients connect without TLS")
+		return
+	}
+	ca, err := os.ReadFile("../deploy/secrets/tls_ca.crt")
+	if err != nil {
+		t.Fatalf("the gateways serve TLS but the CA is missing (make secrets): %v", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		t.Fatal("deploy/secrets/tls_ca.crt holds no certificate")
+	}
+	w.access.tls = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	t.Log("the gateways serve TLS: clients and HTTP requests verify them against deploy/secrets/tls_ca.crt")
+}
+
 // checkContainers checks what the image and the compose file promise: not
 // root, ports published on loopback only, a health check.
 func (w *world) checkContainers(ctx context.Context, t *testing.T) {
@@ -195,7 +223,7 @@ func (w *world) checkContainers(ctx context.Context, t *testing.T) {
 	}
 	// The host reaches the gateways on the clients network unless told to
 	// use the published ports.
-	if _, err := members(ctx, w.httpAddr("gw1")); err != nil && !w.c.published {
+	if _, err := w.members(ctx, "gw1"); err != nil && !w.c.published {
 		t.Fatalf("cannot reach gw1 at %s from the host (set ROLLCALL_E2E_PUBLISHED=1 to use its published ports): %v", w.httpAddr("gw1"), err)
 	}
 }
@@ -203,7 +231,7 @@ func (w *world) checkContainers(ctx context.Context, t *testing.T) {
 // downAt reports whether gateway viewer shows gateway peer's sessions
 // expired (lease run out or memberlist declared it failed).
 func (w *world) downAt(ctx context.Context, viewer, peer string) error {
-	ms, err := members(ctx, w.httpAddr(viewer))
+	ms, err := w.members(ctx, viewer)
 	if err != nil {
 		return err
 	}
@@ -221,7 +249,7 @@ func (w *world) downAt(ctx context.Context, viewer, peer string) error {
 // memberState reports whether gateway viewer shows peer in memberlist state
 // want.
 func (w *world) memberState(ctx context.Context, viewer, peer, want string) error {
-	ms, err := members(ctx, w.httpAddr(viewer))
+	ms, err := w.members(ctx, viewer)
 	if err != nil {
 		return err
 	}
@@ -237,7 +265,7 @@ func (w *world) memberState(ctx context.Context, viewer, peer, want string) erro
 // sessions online.
 func (w *world) allAlive(ctx context.Context) error {
 	for _, v := range gatewayNames() {
-		ms, err := members(ctx, w.httpAddr(v))
+		ms, err := w.members(ctx, v)
 		if err != nil {
 			return err
 		}

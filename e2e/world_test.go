@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/rollcall/rollcall/chaos"
+	"github.com/rollcall/rollcall/gossip"
 	"github.com/rollcall/rollcall/node"
 )
 
@@ -22,6 +23,7 @@ import (
 type world struct {
 	c      *cluster
 	secret []byte
+	access access // set before the first connection, then static
 
 	mu      sync.Mutex
 	actors  []*actor          // drill users' devices, then the watchers
@@ -90,6 +92,18 @@ func (w *world) httpAddr(gw string) string {
 	return w.http[gw]
 }
 
+func (w *world) members(ctx context.Context, gw string) ([]gossip.Member, error) {
+	var ms []gossip.Member
+	err := w.access.httpGet(ctx, gw, w.httpAddr(gw), "/v1/members", &ms)
+	return ms, err
+}
+
+func (w *world) presence(ctx context.Context, gw, user string) (node.Presence, error) {
+	var p node.Presence
+	err := w.access.httpGet(ctx, gw, w.httpAddr(gw), "/v1/presence/"+user, &p)
+	return p, err
+}
+
 // refreshAddrs reads a gateway's addresses again (after its container
 // started).
 func (w *world) refreshAddrs(ctx context.Context, gw string) error {
@@ -144,7 +158,7 @@ func (a *actor) connect(ctx context.Context, gw string) error {
 		a.w.mu.Unlock()
 		onEvent = func(p node.Presence) { a.w.observe(a.user, gw, stream, p) }
 	}
-	c, err := dial(ctx, a.w.clientAddr(gw), h, onEvent)
+	c, err := dial(ctx, a.w.clientAddr(gw), a.w.access.tlsFor(gw), h, onEvent)
 	if err != nil {
 		return err
 	}
@@ -271,7 +285,7 @@ func shown(p node.Presence) (sessions []string, status string) {
 func (w *world) checkView(ctx context.Context, viewer string) error {
 	var bad []string
 	for _, u := range w.drillUsers() {
-		p, err := presenceOf(ctx, w.httpAddr(viewer), u)
+		p, err := w.presence(ctx, viewer, u)
 		if err != nil {
 			return fmt.Errorf("%s: %w", viewer, err)
 		}

@@ -3,7 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"flag"
 	"fmt"
@@ -20,8 +23,9 @@ import (
 // It returns nil (exit 0) on 200 and an error (exit 1) on any other answer,
 // no answer, or no answer within --probe-timeout.
 //
-// --http-addr is the agent's own flag, so ROLLCALL_HTTP_ADDR in a
-// container's environment points both at the same port. A wildcard host
+// --http-addr and --tls-cert are the agent's own flags, so
+// ROLLCALL_HTTP_ADDR and ROLLCALL_TLS_CERT in a container's environment
+// point both at the same port, speaking the same protocol. A wildcard host
 // (0.0.0.0, [::] or none) is asked on loopback: it is where the agent
 // listens from the health check's point of view, inside the container.
 func runHealth(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -32,6 +36,9 @@ func runHealth(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	// Not --timeout: ROLLCALL_TIMEOUT is the agent's session timeout, and
 	// the health check shares the agent's environment.
 	probeTimeout := fs.Duration("probe-timeout", 2*time.Second, "how long to wait for the answer")
+	// The agent's own flag too: ROLLCALL_TLS_CERT in the container's
+	// environment tells the health check the HTTP port speaks TLS.
+	tlsCert := fs.String("tls-cert", "", "the agent's certificate (its --tls-cert): when set, ask over https and accept only the certificate in this file")
 	if err := parseFlags(fs, args, os.Getenv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -42,7 +49,14 @@ func runHealth(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *ready {
 		path = "/readyz"
 	}
-	status, body, err := probe(ctx, *addr, path, *probeTimeout)
+	var pin *x509.Certificate
+	if *tlsCert != "" {
+		var err error
+		if pin, err = leafOf(*tlsCert); err != nil {
+			return err
+		}
+	}
+	status, body, err := probe(ctx, *addr, path, *probeTimeout, pin)
 	if err != nil {
 		return err
 	}
@@ -54,24 +68,39 @@ func runHealth(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 // probe makes one GET to the agent at addr and returns the status code and
-// the body (at most 512 bytes) on one line, for Docker's health log.
-func probe(ctx context.Context, addr, path string, timeout time.Duration) (int, string, error) {
+// the body (at most 512 bytes) on one line, for Docker's health log. With
+// pin it speaks https and accepts only a server presenting pin as its
+// leaf: the probe dials loopback, which the certificate need not name.
+func probe(ctx context.Context, addr, path string, timeout time.Duration, pin *x509.Certificate) (int, string, error) {
 	target, err := loopbackFor(addr)
 	if err != nil {
 		return 0, "", err
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	// TLS on the HTTP port (--tls-cert/--tls-key) is not wired here yet: when
-	// it is, the probe speaks https to a TLS agent, trusting the agent's own
-	// certificate or --tls-ca.
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+target+path, nil)
+	// No proxy from the environment (HTTP_PROXY): the agent is local.
+	tr := &http.Transport{Proxy: nil, DisableKeepAlives: true}
+	scheme := "http"
+	if pin != nil {
+		scheme = "https"
+		tr.TLSClientConfig = &tls.Config{
+			MinVersion: tls.VersionTLS12,
+			// The chain and names are not what is checked: the exact
+			// certificate is, in VerifyConnection.
+			InsecureSkipVerify: true,
+			VerifyConnection: func(cs tls.ConnectionState) error {
+				if len(cs.PeerCertificates) == 0 || !bytes.Equal(cs.PeerCertificates[0].Raw, pin.Raw) {
+					return errors.New("the agent presented another certificate than --tls-cert")
+				}
+				return nil
+			},
+		}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+target+path, nil)
 	if err != nil {
 		return 0, "", err
 	}
-	// No proxy from the environment (HTTP_PROXY): the agent is local.
-	client := &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
-	resp, err := client.Do(req)
+	resp, err := (&http.Client{Transport: tr}).Do(req)
 	if err != nil {
 		return 0, "", fmt.Errorf("unhealthy: GET %s from %s: %w", path, target, err)
 	}
@@ -83,6 +112,27 @@ func probe(ctx context.Context, addr, path string, timeout time.Duration) (int, 
 		one.WriteString(strings.Join(strings.Fields(string(raw)), " "))
 	}
 	return resp.StatusCode, one.String(), nil
+}
+
+// leafOf reads the first certificate of a PEM file.
+func leafOf(path string) (*x509.Certificate, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-cert: %w", err)
+	}
+	for {
+		var b *pem.Block
+		if b, raw = pem.Decode(raw); b == nil {
+			return nil, fmt.Errorf("--tls-cert %s: no PEM certificate in it", path)
+		}
+		if b.Type == "CERTIFICATE" {
+			c, err := x509.ParseCertificate(b.Bytes)
+			if err != nil {
+				return nil, fmt.Errorf("--tls-cert %s: %w", path, err)
+			}
+			return c, nil
+		}
+	}
 }
 
 // loopbackFor returns the address to dial for an agent listening on addr:

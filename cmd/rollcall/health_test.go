@@ -2,13 +2,23 @@ package main
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // healthServer answers /healthz and /readyz with the given codes and
@@ -121,5 +131,71 @@ func TestHealthCommandWildcardAndEnv(t *testing.T) {
 		if got, err := loopbackFor(in); err != nil || got != want {
 			t.Errorf("loopbackFor(%q) = %q, %v; want %q", in, got, err, want)
 		}
+	}
+}
+
+// selfSigned makes a certificate for 127.0.0.1 and its key.
+func selfSigned(t *testing.T) tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// writeCertPEM writes a server's certificate as the agent's --tls-cert
+// file would hold it.
+func writeCertPEM(t *testing.T, srv *httptest.Server) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "cert.pem")
+	b := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// With the agent's --tls-cert (ROLLCALL_TLS_CERT), the health check speaks
+// https to loopback and accepts exactly that certificate: not another
+// one, even from a server on the agent's port.
+func TestHealthCommandTLS(t *testing.T) {
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, `{"status":"ok"}`) })
+	agent := httptest.NewTLSServer(ok)
+	defer agent.Close()
+	// httptest's servers share one certificate: the impostor gets its own.
+	impostor := httptest.NewUnstartedServer(ok)
+	impostor.TLS = &tls.Config{Certificates: []tls.Certificate{selfSigned(t)}}
+	impostor.StartTLS()
+	defer impostor.Close()
+	addr := strings.TrimPrefix(agent.URL, "https://")
+	cert := writeCertPEM(t, agent)
+
+	if err := runHealth(t.Context(), []string{"--http-addr", addr, "--tls-cert", cert}, io.Discard, io.Discard); err != nil {
+		t.Fatalf("TLS agent with its own certificate: %v", err)
+	}
+	t.Setenv("ROLLCALL_TLS_CERT", cert)
+	if err := runHealth(t.Context(), []string{"--http-addr", addr}, io.Discard, io.Discard); err != nil {
+		t.Fatalf("ROLLCALL_TLS_CERT: %v", err)
+	}
+	err := runHealth(t.Context(), []string{"--http-addr", strings.TrimPrefix(impostor.URL, "https://")}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "another certificate") {
+		t.Fatalf("a server with another certificate was accepted: %v", err)
+	}
+	// Plain HTTP to a TLS port is not healthy (400 from the TLS server).
+	if err := runHealth(t.Context(), []string{"--http-addr", addr, "--tls-cert", ""}, io.Discard, io.Discard); err == nil {
+		t.Fatal("plain HTTP to a TLS port reported healthy")
+	}
+	bad := filepath.Join(t.TempDir(), "bad.pem")
+	os.WriteFile(bad, []byte("not a certificate"), 0o644)
+	if err := runHealth(t.Context(), []string{"--http-addr", addr, "--tls-cert", bad}, io.Discard, io.Discard); err == nil ||
+		!strings.Contains(err.Error(), "no PEM certificate") {
+		t.Fatalf("unreadable --tls-cert: %v", err)
 	}
 }
