@@ -195,17 +195,23 @@ func (c *client) request(req map[string]any) (frame, error) {
 	if err := c.write(line); err != nil {
 		return frame{}, fmt.Errorf("%v: %w", req["op"], err)
 	}
+	var f frame
 	select {
-	case f := <-c.replies:
-		if f.Op == "error" {
-			return f, fmt.Errorf("%v: %s: %s", req["op"], f.Code, f.Message)
-		}
-		return f, nil
+	case f = <-c.replies:
 	case <-c.done:
-		return frame{}, fmt.Errorf("%v: %w (%s)", req["op"], errClosed, c.end())
+		// The reply may have come just before the close (bye's ok does).
+		select {
+		case f = <-c.replies:
+		default:
+			return frame{}, fmt.Errorf("%v: %w (%s)", req["op"], errClosed, c.end())
+		}
 	case <-time.After(requestTimeout):
 		return frame{}, fmt.Errorf("%v: no reply in %v", req["op"], requestTimeout)
 	}
+	if f.Op == "error" {
+		return f, fmt.Errorf("%v: %s: %s", req["op"], f.Code, f.Message)
+	}
+	return f, nil
 }
 
 // end returns the closing error code ("eof" for a plain close), or "" while

@@ -63,6 +63,16 @@ func TestContainerDrills(t *testing.T) {
 			must(t, a.connect(ctx, gw))
 		}
 	}
+	// Tokens are checked (no --dev): no token, or one signed with another
+	// key, is refused and the connection closed.
+	forged, err := node.NewToken([]byte("not-the-compose-secret-0123456789abcdef"), "mallory", time.Hour, time.Now())
+	must(t, err)
+	for _, tok := range []string{"", forged} {
+		_, err := dial(ctx, w.clientAddr("gw3"), w.access.tlsFor("gw3"), hello{User: "mallory", Device: "x", Token: tok}, nil)
+		if err == nil || !strings.Contains(err.Error(), "auth_failed") {
+			t.Errorf("hello with token %q: %v, want auth_failed", tok[:min(len(tok), 12)], err)
+		}
+	}
 	must(t, multiPhone.connect(ctx, "gw1"))
 	must(t, multiLaptop.connect(ctx, "gw2"))
 	for gw, a := range watchers {
@@ -219,6 +229,14 @@ func (w *world) checkContainers(ctx context.Context, t *testing.T) {
 					t.Errorf("%s publishes %s on %s, want 127.0.0.1 only", gw, port, b.HostIP)
 				}
 			}
+		}
+	}
+	// Gossip is encrypted with the compose file's key.
+	for _, gw := range gatewayNames() {
+		out, err := w.c.composeRun(ctx, "logs", "--no-color", gw)
+		must(t, err)
+		if !strings.Contains(out, `"encrypted":true`) {
+			t.Errorf("%s does not log encrypted gossip at start:\n%s", gw, first(strings.Split(out, "\n"), 5))
 		}
 	}
 	// The host reaches the gateways on the clients network unless told to
