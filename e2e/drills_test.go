@@ -34,6 +34,7 @@ func TestContainerDrills(t *testing.T) {
 	}
 	ctx := t.Context()
 	w := newWorld(t)
+	started := time.Now()
 	w.c.up(ctx)
 	w.setAccess(ctx, t)
 	for _, gw := range gatewayNames() {
@@ -83,6 +84,7 @@ func TestContainerDrills(t *testing.T) {
 	if _, err := waitFor(ctx, time.Now(), w.bounds.Convergence, func() error { return w.checkViews(ctx, gatewayNames()...) }); err != nil {
 		t.Fatalf("cluster never showed every client: %v", err)
 	}
+	t.Logf("cluster up, healthy and showing every client %v after compose up", time.Since(started).Round(time.Millisecond))
 
 	if !t.Run("kill", func(t *testing.T) { w.drillKill(ctx, t, "gw1") }) {
 		return
