@@ -94,15 +94,17 @@ $(SECRETS)/tls_gateway.crt:
 # The container drills against the compose cluster (docs/_e2e.md): build
 # the image, start three gateways under a project name of their own, kill
 # one, partition one, restart all three one by one, checking what clients
-# see; the cluster is removed afterwards, also when the test fails.
+# see; the cluster is removed afterwards, also when the test fails or
+# make is interrupted.
 COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 e2e: image secrets
 	@project=$${E2E_PROJECT:-rollcall-e2e-$$(date +%s)-$$$$}; start=$$(date +%s); \
+	down() { $(COMPOSE) -f deploy/docker-compose.yml -p $$project down -v --remove-orphans --timeout 5 >/dev/null 2>&1; }; \
+	trap 'down; exit 130' INT TERM; \
 	echo "== e2e: compose project $$project ($(COMPOSE))"; \
 	ROLLCALL_E2E=1 ROLLCALL_E2E_PROJECT=$$project ROLLCALL_E2E_COMPOSE="$(COMPOSE)" \
 		$(GO) test -race -count=1 -v -timeout 10m ./e2e; rc=$$?; \
-	$(COMPOSE) -f deploy/docker-compose.yml -p $$project down -v --remove-orphans --timeout 5 >/dev/null 2>&1; \
-	echo "== e2e: $$(( $$(date +%s) - start ))s, exit $$rc"; exit $$rc
+	down; echo "== e2e: $$(( $$(date +%s) - start ))s, exit $$rc"; exit $$rc
 
 # The simulator against a real 32-node in-process cluster (docs/simulator.md).
 calibrate:
