@@ -20,7 +20,7 @@ MODIFIED    := $(shell test -n "$$(git status --porcelain 2>/dev/null)" && echo 
 LDFLAGS     := -X main.version=$(VERSION) -X main.revision=$(REVISION) -X main.commitTime=$(COMMIT_TIME) -X main.modified=$(MODIFIED)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.7.0
 
-.PHONY: all build test test-short bench lint fuzz run clean image calibrate pgo chaos
+.PHONY: all build test test-short bench lint fuzz run clean image secrets e2e calibrate pgo chaos
 
 all: build
 
@@ -74,6 +74,50 @@ clean:
 image:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o deploy/rollcall ./cmd/rollcall
 	docker build -t rollcall deploy
+
+# The compose cluster's secrets (deploy/docker-compose.yml), made once and
+# kept: an HS256 key for client tokens, a gossip encryption key and an
+# admin token for the HTTP API, 32 random bytes each in base64, and a TLS
+# certificate for the gateways (names gw1, gw2, gw3, localhost, 127.0.0.1)
+# with the CA that signed it (the CA's key is not kept). deploy/secrets/ is
+# git-ignored and private to its owner (0700); the files in it are 0644 so
+# the containers' non-root user (65532) can read them through their
+# read-only mounts.
+SECRETS := deploy/secrets
+secrets: $(SECRETS)/token_secret $(SECRETS)/gossip_keyring $(SECRETS)/admin_token $(SECRETS)/tls_gateway.crt
+$(SECRETS)/token_secret $(SECRETS)/gossip_keyring $(SECRETS)/admin_token:
+	@mkdir -p -m 700 $(SECRETS)
+	@umask 077 && head -c 32 /dev/urandom | base64 > $@.tmp && chmod 644 $@.tmp && mv $@.tmp $@
+	@echo "made $@"
+$(SECRETS)/tls_gateway.crt:
+	@mkdir -p -m 700 $(SECRETS)
+	@command -v openssl >/dev/null || { echo "make secrets: openssl is needed for the gateways' TLS certificate"; exit 1; }
+	@set -e; umask 077; d=$$(mktemp -d); trap 'rm -rf "$$d"' EXIT; \
+	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 825 \
+		-subj /CN=rollcall-compose-ca -keyout $$d/ca.key -out $$d/ca.crt 2>/dev/null; \
+	openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=rollcall-gateway \
+		-keyout $$d/gw.key -out $$d/gw.csr 2>/dev/null; \
+	printf 'subjectAltName=DNS:gw1,DNS:gw2,DNS:gw3,DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' > $$d/ext; \
+	openssl x509 -req -in $$d/gw.csr -CA $$d/ca.crt -CAkey $$d/ca.key -CAcreateserial -days 825 \
+		-extfile $$d/ext -out $$d/gw.crt 2>/dev/null; \
+	chmod 644 $$d/ca.crt $$d/gw.crt $$d/gw.key; \
+	mv $$d/ca.crt $(SECRETS)/tls_ca.crt; mv $$d/gw.key $(SECRETS)/tls_gateway.key; mv $$d/gw.crt $@
+	@echo "made $(SECRETS)/tls_ca.crt, $(SECRETS)/tls_gateway.key and $@"
+
+# The container drills against the compose cluster (docs/_e2e.md): build
+# the image, start three gateways under a project name of their own, kill
+# one, partition one, restart all three one by one, checking what clients
+# see; the cluster is removed afterwards, also when the test fails or
+# make is interrupted.
+COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
+e2e: image secrets
+	@project=$${E2E_PROJECT:-rollcall-e2e-$$(date +%s)-$$$$}; start=$$(date +%s); \
+	down() { $(COMPOSE) -f deploy/docker-compose.yml -p $$project down -v --remove-orphans --timeout 5 >/dev/null 2>&1; }; \
+	trap 'down; exit 130' INT TERM; \
+	echo "== e2e: compose project $$project ($(COMPOSE))"; \
+	ROLLCALL_E2E=1 ROLLCALL_E2E_PROJECT=$$project ROLLCALL_E2E_COMPOSE="$(COMPOSE)" \
+		$(GO) test -race -count=1 -v -timeout 10m ./e2e; rc=$$?; \
+	down; echo "== e2e: $$(( $$(date +%s) - start ))s, exit $$rc"; exit $$rc
 
 # The simulator against a real 32-node in-process cluster (docs/simulator.md).
 # The plot goes to bin/; make calibrate PLOT=docs/sim-calibration.svg

@@ -26,6 +26,7 @@ func commands() map[string]command {
 		"members": {"list the cluster's members, as one agent sees them", runMembers},
 		"leave":   {"make an agent leave the cluster gracefully and exit", runLeave},
 		"keys":    {"list or rotate the gossip encryption keys", runKeys},
+		"health":  {"exit 0 if an agent answers its health check (container HEALTHCHECK)", runHealth},
 
 		"validate-config": {"check a config file as the agent would (--config FILE)", runValidateConfig},
 	}
