@@ -35,6 +35,9 @@ func (r *Replica) CheckInvariants() error {
 	if users != r.numSessions {
 		return fmt.Errorf("byUser holds %d records, numSessions %d", users, r.numSessions)
 	}
+	if c := r.recountCensus(); c != r.census {
+		return fmt.Errorf("census %v, recounted %v", r.census, c)
+	}
 	for _, e := range all {
 		k := e.s.Key()
 		if e.counted != r.effectiveActive(e.s) {

@@ -65,6 +65,10 @@ type Replica struct {
 
 	tombstones []tombstone // FIFO by endedAt
 
+	// census counts the session records by owner and projected state
+	// (census.go): changed with every record and every counted flag.
+	census censusCounts
+
 	floors     map[Key]epochFloor // epochs of collected tombstones (epochfloor.go)
 	floorQueue []floorItem
 }
@@ -351,12 +355,14 @@ func (r *Replica) mergeSession(st *originState, s *Session, now int64, owned boo
 		e = &entry{s: s, endedAt: endedAt, st: st}
 		r.indexUser(e)
 		r.numSessions++
+		r.tally(e, 1)
 	} else {
 		// The new record takes the old one's entry, which every index
 		// already points to under this key: only the origin log and, when
 		// the groups differ, the group counts change (recount below brings
 		// the counts in line, as for a new entry).
 		e = cur
+		r.tally(cur, -1)
 		cur.st.log.Delete(logItem{version: cur.s.Version})
 		if cur.counted && !slices.Equal(cur.s.Groups, s.Groups) {
 			r.uncount(cur)
@@ -364,6 +370,7 @@ func (r *Replica) mergeSession(st *originState, s *Session, now int64, owned boo
 		e.s = s
 		e.st = st
 		e.endedAt = endedAt
+		r.tally(e, 1)
 	}
 	st.log.ReplaceOrInsert(logItem{version: s.Version, e: e})
 	r.recount(e, st.node)
@@ -396,6 +403,7 @@ func (st *originState) versionTaken(v uint64, e *entry, a *Account) bool {
 // removeEntry deletes a session record and all index references to it.
 func (r *Replica) removeEntry(e *entry) {
 	k := e.s.Key()
+	r.tally(e, -1)
 	if e.counted {
 		r.uncount(e)
 	}
@@ -445,12 +453,16 @@ func (r *Replica) recount(e *entry, ns *nodeState) {
 	want := r.effectiveActiveIn(e.s, ns)
 	switch {
 	case want && !e.counted:
+		r.tally(e, -1)
 		e.counted = true
+		r.tally(e, 1)
 		if r.groupOnline != nil {
 			r.countGroups(e)
 		}
 	case !want && e.counted:
+		r.tally(e, -1)
 		r.uncount(e)
+		r.tally(e, 1)
 	}
 }
 

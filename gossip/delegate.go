@@ -55,7 +55,11 @@ func (d *delegate) NotifyMsg(b []byte) {
 }
 
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
-	return d.queue.GetBroadcasts(overhead, limit)
+	bs := d.queue.GetBroadcasts(overhead, limit)
+	for _, b := range bs {
+		d.stats.countSent(b, transportBroadcast)
+	}
+	return bs
 }
 
 // LocalState is our half of memberlist's push/pull: our digest. The peer
@@ -67,6 +71,7 @@ func (d *delegate) LocalState(join bool) []byte {
 		return nil
 	}
 	d.stats.StateBytes.Add(uint64(len(b)))
+	d.stats.countSent(b, transportPushPull)
 	return b
 }
 
@@ -167,6 +172,11 @@ func (c *Cluster) memberFailed(n *memberlist.Node) {
 	c.mu.Unlock()
 	switch {
 	case wasUp:
+		if state == "left" {
+			c.stats.MembersLeft.Add(1)
+		} else {
+			c.stats.MembersFailed.Add(1)
+		}
 		c.log.Info("member failed or left; its sessions are shown expired", zap.String("node", n.Name), zap.String("state", state))
 		c.host.MarkNodeDown(n.Name)
 	case !down:

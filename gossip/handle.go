@@ -15,6 +15,7 @@ import (
 func (c *Cluster) enqueue(b []byte) {
 	c.stats.MessagesReceived.Add(1)
 	c.stats.BytesReceived.Add(uint64(len(b)))
+	c.stats.countReceived(b)
 	select {
 	case c.inbound <- b:
 	default:

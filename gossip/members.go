@@ -54,3 +54,13 @@ func (c *Cluster) ClientAddrOf(name string) string {
 	}
 	return ""
 }
+
+// HealthScore returns memberlist's health (awareness) score: 0 is
+// healthy; higher means this node has been missing probe acks and nacks,
+// is likely the slow or partitioned one, and waits longer before it
+// suspects others.
+func (c *Cluster) HealthScore() int { return c.ml.GetHealthScore() }
+
+// QueuedBroadcasts returns the messages waiting in the epidemic broadcast
+// queue.
+func (c *Cluster) QueuedBroadcasts() int { return c.queue.NumQueued() }

@@ -165,6 +165,7 @@ func (c *Cluster) sendAll(nodes []*memberlist.Node, msg []byte, reliable bool) i
 			}
 			c.stats.PacketsSent.Add(1)
 			c.stats.BytesSent.Add(uint64(len(msg)))
+			c.stats.countSent(msg, transportPacket)
 		}
 		return sent
 	}
@@ -186,6 +187,7 @@ func (c *Cluster) sendAll(nodes []*memberlist.Node, msg []byte, reliable bool) i
 func (c *Cluster) sendReliable(n *memberlist.Node, msg []byte) bool {
 	c.stats.StreamsSent.Add(1)
 	c.stats.BytesSent.Add(uint64(len(msg)))
+	c.stats.countSent(msg, transportStream)
 	if err := c.ml.SendReliable(n, msg); err != nil {
 		c.stats.SendErrors.Add(1)
 		c.log.Debug("reliable send failed", zap.String("to", n.Name), zap.Error(err))

@@ -4,6 +4,7 @@ package gossip
 
 import (
 	"io"
+	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -35,6 +36,100 @@ type Stats struct {
 	SyncRecordsSent     atomic.Uint64
 	SyncBytesSent       atomic.Uint64
 	SyncRecordsReceived atomic.Uint64
+
+	LeasesExpired atomic.Uint64 // peers whose lease passed: their sessions were shown expired
+	MembersFailed atomic.Uint64 // members memberlist declared dead, whose sessions were then shown expired
+	MembersLeft   atomic.Uint64 // members that left gracefully, whose sessions were then shown expired
+
+	// Messages and bytes by message type (index 0: not a Rollcall
+	// message) and, when sent, by transport; see Sent and Received.
+	sent     [msgTypeMax + 1][numTransports]traffic
+	received [msgTypeMax + 1]traffic
+}
+
+type traffic struct{ messages, bytes atomic.Uint64 }
+
+func (t *traffic) add(n int) {
+	t.messages.Add(1)
+	t.bytes.Add(uint64(n))
+}
+
+// transport is how a message left this node.
+type transport uint8
+
+const (
+	transportPacket    transport = iota // a best-effort UDP packet (memberlist SendBestEffort)
+	transportStream                     // a reliable TCP stream (memberlist SendReliable)
+	transportBroadcast                  // piggybacked on memberlist's gossip (one count per retransmit)
+	transportPushPull                   // memberlist's push/pull state exchange
+	numTransports
+)
+
+func (t transport) String() string {
+	switch t {
+	case transportPacket:
+		return "packet"
+	case transportStream:
+		return "stream"
+	case transportBroadcast:
+		return "broadcast"
+	case transportPushPull:
+		return "pushpull"
+	}
+	return "transport(" + strconv.Itoa(int(t)) + ")"
+}
+
+// typeOf returns a message's type from its header, or 0 when the message
+// is not of this wire version or names no known type.
+func typeOf(b []byte) msgType {
+	if len(b) < 2 || b[0] != wireVersion || b[1] == 0 || msgType(b[1]) > msgTypeMax {
+		return 0
+	}
+	return msgType(b[1])
+}
+
+func (s *Stats) countSent(msg []byte, t transport) { s.sent[typeOf(msg)][t].add(len(msg)) }
+func (s *Stats) countReceived(msg []byte)          { s.received[typeOf(msg)].add(len(msg)) }
+
+// Traffic is the messages and bytes of one message type, sent over one
+// transport or received.
+type Traffic struct {
+	Type      string // the wire message type (msgType's name); "invalid" for anything else
+	Transport string // packet, stream, broadcast or pushpull; empty when received
+	Messages  uint64
+	Bytes     uint64
+}
+
+func typeName(t msgType) string {
+	if t == 0 {
+		return "invalid"
+	}
+	return t.String()
+}
+
+// Sent returns what this node sent, by message type and transport: every
+// combination, zeros included.
+func (s *Stats) Sent() []Traffic {
+	out := make([]Traffic, 0, len(s.sent)*int(numTransports))
+	for typ := range s.sent {
+		for tr := range numTransports {
+			t := &s.sent[typ][tr]
+			out = append(out, Traffic{Type: typeName(msgType(typ)), Transport: tr.String(),
+				Messages: t.messages.Load(), Bytes: t.bytes.Load()})
+		}
+	}
+	return out
+}
+
+// Received returns what this node received, by message type (packets and
+// streams alike, and the push/pull state peers sent), zeros included.
+func (s *Stats) Received() []Traffic {
+	out := make([]Traffic, 0, len(s.received))
+	for typ := range s.received {
+		t := &s.received[typ]
+		out = append(out, Traffic{Type: typeName(msgType(typ)), Messages: t.messages.Load(), Bytes: t.bytes.Load()})
+	}
+	return out
 }
 
 // zapWriter adapts memberlist's *log.Logger output to zap at debug level,

@@ -66,6 +66,7 @@ func (c *Cluster) expireLeases() {
 		delete(c.reviving, n)
 	}
 	c.mu.Unlock()
+	c.stats.LeasesExpired.Add(uint64(len(expired)))
 	c.checkRevivals(now)
 	for _, n := range expired {
 		c.log.Info("peer lease expired; its sessions are shown expired", zap.String("node", n))

@@ -52,11 +52,20 @@ type conn struct {
 	// Hot path, lock-free.
 	state      atomic.Int32
 	lastActive atomic.Int64 // Node.mono() of the last valid request
+	// heartbeats counts this connection's heartbeats. It is the
+	// connection's own, so heartbeats on many cores do not contend for one
+	// counter; it is added to the node's when the connection is forgotten
+	// (endConnSession), and Node.Metrics sums the open connections'.
+	heartbeats atomic.Uint64
 
 	// Owned by the reader goroutine.
 	br       *bufio.Reader
 	long     []byte
 	requests tokenBucket // the connection's allowance of requests (Config.RequestRate)
+
+	// reqOp is the op index (metrics.go) of the request being handled, for
+	// counting error replies; written by the reader.
+	reqOp atomic.Int32
 
 	// Guarded by n.mu.
 	sess      *localSession // set at welcome; never cleared
@@ -76,6 +85,10 @@ type outQueue struct {
 	closing bool // accept no more frames; the writer flushes and closes
 	dead    bool // the socket is gone; the writer exits without writing
 	wake    chan struct{}
+
+	// closeCode is the error code the connection is closing with, if
+	// any: the reason its session ended, for the disconnect counters.
+	closeCode ErrorCode
 
 	// A sub's snapshot (sendSnapshot, backpressure.go) waits in frames
 	// without counting against the bound: snapFrames frames, snapBytes
@@ -211,16 +224,26 @@ func (c *conn) handleLine(raw []byte) (replied bool) {
 	}
 	if isPlainHeartbeat(line) {
 		// The hot path: one clock read, two atomic loads (the stalls
-		// subtracted by mono, the limits), the request bucket's arithmetic
-		// and one atomic store.
+		// subtracted by mono, the limits), the request bucket's arithmetic,
+		// one atomic store and one atomic add (the connection's heartbeat
+		// counter).
+		c.heartbeats.Add(1)
 		if c.state.Load() == stateActive {
 			c.lastActive.Store(now)
 			return false
 		}
+		c.reqOp.Store(opHB)
 		c.sendError(nil, CodeNotAuthenticated, "send hello first")
 		return true
 	}
 	req, rerr := decodeRequest(line)
+	op := opIndex(req.Op)
+	c.reqOp.Store(op)
+	if op == opHB {
+		c.heartbeats.Add(1)
+	} else {
+		c.n.stats.m.requests[op].Add(1)
+	}
 	if rerr != nil {
 		c.n.stats.badRequests.Add(1)
 		c.sendError(req.ID, rerr.code, rerr.msg)
@@ -274,6 +297,7 @@ func (c *conn) send(frame []byte) bool {
 		q.bytes = 0
 		q.releaseSnapLocked()
 		q.closing = true
+		q.closeCode = CodeSlowConsumer
 		q.mu.Unlock()
 		c.state.Store(stateClosing)
 		c.n.stats.slowConsumers.Add(1)
@@ -293,11 +317,15 @@ func (c *conn) send(frame []byte) bool {
 // closeWithError queues a final error line (it bypasses the queue limits)
 // and closes the connection once it is written.
 func (c *conn) closeWithError(id json.RawMessage, code ErrorCode, msg string) {
-	c.closeWith(encodeError(id, code, msg))
+	c.closeWithCode(encodeError(id, code, msg), code)
 }
 
 // closeWith queues a final frame and closes the connection after it.
-func (c *conn) closeWith(frame []byte) {
+func (c *conn) closeWith(frame []byte) { c.closeWithCode(frame, "") }
+
+// closeWithCode is closeWith for a connection closing with error code
+// (empty for none).
+func (c *conn) closeWithCode(frame []byte, code ErrorCode) {
 	q := &c.q
 	q.mu.Lock()
 	if q.closing {
@@ -307,9 +335,31 @@ func (c *conn) closeWith(frame []byte) {
 	q.frames = append(q.frames, frame)
 	q.bytes += len(frame)
 	q.closing = true
+	q.closeCode = code
 	q.mu.Unlock()
 	c.state.Store(stateClosing)
 	c.wakeWriter()
+}
+
+// setCloseCode records why a connection closes unless a reason is set.
+func (q *outQueue) setCloseCode(code ErrorCode) {
+	q.mu.Lock()
+	if q.closeCode == "" {
+		q.closeCode = code
+	}
+	q.mu.Unlock()
+}
+
+// disconnectReason returns the disconnect counter index (metrics.go) for
+// a session ended because its connection closed.
+func (q *outQueue) disconnectReason() int {
+	q.mu.Lock()
+	code := q.closeCode
+	q.mu.Unlock()
+	if code == "" {
+		return reasonClosed
+	}
+	return codeIndex(code)
 }
 
 // take moves the queued frames out for writing.
@@ -360,6 +410,7 @@ func (c *conn) writeLoop() {
 			c.q.recycle(frames)
 			if err != nil {
 				if errors.Is(err, os.ErrDeadlineExceeded) {
+					c.q.setCloseCode(CodeSlowConsumer)
 					c.n.stats.slowConsumers.Add(1)
 					c.n.log.Info("write timed out; dropping client", zap.Uint64("conn", c.id), zap.String("remote", c.remote))
 				}
@@ -400,9 +451,11 @@ func (c *conn) sendValue(v any) bool {
 	return c.send(append(b, '\n'))
 }
 
-// sendError queues an error line, closing the connection after it for the
-// codes that close.
+// sendError queues an error line in reply to the request being handled,
+// closing the connection after it for the codes that close, and counts it
+// by the request's op and the code.
 func (c *conn) sendError(id json.RawMessage, code ErrorCode, msg string) {
+	c.n.stats.m.requestFailed(c.reqOp.Load(), code)
 	if code.closes() {
 		c.closeWithError(id, code, msg)
 		return

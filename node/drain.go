@@ -156,6 +156,7 @@ func (n *Node) endLocalSessionsLocked(now time.Time) []crdt.Delta {
 			}
 		}
 	}
+	n.stats.m.disconnected(codeIndex(CodeShuttingDown), len(deltas))
 	return deltas
 }
 

@@ -3,6 +3,7 @@ package node
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -26,11 +27,16 @@ func (n *Node) ApplyDeltas(deltas []crdt.Delta) error {
 		d := &deltas[i]
 		changed, dropped, err := n.replica.Apply(*d, now)
 		if err != nil {
+			n.stats.m.deltasInvalid.Add(1)
 			errs = append(errs, fmt.Errorf("delta %d from %s: %w", i, d.Origin(), err))
 			continue
 		}
 		if changed {
 			touched[d.User()] = struct{}{}
+			n.stats.m.deltasApplied.Add(1)
+			n.stats.m.lag.observe(time.Duration(now - d.WrittenAt()))
+		} else {
+			n.stats.m.deltasStale.Add(1)
 		}
 		for _, u := range dropped {
 			touched[u] = struct{}{}

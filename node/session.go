@@ -337,7 +337,7 @@ func (n *Node) handleBye(c *conn, req *Request) *requestError {
 		deltas = append(deltas, d)
 	}
 	n.unlockAndPublish(deltas)
-	n.stats.disconnected.Add(1)
+	n.stats.m.disconnected(reasonBye, 1)
 	c.closeWith(encodeLine(OK{Op: OpOK, ID: req.ID}))
 	return nil
 }
@@ -360,6 +360,7 @@ func (n *Node) endConnSession(c *conn, forget bool) {
 	if _, open := n.conns[c]; forget && open {
 		delete(n.conns, c)
 		n.countConnLocked(c, false)
+		n.stats.heartbeats.Add(c.heartbeats.Load()) // the reader, which counts them, has stopped
 	}
 	var deltas []crdt.Delta
 	// While Drain holds the sessions, Drain writes it or a newer epoch
@@ -367,7 +368,7 @@ func (n *Node) endConnSession(c *conn, forget bool) {
 	if !n.holding {
 		if d, ok := n.endSessionLocked(c, crdt.StateDisconnected, now); ok {
 			deltas = append(deltas, d)
-			n.stats.disconnected.Add(1)
+			n.stats.m.disconnected(c.q.disconnectReason(), 1)
 		}
 	}
 	n.dropSubsLocked(c)

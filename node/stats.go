@@ -12,7 +12,6 @@ type counters struct {
 	accepted       atomic.Uint64 // TCP connections accepted
 	overloaded     atomic.Uint64 // connections refused at MaxConnections
 	sessionsOpened atomic.Uint64 // successful hellos
-	disconnected   atomic.Uint64 // sessions ended by bye, TCP close or error
 	expired        atomic.Uint64 // sessions ended by silence
 	superseded     atomic.Uint64 // connections closed because a newer epoch took their session
 	slowConsumers  atomic.Uint64 // connections dropped for not reading
@@ -28,6 +27,13 @@ type counters struct {
 	tlsHandshakeFailures atomic.Uint64 // client connections closed for a failed or timed-out TLS handshake
 	tooManySessions      atomic.Uint64 // hellos refused at MaxSessionsPerUser
 	tooManyConnections   atomic.Uint64 // connections refused at MaxConnectionsPerIP
+
+	// heartbeats counts the heartbeats of closed connections (open ones
+	// count their own: conn.heartbeats); metrics.go reports the sum as the
+	// requests of op "hb".
+	heartbeats atomic.Uint64
+
+	m metricCounters // labelled counters (metrics.go)
 }
 
 // Stats is a snapshot of a node's counters and gauges (GET /v1/stats).
@@ -79,7 +85,7 @@ func (n *Node) Stats() Stats {
 	st.Accepted = c.accepted.Load()
 	st.Overloaded = c.overloaded.Load()
 	st.SessionsOpened = c.sessionsOpened.Load()
-	st.Disconnected = c.disconnected.Load()
+	st.Disconnected = c.m.totalDisconnects()
 	st.Expired = c.expired.Load()
 	st.Superseded = c.superseded.Load()
 	st.SlowConsumers = c.slowConsumers.Load()

@@ -335,6 +335,8 @@ func (n *Node) flushEvents() {
 	for _, d := range out {
 		if d.c.send(d.frame) {
 			n.stats.events.Add(1)
+		} else {
+			n.stats.m.eventsDropped.Add(1)
 		}
 	}
 	n.fanMu.Unlock()

@@ -7,14 +7,17 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/rollcall/rollcall/gossip"
 	"github.com/rollcall/rollcall/internal/tlsconf"
+	"github.com/rollcall/rollcall/metrics"
 	"github.com/rollcall/rollcall/node"
 )
 
@@ -211,13 +214,33 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	} else if !isLoopback(cfg.ClientAddr) {
 		log.Warn("the client port is plain TCP on a non-loopback address: tokens cross the network in clear text; give --tls-cert and --tls-key")
 	}
+	// GET /metrics: Prometheus metrics, open like /healthz (they hold no
+	// secrets and no user names). memberlist reports through go-metrics'
+	// process-wide sink, installed before the cluster starts.
+	reg := prometheus.NewRegistry()
+	cfg.HTTPHandlers = map[string]http.Handler{"GET /metrics": metrics.Handler(reg)}
+	if _, err := metrics.InstallMemberlistSink(reg); err != nil {
+		return err
+	}
+	if err := metrics.RegisterProcess(reg); err != nil {
+		return err
+	}
 	n, err := node.New(cfg)
 	if err != nil {
 		return err
 	}
+	if err := reg.Register(metrics.NewNodeCollector(n)); err != nil {
+		return fmt.Errorf("register node metrics: %w", err)
+	}
 	cl, leave, err := startCluster(ctx, af.cluster, n, log, api)
 	if err != nil {
 		return fmt.Errorf("start cluster: %w", err)
+	}
+	if gc := api.cluster.Load(); gc != nil {
+		if err := reg.Register(metrics.NewClusterCollector(gc)); err != nil {
+			leave(context.Background()) //nolint:errcheck // already failing
+			return fmt.Errorf("register cluster metrics: %w", err)
+		}
 	}
 	if cl != nil {
 		n.SetCluster(cl)

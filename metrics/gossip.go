@@ -1,0 +1,127 @@
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/rollcall/rollcall/gossip"
+)
+
+// clusterSnapshot is what one scrape reads of a cluster.
+type clusterSnapshot struct {
+	stats    *gossip.Stats // live atomics, read once each
+	sent     []gossip.Traffic
+	received []gossip.Traffic
+	members  map[string]int // by state, this node included
+	down     int            // members whose sessions this node shows expired
+	health   int
+	queued   int
+}
+
+// memberStates are the states rollcall_gossip_members reports, zeros
+// included: gossip.Member.State's, which follow memberlist's join and
+// leave events (memberlist's own view, suspects included, is
+// rollcall_memberlist_members).
+func memberStates() []string { return []string{"alive", "dead", "left"} }
+
+// NewClusterCollector returns a collector of the cluster layer's metrics:
+// gossip traffic by message type, anti-entropy, leases, members and
+// memberlist's health score.
+func NewClusterCollector(c *gossip.Cluster) prometheus.Collector {
+	snapshot := func() clusterSnapshot {
+		s := clusterSnapshot{stats: c.Stats(), members: make(map[string]int), health: c.HealthScore(), queued: c.QueuedBroadcasts()}
+		s.sent, s.received = s.stats.Sent(), s.stats.Received()
+		for _, m := range c.Members() {
+			s.members[m.State]++
+			if m.LeaseExpired {
+				s.down++
+			}
+		}
+		return s
+	}
+	return newSnapshotCollector(snapshot, clusterDefs())
+}
+
+func clusterDefs() []metricDef[clusterSnapshot] {
+	type S = clusterSnapshot
+	traffic := func(name, help string, sent bool, bytes bool) metricDef[S] {
+		labels := []string{"type"}
+		if sent {
+			labels = append(labels, "transport")
+		}
+		return metricDef[S]{name: name, help: help, typ: prometheus.CounterValue, labels: labels,
+			collect: func(s *S, emit func(float64, ...string)) {
+				ts := s.received
+				if sent {
+					ts = s.sent
+				}
+				for _, t := range ts {
+					v := t.Messages
+					if bytes {
+						v = t.Bytes
+					}
+					if sent {
+						emit(float64(v), t.Type, t.Transport)
+					} else {
+						emit(float64(v), t.Type)
+					}
+				}
+			}}
+	}
+	stat := func(name, help string, v func(st *gossip.Stats) uint64) metricDef[S] {
+		return counter(name, help, func(s *S) uint64 { return v(s.stats) })
+	}
+	return []metricDef[S]{
+		traffic("gossip_messages_sent_total",
+			"Rollcall gossip messages sent, by message type and transport (packet: UDP; stream: TCP; broadcast: "+
+				"piggybacked on memberlist's gossip, once per retransmit; pushpull: memberlist's state exchange).", true, false),
+		traffic("gossip_sent_bytes_total", "Bytes of Rollcall gossip messages sent, by message type and transport.", true, true),
+		traffic("gossip_messages_received_total",
+			"Rollcall gossip messages received, by message type (invalid: not a message of this wire version).", false, false),
+		traffic("gossip_received_bytes_total", "Bytes of Rollcall gossip messages received, by message type.", false, true),
+		stat("gossip_send_errors_total", "Gossip sends that failed.",
+			func(st *gossip.Stats) uint64 { return st.SendErrors.Load() }),
+		stat("gossip_bad_messages_total", "Received gossip messages dropped as garbage or refused as invalid.",
+			func(st *gossip.Stats) uint64 { return st.BadMessages.Load() }),
+		stat("gossip_inbound_dropped_total", "Received gossip messages dropped because the inbound queue was full.",
+			func(st *gossip.Stats) uint64 { return st.InboundDropped.Load() }),
+		stat("gossip_delta_copies_sent_total", "Delta copies sent directly to members (one per delta and member).",
+			func(st *gossip.Stats) uint64 { return st.DeltaCopies.Load() }),
+		gauge("gossip_broadcast_queue_messages", "Messages waiting in the epidemic broadcast queue.",
+			func(s *S) float64 { return float64(s.queued) }),
+		stat("gossip_broadcast_queue_prunes_total", "Times the epidemic broadcast queue was pruned to its bound.",
+			func(st *gossip.Stats) uint64 { return st.QueuePruned.Load() }),
+
+		// Anti-entropy.
+		stat("gossip_gap_pulls_total", "Pulls sent because a member's announced watermark stayed ahead of ours (a lost delta).",
+			func(st *gossip.Stats) uint64 { return st.GapPulls.Load() }),
+		stat("gossip_sync_answers_dropped_total", "Anti-entropy requests not answered because too many were being answered at once.",
+			func(st *gossip.Stats) uint64 { return st.AnswersDropped.Load() }),
+		stat("gossip_sync_records_sent_total", "Records sent in anti-entropy answers (syncs).",
+			func(st *gossip.Stats) uint64 { return st.SyncRecordsSent.Load() }),
+		stat("gossip_sync_records_received_total", "Records received in anti-entropy answers (syncs).",
+			func(st *gossip.Stats) uint64 { return st.SyncRecordsReceived.Load() }),
+
+		// Liveness.
+		stat("gossip_leases_expired_total", "Members whose lease passed without a word from them: their sessions were shown expired.",
+			func(st *gossip.Stats) uint64 { return st.LeasesExpired.Load() }),
+		{name: "gossip_member_failures_total", typ: prometheus.CounterValue, labels: []string{"state"},
+			help: "Members memberlist reported gone whose sessions were then shown expired, by state (dead: failed; left: gracefully).",
+			collect: func(s *S, emit func(float64, ...string)) {
+				emit(float64(s.stats.MembersFailed.Load()), "dead")
+				emit(float64(s.stats.MembersLeft.Load()), "left")
+			}},
+		{name: "gossip_members", typ: prometheus.GaugeValue, labels: []string{"state"},
+			help: "Cluster members this gateway knows, itself included, by memberlist state.",
+			collect: func(s *S, emit func(float64, ...string)) {
+				for _, st := range memberStates() {
+					emit(float64(s.members[st]), st)
+				}
+			}},
+		gauge("gossip_members_down", "Members whose sessions this gateway shows expired (lease passed, declared failed, or catching up after it).",
+			func(s *S) float64 { return float64(s.down) }),
+		gauge("memberlist_health_score",
+			"memberlist's health (awareness) score: 0 is healthy; higher means this node misses probe acks, "+
+				"is likely the slow or cut-off one, and waits longer before suspecting others.",
+			func(s *S) float64 { return float64(s.health) }),
+	}
+}

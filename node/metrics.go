@@ -1,0 +1,359 @@
+package node
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/rollcall/rollcall/crdt"
+)
+
+// What the node counts for exporters (package metrics serves it as
+// Prometheus metrics on GET /metrics). Every count is an atomic bumped
+// where the event happens and read at scrape time; gauges are computed at
+// scrape time. Labels come from closed sets (ops, error codes, reasons),
+// never from names a client chose.
+
+// Request ops, the label values of the request counters. opUnknown counts
+// lines that named no known op (or could not be decoded far enough).
+const (
+	opUnknown = iota
+	opHello
+	opHB
+	opStatus
+	opAccount
+	opJoin
+	opLeave
+	opGet
+	opGroup
+	opLocate
+	opSub
+	opUnsub
+	opSend
+	opBye
+	numOps
+)
+
+// opIndex returns the counter index of a request op.
+func opIndex(op string) int32 {
+	switch op {
+	case OpHello:
+		return opHello
+	case OpHB:
+		return opHB
+	case OpStatus:
+		return opStatus
+	case OpAccount:
+		return opAccount
+	case OpJoin:
+		return opJoin
+	case OpLeave:
+		return opLeave
+	case OpGet:
+		return opGet
+	case OpGroup:
+		return opGroup
+	case OpLocate:
+		return opLocate
+	case OpSub:
+		return opSub
+	case OpUnsub:
+		return opUnsub
+	case OpSend:
+		return opSend
+	case OpBye:
+		return opBye
+	}
+	return opUnknown
+}
+
+// opNames returns the label value of each op index.
+func opNames() [numOps]string {
+	return [numOps]string{"unknown", OpHello, OpHB, OpStatus, OpAccount, OpJoin, OpLeave,
+		OpGet, OpGroup, OpLocate, OpSub, OpUnsub, OpSend, OpBye}
+}
+
+// errorCodes returns every error code, in the order of the error
+// counters; a code missing here is counted as "other" (codeOther).
+// TestMetricsKnowEveryCode checks that protocol.go's codes are all here.
+func errorCodes() [numCodes]ErrorCode {
+	return [numCodes]ErrorCode{CodeBadJSON, CodeLineTooLong, CodeUnknownOp, CodeBadRequest, CodeAuthFailed,
+		CodeHandshakeTimeout, CodeNotAuthenticated, CodeSuperseded, CodeShuttingDown, CodeSlowConsumer,
+		CodeExpired, CodeInternal, CodeOverloaded, CodeEpochExhausted, CodeRateLimited,
+		CodeTooManySessions, CodeTooManyConnections}
+}
+
+// numCodes is the number of error codes counted apart; codeOther counts
+// the rest.
+const (
+	numCodes  = 17
+	codeOther = numCodes
+)
+
+// codeIndex returns the counter index of an error code. It scans a short
+// list: errors are not a hot path.
+func codeIndex(code ErrorCode) int {
+	for i, c := range errorCodes() {
+		if c == code {
+			return i
+		}
+	}
+	return codeOther
+}
+
+// codeName returns the label value of a code index.
+func codeName(i int) string {
+	if codes := errorCodes(); i < len(codes) {
+		return string(codes[i])
+	}
+	return "other"
+}
+
+// Disconnect reasons beyond the closing error codes: the index space of
+// the disconnect counters is the error codes' (codeIndex), plus these.
+const (
+	reasonBye    = codeOther + 1 // the client sent bye
+	reasonClosed = codeOther + 2 // the client closed the connection, or the network did
+	numReasons   = codeOther + 3
+)
+
+// reasonName returns the label value of a disconnect reason index.
+func reasonName(i int) string {
+	switch i {
+	case reasonBye:
+		return "bye"
+	case reasonClosed:
+		return "closed"
+	}
+	return codeName(i)
+}
+
+// metricCounters are the node's labelled counters (counters.m).
+type metricCounters struct {
+	requests    [numOps]atomic.Uint64                // request lines handled (heartbeats: counters.heartbeats)
+	errors      [numOps][codeOther + 1]atomic.Uint64 // error replies, by the request's op and the code
+	disconnects [numReasons]atomic.Uint64            // sessions ended disconnected, by reason
+
+	eventsDropped atomic.Uint64 // event frames not queued: the connection was closing or overflowed
+
+	deltasApplied atomic.Uint64 // remote deltas merged (ApplyDeltas)
+	deltasStale   atomic.Uint64 // remote deltas that held nothing new
+	deltasInvalid atomic.Uint64 // remote deltas refused as invalid
+
+	lag lagHistogram // remote deltas' write-to-merge time
+}
+
+// requestFailed counts an error reply to a request of op index op.
+func (m *metricCounters) requestFailed(op int32, code ErrorCode) {
+	if op < 0 || op >= numOps {
+		op = opUnknown
+	}
+	m.errors[op][codeIndex(code)].Add(1)
+}
+
+// disconnected counts k sessions ended disconnected for reason (an index
+// from codeIndex, or reasonBye or reasonClosed).
+func (m *metricCounters) disconnected(reason, k int) {
+	m.disconnects[reason].Add(uint64(k))
+}
+
+// lagBuckets returns the upper bounds, in seconds, of the propagation lag
+// histogram's buckets: from a millisecond (one eager hop on a LAN) to a
+// minute (a write that waited for anti-entropy or a healed partition).
+func lagBuckets() [numLagBuckets]float64 {
+	return [numLagBuckets]float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+}
+
+const numLagBuckets = 15
+
+// lagHistogram is a fixed-bucket histogram of durations, lock-free.
+type lagHistogram struct {
+	counts   [numLagBuckets + 1]atomic.Uint64 // the last bucket is +Inf
+	sumNanos atomic.Uint64
+	negative atomic.Uint64 // observations below zero (clock skew), counted as zero
+}
+
+func (h *lagHistogram) observe(d time.Duration) {
+	if d < 0 {
+		h.negative.Add(1)
+		d = 0
+	}
+	i, secs := 0, d.Seconds()
+	for _, b := range lagBuckets() {
+		if secs <= b {
+			break
+		}
+		i++
+	}
+	h.counts[i].Add(1)
+	h.sumNanos.Add(uint64(d))
+}
+
+// LagHistogram is a snapshot of a duration histogram.
+type LagHistogram struct {
+	// Bounds are the buckets' upper bounds in seconds, ascending.
+	Bounds []float64
+	// Counts are the observations per bucket, not cumulative: Counts[i]
+	// fell in (Bounds[i-1], Bounds[i]]; the last, one more than Bounds,
+	// counts those above every bound.
+	Counts []uint64
+	// Sum is the total of every observation.
+	Sum time.Duration
+	// Negative counts observations below zero (the sender's clock was
+	// ahead of ours), included in the first bucket as zero.
+	Negative uint64
+}
+
+// Count returns the number of observations.
+func (h LagHistogram) Count() uint64 {
+	var n uint64
+	for _, c := range h.Counts {
+		n += c
+	}
+	return n
+}
+
+func (h *lagHistogram) snapshot() LagHistogram {
+	bounds := lagBuckets()
+	s := LagHistogram{Bounds: bounds[:], Counts: make([]uint64, numLagBuckets+1)}
+	for i := range h.counts {
+		s.Counts[i] = h.counts[i].Load()
+	}
+	s.Sum = time.Duration(h.sumNanos.Load())
+	s.Negative = h.negative.Load()
+	return s
+}
+
+// Metrics is a snapshot of everything the node counts, for exporters. The
+// counters only grow over the node's life; the gauges are as of the call.
+type Metrics struct {
+	Node string
+
+	// Gauges.
+	Connections   int  // open client connections
+	LocalSessions int  // active sessions this node owns
+	Draining      bool // Drain has begun
+	// Subscribers counts the connections with at least one subscription;
+	// UserSubscriptions and GroupSubscriptions the subscriptions they hold.
+	Subscribers        int
+	UserSubscriptions  int
+	GroupSubscriptions int
+	// Replica counts the replica's session records by owner and by the
+	// state the projection shows (tombstones included), and its users,
+	// accounts and origins.
+	Replica crdt.Census
+
+	// Connection counters.
+	Accepted   uint64 // client connections accepted
+	Overloaded uint64 // connections refused at MaxConnections
+	// TooManyConnections counts connections refused at MaxConnectionsPerIP.
+	TooManyConnections uint64
+	SlowConsumers      uint64 // connections dropped for not reading
+
+	// Session counters.
+	SessionsOpened uint64            // successful hellos
+	Disconnects    map[string]uint64 // sessions ended disconnected, by reason: "bye", "closed" or the closing error code
+	Expired        uint64            // sessions ended by silence
+	Superseded     uint64            // connections whose session a newer epoch took
+
+	// Request counters, by op ("unknown" for lines naming no known op);
+	// the "hb" op counts every heartbeat, plain or with an id.
+	Requests      map[string]uint64
+	RequestErrors map[OpCode]uint64 // error replies, by request op and code
+
+	// Fan-out counters.
+	EventsQueued   uint64 // event frames queued to subscribers
+	EventsDropped  uint64 // event frames not queued: the connection was closing or overflowed
+	Messages       uint64 // message frames queued to recipients
+	MessageDrops   uint64 // message frames not queued: past the recipient's message share
+	RouteFailures  uint64 // sends to another gateway that failed
+	DeltasWritten  uint64 // deltas this node wrote and published
+	DeltasApplied  uint64 // remote deltas merged into the replica
+	DeltasStale    uint64 // remote deltas that held nothing new (duplicates, older records)
+	DeltasInvalid  uint64 // remote deltas refused as invalid
+	PropagationLag LagHistogram
+
+	// Stalled is the total length of this gateway's own stalls (see
+	// Config.StallThreshold).
+	Stalled time.Duration
+}
+
+// OpCode is a request op and an error code: the key of
+// Metrics.RequestErrors.
+type OpCode struct {
+	Op   string
+	Code string
+}
+
+// Metrics returns a snapshot of the node's counters and gauges. It walks
+// the connections under the node's lock (O(connections)): for
+// monitoring, not hot paths.
+func (n *Node) Metrics() Metrics {
+	n.mu.Lock()
+	m := Metrics{
+		Node: n.cfg.Name, Connections: len(n.conns), LocalSessions: n.localCount, Draining: n.draining,
+	}
+	heartbeats := n.stats.heartbeats.Load()
+	for c := range n.conns {
+		heartbeats += c.heartbeats.Load()
+		if len(c.subUsers)+len(c.subGroups) > 0 {
+			m.Subscribers++
+			m.UserSubscriptions += len(c.subUsers)
+			m.GroupSubscriptions += len(c.subGroups)
+		}
+	}
+	m.Replica = n.replica.Census()
+	n.mu.Unlock()
+
+	c := &n.stats
+	m.Accepted = c.accepted.Load()
+	m.Overloaded = c.overloaded.Load()
+	m.TooManyConnections = c.tooManyConnections.Load()
+	m.SlowConsumers = c.slowConsumers.Load()
+	m.SessionsOpened = c.sessionsOpened.Load()
+	m.Expired = c.expired.Load()
+	m.Superseded = c.superseded.Load()
+	m.EventsQueued = c.events.Load()
+	m.Messages = c.messages.Load()
+	m.MessageDrops = c.messageDrops.Load()
+	m.RouteFailures = c.routeFailures.Load()
+	m.DeltasWritten = c.published.Load()
+
+	mc := &c.m
+	names := opNames()
+	m.Requests = make(map[string]uint64, numOps)
+	m.RequestErrors = make(map[OpCode]uint64)
+	for op := range numOps {
+		if op == opHB {
+			m.Requests[names[op]] = heartbeats
+		} else {
+			m.Requests[names[op]] = mc.requests[op].Load()
+		}
+		for code := range codeOther + 1 {
+			if v := mc.errors[op][code].Load(); v > 0 {
+				m.RequestErrors[OpCode{Op: names[op], Code: codeName(code)}] = v
+			}
+		}
+	}
+	m.Disconnects = make(map[string]uint64)
+	for r := range numReasons {
+		if v := mc.disconnects[r].Load(); v > 0 || r == reasonBye || r == reasonClosed {
+			m.Disconnects[reasonName(r)] = v
+		}
+	}
+	m.EventsDropped = mc.eventsDropped.Load()
+	m.DeltasApplied = mc.deltasApplied.Load()
+	m.DeltasStale = mc.deltasStale.Load()
+	m.DeltasInvalid = mc.deltasInvalid.Load()
+	m.PropagationLag = mc.lag.snapshot()
+	m.Stalled = time.Duration(n.stalled.Load())
+	return m
+}
+
+// totalDisconnects returns the sessions ended disconnected, every reason.
+func (m *metricCounters) totalDisconnects() uint64 {
+	var t uint64
+	for i := range m.disconnects {
+		t += m.disconnects[i].Load()
+	}
+	return t
+}
