@@ -3,6 +3,7 @@ module github.com/rollcall/rollcall
 go 1.26.8
 
 require (
+	github.com/go-jose/go-jose/v4 v4.1.9
 	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/google/btree v1.1.3
 	github.com/hashicorp/go-metrics v0.7.0

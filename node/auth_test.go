@@ -18,7 +18,7 @@ func TestTokens(t *testing.T) {
 		c.Clock = clock
 		// The clock jumps two hours below, past the token's expiry; a
 		// longer session timeout keeps the deadline sweeper from
-		// expiring the session first (it did, now and then, under -race).
+		// expiring the session for silence instead.
 		c.Timeout = 3 * time.Hour
 	})
 	now := clock.Now()
@@ -57,12 +57,13 @@ func TestTokens(t *testing.T) {
 	}
 	c := dial(t, n)
 	c.hello("alice", "phone", map[string]any{"token": good})
-	// The token expires while connected: the session goes on (tokens gate
-	// the handshake only).
-	clock.Advance(2 * time.Hour)
 	if f := c.call(map[string]any{"op": "hb"}); f.str("op") != OpHB {
 		t.Fatalf("hb %v", f)
 	}
+	// The token expires while connected: the session ends
+	// (TestTokenExpiryEndsSession has the details).
+	clock.Advance(2 * time.Hour)
+	c.expectError(CodeTokenExpired)
 	if got := n.Stats().AuthFailed; got != 8 {
 		t.Fatalf("auth failures %d", got)
 	}
@@ -117,6 +118,15 @@ func TestConfigValidate(t *testing.T) {
 	}
 	c := DefaultConfig()
 	c.Secret = testSecret
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	// A token verifier instead of a secret; both is a contradiction.
+	c.TokenVerifier = tokenNode(t, testSecret, time.Now()).tokens
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "not both") {
+		t.Fatalf("Secret and TokenVerifier: %v", err)
+	}
+	c.Secret = nil
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/rollcall/rollcall/auth"
 	"github.com/rollcall/rollcall/crdt"
 )
 
@@ -165,8 +166,18 @@ type Config struct {
 	// unless Dev. At least MinSecretBytes long.
 	Secret []byte
 
-	// Dev accepts any user without a token (hello's token is ignored). For
-	// development on loopback only; the node logs a loud warning.
+	// TokenVerifier verifies client tokens, at hello and refresh and for
+	// the HTTP API (Node.clientMayRead): its keys (HS256 secrets and
+	// RS256, ES256, EdDSA public keys, by kid), the aud and iss it
+	// requires and its leeway. Its Reload rotates keys while the node
+	// runs. Set it or Secret, not both. Default nil: a verifier over
+	// Secret alone (one HS256 key without a kid, auth.DefaultLeeway, aud
+	// and iss not checked).
+	TokenVerifier *auth.Verifier
+
+	// Dev accepts any user without a token (hello's token is ignored) and
+	// allows every session everything (auth.Unrestricted). For development
+	// on loopback only; the node logs a loud warning.
 	Dev bool
 
 	// Logger receives the node's logs. Default: zap.NewNop().
@@ -388,8 +399,11 @@ func (c *Config) Validate() error {
 	if c.OutboundQueueBytes <= c.MaxLineBytes {
 		errs = append(errs, fmt.Errorf("outbound queue bytes (%d) must exceed max line bytes (%d)", c.OutboundQueueBytes, c.MaxLineBytes))
 	}
-	if !c.Dev && len(c.Secret) == 0 {
-		errs = append(errs, errors.New("a secret is required unless Dev is set"))
+	if !c.Dev && len(c.Secret) == 0 && c.TokenVerifier == nil {
+		errs = append(errs, errors.New("a secret or a token verifier is required unless Dev is set"))
+	}
+	if len(c.Secret) > 0 && c.TokenVerifier != nil {
+		errs = append(errs, errors.New("set Secret or TokenVerifier, not both (give the secret to the verifier's Source)"))
 	}
 	if len(c.AdminToken) > 0 && len(c.AdminToken) < MinAdminTokenBytes {
 		errs = append(errs, fmt.Errorf("admin token must be at least %d bytes", MinAdminTokenBytes))

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/rollcall/rollcall/auth"
 )
 
 // Connection states (conn.state).
@@ -57,6 +59,17 @@ type conn struct {
 	// counter; it is added to the node's when the connection is forgotten
 	// (endConnSession), and Node.Metrics sums the open connections'.
 	heartbeats atomic.Uint64
+
+	// Set by hello and refresh (on the reader goroutine), read anywhere:
+	// the session token's grants (auth.Unrestricted on a --dev gateway)
+	// and its deadline, Node.mono() nanoseconds of the token's exp plus
+	// leeway (0: none, as on a --dev gateway).
+	grants        atomic.Pointer[auth.Grants]
+	tokenDeadline atomic.Int64
+
+	// Guarded by n.wheel.mu: the generation of c's latest placement in the
+	// deadline wheel.
+	wheelGen uint64
 
 	// Owned by the reader goroutine.
 	br       *bufio.Reader

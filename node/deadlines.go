@@ -43,14 +43,41 @@ import (
 // keeping the heartbeat path a single atomic store.
 
 // wheel is a hashed timer wheel of connections keyed by deadline. Times are
-// Node.mono() nanoseconds. Safe for concurrent use; add is called on hello
-// and by the sweeper, never on the heartbeat path.
+// Node.mono() nanoseconds. Safe for concurrent use; add is called on hello,
+// on a refresh that brings the token deadline closer, and by the sweeper,
+// never on the heartbeat path.
+//
+// A connection's deadline is the earlier of its silence deadline
+// (lastActive + Timeout) and its token's (conn.tokenDeadline, when set):
+// the sweeper ends a session whose token expired without a refresh as it
+// ends a silent one (expireSession). A refresh can move the token deadline
+// earlier than the slot a connection sits in, so add may place a
+// connection already in the wheel; each placement by add bumps
+// conn.wheelGen and only the latest placement counts, so a connection is
+// never examined twice for one deadline.
 type wheel struct {
 	mu     sync.Mutex
 	tick   int64 // slot width, ns
-	slots  [][]*conn
-	spare  []*conn
+	slots  [][]wheelEntry
+	spare  []wheelEntry
 	cursor int64 // last tick processed
+}
+
+// wheelEntry is one placement of a connection; it is stale once gen is
+// not the connection's wheelGen.
+type wheelEntry struct {
+	c   *conn
+	gen uint64
+}
+
+// deadline returns c's deadline: the earlier of its silence deadline and
+// its token's.
+func (c *conn) deadline(timeout int64) int64 {
+	d := c.lastActive.Load() + timeout
+	if td := c.tokenDeadline.Load(); td != 0 && td < d {
+		d = td
+	}
+	return d
 }
 
 // newWheel returns a wheel with slots of width tick covering span (the
@@ -61,14 +88,16 @@ func newWheel(tick, span, now int64) *wheel {
 	}
 	return &wheel{
 		tick:   tick,
-		slots:  make([][]*conn, span/tick+3),
+		slots:  make([][]wheelEntry, span/tick+3),
 		cursor: now / tick,
 	}
 }
 
-// add places c in the slot of deadline, clamped to the wheel's range.
+// add places c in the slot of deadline, clamped to the wheel's range. An
+// earlier placement of c becomes stale.
 func (w *wheel) add(c *conn, deadline int64) {
 	w.mu.Lock()
+	c.wheelGen++
 	w.addLocked(c, deadline)
 	w.mu.Unlock()
 }
@@ -78,12 +107,13 @@ func (w *wheel) addLocked(c *conn, deadline int64) {
 	last := w.cursor + int64(len(w.slots)) - 1
 	t = min(max(t, w.cursor+1), last)
 	i := t % int64(len(w.slots))
-	w.slots[i] = append(w.slots[i], c)
+	w.slots[i] = append(w.slots[i], wheelEntry{c: c, gen: c.wheelGen})
 }
 
 // advance processes the slots up to now. Each connection whose deadline
-// (lastActive + timeout) has passed is appended to due (and leaves the
-// wheel); live ones are placed again; closed ones are dropped.
+// (conn.deadline) has passed is appended to due (and leaves the wheel);
+// live ones are placed again; closed ones and stale placements are
+// dropped.
 func (w *wheel) advance(now, timeout int64, due []*conn) []*conn {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -101,11 +131,12 @@ func (w *wheel) advance(now, timeout int64, due []*conn) []*conn {
 		// Swap in an empty slice first: re-placed connections may land in
 		// this very slot, a full turn later.
 		w.slots[i] = w.spare
-		for _, c := range items {
-			if c.state.Load() == stateClosing {
+		for _, e := range items {
+			c := e.c
+			if e.gen != c.wheelGen || c.state.Load() == stateClosing {
 				continue
 			}
-			deadline := c.lastActive.Load() + timeout
+			deadline := c.deadline(timeout)
 			if deadline <= now {
 				due = append(due, c)
 				continue
@@ -124,7 +155,11 @@ func (w *wheel) len() int {
 	defer w.mu.Unlock()
 	n := 0
 	for _, s := range w.slots {
-		n += len(s)
+		for _, e := range s {
+			if e.gen == e.c.wheelGen {
+				n++
+			}
+		}
 	}
 	return n
 }

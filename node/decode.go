@@ -73,7 +73,7 @@ func validID(id json.RawMessage) bool {
 func knownOp(op string) bool {
 	switch op {
 	case OpHello, OpHB, OpStatus, OpAccount, OpJoin, OpLeave, OpGet, OpGroup,
-		OpLocate, OpSub, OpUnsub, OpSend, OpBye:
+		OpLocate, OpSub, OpUnsub, OpSend, OpBye, OpRefresh:
 		return true
 	}
 	return false

@@ -1,5 +1,6 @@
 // Package node is the Rollcall gateway: it accepts client connections over
-// TCP, authenticates them, owns their sessions (epochs, heartbeat deadlines,
+// TCP, authenticates them and authorizes their requests from their tokens'
+// grants (auth/; authz.go), owns their sessions (epochs, heartbeat deadlines,
 // expiry), answers queries, group views and subscriptions from the local
 // projection (a crdt.Replica), routes messages, and serves HTTP.
 //

@@ -49,19 +49,24 @@ func ReadAdminTokenFile(path string) ([]byte, error) {
 
 // httpReadAllowed reports whether r may read through a read-only route:
 // the presence of user (GET /v1/presence/{user}), or with user empty the
-// node-wide state (sessions, stats, members). Allowed are the admin token
-// and, for a user's presence, a client token valid on this node whose
-// subject is that user. A Dev node, which lets anyone connect as anyone,
+// node-wide state (sessions, stats, members, the status page's data).
+// Allowed are the admin token and a client token valid on this node whose
+// grants allow the read (docs/protocol.md, Authorization): for a user's
+// presence, the user itself or a read grant of that user; for the
+// node-wide state, a backend token. A Dev node, which lets anyone connect as anyone,
 // lets anyone read.
 func (n *Node) httpReadAllowed(r *http.Request, user string) bool {
 	if n.cfg.Dev || n.isAdmin(r) {
 		return true
 	}
-	if user == "" || len(n.cfg.Secret) == 0 {
+	token := bearerToken(r)
+	if token == "" {
 		return false
 	}
-	token := bearerToken(r)
-	return token != "" && n.verifyToken(token, user) == nil
+	if user == "" {
+		return n.clientMayReadAll(token)
+	}
+	return n.clientMayRead(token, user)
 }
 
 // isAdmin reports whether r carries the admin token. The comparison is of

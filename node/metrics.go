@@ -30,6 +30,7 @@ const (
 	opUnsub
 	opSend
 	opBye
+	opRefresh
 	numOps
 )
 
@@ -62,6 +63,8 @@ func opIndex(op string) int32 {
 		return opSend
 	case OpBye:
 		return opBye
+	case OpRefresh:
+		return opRefresh
 	}
 	return opUnknown
 }
@@ -69,7 +72,7 @@ func opIndex(op string) int32 {
 // opNames returns the label value of each op index.
 func opNames() [numOps]string {
 	return [numOps]string{"unknown", OpHello, OpHB, OpStatus, OpAccount, OpJoin, OpLeave,
-		OpGet, OpGroup, OpLocate, OpSub, OpUnsub, OpSend, OpBye}
+		OpGet, OpGroup, OpLocate, OpSub, OpUnsub, OpSend, OpBye, OpRefresh}
 }
 
 // errorCodes returns every error code, in the order of the error
@@ -79,13 +82,13 @@ func errorCodes() [numCodes]ErrorCode {
 	return [numCodes]ErrorCode{CodeBadJSON, CodeLineTooLong, CodeUnknownOp, CodeBadRequest, CodeAuthFailed,
 		CodeHandshakeTimeout, CodeNotAuthenticated, CodeSuperseded, CodeShuttingDown, CodeSlowConsumer,
 		CodeExpired, CodeInternal, CodeOverloaded, CodeEpochExhausted, CodeRateLimited,
-		CodeTooManySessions, CodeTooManyConnections}
+		CodeTooManySessions, CodeTooManyConnections, CodeForbidden, CodeTokenExpired}
 }
 
 // numCodes is the number of error codes counted apart; codeOther counts
 // the rest.
 const (
-	numCodes  = 17
+	numCodes  = 19
 	codeOther = numCodes
 )
 

@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/rollcall/rollcall/auth"
 	"github.com/rollcall/rollcall/crdt"
 )
 
@@ -34,7 +35,8 @@ type Node struct {
 	origin crdt.Origin
 	base   time.Time // deadlines are monotonic nanoseconds since base
 	wheel  *wheel
-	tls    *tls.Config // the listeners' TLS configuration (serverTLS(cfg.TLS)); nil serves plain TCP
+	tls    *tls.Config    // the listeners' TLS configuration (serverTLS(cfg.TLS)); nil serves plain TCP
+	tokens *auth.Verifier // nil only on a --dev gateway without keys
 
 	// stallNow reads the real monotonic clock for the sweeper's stall
 	// detector (nanoseconds since New). Tests in this package replace it
@@ -107,7 +109,12 @@ func New(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
+	tokens, err := newTokenVerifier(cfg)
+	if err != nil {
+		return nil, err
+	}
 	n := &Node{
+		tokens:     tokens,
 		cfg:        cfg,
 		log:        cfg.Logger.With(zap.String("node", cfg.Name)),
 		clock:      cfg.Clock,

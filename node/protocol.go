@@ -51,7 +51,9 @@ import (
 //	   sub, unsub, send, bye; events with version; error codes below
 //	   (epoch_exhausted, rate_limited, too_many_sessions and
 //	   too_many_connections joined later: new codes are a
-//	   compatible change, clients treat unknown codes as errors).
+//	   compatible change, clients treat unknown codes as errors); refresh,
+//	   welcome.token_expires_at, forbidden and token_expired joined with
+//	   authorization from token claims.
 const ProtocolVersion = 1
 
 // Limits.
@@ -114,9 +116,10 @@ const (
 	OpUnsub   = "unsub"   // request: unsubscribe
 	OpSend    = "send"    // request: message every active session of a user
 	OpBye     = "bye"     // request: end the session cleanly
+	OpRefresh = "refresh" // request: present a new token for the session's user before the current one expires
 
 	OpWelcome  = "welcome"  // reply to hello
-	OpOK       = "ok"       // reply to status, account, join, leave, sub, unsub, send, bye
+	OpOK       = "ok"       // reply to status, account, join, leave, sub, unsub, send, refresh, bye
 	OpPresence = "presence" // reply to get
 	OpEvent    = "event"    // pushed: a subscribed user's presence changed
 	OpMessage  = "message"  // pushed: a message sent to this user
@@ -144,6 +147,9 @@ const (
 	CodeEpochExhausted   ErrorCode = "epoch_exhausted"   // the (user, device) holds MaxEpoch: no newer epoch exists
 	CodeRateLimited      ErrorCode = "rate_limited"      // the connection's requests (RequestRate) or the session's sends (SendRate) came too fast; nothing was done
 
+	CodeForbidden    ErrorCode = "forbidden"     // the session's token does not allow the request; nothing was done
+	CodeTokenExpired ErrorCode = "token_expired" // the session's token expired without a refresh; closes (a clean disconnect)
+
 	// CodeTooManySessions refuses a hello of a user that already holds
 	// MaxSessionsPerUser active sessions in the cluster, unless it
 	// reconnects one of their devices; closes.
@@ -159,7 +165,7 @@ const (
 func (c ErrorCode) closes() bool {
 	switch c {
 	case CodeAuthFailed, CodeHandshakeTimeout, CodeLineTooLong, CodeSuperseded,
-		CodeShuttingDown, CodeSlowConsumer, CodeExpired,
+		CodeShuttingDown, CodeSlowConsumer, CodeExpired, CodeTokenExpired,
 		CodeTooManySessions, CodeTooManyConnections:
 		return true
 	}
@@ -175,7 +181,7 @@ type Request struct {
 	// ID, when present, is echoed in the reply: a JSON string or number.
 	ID json.RawMessage `json:"id,omitempty"`
 
-	// hello
+	// hello (token also refresh)
 	User      string   `json:"user,omitempty"`
 	Device    string   `json:"device,omitempty"`
 	Token     string   `json:"token,omitempty"`
@@ -212,6 +218,18 @@ type Welcome struct {
 	TimeoutMS   int64           `json:"timeout_ms"`
 	ExpiresAt   string          `json:"expires_at"`
 	Protocol    int             `json:"protocol"`
+	// TokenExpiresAt is the token's exp (RFC 3339, UTC): refresh before
+	// it, or the session ends with token_expired. Absent on a --dev
+	// gateway.
+	TokenExpiresAt string `json:"token_expires_at,omitempty"`
+}
+
+// RefreshReply is the reply to a successful refresh: the new token's exp
+// (absent on a --dev gateway).
+type RefreshReply struct {
+	Op             string          `json:"op"`
+	ID             json.RawMessage `json:"id,omitempty"`
+	TokenExpiresAt string          `json:"token_expires_at,omitempty"`
 }
 
 // HBReply is the reply to an hb that carries an id.

@@ -6,7 +6,7 @@ import "github.com/rollcall/rollcall/crdt"
 // whole cluster, which may lag other gateways by the dissemination delay.
 
 // handleGet returns the presence of each requested user, in request order.
-func (n *Node) handleGet(_ *conn, req *Request) (any, *requestError) {
+func (n *Node) handleGet(c *conn, req *Request) (any, *requestError) {
 	if len(req.Users) == 0 {
 		return nil, errorf(CodeBadRequest, "want users")
 	}
@@ -17,6 +17,9 @@ func (n *Node) handleGet(_ *conn, req *Request) (any, *requestError) {
 		if rerr := checkName("user", u); rerr != nil {
 			return nil, rerr
 		}
+	}
+	if rerr := checkRead(c, req.Users); rerr != nil {
+		return nil, rerr
 	}
 	out := make([]Presence, 0, len(req.Users))
 	n.mu.Lock()
@@ -29,8 +32,11 @@ func (n *Node) handleGet(_ *conn, req *Request) (any, *requestError) {
 }
 
 // handleGroup returns a group's online members.
-func (n *Node) handleGroup(_ *conn, req *Request) (any, *requestError) {
+func (n *Node) handleGroup(c *conn, req *Request) (any, *requestError) {
 	if rerr := checkName("group", req.Group); rerr != nil {
+		return nil, rerr
+	}
+	if rerr := checkReadGroup(c, req.Group); rerr != nil {
 		return nil, rerr
 	}
 	n.mu.Lock()
@@ -45,8 +51,11 @@ func (n *Node) handleGroup(_ *conn, req *Request) (any, *requestError) {
 }
 
 // handleLocate returns a user's active sessions, with their gateways.
-func (n *Node) handleLocate(_ *conn, req *Request) (any, *requestError) {
+func (n *Node) handleLocate(c *conn, req *Request) (any, *requestError) {
 	if rerr := checkName("user", req.User); rerr != nil {
+		return nil, rerr
+	}
+	if rerr := checkRead(c, []string{req.User}); rerr != nil {
 		return nil, rerr
 	}
 	n.mu.Lock()

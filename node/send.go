@@ -8,6 +8,8 @@ import (
 	"unicode/utf8"
 
 	"go.uber.org/zap"
+
+	"github.com/rollcall/rollcall/crdt"
 )
 
 // handleSend delivers a message to every active session of the recipient:
@@ -27,6 +29,11 @@ func (n *Node) handleSend(c *conn, req *Request) (any, *requestError) {
 		n.mu.Unlock()
 		return nil, rerr
 	}
+	recipients := n.activeSessionsLocked(req.To)
+	if rerr := checkSend(c, req.To, func() []string { return sessionGroups(recipients) }); rerr != nil {
+		n.mu.Unlock()
+		return nil, rerr
+	}
 	lim := n.limits.Load()
 	if ok, wait := s.sends.allow(n.mono(), lim.SendRate, lim.SendBurst); !ok {
 		n.mu.Unlock()
@@ -36,7 +43,7 @@ func (n *Node) handleSend(c *conn, req *Request) (any, *requestError) {
 	}
 	msg := Message{To: req.To, From: s.user, FromDevice: s.device, Body: slices.Clone(req.Body)}
 	var remote []string
-	for _, rs := range n.activeSessionsLocked(req.To) {
+	for _, rs := range recipients {
 		if rs.Gateway != n.cfg.Name && !slices.Contains(remote, rs.Gateway) {
 			remote = append(remote, rs.Gateway)
 		}
@@ -48,6 +55,16 @@ func (n *Node) handleSend(c *conn, req *Request) (any, *requestError) {
 		delivered += n.route(msg, remote)
 	}
 	return OK{Op: OpOK, ID: req.ID, Delivered: &delivered}, nil
+}
+
+// sessionGroups returns the groups of sessions, unsorted, possibly with
+// repeats.
+func sessionGroups(sessions []crdt.Session) []string {
+	var out []string
+	for _, s := range sessions {
+		out = append(out, s.Groups...)
+	}
+	return out
 }
 
 // route hands msg to each remote gateway concurrently and sums the sessions

@@ -113,6 +113,8 @@ func (n *Node) dispatch(c *conn, req *Request) {
 		reply, rerr = n.handleUnsub(c, req)
 	case OpSend:
 		reply, rerr = n.handleSend(c, req)
+	case OpRefresh:
+		reply, rerr = n.handleRefresh(c, req)
 	case OpBye:
 		rerr = n.handleBye(c, req)
 		if rerr == nil {
@@ -122,6 +124,9 @@ func (n *Node) dispatch(c *conn, req *Request) {
 		rerr = errorf(CodeUnknownOp, "unknown op %q", truncate(req.Op, 64))
 	}
 	if rerr != nil {
+		if rerr.code == CodeForbidden {
+			n.stats.forbidden.Add(1)
+		}
 		n.stats.badRequests.Add(1)
 		c.sendError(req.ID, rerr.code, rerr.msg)
 		return

@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/rollcall/rollcall/auth"
 	"github.com/rollcall/rollcall/crdt"
 )
 
@@ -51,14 +52,30 @@ func (n *Node) handleHello(c *conn, req *Request) {
 		c.sendError(req.ID, rerr.code, rerr.msg)
 		return
 	}
+	grants, tokenExpires := auth.Unrestricted(), ""
+	var id *auth.Identity
 	if !n.cfg.Dev {
-		if err := n.verifyToken(req.Token, req.User); err != nil {
+		var err error
+		if id, err = n.verifyToken(req.Token, req.User); err != nil {
 			n.stats.authFailed.Add(1)
 			n.log.Info("authentication failed", zap.Uint64("conn", c.id), zap.String("remote", c.remote),
 				zap.String("user", req.User), zap.Error(err))
 			c.sendError(req.ID, CodeAuthFailed, err.Error())
 			return
 		}
+		grants, tokenExpires = id.Grants, n.formatTime(id.Expires)
+	}
+	if rerr := checkJoin(grants, req.Groups); rerr != nil {
+		// The connection stays, waiting for a hello it may make.
+		n.stats.forbidden.Add(1)
+		c.sendError(req.ID, rerr.code, rerr.msg)
+		return
+	}
+	if id != nil {
+		n.setToken(c, id)
+	} else {
+		c.grants.Store(grants)
+		c.tokenDeadline.Store(0)
 	}
 	status := crdt.StatusAvailable
 	if req.Status != "" {
@@ -129,12 +146,13 @@ func (n *Node) handleHello(c *conn, req *Request) {
 
 	n.stats.sessionsOpened.Add(1)
 	c.nc.SetReadDeadline(time.Time{}) //nolint:errcheck // the sweeper takes over from the handshake deadline
-	n.wheel.add(c, mono+int64(n.cfg.Timeout))
+	n.wheel.add(c, c.deadline(int64(n.cfg.Timeout)))
 	c.sendValue(Welcome{
 		Op: OpWelcome, ID: req.ID, Session: sess.id, User: sess.user, Device: sess.device,
 		Epoch: sess.epoch, Gateway: n.cfg.Name,
 		HeartbeatMS: n.cfg.Heartbeat.Milliseconds(), TimeoutMS: n.cfg.Timeout.Milliseconds(),
 		ExpiresAt: n.formatTime(now.Add(n.cfg.Timeout)), Protocol: ProtocolVersion,
+		TokenExpiresAt: tokenExpires,
 	})
 	n.log.Debug("session opened", zap.Uint64("conn", c.id), zap.String("user", sess.user),
 		zap.String("device", sess.device), zap.Uint64("epoch", sess.epoch), zap.String("session", sess.id))
@@ -217,6 +235,11 @@ func (n *Node) handleJoinLeave(c *conn, req *Request) (any, *requestError) {
 		return nil, rerr
 	}
 	g := req.Group
+	if req.Op == OpJoin {
+		if rerr := checkJoin(c.sessionGrants(), []string{g}); rerr != nil {
+			return nil, rerr
+		}
+	}
 	var rerr *requestError
 	reply, uerr := n.updateSession(c, req, func(s *localSession) bool {
 		i, in := slices.BinarySearch(s.groups, g)
@@ -375,8 +398,10 @@ func (n *Node) endConnSession(c *conn, forget bool) {
 	n.unlockAndPublish(deltas)
 }
 
-// expireSession ends c's session if it has been silent for Timeout.
-// nowMono is the sweeper's reading of Node.mono.
+// expireSession ends c's session if it has been silent for Timeout
+// (expired), or if its token expired without a refresh (token_expired,
+// written as a clean disconnect: the client did nothing wrong, its token
+// ran out). nowMono is the sweeper's reading of Node.mono.
 func (n *Node) expireSession(c *conn, nowMono int64) {
 	now := n.clock.Now()
 	n.mu.Lock()
@@ -384,10 +409,23 @@ func (n *Node) expireSession(c *conn, nowMono int64) {
 		n.mu.Unlock()
 		return
 	}
-	if deadline := c.lastActive.Load() + int64(n.cfg.Timeout); deadline > nowMono {
-		// A request arrived after the sweeper looked.
+	idle := c.lastActive.Load() + int64(n.cfg.Timeout)
+	if deadline := c.deadline(int64(n.cfg.Timeout)); deadline > nowMono {
+		// A request (or a refresh) arrived after the sweeper looked.
 		n.mu.Unlock()
 		n.wheel.add(c, deadline)
+		return
+	}
+	if td := c.tokenDeadline.Load(); td != 0 && td <= nowMono && td < idle {
+		var deltas []crdt.Delta
+		if d, ok := n.endSessionLocked(c, crdt.StateDisconnected, now); ok {
+			deltas = append(deltas, d)
+		}
+		n.unlockAndPublish(deltas)
+		n.stats.m.disconnected(codeIndex(CodeTokenExpired), len(deltas))
+		n.stats.tokenExpired.Add(1)
+		n.log.Debug("session token expired", zap.Uint64("conn", c.id))
+		c.closeWithError(nil, CodeTokenExpired, "the session's token expired without a refresh; reconnect with a new token")
 		return
 	}
 	var deltas []crdt.Delta

@@ -21,6 +21,8 @@ type counters struct {
 	messages       atomic.Uint64 // message frames queued
 	messageDrops   atomic.Uint64 // message frames not queued: the recipient's queue was past its message share
 	rateLimited    atomic.Uint64 // requests refused with rate_limited
+	forbidden      atomic.Uint64 // requests (and hellos) refused with forbidden
+	tokenExpired   atomic.Uint64 // sessions ended because their token expired (also counted in disconnected)
 	routeFailures  atomic.Uint64 // Cluster.Route calls that failed
 	published      atomic.Uint64 // deltas handed to Cluster.Publish (or written standalone)
 
@@ -57,6 +59,8 @@ type Stats struct {
 	Messages       uint64 `json:"messages"`
 	MessageDrops   uint64 `json:"message_drops"`
 	RateLimited    uint64 `json:"rate_limited"` // requests and sends refused
+	Forbidden      uint64 `json:"forbidden"`
+	TokenExpired   uint64 `json:"token_expired"`
 	RouteFailures  uint64 `json:"route_failures"`
 	Published      uint64 `json:"published"`
 
@@ -95,6 +99,8 @@ func (n *Node) Stats() Stats {
 	st.Messages = c.messages.Load()
 	st.MessageDrops = c.messageDrops.Load()
 	st.RateLimited = c.rateLimited.Load()
+	st.Forbidden = c.forbidden.Load()
+	st.TokenExpired = c.tokenExpired.Load()
 	st.RouteFailures = c.routeFailures.Load()
 	st.Published = c.published.Load()
 	st.TLSHandshakeFailures = c.tlsHandshakeFailures.Load()

@@ -68,6 +68,14 @@ func (n *Node) handleSub(c *conn, req *Request) *requestError {
 	if rerr := checkSubjects(req); rerr != nil {
 		return rerr
 	}
+	if rerr := checkRead(c, req.Users); rerr != nil {
+		return rerr
+	}
+	if req.Group != "" {
+		if rerr := checkReadGroup(c, req.Group); rerr != nil {
+			return rerr
+		}
+	}
 	n.mu.Lock()
 	if _, rerr := n.ownedLocked(c); rerr != nil {
 		n.mu.Unlock()

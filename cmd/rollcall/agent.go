@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/rollcall/rollcall/auth"
 	"github.com/rollcall/rollcall/gossip"
 	"github.com/rollcall/rollcall/internal/tlsconf"
 	"github.com/rollcall/rollcall/metrics"
@@ -34,6 +35,7 @@ type agentFlags struct {
 	sendBurst    int
 	secretFile   string
 	dev          bool
+	tokens       tokenFlags
 	logLevel     string
 	logFormat    string
 	cluster      clusterFlags
@@ -50,6 +52,16 @@ type agentFlags struct {
 	// Rolling restarts and the address clients are told.
 	drainGrace      time.Duration // --drain-grace: node.Config.DrainGrace
 	clientAdvertise string        // --client-advertise: node.Config.ClientAdvertise and gossip.Config.ClientAddr
+}
+
+// tokenFlags are the client-token flags of `rollcall agent` besides
+// --secret-file: they build the auth.Verifier the node checks tokens with.
+type tokenFlags struct {
+	SecretKID string        // --secret-kid: the kid of --secret-file's key (default none)
+	KeyFiles  string        // --token-keys: comma-separated PEM or JWKS files of verification keys
+	Audience  string        // --token-audience: required aud (default: not checked)
+	Issuer    string        // --token-issuer: required iss (default: not checked)
+	Leeway    time.Duration // --token-leeway: clock skew allowed on exp, nbf, iat
 }
 
 // clusterFlags are the gossip flags of `rollcall agent`, parsed here and
@@ -79,6 +91,12 @@ func agentFlagSet(af *agentFlags, stderr io.Writer) (*flag.FlagSet, *string) {
 	fs.Float64Var(&af.sendRate, "send-rate", node.DefaultSendRate, "sends per second one session may make on average; more are refused rate_limited (negative: no limit)")
 	fs.IntVar(&af.sendBurst, "send-burst", node.DefaultSendBurst, "sends one session may make at once after a quiet spell")
 	fs.StringVar(&af.secretFile, "secret-file", "", "file holding the HS256 key of client tokens (see 'rollcall token')")
+	tf := &af.tokens
+	fs.StringVar(&tf.SecretKID, "secret-kid", "", "key id (kid) of the --secret-file key; tokens naming it use it (default: none)")
+	fs.StringVar(&tf.KeyFiles, "token-keys", "", "comma-separated PEM or JWKS files of token keys (RS256, ES256, EdDSA public keys; HS256 in JWKS); reread on reload")
+	fs.StringVar(&tf.Audience, "token-audience", "", "aud every client token must carry (default: aud not checked)")
+	fs.StringVar(&tf.Issuer, "token-issuer", "", "iss every client token must carry (default: iss not checked)")
+	fs.DurationVar(&tf.Leeway, "token-leeway", auth.DefaultLeeway, "clock skew allowed when checking a token's exp, nbf and iat (0: none)")
 	fs.BoolVar(&af.dev, "dev", false, "accept any user without a token (development only; logs a loud warning)")
 	fs.StringVar(&af.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&af.logFormat, "log-format", "console", "console or json")
@@ -252,6 +270,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		reloads.add("tls", tlsReloader(tlsServer))
 	}
 	reloads.add("limits", limitsReloader(live, n), limitKeys()...)
+	reloads.add("token-keys", n.ReloadTokenKeys)
 	if err := n.Start(); err != nil {
 		if leave != nil {
 			leave(context.Background()) //nolint:errcheck // already failing
@@ -305,18 +324,31 @@ func (af *agentFlags) nodeConfig(log *zap.Logger) (node.Config, error) {
 	cfg.PurgeHorizon = af.cluster.PurgeHorizon
 	cfg.Dev = af.dev
 	cfg.Logger = log
+	src := auth.Source{SecretFile: af.secretFile, SecretKeyID: af.tokens.SecretKID, KeyFiles: splitList(af.tokens.KeyFiles)}
 	switch {
-	case af.secretFile != "":
-		secret, err := node.ReadSecretFile(af.secretFile)
+	case src.SecretKeyID != "" && src.SecretFile == "":
+		return cfg, errors.New("--secret-kid needs --secret-file")
+	case src.SecretFile != "" || len(src.KeyFiles) > 0:
+		leeway := af.tokens.Leeway
+		if leeway == 0 {
+			leeway = -1 // auth.Options: negative allows no skew, zero takes the default
+		}
+		v, err := auth.NewVerifier(src, auth.Options{Audience: af.tokens.Audience, Issuer: af.tokens.Issuer, Leeway: leeway})
 		if err != nil {
 			return cfg, err
 		}
-		cfg.Secret = secret
+		cfg.TokenVerifier = v
+		var keys []string
+		for _, k := range v.Keys().Keys() {
+			keys = append(keys, k.String())
+		}
+		log.Info("client token keys loaded", zap.Strings("keys", keys),
+			zap.String("audience", af.tokens.Audience), zap.String("issuer", af.tokens.Issuer), zap.Duration("leeway", v.Leeway()))
 		if af.dev {
-			log.Warn("--dev given with --secret-file: tokens are NOT checked")
+			log.Warn("--dev given with token keys: tokens are NOT checked")
 		}
 	case !af.dev:
-		return cfg, errors.New("need --secret-file (HS256 key for client tokens) or --dev (no authentication)")
+		return cfg, errors.New("need --secret-file (HS256 key) or --token-keys (PEM/JWKS public keys) for client tokens, or --dev (no authentication)")
 	}
 	if af.adminTokenFile != "" {
 		token, err := node.ReadAdminTokenFile(af.adminTokenFile)

@@ -30,6 +30,7 @@ const connectHelp = `commands:
   unsub USER... | unsub group G   unsubscribe
   join G  |  leave G              join or leave a group
   send USER TEXT...               message every session of USER (TEXT may be JSON)
+  refresh TOKEN                   present a new token before the current one expires
   hb                              heartbeat now (automatic anyway)
   bye                             end the session and exit
   help                            this text
@@ -244,6 +245,7 @@ type reply struct {
 	HeartbeatMS int64              `json:"heartbeat_ms"`
 	TimeoutMS   int64              `json:"timeout_ms"`
 	ExpiresAt   string             `json:"expires_at"`
+	TokenExp    string             `json:"token_expires_at"`
 	Delivered   *int               `json:"delivered"`
 	Users       []node.Presence    `json:"users"`
 	Group       string             `json:"group"`
@@ -301,7 +303,7 @@ func (cl *interactive) heartbeat(every time.Duration) {
 func closingCode(code string) bool {
 	switch node.ErrorCode(code) {
 	case node.CodeAuthFailed, node.CodeHandshakeTimeout, node.CodeLineTooLong, node.CodeSuperseded,
-		node.CodeShuttingDown, node.CodeSlowConsumer, node.CodeExpired:
+		node.CodeShuttingDown, node.CodeSlowConsumer, node.CodeExpired, node.CodeTokenExpired:
 		return true
 	}
 	return false
@@ -311,12 +313,19 @@ func closingCode(code string) bool {
 func formatReply(m *reply) string {
 	switch m.Op {
 	case node.OpWelcome:
-		return fmt.Sprintf("connected to %s as %s/%s (session %s, epoch %d); heartbeat every %v, session expires after %v of silence",
+		s := fmt.Sprintf("connected to %s as %s/%s (session %s, epoch %d); heartbeat every %v, session expires after %v of silence",
 			m.Gateway, m.User, m.Device, m.Session, m.Epoch,
 			time.Duration(m.HeartbeatMS)*time.Millisecond, time.Duration(m.TimeoutMS)*time.Millisecond)
+		if m.TokenExp != "" {
+			s += "; token expires at " + m.TokenExp + " (refresh before)"
+		}
+		return s
 	case node.OpOK:
-		if m.Delivered != nil {
+		switch {
+		case m.Delivered != nil:
 			return fmt.Sprintf("ok: delivered to %d session(s)", *m.Delivered)
+		case m.TokenExp != "":
+			return "ok: token expires at " + m.TokenExp
 		}
 		return "ok"
 	case node.OpHB:
@@ -459,6 +468,11 @@ func parseCommand(line string) (req []byte, quit bool, err error) {
 		} else {
 			v = map[string]any{"op": cmd, "users": args}
 		}
+	case "refresh":
+		if err := need(1, "refresh TOKEN"); err != nil {
+			return nil, false, err
+		}
+		v = map[string]any{"op": "refresh", "token": args[0]}
 	case "send":
 		if err := need(2, "send USER TEXT..."); err != nil {
 			return nil, false, err

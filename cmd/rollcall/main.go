@@ -21,7 +21,7 @@ func commands() map[string]command {
 		"version": {"print the version", runVersion},
 		"sim":     {"simulate cluster convergence and failure detection (sim calibrate: check it against a real cluster)", runSim},
 		"agent":   {"run a gateway node", runAgent},
-		"token":   {"print a client token (HS256 JWT)", runToken},
+		"token":   {"print a client token (a JWT with grants)", runToken},
 		"connect": {"an interactive client for a gateway", runConnect},
 		"members": {"list the cluster's members, as one agent sees them", runMembers},
 		"leave":   {"make an agent leave the cluster gracefully and exit", runLeave},

@@ -51,7 +51,7 @@ func TestAgentConfigNeedsAuth(t *testing.T) {
 	}
 	af.secretFile = writeSecret(t)
 	cfg, err := af.nodeConfig(zap.NewNop())
-	if err != nil || len(cfg.Secret) != 32 || cfg.Dev {
+	if err != nil || cfg.TokenVerifier == nil || cfg.TokenVerifier.Keys().Len() != 1 || cfg.Dev {
 		t.Fatalf("config %+v %v", cfg, err)
 	}
 }
@@ -148,9 +148,11 @@ func TestAgentAndConnect(t *testing.T) {
 	}()
 	waitDial(t, addr)
 
+	// bob may read everyone; alice may join team and message bob.
+	grants := map[string][]string{"bob": {"--read", "*"}, "alice": {"--join", "team", "--send", "user:bob"}}
 	token := func(user string) string {
 		var out bytes.Buffer
-		if err := runToken(t.Context(), []string{"--secret-file", secret, "--user", user}, &out, io.Discard); err != nil {
+		if err := runToken(t.Context(), append([]string{"--secret-file", secret, "--user", user}, grants[user]...), &out, io.Discard); err != nil {
 			t.Fatal(err)
 		}
 		return strings.TrimSpace(out.String())
@@ -188,6 +190,8 @@ func TestAgentAndConnect(t *testing.T) {
 	waitOutput(t, "locate", bob.out, "alice: 1 active session(s)")
 	fmt.Fprintln(bob.in, "get alice nobody")
 	waitOutput(t, "get", bob.out, "nobody: offline")
+	fmt.Fprintln(bob.in, "send alice hi")
+	waitOutput(t, "forbidden send", bob.out, "error forbidden: the token does not allow sending to alice")
 	fmt.Fprintln(bob.in, "nonsense")
 	waitOutput(t, "unknown command", bob.out, `unknown command "nonsense"`)
 	fmt.Fprintln(bob.in, `{"op":"dance"}`)
@@ -252,6 +256,7 @@ func TestParseCommand(t *testing.T) {
 		"send bob hello  you":  `{"body":"hello  you","op":"send","to":"bob"}`,
 		`send bob {"x":1}`:     `{"body":{"x":1},"op":"send","to":"bob"}`,
 		"hb":                   `{"id":"hb","op":"hb"}`,
+		"refresh eyJ.x.y":      `{"op":"refresh","token":"eyJ.x.y"}`,
 		`{"op":"hb"}`:          `{"op":"hb"}`,
 	} {
 		got, quit, err := parseCommand(line)
@@ -259,7 +264,7 @@ func TestParseCommand(t *testing.T) {
 			t.Errorf("%q: got %s %v %v, want %s", line, got, quit, err, want)
 		}
 	}
-	for _, line := range []string{"status", "send bob", "frobnicate", "{bad", "get"} {
+	for _, line := range []string{"status", "refresh", "send bob", "frobnicate", "{bad", "get"} {
 		if _, _, err := parseCommand(line); err == nil {
 			t.Errorf("%q accepted", line)
 		}
