@@ -278,8 +278,21 @@ func (n *Node) flushEvents() {
 	dirty := slices.Sorted(maps.Keys(n.dirty))
 	clear(n.dirty)
 	var out []delivery
+	var changes []PresenceChange // for the status page's feed (feed.go)
 	var version uint64
 	for _, u := range dirty {
+		var cur crdt.Presence
+		read := false
+		if n.feed != nil {
+			cur, read = n.replica.Presence(u), true
+			if ch, ok := n.feedChangeLocked(cur); ok {
+				if version == 0 {
+					version = n.nextVersionLocked()
+				}
+				ch.Version = version
+				changes = append(changes, ch)
+			}
+		}
 		uw := n.users[u]
 		now := n.watchedGroupsOfLocked(u)
 		if uw == nil && len(now) == 0 {
@@ -289,7 +302,9 @@ func (n *Node) flushEvents() {
 			uw = n.watchUserLocked(u)
 			uw.last = crdt.Presence{User: u} // new to every group view
 		}
-		cur := n.replica.Presence(u)
+		if !read {
+			cur = n.replica.Presence(u)
+		}
 		changed := !cur.Equal(uw.last)
 		if version == 0 && (changed || len(now) > 0 || len(uw.groups) > 0) {
 			version = n.nextVersionLocked()
@@ -336,6 +351,13 @@ func (n *Node) flushEvents() {
 		if d.c.send(d.frame) {
 			n.stats.events.Add(1)
 		}
+	}
+	if len(changes) > 0 {
+		at := n.clock.Now()
+		for i := range changes {
+			changes[i].Time = at
+		}
+		n.feed.publish(changes)
 	}
 	n.fanMu.Unlock()
 	if len(out) > 0 {
