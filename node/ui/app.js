@@ -184,7 +184,7 @@
 
   function renderFeedNote(feed) {
     $('events-note').textContent =
-      'The last ' + count(Math.min(MAX_EVENTS, feed.size)) + ' changes this gateway saw, newest first (' +
+      'The last ' + count(Math.min(MAX_EVENTS, feed.size, feed.recorded)) + ' changes this gateway saw, newest first (' +
       count(feed.recorded) + ' since it started).';
   }
 
