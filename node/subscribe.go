@@ -279,6 +279,9 @@ func (n *Node) flushEvents() {
 	clear(n.dirty)
 	var out []delivery
 	var changes []PresenceChange // for the status page's feed (feed.go)
+	if n.feed != nil {
+		changes = make([]PresenceChange, 0, len(dirty))
+	}
 	var version uint64
 	for _, u := range dirty {
 		var cur crdt.Presence

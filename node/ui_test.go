@@ -508,3 +508,23 @@ func TestUILimitsAndOff(t *testing.T) {
 		t.Fatalf("summary with the feed off: %+v", s)
 	}
 }
+
+// TestUIConfigRejectsNonsense: the status page's limits must be usable.
+func TestUIConfigRejectsNonsense(t *testing.T) {
+	for name, mut := range map[string]func(*Config){
+		"queue":      func(c *Config) { c.UIStreamQueue = -1 },
+		"streams":    func(c *Config) { c.UIMaxStreams = -1 },
+		"keep-alive": func(c *Config) { c.UIKeepAlive = -time.Second },
+	} {
+		cfg := Config{Name: "n1", Dev: true}
+		mut(&cfg)
+		if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), "ui stream queue") {
+			t.Errorf("%s: New accepted it (%v)", name, err)
+		}
+	}
+	c := DefaultConfig()
+	if c.UIRecentEvents != DefaultUIRecentEvents || c.UIStreamQueue != DefaultUIStreamQueue ||
+		c.UIMaxStreams != DefaultUIMaxStreams || c.UIKeepAlive != DefaultUIKeepAlive {
+		t.Fatalf("defaults %+v", c)
+	}
+}

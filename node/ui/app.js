@@ -14,6 +14,7 @@
 (() => {
   const TOKEN_KEY = 'rollcall.adminToken';
   const MAX_EVENTS = 200; // rows kept on the page
+  const RENDER_EVERY_MS = 100; // events arriving faster are drawn together
   const SUMMARY_POLL_MS = 10000;
   const SUMMARY_AFTER_EVENT_MS = 300;
   const CONNECT_TIMEOUT_MS = 15000;
@@ -195,7 +196,7 @@
     state.renderTimer = setTimeout(() => {
       state.renderTimer = null;
       renderEvents();
-    }, 50);
+    }, RENDER_EVERY_MS);
   }
 
   function timeOf(iso) {
