@@ -59,17 +59,30 @@ func newBrowser(t *testing.T) context.Context {
 			"install Debian's chromium (apt-get install chromium) to run the status page's browser test",
 			strings.Join(chromiumNames, ", "))
 	}
+	// Not t.TempDir: Chromium's helper processes can still write there for
+	// a moment after the browser exits, which would fail the test's
+	// cleanup. Removal is retried, then left to the system.
+	profile, err := os.MkdirTemp("", "rollcall-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(exe),
 		chromedp.NoSandbox, // CI runs as root
 		chromedp.DisableGPU,
-		chromedp.UserDataDir(t.TempDir()),
+		chromedp.UserDataDir(profile),
 	)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	bctx, cancelBrowser := chromedp.NewContext(actx)
 	t.Cleanup(func() {
 		cancelBrowser()
 		cancelAlloc()
+		for range 50 {
+			if os.RemoveAll(profile) == nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond) // retrying a removal, not waiting for a test condition
+		}
 	})
 	// Start the browser on a context without a deadline: it lives as long
 	// as that context.
