@@ -15,8 +15,6 @@ import (
 //	GET /v1/presence/{user}   the user's Presence
 //	GET /v1/sessions          the active sessions this node owns
 //	GET /v1/stats             Stats
-//	GET /ui/                  the status page, and its data endpoints
-//	                          /v1/ui/summary and /v1/ui/events (ui.go)
 
 func (n *Node) httpHandler() http.Handler {
 	mux := http.NewServeMux()
@@ -24,16 +22,10 @@ func (n *Node) httpHandler() http.Handler {
 	mux.HandleFunc("GET /v1/presence/{user}", n.handlePresenceHTTP)
 	mux.HandleFunc("GET /v1/sessions", n.handleSessionsHTTP)
 	mux.HandleFunc("GET /v1/stats", n.handleStatsHTTP)
-	mux.Handle("GET /ui/", uiPage())
-	for pattern, h := range n.uiHandlers() { // operator views: behind UIAuth
-		if n.cfg.UIAuth != nil {
-			h = n.cfg.UIAuth(h)
-		}
-		mux.Handle(pattern, h)
-	}
 	for pattern, h := range n.cfg.HTTPHandlers {
 		mux.Handle(pattern, h)
 	}
+	n.handleUI(mux)
 	return mux
 }
 

@@ -116,13 +116,13 @@ func New(cfg Config) (*Node, error) {
 		done:    make(chan struct{}),
 		drained: make(chan struct{}),
 	}
+	n.wheel = newWheel(int64(cfg.SweepInterval), int64(cfg.Timeout), 0)
+	start := time.Now()
+	n.stallNow = func() int64 { return int64(time.Since(start)) }
 	if cfg.UIRecentEvents >= 0 {
 		n.feed = newFeed(cfg.UIRecentEvents, cfg.UIStreamQueue, cfg.UIMaxStreams)
 		n.feedLast = make(map[string]feedLast)
 	}
-	n.wheel = newWheel(int64(cfg.SweepInterval), int64(cfg.Timeout), 0)
-	start := time.Now()
-	n.stallNow = func() int64 { return int64(time.Since(start)) }
 	if cfg.Cluster != nil {
 		n.SetCluster(cfg.Cluster)
 	}

@@ -104,9 +104,21 @@ type uiSummaryCache struct {
 	v  UISummary
 }
 
+// handleUI mounts the status page and its data endpoints on mux. The data
+// endpoints are operator views: each is wrapped with Config.UIAuth, and
+// this is where the node's own admin check belongs.
+func (n *Node) handleUI(mux *http.ServeMux) {
+	mux.Handle("GET /ui/", uiPage())
+	for pattern, h := range n.uiHandlers() {
+		if n.cfg.UIAuth != nil {
+			h = n.cfg.UIAuth(h)
+		}
+		mux.Handle(pattern, h)
+	}
+}
+
 // uiHandlers returns the status page's data endpoints, by http.ServeMux
-// pattern. They are operator views: httpHandler wraps each with
-// Config.UIAuth, which is where an admin check belongs.
+// pattern, unwrapped (handleUI wraps them).
 func (n *Node) uiHandlers() map[string]http.Handler {
 	return map[string]http.Handler{
 		"GET /v1/ui/summary": http.HandlerFunc(n.handleUISummary),
