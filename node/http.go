@@ -18,6 +18,7 @@ import (
 
 func (n *Node) httpHandler() http.Handler {
 	mux := http.NewServeMux()
+	n.handleUI(mux) // the status page and its data endpoints (ui.go)
 	mux.HandleFunc("GET /healthz", n.handleHealthz)
 	mux.HandleFunc("GET /v1/presence/{user}", n.handlePresenceHTTP)
 	mux.HandleFunc("GET /v1/sessions", n.handleSessionsHTTP)
@@ -25,7 +26,6 @@ func (n *Node) httpHandler() http.Handler {
 	for pattern, h := range n.cfg.HTTPHandlers {
 		mux.Handle(pattern, h)
 	}
-	n.handleUI(mux)
 	return mux
 }
 
