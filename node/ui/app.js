@@ -60,14 +60,23 @@
     setConn('auth', 'admin token required');
   }
 
-  function unauthorized() {
+  // unauthorized handles a 401 or 403 from a data endpoint: a token that
+  // was refused is forgotten, and the form asks for one, with the
+  // gateway's reason when it gives one (a 403 says why no token can help).
+  async function unauthorized(resp) {
+    let reason = '';
+    try {
+      reason = (await resp.json()).error || '';
+    } catch (err) {
+      // not JSON: keep the generic message
+    }
+    let message = state.token ? 'The gateway refused that token.' : 'This gateway needs its admin token.';
+    if (resp.status === 403 && reason) message = 'The gateway refused: ' + reason;
     if (state.token) {
       state.token = '';
       sessionStorage.removeItem(TOKEN_KEY);
-      askToken('The gateway refused that token.');
-    } else {
-      askToken('This gateway needs its admin token.');
     }
+    askToken(message);
   }
 
   $('token-form').addEventListener('submit', (e) => {
@@ -112,7 +121,7 @@
       return;
     }
     if (resp.status === 401 || resp.status === 403) {
-      unauthorized();
+      await unauthorized(resp);
       return;
     }
     if (!resp.ok) {
@@ -300,7 +309,7 @@
     try {
       const resp = await fetch(eventsURL, { headers: authHeaders(), cache: 'no-store', signal: ac.signal });
       if (resp.status === 401 || resp.status === 403) {
-        unauthorized();
+        await unauthorized(resp);
         return 'unauthorized';
       }
       if (!resp.ok || !resp.body) return 'the gateway answered HTTP ' + resp.status;
