@@ -102,6 +102,37 @@ type Config struct {
 	// Default 10ms; negative disables the wait (each batch flushes at once).
 	EventCoalesce time.Duration
 
+	// The status page at /ui/ on the HTTP endpoint (ui.go).
+
+	// UIRecentEvents is how many recent presence changes the node keeps for
+	// the status page, which shows them on load (a ring: the oldest is
+	// overwritten, and counted). Each costs a few hundred bytes. Default
+	// 200 (DefaultUIRecentEvents); negative turns the feed off: flushes do
+	// no work for it and GET /v1/ui/events answers 404.
+	UIRecentEvents int
+
+	// UIStreamQueue is how many presence changes may wait for one
+	// status-page stream (GET /v1/ui/events). A reader that lets it fill
+	// misses the changes past it (they are counted, and the stream says how
+	// many it missed); nothing else ever waits for it. Default 256.
+	UIStreamQueue int
+
+	// UIMaxStreams caps the status-page streams open at once; one more is
+	// answered 503. Default 32.
+	UIMaxStreams int
+
+	// UIKeepAlive is how often an idle status-page stream gets a comment
+	// line, so that proxies keep it open and the page can tell a quiet
+	// stream from a dead one. Default 15s.
+	UIKeepAlive time.Duration
+
+	// UIAuth, when set, wraps the status page's data endpoints (every
+	// handler Node.uiHandlers returns: /v1/ui/summary and /v1/ui/events),
+	// for example with the admin token check. The page itself (/ui/) holds
+	// no data and is always served; it asks for a token when a data
+	// endpoint answers 401. Default nil: the data endpoints are open.
+	UIAuth func(http.Handler) http.Handler
+
 	// RouteTimeout bounds a send's routing to other gateways
 	// (Cluster.Route), all of them concurrently. Default 2s.
 	RouteTimeout time.Duration
@@ -154,37 +185,6 @@ type Config struct {
 	// Cluster disseminates this node's writes and routes messages to other
 	// gateways. Nil runs standalone; see also Node.SetCluster.
 	Cluster Cluster
-
-	// The status page at /ui/ on the HTTP endpoint (ui.go).
-
-	// UIRecentEvents is how many recent presence changes the node keeps for
-	// the status page, which shows them on load (a ring: the oldest is
-	// overwritten, and counted). Each costs a few hundred bytes. Default
-	// 200 (DefaultUIRecentEvents); negative turns the feed off: flushes do
-	// no work for it and GET /v1/ui/events answers 404.
-	UIRecentEvents int
-
-	// UIStreamQueue is how many presence changes may wait for one
-	// status-page stream (GET /v1/ui/events). A reader that lets it fill
-	// misses the changes past it (they are counted, and the stream says how
-	// many it missed); nothing else ever waits for it. Default 256.
-	UIStreamQueue int
-
-	// UIMaxStreams caps the status-page streams open at once; one more is
-	// answered 503. Default 32.
-	UIMaxStreams int
-
-	// UIKeepAlive is how often an idle status-page stream gets a comment
-	// line, so that proxies keep it open and the page can tell a quiet
-	// stream from a dead one. Default 15s.
-	UIKeepAlive time.Duration
-
-	// UIAuth, when set, wraps the status page's data endpoints (every
-	// handler Node.uiHandlers returns: /v1/ui/summary and /v1/ui/events),
-	// for example with the admin token check. The page itself (/ui/) holds
-	// no data and is always served; it asks for a token when a data
-	// endpoint answers 401. Default nil: the data endpoints are open.
-	UIAuth func(http.Handler) http.Handler
 }
 
 // Defaults.
@@ -203,10 +203,6 @@ const (
 	DefaultSendBurst          = 100 // sends at once per session
 	DefaultGCInterval         = time.Minute
 	DefaultDrainTimeout       = 10 * time.Second
-	DefaultUIRecentEvents     = 200
-	DefaultUIStreamQueue      = 256
-	DefaultUIMaxStreams       = 32
-	DefaultUIKeepAlive        = 15 * time.Second
 	maxDefaultSweepInterval   = 250 * time.Millisecond
 	minSweepInterval          = time.Millisecond
 )
@@ -266,6 +262,7 @@ func (c *Config) fill() error {
 	if c.EventCoalesce == 0 {
 		c.EventCoalesce = DefaultEventCoalesce
 	}
+	c.fillUI()
 	if c.RouteTimeout == 0 {
 		c.RouteTimeout = DefaultRouteTimeout
 	}
@@ -280,18 +277,6 @@ func (c *Config) fill() error {
 	}
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = DefaultDrainTimeout
-	}
-	if c.UIRecentEvents == 0 {
-		c.UIRecentEvents = DefaultUIRecentEvents
-	}
-	if c.UIStreamQueue == 0 {
-		c.UIStreamQueue = DefaultUIStreamQueue
-	}
-	if c.UIMaxStreams == 0 {
-		c.UIMaxStreams = DefaultUIMaxStreams
-	}
-	if c.UIKeepAlive == 0 {
-		c.UIKeepAlive = DefaultUIKeepAlive
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
@@ -331,15 +316,14 @@ func (c *Config) Validate() error {
 	if c.OutboundQueue < 1 {
 		errs = append(errs, errors.New("outbound queue must be at least 1"))
 	}
+	if err := c.validateUI(); err != nil {
+		errs = append(errs, err)
+	}
 	if math.IsNaN(c.SendRate) || math.IsInf(c.SendRate, 0) || c.SendBurst < 1 {
 		errs = append(errs, fmt.Errorf("send rate (%v) must be a number and send burst (%d) at least 1", c.SendRate, c.SendBurst))
 	}
 	if c.OutboundQueueBytes <= c.MaxLineBytes {
 		errs = append(errs, fmt.Errorf("outbound queue bytes (%d) must exceed max line bytes (%d)", c.OutboundQueueBytes, c.MaxLineBytes))
-	}
-	if c.UIStreamQueue < 1 || c.UIMaxStreams < 1 || c.UIKeepAlive < 0 {
-		errs = append(errs, fmt.Errorf("ui stream queue (%d) and max streams (%d) must be at least 1, keep-alive (%v) not negative",
-			c.UIStreamQueue, c.UIMaxStreams, c.UIKeepAlive))
 	}
 	if !c.Dev && len(c.Secret) == 0 {
 		errs = append(errs, errors.New("a secret is required unless Dev is set"))

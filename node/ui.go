@@ -41,6 +41,38 @@ import (
 //go:embed ui
 var uiFiles embed.FS
 
+// Defaults of the status page's Config fields.
+const (
+	DefaultUIRecentEvents = 200
+	DefaultUIStreamQueue  = 256
+	DefaultUIMaxStreams   = 32
+	DefaultUIKeepAlive    = 15 * time.Second
+)
+
+// fillUI sets the status page's defaults on zero fields.
+func (c *Config) fillUI() {
+	if c.UIRecentEvents == 0 {
+		c.UIRecentEvents = DefaultUIRecentEvents
+	}
+	if c.UIStreamQueue == 0 {
+		c.UIStreamQueue = DefaultUIStreamQueue
+	}
+	if c.UIMaxStreams == 0 {
+		c.UIMaxStreams = DefaultUIMaxStreams
+	}
+	if c.UIKeepAlive == 0 {
+		c.UIKeepAlive = DefaultUIKeepAlive
+	}
+}
+
+func (c *Config) validateUI() error {
+	if c.UIStreamQueue < 1 || c.UIMaxStreams < 1 || c.UIKeepAlive < 0 {
+		return fmt.Errorf("ui stream queue (%d) and max streams (%d) must be at least 1, keep-alive (%v) not negative",
+			c.UIStreamQueue, c.UIMaxStreams, c.UIKeepAlive)
+	}
+	return nil
+}
+
 // uiSummaryMaxAge bounds how often the summary walks the replica
 // (O(records)), however many pages poll it.
 const uiSummaryMaxAge = 250 * time.Millisecond
