@@ -313,11 +313,11 @@ func (c *Config) Validate() error {
 	if c.MaxLineBytes < minMaxLineBytes {
 		errs = append(errs, fmt.Errorf("max line bytes must be at least %d", minMaxLineBytes))
 	}
-	if c.OutboundQueue < 1 {
-		errs = append(errs, errors.New("outbound queue must be at least 1"))
-	}
 	if err := c.validateUI(); err != nil {
 		errs = append(errs, err)
+	}
+	if c.OutboundQueue < 1 {
+		errs = append(errs, errors.New("outbound queue must be at least 1"))
 	}
 	if math.IsNaN(c.SendRate) || math.IsInf(c.SendRate, 0) || c.SendBurst < 1 {
 		errs = append(errs, fmt.Errorf("send rate (%v) must be a number and send burst (%d) at least 1", c.SendRate, c.SendBurst))
