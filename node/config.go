@@ -104,6 +104,37 @@ type Config struct {
 	// Default 10ms; negative disables the wait (each batch flushes at once).
 	EventCoalesce time.Duration
 
+	// The status page at /ui/ on the HTTP endpoint (ui.go).
+
+	// UIRecentEvents is how many recent presence changes the node keeps for
+	// the status page, which shows them on load (a ring: the oldest is
+	// overwritten, and counted). Each costs a few hundred bytes. Default
+	// 200 (DefaultUIRecentEvents); negative turns the feed off: flushes do
+	// no work for it and GET /v1/ui/events answers 404.
+	UIRecentEvents int
+
+	// UIStreamQueue is how many presence changes may wait for one
+	// status-page stream (GET /v1/ui/events). A reader that lets it fill
+	// misses the changes past it (they are counted, and the stream says how
+	// many it missed); nothing else ever waits for it. Default 256.
+	UIStreamQueue int
+
+	// UIMaxStreams caps the status-page streams open at once; one more is
+	// answered 503. Default 32.
+	UIMaxStreams int
+
+	// UIKeepAlive is how often an idle status-page stream gets a comment
+	// line, so that proxies keep it open and the page can tell a quiet
+	// stream from a dead one. Default 15s.
+	UIKeepAlive time.Duration
+
+	// UIAuth, when set, wraps the status page's data endpoints (every
+	// handler Node.uiHandlers returns: /v1/ui/summary and /v1/ui/events),
+	// for example with the admin token check. The page itself (/ui/) holds
+	// no data and is always served; it asks for a token when a data
+	// endpoint answers 401. Default nil: the data endpoints are open.
+	UIAuth func(http.Handler) http.Handler
+
 	// RouteTimeout bounds a send's routing to other gateways
 	// (Cluster.Route), all of them concurrently. Default 2s.
 	RouteTimeout time.Duration
@@ -327,6 +358,7 @@ func (c *Config) fill() error {
 	if c.EventCoalesce == 0 {
 		c.EventCoalesce = DefaultEventCoalesce
 	}
+	c.fillUI()
 	if c.RouteTimeout == 0 {
 		c.RouteTimeout = DefaultRouteTimeout
 	}
@@ -390,6 +422,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxLineBytes < minMaxLineBytes {
 		errs = append(errs, fmt.Errorf("max line bytes must be at least %d", minMaxLineBytes))
+	}
+	if err := c.validateUI(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.OutboundQueue < 1 {
 		errs = append(errs, errors.New("outbound queue must be at least 1"))

@@ -59,6 +59,7 @@ func (n *Node) Drain(ctx context.Context) error {
 	n.draining = true
 	n.mu.Unlock()
 	defer close(n.drained)
+	n.stopFeed() // status-page streams end; the page reconnects elsewhere
 
 	if n.ln != nil {
 		n.ln.Close()

@@ -24,6 +24,7 @@ import (
 
 func (n *Node) httpHandler() http.Handler {
 	mux := http.NewServeMux()
+	n.handleUI(mux) // the status page and its data endpoints (ui.go)
 	mux.HandleFunc("GET /healthz", n.handleHealthz)
 	mux.HandleFunc("GET /readyz", n.handleReadyz)
 	mux.Handle("GET /v1/presence/{user}", n.requireRead(http.HandlerFunc(n.handlePresenceHTTP), pathUser))

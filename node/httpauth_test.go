@@ -216,3 +216,29 @@ func TestReadAdminTokenFile(t *testing.T) {
 		t.Fatal("Config with a short admin token accepted")
 	}
 }
+
+// The status page's data endpoints are operator views: the admin token or
+// a backend client token reads them, a plain user's token does not; the
+// page itself stays open so it can ask for the token.
+func TestStatusPageDataNeedsTheAdminToken(t *testing.T) {
+	_, base := adminTestNode(t, func(c *Config) { c.AdminToken = []byte(testAdminToken) })
+	user, err := NewToken(testSecret, "alice", time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, token string
+		want        int
+	}{
+		{"no token", "", http.StatusUnauthorized},
+		{"a user's token", user, http.StatusUnauthorized},
+		{"the admin token", testAdminToken, http.StatusOK},
+	} {
+		if code, _, body := httpDo(t, http.DefaultClient, "GET", base+"/v1/ui/summary", tc.token); code != tc.want {
+			t.Errorf("summary with %s: %d, want %d: %s", tc.name, code, tc.want, body)
+		}
+	}
+	if code, _, _ := httpDo(t, http.DefaultClient, "GET", base+"/ui/", ""); code != http.StatusOK {
+		t.Errorf("the page without a token: %d, want 200", code)
+	}
+}

@@ -67,6 +67,7 @@ type Node struct {
 	dirty      map[string]struct{}   // users whose presence may have changed since the last flush
 	users      map[string]*userWatch // users someone watches, directly or through a group
 	groups     map[string]*groupWatch
+	feedLast   map[string]feedLast // the feed's view of each online user; nil when the feed is off
 
 	pubMu sync.Mutex // orders Publish calls; see the type comment
 	fanMu sync.Mutex // orders event delivery; see the type comment
@@ -90,6 +91,11 @@ type Node struct {
 	drained   chan struct{} // closed when Drain has run
 
 	stats counters
+
+	// The status page (ui.go): static after New; feed is nil when
+	// Config.UIRecentEvents is negative.
+	feed    *feed
+	uiCache uiSummaryCache
 }
 
 type clusterRef struct{ c Cluster }
@@ -138,6 +144,10 @@ func New(cfg Config) (*Node, error) {
 	n.wheel = newWheel(int64(cfg.SweepInterval), int64(cfg.Timeout), 0)
 	start := time.Now()
 	n.stallNow = func() int64 { return int64(time.Since(start)) }
+	if cfg.UIRecentEvents >= 0 {
+		n.feed = newFeed(cfg.UIRecentEvents, cfg.UIStreamQueue, cfg.UIMaxStreams)
+		n.feedLast = make(map[string]feedLast)
+	}
 	if cfg.Cluster != nil {
 		n.SetCluster(cfg.Cluster)
 	}
@@ -299,6 +309,7 @@ func (n *Node) Close() error {
 		if n.ln != nil {
 			n.ln.Close()
 		}
+		n.stopFeed()
 		if n.httpSrv != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			n.httpSrv.Shutdown(ctx) //nolint:errcheck // best effort; Close follows

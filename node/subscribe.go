@@ -286,8 +286,24 @@ func (n *Node) flushEvents() {
 	dirty := slices.Sorted(maps.Keys(n.dirty))
 	clear(n.dirty)
 	var out []delivery
+	var changes []PresenceChange // for the status page's feed (feed.go)
+	if n.feed != nil {
+		changes = make([]PresenceChange, 0, len(dirty))
+	}
 	var version uint64
 	for _, u := range dirty {
+		var cur crdt.Presence
+		read := false
+		if n.feed != nil {
+			cur, read = n.replica.Presence(u), true
+			if ch, ok := n.feedChangeLocked(cur); ok {
+				if version == 0 {
+					version = n.nextVersionLocked()
+				}
+				ch.Version = version
+				changes = append(changes, ch)
+			}
+		}
 		uw := n.users[u]
 		now := n.watchedGroupsOfLocked(u)
 		if uw == nil && len(now) == 0 {
@@ -297,7 +313,9 @@ func (n *Node) flushEvents() {
 			uw = n.watchUserLocked(u)
 			uw.last = crdt.Presence{User: u} // new to every group view
 		}
-		cur := n.replica.Presence(u)
+		if !read {
+			cur = n.replica.Presence(u)
+		}
 		changed := !cur.Equal(uw.last)
 		if version == 0 && (changed || len(now) > 0 || len(uw.groups) > 0) {
 			version = n.nextVersionLocked()
@@ -346,6 +364,13 @@ func (n *Node) flushEvents() {
 		} else {
 			n.stats.m.eventsDropped.Add(1)
 		}
+	}
+	if len(changes) > 0 {
+		at := n.clock.Now()
+		for i := range changes {
+			changes[i].Time = at
+		}
+		n.feed.publish(changes)
 	}
 	n.fanMu.Unlock()
 	if len(out) > 0 {

@@ -1,0 +1,16 @@
+package crdt
+
+// ActiveByGateway counts the sessions that are active in this replica's
+// projection, by the gateway that owns them: a gateway marked down (or a
+// retired incarnation) counts none. Gateways with no active session are
+// absent. It walks the sessions: O(records), for status pages and metrics,
+// not for hot paths.
+func (r *Replica) ActiveByGateway() map[string]int {
+	out := make(map[string]int)
+	r.entries(func(e *entry) {
+		if e.counted {
+			out[e.s.Gateway]++
+		}
+	})
+	return out
+}
