@@ -1,0 +1,96 @@
+package main
+
+import (
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rollcall/rollcall/internal/testcerts"
+)
+
+// SIGHUP on a running agent re-reads its TLS certificate files and applies
+// the limits of its config file: a new connection is served the new
+// certificate, a session opened before keeps working, and the reload log
+// names both parts.
+func TestSIGHUPRotatesCertificateAndLimits(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and runs it")
+	}
+	dir := t.TempDir()
+	ca := testcerts.NewCA(t, "rollcall reload CA")
+	caPool := x509.NewCertPool()
+	if !caPool.AppendCertsFromPEM(mustRead(t, ca.WriteCA(t, dir, "ca.pem"))) {
+		t.Fatal("CA PEM")
+	}
+	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	install := func(name string) []byte {
+		c, k := ca.Issue(t, name).Write(t, dir, name)
+		for src, dst := range map[string]string{c: certFile, k: keyFile} {
+			if err := os.WriteFile(dst, mustRead(t, src), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		block, _ := pem.Decode(mustRead(t, certFile))
+		return block.Bytes
+	}
+	config := filepath.Join(dir, "rollcall.yaml")
+	writeConfig := func(rate int) {
+		text := fmt.Sprintf("dev: true\nlog-format: json\ngossip-profile: local\ntls-cert: %s\ntls-key: %s\nrequest-rate: %d\n", certFile, keyFile, rate)
+		if err := os.WriteFile(config, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := install("localhost")
+	writeConfig(100)
+	client := freeAddr(t)
+	a := startLoggedAgent(t, buildBinary(t), "--config", config, "--name", "gw", "--client-addr", client,
+		"--http-addr", freeAddr(t), "--gossip-addr", freeAddr(t))
+	waitDial(t, client)
+	dialTLS := func() (*lineClient, []byte) {
+		t.Helper()
+		conn, err := tls.Dial("tcp", client, &tls.Config{RootCAs: caPool, ServerName: "localhost"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return newLineClient(t, conn, "bob", fmt.Sprintf("d%d", time.Now().UnixNano()), nil), conn.ConnectionState().PeerCertificates[0].Raw
+	}
+	bob, served := dialTLS()
+	if !bytes.Equal(served, first) {
+		t.Fatal("the agent did not serve its first certificate")
+	}
+
+	second := install("localhost")
+	writeConfig(400)
+	a.signal(t, syscall.SIGHUP)
+	a.waitLog(t, `"reload done"`)
+	log := a.log.String()
+	for _, want := range []string{`"part":"tls"`, `"part":"limits"`, `"errors":0`} {
+		if !strings.Contains(log, want) {
+			t.Errorf("the reload log lacks %s", want)
+		}
+	}
+	if _, served := dialTLS(); !bytes.Equal(served, second) {
+		t.Error("a connection after SIGHUP was not served the new certificate")
+	}
+	bob.send(map[string]any{"op": "get", "users": []string{"bob"}, "id": 7})
+	if p := bob.expect("presence"); p["id"] != float64(7) {
+		t.Fatalf("the session opened before the reload: %v", p)
+	}
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
