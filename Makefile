@@ -104,7 +104,7 @@ $(SECRETS)/tls_gateway.crt:
 	mv $$d/ca.crt $(SECRETS)/tls_ca.crt; mv $$d/gw.key $(SECRETS)/tls_gateway.key; mv $$d/gw.crt $@
 	@echo "made $(SECRETS)/tls_ca.crt, $(SECRETS)/tls_gateway.key and $@"
 
-# The container drills against the compose cluster (docs/_e2e.md): build
+# The container drills against the compose cluster (docs/chaos.md): build
 # the image, start three gateways under a project name of their own, kill
 # one, partition one, restart all three one by one, checking what clients
 # see; the cluster is removed afterwards, also when the test fails or
