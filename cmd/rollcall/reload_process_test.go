@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +17,7 @@ import (
 	"time"
 
 	"github.com/rollcall/rollcall/internal/testcerts"
+	"github.com/rollcall/rollcall/node"
 )
 
 // SIGHUP on a running agent re-reads its TLS certificate files and applies
@@ -93,4 +97,62 @@ func mustRead(t *testing.T, path string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// SIGHUP re-reads the token secret file: after the operator replaces the
+// key, a token signed with the old one is refused at hello and one signed
+// with the new one is welcomed, while a session opened before stays.
+func TestSIGHUPReloadsTokenKeys(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and runs it")
+	}
+	secret := filepath.Join(t.TempDir(), "secret")
+	oldKey, newKey := []byte(strings.Repeat("o", 32)), []byte(strings.Repeat("n", 32))
+	if err := os.WriteFile(secret, oldKey, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	client := freeAddr(t)
+	a := startLoggedAgent(t, buildBinary(t), "--name", "gw", "--secret-file", secret, "--client-addr", client,
+		"--http-addr", freeAddr(t), "--gossip-addr", "", "--log-format", "json")
+	waitDial(t, client)
+	token := func(key []byte, user string) string {
+		tok, err := node.NewToken(key, user, time.Hour, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	dial := func() net.Conn {
+		conn, err := net.Dial("tcp", client)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return conn
+	}
+	bob := newLineClient(t, dial(), "bob", "laptop", map[string]any{"token": token(oldKey, "bob")})
+
+	if err := os.WriteFile(secret, newKey, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a.signal(t, syscall.SIGHUP)
+	a.waitLog(t, `"reload done"`)
+	if log := a.log.String(); !strings.Contains(log, `"part":"token-keys"`) || !strings.Contains(log, `"errors":0`) {
+		t.Fatalf("the reload log does not show the token keys reloaded:\n%s", log)
+	}
+	stale := dial()
+	defer stale.Close()
+	hello, _ := json.Marshal(map[string]any{"op": "hello", "user": "carol", "device": "d", "token": token(oldKey, "carol")})
+	if _, err := stale.Write(append(hello, '\n')); err != nil {
+		t.Fatal(err)
+	}
+	stale.SetReadDeadline(time.Now().Add(10 * time.Second)) //nolint:errcheck // a missed deadline fails the read below
+	var reply map[string]any
+	if line, err := bufio.NewReader(stale).ReadBytes('\n'); err != nil || json.Unmarshal(line, &reply) != nil || reply["code"] != "auth_failed" {
+		t.Fatalf("a token of the replaced key: %s %v", line, err)
+	}
+	newLineClient(t, dial(), "dave", "d", map[string]any{"token": token(newKey, "dave")})
+	bob.send(map[string]any{"op": "get", "users": []string{"bob"}, "id": 3})
+	if p := bob.expect("presence"); p["id"] != float64(3) {
+		t.Fatalf("the session opened before the reload: %v", p)
+	}
 }
