@@ -200,7 +200,7 @@ func suggestKey(sets []*flag.FlagSet, key string) string {
 		})
 	}
 	if best == "" {
-		return " (keys are the flag names of rollcall agent, connect, token and members)"
+		return " (keys are the flag names of rollcall agent, connect, token, and members, leave and keys)"
 	}
 	return fmt.Sprintf(" (did you mean %q?)", best)
 }
