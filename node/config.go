@@ -129,10 +129,12 @@ type Config struct {
 	UIKeepAlive time.Duration
 
 	// UIAuth, when set, wraps the status page's data endpoints (every
-	// handler Node.uiHandlers returns: /v1/ui/summary and /v1/ui/events),
-	// for example with the admin token check. The page itself (/ui/) holds
-	// no data and is always served; it asks for a token when a data
-	// endpoint answers 401. Default nil: the data endpoints are open.
+	// handler Node.uiHandlers returns: /v1/ui/summary and /v1/ui/events)
+	// in a further check of the embedding program's own. Those endpoints
+	// always need what the node-wide read routes need (httpauth.go: the
+	// admin token or a backend client token; open on a Dev node). The page
+	// itself (/ui/) holds no data and is always served; it asks for a token
+	// when a data endpoint answers 401. Default nil: no further check.
 	UIAuth func(http.Handler) http.Handler
 
 	// RouteTimeout bounds a send's routing to other gateways

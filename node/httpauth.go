@@ -16,9 +16,11 @@ import (
 
 // Who may use which HTTP route:
 //
-//	open       GET /healthz, Config.HTTPHandlers
+//	open       GET /healthz, /readyz, /ui/, Config.HTTPHandlers (the
+//	           agent's /metrics)
 //	read       GET /v1/presence/{user}, /v1/sessions, /v1/stats,
-//	           Config.ReadHTTPHandlers: httpReadAllowed
+//	           /v1/ui/summary, /v1/ui/events, Config.ReadHTTPHandlers
+//	           (the agent's /v1/members): httpReadAllowed
 //	admin      /debug/pprof/*, Config.AdminHTTPHandlers: the admin token
 //	           (Config.AdminToken); 403 when none is configured, open
 //	           under Dev when none is configured

@@ -33,8 +33,9 @@ import (
 //	                      the gateway is draining: the stream ends
 //	    : keep-alive      a comment every Config.UIKeepAlive when idle
 //
-// The data endpoints are operator views: Config.UIAuth wraps them (see
-// uiHandlers). The page sends the admin token, when it has one, as
+// The data endpoints are operator views, read routes like /v1/sessions
+// (httpauth.go: the admin token or a backend client token; open on a Dev
+// node), optionally wrapped further by Config.UIAuth. The page sends the admin token, when it has one, as
 // "Authorization: Bearer <token>" on every data request, and reads the
 // stream with fetch (EventSource cannot send headers).
 
@@ -137,8 +138,8 @@ type uiSummaryCache struct {
 }
 
 // handleUI mounts the status page and its data endpoints on mux. The data
-// endpoints are operator views: each is wrapped with Config.UIAuth, and
-// this is where the node's own admin check belongs.
+// endpoints are operator views: each needs what the node-wide read routes
+// need (requireRead), inside Config.UIAuth when that is set.
 func (n *Node) handleUI(mux *http.ServeMux) {
 	mux.Handle("GET /ui/", uiPage())
 	for pattern, h := range n.uiHandlers() {
