@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rollcall/rollcall/auth"
 	"github.com/rollcall/rollcall/chaos"
 	"github.com/rollcall/rollcall/gossip"
 	"github.com/rollcall/rollcall/node"
@@ -143,7 +144,17 @@ func (w *world) since(m int) []observation {
 // connection, its status and, for a watcher, a subscription to every
 // drill user.
 func (a *actor) connect(ctx context.Context, gw string) error {
-	tok, err := node.NewToken(a.w.secret, a.user, time.Hour, time.Now())
+	// A watcher subscribes to every drill user: its token is a backend
+	// token (may read everyone); the others carry the default grants.
+	signer, err := auth.NewSecretSigner(a.w.secret)
+	if err != nil {
+		return err
+	}
+	spec := auth.TokenSpec{User: a.user, TTL: time.Hour}
+	if a.watcher {
+		spec.Grants = &auth.GrantsClaim{Backend: true}
+	}
+	tok, err := signer.Sign(spec, time.Now())
 	if err != nil {
 		return err
 	}
