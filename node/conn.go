@@ -469,7 +469,7 @@ func (c *conn) sendValue(v any) bool {
 // by the request's op and the code.
 func (c *conn) sendError(id json.RawMessage, code ErrorCode, msg string) {
 	c.n.stats.m.requestFailed(c.reqOp.Load(), code)
-	if code.closes() {
+	if code.Closes() {
 		c.closeWithError(id, code, msg)
 		return
 	}

@@ -38,8 +38,9 @@ import (
 // nothing for Timeout expires (error "expired", connection closed). Closing
 // the TCP connection ends the session at once (disconnected).
 //
-// Errors are {"op":"error","code":C,"message":M[,"id":I]}. After the codes in
-// closingCodes the gateway writes the error line and closes the connection.
+// Errors are {"op":"error","code":C,"message":M[,"id":I]}. After a code
+// whose ErrorCode.Closes is true, the gateway writes the error line and
+// closes the connection.
 
 // ProtocolVersion is the version of the client protocol, sent in
 // welcome.protocol and printed by `rollcall version`. It changes only with
@@ -160,9 +161,10 @@ const (
 	CodeTooManyConnections ErrorCode = "too_many_connections"
 )
 
-// closes reports whether the gateway closes the connection after sending
-// an error with this code.
-func (c ErrorCode) closes() bool {
+// Closes reports whether the gateway closes the connection after sending
+// an error with this code: a client that receives one knows its session
+// ended, and why.
+func (c ErrorCode) Closes() bool {
 	switch c {
 	case CodeAuthFailed, CodeHandshakeTimeout, CodeLineTooLong, CodeSuperseded,
 		CodeShuttingDown, CodeSlowConsumer, CodeExpired, CodeTokenExpired,

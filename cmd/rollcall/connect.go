@@ -86,15 +86,7 @@ func connectClient(ctx context.Context, args []string, stdin io.Reader, stdout, 
 	}
 	defer nc.Close()
 	cl := &interactive{nc: nc, out: stdout, raw: *raw, done: make(chan struct{})}
-	hello := map[string]any{"op": "hello", "user": *user}
-	for k, v := range map[string]string{"device": *device, "token": *token, "status": *status} {
-		if v != "" {
-			hello[k] = v
-		}
-	}
-	if g := splitList(*groups); len(g) > 0 {
-		hello["groups"] = g
-	}
+	hello := node.Request{Op: node.OpHello, User: *user, Device: *device, Token: *token, Status: *status, Groups: splitList(*groups)}
 	if err := cl.sendJSON(hello); err != nil {
 		return err
 	}
@@ -195,7 +187,7 @@ func (cl *interactive) sendJSON(v any) error {
 
 // bye ends the session cleanly and waits for the gateway to close.
 func (cl *interactive) bye() error {
-	if err := cl.sendJSON(map[string]string{"op": "bye"}); err != nil {
+	if err := cl.sendJSON(node.Request{Op: node.OpBye}); err != nil {
 		<-cl.done // the connection is gone already
 		return cl.result()
 	}
@@ -231,57 +223,84 @@ func (cl *interactive) readLoop() {
 	}
 }
 
-// reply is any line from the gateway, decoded loosely for printing.
-type reply struct {
-	Op          string             `json:"op"`
-	ID          json.RawMessage    `json:"id"`
-	Code        string             `json:"code"`
-	Message     string             `json:"message"`
-	Session     string             `json:"session"`
-	User        string             `json:"user"`
-	Device      string             `json:"device"`
-	Epoch       uint64             `json:"epoch"`
-	Gateway     string             `json:"gateway"`
-	HeartbeatMS int64              `json:"heartbeat_ms"`
-	TimeoutMS   int64              `json:"timeout_ms"`
-	ExpiresAt   string             `json:"expires_at"`
-	TokenExp    string             `json:"token_expires_at"`
-	Delivered   *int               `json:"delivered"`
-	Users       []node.Presence    `json:"users"`
-	Group       string             `json:"group"`
-	Online      json.RawMessage    `json:"online"`
-	Members     []node.Presence    `json:"members"`
-	Sessions    []node.SessionInfo `json:"sessions"`
-	Member      *bool              `json:"member"`
-	From        string             `json:"from"`
-	FromDevice  string             `json:"from_device"`
-	Body        json.RawMessage    `json:"body"`
-	Status      string             `json:"status"`
-	Version     uint64             `json:"version"`
-	Gateways    []string           `json:"gateways"`
+// decodeReply decodes a line from the gateway into node's type for its op:
+// *node.Welcome, *okReply, *node.HBReply, *node.PresenceReply,
+// *node.GroupReply, *node.LocateReply, *node.Event, *node.MessageFrame or
+// *node.ErrorFrame. It fails on a line that is not JSON, not one of these
+// ops, or not of its op's shape.
+func decodeReply(line []byte) (any, error) {
+	var head struct {
+		Op string `json:"op"`
+	}
+	if err := json.Unmarshal(line, &head); err != nil {
+		return nil, err
+	}
+	var v any
+	switch head.Op {
+	case node.OpWelcome:
+		v = &node.Welcome{}
+	case node.OpOK:
+		var ok okReply
+		if err := json.Unmarshal(line, &ok.OK); err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal(line, &ok.Refresh); err != nil {
+			return nil, err
+		}
+		return &ok, nil
+	case node.OpHB:
+		v = &node.HBReply{}
+	case node.OpPresence:
+		v = &node.PresenceReply{}
+	case node.OpGroup:
+		v = &node.GroupReply{}
+	case node.OpLocate:
+		v = &node.LocateReply{}
+	case node.OpEvent:
+		v = &node.Event{}
+	case node.OpMessage:
+		v = &node.MessageFrame{}
+	case node.OpError:
+		v = &node.ErrorFrame{}
+	default:
+		return nil, fmt.Errorf("unknown op %q", head.Op)
+	}
+	if err := json.Unmarshal(line, v); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// okReply is an ok line, which replies to several requests: send's fills
+// Delivered, refresh's TokenExpiresAt, the others neither.
+type okReply struct {
+	OK      node.OK
+	Refresh node.RefreshReply
 }
 
 func (cl *interactive) show(line []byte) {
 	line = []byte(strings.TrimSpace(string(line)))
-	var m reply
-	if err := json.Unmarshal(line, &m); err != nil {
+	m, err := decodeReply(line)
+	if err != nil {
 		cl.printf("%s", line)
 		return
 	}
-	if m.Op == node.OpWelcome {
+	switch m := m.(type) {
+	case *node.Welcome:
 		cl.welcomed = true
-	}
-	if m.Op == node.OpWelcome && m.HeartbeatMS > 0 {
-		cl.hbOnce.Do(func() { go cl.heartbeat(time.Duration(m.HeartbeatMS) * time.Millisecond) })
-	}
-	if m.Op == node.OpError && closingCode(m.Code) {
-		cl.closeErr = fmt.Errorf("gateway closed the session: %s: %s", m.Code, m.Message)
+		if m.HeartbeatMS > 0 {
+			cl.hbOnce.Do(func() { go cl.heartbeat(time.Duration(m.HeartbeatMS) * time.Millisecond) })
+		}
+	case *node.ErrorFrame:
+		if m.Code.Closes() {
+			cl.closeErr = fmt.Errorf("gateway closed the session: %s: %s", m.Code, m.Message)
+		}
 	}
 	if cl.raw {
 		cl.printf("%s", line)
 		return
 	}
-	cl.printf("%s", formatReply(&m))
+	cl.printf("%s", formatReply(m))
 }
 
 // heartbeat sends hb every interval until the connection closes.
@@ -293,44 +312,35 @@ func (cl *interactive) heartbeat(every time.Duration) {
 		case <-cl.done:
 			return
 		case <-t.C:
-			if cl.sendRaw([]byte(`{"op":"hb"}`)) != nil {
+			if cl.sendJSON(node.Request{Op: node.OpHB}) != nil {
 				return
 			}
 		}
 	}
 }
 
-func closingCode(code string) bool {
-	switch node.ErrorCode(code) {
-	case node.CodeAuthFailed, node.CodeHandshakeTimeout, node.CodeLineTooLong, node.CodeSuperseded,
-		node.CodeShuttingDown, node.CodeSlowConsumer, node.CodeExpired, node.CodeTokenExpired:
-		return true
-	}
-	return false
-}
-
-// formatReply renders a gateway line for people.
-func formatReply(m *reply) string {
-	switch m.Op {
-	case node.OpWelcome:
+// formatReply renders a reply from decodeReply for people.
+func formatReply(reply any) string {
+	switch m := reply.(type) {
+	case *node.Welcome:
 		s := fmt.Sprintf("connected to %s as %s/%s (session %s, epoch %d); heartbeat every %v, session expires after %v of silence",
 			m.Gateway, m.User, m.Device, m.Session, m.Epoch,
 			time.Duration(m.HeartbeatMS)*time.Millisecond, time.Duration(m.TimeoutMS)*time.Millisecond)
-		if m.TokenExp != "" {
-			s += "; token expires at " + m.TokenExp + " (refresh before)"
+		if m.TokenExpiresAt != "" {
+			s += "; token expires at " + m.TokenExpiresAt + " (refresh before)"
 		}
 		return s
-	case node.OpOK:
+	case *okReply:
 		switch {
-		case m.Delivered != nil:
-			return fmt.Sprintf("ok: delivered to %d session(s)", *m.Delivered)
-		case m.TokenExp != "":
-			return "ok: token expires at " + m.TokenExp
+		case m.OK.Delivered != nil:
+			return fmt.Sprintf("ok: delivered to %d session(s)", *m.OK.Delivered)
+		case m.Refresh.TokenExpiresAt != "":
+			return "ok: token expires at " + m.Refresh.TokenExpiresAt
 		}
 		return "ok"
-	case node.OpHB:
+	case *node.HBReply:
 		return "hb ok, session expires at " + m.ExpiresAt
-	case node.OpPresence:
+	case *node.PresenceReply:
 		var b strings.Builder
 		for i, p := range m.Users {
 			if i > 0 {
@@ -339,49 +349,46 @@ func formatReply(m *reply) string {
 			b.WriteString(formatPresence(p))
 		}
 		return b.String()
-	case node.OpGroup:
+	case *node.GroupReply:
 		var b strings.Builder
-		fmt.Fprintf(&b, "group %s: %s online", m.Group, string(m.Online))
+		fmt.Fprintf(&b, "group %s: %d online", m.Group, m.Online)
 		for _, p := range m.Members {
 			b.WriteString("\n  " + formatPresence(p))
 		}
 		return b.String()
-	case node.OpLocate:
+	case *node.LocateReply:
 		var b strings.Builder
 		fmt.Fprintf(&b, "%s: %d active session(s)", m.User, len(m.Sessions))
 		for _, s := range m.Sessions {
 			fmt.Fprintf(&b, "\n  %s on %s: %s, epoch %d, %s", s.Device, s.Gateway, s.Session, s.Epoch, s.Status)
 		}
 		return b.String()
-	case node.OpEvent:
-		p := node.Presence{User: m.User, Status: m.Status, Sessions: m.Sessions, Version: m.Version}
-		_ = json.Unmarshal(m.Online, &p.Online)
+	case *node.Event:
 		prefix := "* "
 		if m.Group != "" {
 			prefix = "* [" + m.Group + "] "
 			if m.Member != nil && !*m.Member {
-				if p.Online {
+				if m.Online {
 					return prefix + m.User + " left the group"
 				}
 				return prefix + m.User + " is offline"
 			}
 		}
-		return prefix + formatPresence(p) + fmt.Sprintf("  (v%d)", m.Version)
-	case node.OpMessage:
+		return prefix + formatPresence(m.Presence) + fmt.Sprintf("  (v%d)", m.Version)
+	case *node.MessageFrame:
 		body := string(m.Body)
 		var s string
 		if json.Unmarshal(m.Body, &s) == nil {
 			body = s
 		}
 		return fmt.Sprintf("<%s/%s> %s", m.From, m.FromDevice, body)
-	case node.OpError:
+	case *node.ErrorFrame:
 		if len(m.Gateways) > 0 {
 			return fmt.Sprintf("error %s: %s (other gateways: %s)", m.Code, m.Message, strings.Join(m.Gateways, ", "))
 		}
 		return fmt.Sprintf("error %s: %s", m.Code, m.Message)
 	}
-	b, _ := json.Marshal(m)
-	return string(b)
+	return fmt.Sprintf("%v", reply)
 }
 
 // formatPresence renders a presence in one line: "bob: busy (phone busy
@@ -412,7 +419,7 @@ func parseCommand(line string) (req []byte, quit bool, err error) {
 	}
 	f := strings.Fields(line)
 	cmd, args := f[0], f[1:]
-	var v map[string]any
+	var v node.Request
 	need := func(n int, usage string) error {
 		if len(args) < n {
 			return fmt.Errorf("usage: %s", usage)
@@ -423,12 +430,12 @@ func parseCommand(line string) (req []byte, quit bool, err error) {
 	case "bye", "quit", "exit":
 		return nil, true, nil
 	case "hb":
-		v = map[string]any{"op": "hb", "id": "hb"}
+		v = node.Request{Op: node.OpHB, ID: json.RawMessage(`"hb"`)}
 	case "status":
 		if err := need(1, "status available|away|busy"); err != nil {
 			return nil, false, err
 		}
-		v = map[string]any{"op": "status", "status": args[0]}
+		v = node.Request{Op: node.OpStatus, Status: args[0]}
 	case "account":
 		if err := need(1, "account none|away|dnd|busy  or  account auth DEVICE"); err != nil {
 			return nil, false, err
@@ -441,48 +448,53 @@ func parseCommand(line string) (req []byte, quit bool, err error) {
 			if dev == "-" {
 				dev = ""
 			}
-			v = map[string]any{"op": "account", "authoritative_device": dev}
+			v = node.Request{Op: node.OpAccount, AuthoritativeDevice: &dev}
 		} else {
-			v = map[string]any{"op": "account", "override": args[0]}
+			v = node.Request{Op: node.OpAccount, Override: &args[0]}
 		}
 	case "get":
 		if err := need(1, "get USER..."); err != nil {
 			return nil, false, err
 		}
-		v = map[string]any{"op": "get", "users": args}
-	case "group", "locate", "join", "leave":
+		v = node.Request{Op: node.OpGet, Users: args}
+	case "group", "join", "leave":
 		if err := need(1, cmd+" NAME"); err != nil {
 			return nil, false, err
 		}
-		key := "group"
-		if cmd == "locate" {
-			key = "user"
+		v = node.Request{Op: cmd, Group: args[0]}
+	case "locate":
+		if err := need(1, cmd+" NAME"); err != nil {
+			return nil, false, err
 		}
-		v = map[string]any{"op": cmd, key: args[0]}
+		v = node.Request{Op: node.OpLocate, User: args[0]}
 	case "sub", "unsub":
 		if err := need(1, cmd+" USER...  or  "+cmd+" group G"); err != nil {
 			return nil, false, err
 		}
 		if args[0] == "group" && len(args) == 2 {
-			v = map[string]any{"op": cmd, "group": args[1]}
+			v = node.Request{Op: cmd, Group: args[1]}
 		} else {
-			v = map[string]any{"op": cmd, "users": args}
+			v = node.Request{Op: cmd, Users: args}
 		}
 	case "refresh":
 		if err := need(1, "refresh TOKEN"); err != nil {
 			return nil, false, err
 		}
-		v = map[string]any{"op": "refresh", "token": args[0]}
+		v = node.Request{Op: node.OpRefresh, Token: args[0]}
 	case "send":
 		if err := need(2, "send USER TEXT..."); err != nil {
 			return nil, false, err
 		}
 		text := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(line[len("send"):]), args[0]))
-		var body any = text
-		if json.Valid([]byte(text)) && (strings.HasPrefix(text, "{") || strings.HasPrefix(text, "[")) {
-			body = json.RawMessage(text)
+		body := json.RawMessage(text)
+		if !json.Valid(body) || !(strings.HasPrefix(text, "{") || strings.HasPrefix(text, "[")) {
+			quoted, err := json.Marshal(text)
+			if err != nil {
+				return nil, false, err
+			}
+			body = quoted
 		}
-		v = map[string]any{"op": "send", "to": args[0], "body": body}
+		v = node.Request{Op: node.OpSend, To: args[0], Body: body}
 	default:
 		return nil, false, fmt.Errorf("unknown command %q", cmd)
 	}

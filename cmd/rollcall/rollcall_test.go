@@ -192,6 +192,10 @@ func TestAgentAndConnect(t *testing.T) {
 	waitOutput(t, "get", bob.out, "nobody: offline")
 	fmt.Fprintln(bob.in, "send alice hi")
 	waitOutput(t, "forbidden send", bob.out, "error forbidden: the token does not allow sending to alice")
+	fmt.Fprintln(bob.in, "refresh "+token("bob"))
+	waitOutput(t, "refresh", bob.out, "ok: token expires at ")
+	fmt.Fprintln(bob.in, "hb")
+	waitOutput(t, "hb", bob.out, "hb ok, session expires at ")
 	fmt.Fprintln(bob.in, "nonsense")
 	waitOutput(t, "unknown command", bob.out, `unknown command "nonsense"`)
 	fmt.Fprintln(bob.in, `{"op":"dance"}`)
@@ -243,20 +247,23 @@ func TestParseCommand(t *testing.T) {
 	for line, want := range map[string]string{
 		"status busy":          `{"op":"status","status":"busy"}`,
 		"account dnd":          `{"op":"account","override":"dnd"}`,
-		"account auth desktop": `{"authoritative_device":"desktop","op":"account"}`,
-		"account auth -":       `{"authoritative_device":"","op":"account"}`,
+		"account auth desktop": `{"op":"account","authoritative_device":"desktop"}`,
+		"account auth -":       `{"op":"account","authoritative_device":""}`,
 		"get bob carol":        `{"op":"get","users":["bob","carol"]}`,
-		"group g":              `{"group":"g","op":"group"}`,
+		"group g":              `{"op":"group","group":"g"}`,
 		"locate bob":           `{"op":"locate","user":"bob"}`,
 		"sub bob":              `{"op":"sub","users":["bob"]}`,
-		"sub group g":          `{"group":"g","op":"sub"}`,
+		"sub group g":          `{"op":"sub","group":"g"}`,
 		"unsub bob carol":      `{"op":"unsub","users":["bob","carol"]}`,
-		"join g":               `{"group":"g","op":"join"}`,
-		"leave g":              `{"group":"g","op":"leave"}`,
-		"send bob hello  you":  `{"body":"hello  you","op":"send","to":"bob"}`,
-		`send bob {"x":1}`:     `{"body":{"x":1},"op":"send","to":"bob"}`,
-		"hb":                   `{"id":"hb","op":"hb"}`,
+		"join g":               `{"op":"join","group":"g"}`,
+		"leave g":              `{"op":"leave","group":"g"}`,
+		"send bob hello  you":  `{"op":"send","to":"bob","body":"hello  you"}`,
+		`send bob {"x":1}`:     `{"op":"send","to":"bob","body":{"x":1}}`,
+		"hb":                   `{"op":"hb","id":"hb"}`,
 		"refresh eyJ.x.y":      `{"op":"refresh","token":"eyJ.x.y"}`,
+		`send bob [1, 2]`:      `{"op":"send","to":"bob","body":[1,2]}`,
+		`send bob 42`:          `{"op":"send","to":"bob","body":"42"}`,
+		`send bob <b>&`:        `{"op":"send","to":"bob","body":"\u003cb\u003e\u0026"}`,
 		`{"op":"hb"}`:          `{"op":"hb"}`,
 	} {
 		got, quit, err := parseCommand(line)
