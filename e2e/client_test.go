@@ -21,35 +21,13 @@ import (
 	"github.com/rollcall/rollcall/node"
 )
 
-// frame is any line a gateway sends; which fields are set depends on Op.
-// node.Presence carries an event's presence and welcome's user.
-type frame struct {
-	Op          string          `json:"op"`
-	ID          json.RawMessage `json:"id,omitempty"`
-	Code        string          `json:"code,omitempty"`
-	Message     string          `json:"message,omitempty"`
-	Session     string          `json:"session,omitempty"`
-	Device      string          `json:"device,omitempty"`
-	Epoch       uint64          `json:"epoch,omitempty"`
-	Gateway     string          `json:"gateway,omitempty"`
-	HeartbeatMS int64           `json:"heartbeat_ms,omitempty"`
-	TimeoutMS   int64           `json:"timeout_ms,omitempty"`
-	Users       []node.Presence `json:"users,omitempty"`
-	// Gateways, in shutting_down from a gateway with the lame-duck drain,
-	// are the client addresses of the other live gateways.
-	Gateways []string `json:"gateways,omitempty"`
-	node.Presence
-}
-
-// hello is the first request of a connection.
-type hello struct {
-	Op        string   `json:"op"`
-	User      string   `json:"user"`
-	Device    string   `json:"device"`
-	Token     string   `json:"token"`
-	Status    string   `json:"status,omitempty"`
-	LastEpoch uint64   `json:"last_epoch,omitempty"`
-	Groups    []string `json:"groups,omitempty"`
+// opOf returns the op of a line from the gateway.
+func opOf(line []byte) (string, error) {
+	var head struct {
+		Op string `json:"op"`
+	}
+	err := json.Unmarshal(line, &head)
+	return head.Op, err
 }
 
 // errClosed is a request whose connection ended before its reply.
@@ -65,11 +43,11 @@ const requestTimeout = 10 * time.Second
 type client struct {
 	// Static after dial.
 	nc      net.Conn
-	welcome frame
+	welcome node.Welcome
 	onEvent func(node.Presence) // called from the reader goroutine
 
-	wmu     sync.Mutex // serializes writes
-	replies chan frame
+	wmu     sync.Mutex    // serializes writes
+	replies chan []byte   // reply lines, for request
 	done    chan struct{} // closed when the reader stops
 
 	mu          sync.Mutex
@@ -79,7 +57,7 @@ type client struct {
 
 // dial connects to a gateway's client address (over TLS with tc) and says
 // hello; it returns once welcome arrives, or the gateway's error.
-func dial(ctx context.Context, addr string, tc *tls.Config, h hello, onEvent func(node.Presence)) (*client, error) {
+func dial(ctx context.Context, addr string, tc *tls.Config, h node.Request, onEvent func(node.Presence)) (*client, error) {
 	var nc net.Conn
 	var err error
 	d := &net.Dialer{Timeout: 3 * time.Second}
@@ -91,7 +69,7 @@ func dial(ctx context.Context, addr string, tc *tls.Config, h hello, onEvent fun
 	if err != nil {
 		return nil, err
 	}
-	h.Op = "hello"
+	h.Op = node.OpHello
 	line, err := json.Marshal(h)
 	if err != nil {
 		nc.Close()
@@ -108,17 +86,24 @@ func dial(ctx context.Context, addr string, tc *tls.Config, h hello, onEvent fun
 		nc.Close()
 		return nil, fmt.Errorf("welcome from %s: %w", addr, err)
 	}
-	var w frame
+	op, err := opOf(raw)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("welcome from %s: %w: %q", addr, err, raw)
+	}
+	if op != node.OpWelcome {
+		nc.Close()
+		var e node.ErrorFrame
+		json.Unmarshal(raw, &e) //nolint:errcheck // the message shows the line's op either way
+		return nil, fmt.Errorf("hello %s/%s at %s: got %s %s %s", h.User, h.Device, addr, op, e.Code, e.Message)
+	}
+	var w node.Welcome
 	if err := json.Unmarshal(raw, &w); err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("welcome from %s: %w: %q", addr, err, raw)
 	}
-	if w.Op != "welcome" {
-		nc.Close()
-		return nil, fmt.Errorf("hello %s/%s at %s: got %s %s %s", h.User, h.Device, addr, w.Op, w.Code, w.Message)
-	}
 	nc.SetDeadline(time.Time{})
-	c := &client{nc: nc, welcome: w, onEvent: onEvent, replies: make(chan frame, 16), done: make(chan struct{})}
+	c := &client{nc: nc, welcome: w, onEvent: onEvent, replies: make(chan []byte, 16), done: make(chan struct{})}
 	go c.readLoop(rd)
 	go c.heartbeatLoop(time.Duration(w.HeartbeatMS) * time.Millisecond)
 	return c, nil
@@ -138,22 +123,36 @@ func (c *client) readLoop(rd *bufio.Reader) {
 		if err != nil {
 			return
 		}
-		var f frame
-		if err := json.Unmarshal(raw, &f); err != nil {
+		op, err := opOf(raw)
+		if err != nil {
 			code = "bad line: " + string(raw)
 			return
 		}
-		switch {
-		case f.Op == "event":
-			if c.onEvent != nil {
-				c.onEvent(f.Presence)
+		switch op {
+		case node.OpEvent:
+			var ev node.Event
+			if err := json.Unmarshal(raw, &ev); err != nil {
+				code = "bad event: " + string(raw)
+				return
 			}
-		case f.Op == "message":
-		case f.Op == "error" && len(f.ID) == 0:
+			if c.onEvent != nil {
+				c.onEvent(ev.Presence)
+			}
+		case node.OpMessage:
+		case node.OpError:
+			var e node.ErrorFrame
+			if err := json.Unmarshal(raw, &e); err != nil {
+				code = "bad error: " + string(raw)
+				return
+			}
+			if len(e.ID) > 0 {
+				c.replies <- raw
+				continue
+			}
 			// A closing error: the gateway closes the connection next.
-			code, gateways = f.Code, f.Gateways
+			code, gateways = string(e.Code), e.Gateways
 		default:
-			c.replies <- f
+			c.replies <- raw
 		}
 	}
 }
@@ -169,7 +168,7 @@ func (c *client) heartbeatLoop(every time.Duration) {
 		case <-c.done:
 			return
 		case <-t.C:
-			if c.write([]byte(`{"op":"hb"}`)) != nil {
+			if c.send(node.Request{Op: node.OpHB}) != nil {
 				return
 			}
 		}
@@ -184,34 +183,42 @@ func (c *client) write(line []byte) error {
 	return err
 }
 
-// request sends req (an "id" is added) and returns its reply; an error
-// reply is returned as an error carrying its code.
-func (c *client) request(req map[string]any) (frame, error) {
-	req["id"] = strconv.FormatInt(time.Now().UnixNano(), 36)
+func (c *client) send(req node.Request) error {
 	line, err := json.Marshal(req)
 	if err != nil {
-		return frame{}, err
+		return err
 	}
-	if err := c.write(line); err != nil {
-		return frame{}, fmt.Errorf("%v: %w", req["op"], err)
+	return c.write(line)
+}
+
+// request sends req (an "id" is added) and waits for its reply; an error
+// reply is returned as an error carrying its code.
+func (c *client) request(req node.Request) error {
+	req.ID = json.RawMessage(strconv.Quote(strconv.FormatInt(time.Now().UnixNano(), 36)))
+	if err := c.send(req); err != nil {
+		return fmt.Errorf("%s: %w", req.Op, err)
 	}
-	var f frame
+	var raw []byte
 	select {
-	case f = <-c.replies:
+	case raw = <-c.replies:
 	case <-c.done:
 		// The reply may have come just before the close (bye's ok does).
 		select {
-		case f = <-c.replies:
+		case raw = <-c.replies:
 		default:
-			return frame{}, fmt.Errorf("%v: %w (%s)", req["op"], errClosed, c.end())
+			return fmt.Errorf("%s: %w (%s)", req.Op, errClosed, c.end())
 		}
 	case <-time.After(requestTimeout):
-		return frame{}, fmt.Errorf("%v: no reply in %v", req["op"], requestTimeout)
+		return fmt.Errorf("%s: no reply in %v", req.Op, requestTimeout)
 	}
-	if f.Op == "error" {
-		return f, fmt.Errorf("%v: %s: %s", req["op"], f.Code, f.Message)
+	if op, _ := opOf(raw); op == node.OpError {
+		var e node.ErrorFrame
+		if err := json.Unmarshal(raw, &e); err != nil {
+			return fmt.Errorf("%s: bad error reply %q: %w", req.Op, raw, err)
+		}
+		return fmt.Errorf("%s: %s: %s", req.Op, e.Code, e.Message)
 	}
-	return f, nil
+	return nil
 }
 
 // end returns the closing error code ("eof" for a plain close), or "" while

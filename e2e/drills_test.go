@@ -67,7 +67,7 @@ func TestContainerDrills(t *testing.T) {
 	forged, err := node.NewToken([]byte("not-the-compose-secret-0123456789abcdef"), "mallory", time.Hour, time.Now())
 	must(t, err)
 	for _, tok := range []string{"", forged} {
-		_, err := dial(ctx, w.clientAddr("gw3"), w.access.tlsFor("gw3"), hello{User: "mallory", Device: "x", Token: tok}, nil)
+		_, err := dial(ctx, w.clientAddr("gw3"), w.access.tlsFor("gw3"), node.Request{User: "mallory", Device: "x", Token: tok}, nil)
 		if err == nil || !strings.Contains(err.Error(), "auth_failed") {
 			t.Errorf("hello with token %q: %v, want auth_failed", tok[:min(len(tok), 12)], err)
 		}

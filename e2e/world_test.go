@@ -159,7 +159,7 @@ func (a *actor) connect(ctx context.Context, gw string) error {
 		return err
 	}
 	a.mu.Lock()
-	h := hello{User: a.user, Device: a.device, Token: tok, Status: a.status, LastEpoch: a.epoch}
+	h := node.Request{User: a.user, Device: a.device, Token: tok, Status: a.status, LastEpoch: a.epoch}
 	a.mu.Unlock()
 	var onEvent func(node.Presence)
 	if a.watcher {
@@ -181,7 +181,7 @@ func (a *actor) connect(ctx context.Context, gw string) error {
 	a.c, a.gw, a.epoch, a.bye = c, gw, c.welcome.Epoch, false
 	a.mu.Unlock()
 	if a.watcher {
-		if _, err := c.request(map[string]any{"op": "sub", "users": a.w.drillUsers()}); err != nil {
+		if err := c.request(node.Request{Op: node.OpSub, Users: a.w.drillUsers()}); err != nil {
 			return fmt.Errorf("%s sub at %s: %w", a.user, gw, err)
 		}
 	}
@@ -227,7 +227,7 @@ func (a *actor) at() string {
 }
 
 func (a *actor) setStatus(status string) error {
-	if _, err := a.conn().request(map[string]any{"op": "status", "status": status}); err != nil {
+	if err := a.conn().request(node.Request{Op: node.OpStatus, Status: status}); err != nil {
 		return fmt.Errorf("%s/%s status %s: %w", a.user, a.device, status, err)
 	}
 	a.mu.Lock()
@@ -238,7 +238,7 @@ func (a *actor) setStatus(status string) error {
 
 func (a *actor) sayBye() error {
 	c := a.conn()
-	if _, err := c.request(map[string]any{"op": "bye"}); err != nil {
+	if err := c.request(node.Request{Op: node.OpBye}); err != nil {
 		return fmt.Errorf("%s/%s bye: %w", a.user, a.device, err)
 	}
 	<-c.done
