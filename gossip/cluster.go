@@ -16,13 +16,7 @@ import (
 
 	"github.com/rollcall/rollcall/crdt"
 	"github.com/rollcall/rollcall/internal/stall"
-	"github.com/rollcall/rollcall/node"
 )
-
-// Host is what the cluster drives: the local node. node.Node implements it.
-type Host = node.Host
-
-var _ node.Cluster = (*Cluster)(nil)
 
 // Cluster joins a node to its peers over memberlist. It implements
 // node.Cluster (Publish, Route) and drives a Host with what it hears.

@@ -10,8 +10,8 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
+	"github.com/rollcall/rollcall/cluster"
 	"github.com/rollcall/rollcall/crdt"
-	"github.com/rollcall/rollcall/node"
 )
 
 func TestClusterConvergesEagerly(t *testing.T) {
@@ -185,7 +185,7 @@ func TestRouteGoesThroughOwner(t *testing.T) {
 	tc.waitMembers(3)
 	tc.hosts[1].connect(t, "gina", "phone")
 	body := json.RawMessage(`{"text":"hi"}`)
-	n, err := tc.nodes[0].Route(context.Background(), "n1", node.Message{To: "gina", From: "hank", FromDevice: "web", Body: body})
+	n, err := tc.nodes[0].Route(context.Background(), "n1", cluster.Message{To: "gina", From: "hank", FromDevice: "web", Body: body})
 	if err != nil || n != 1 {
 		t.Fatalf("route: delivered %d, err %v", n, err)
 	}
@@ -198,7 +198,7 @@ func TestRouteGoesThroughOwner(t *testing.T) {
 			t.Fatalf("n%d received a message it does not own", i)
 		}
 	}
-	if _, err := tc.nodes[0].Route(context.Background(), "nobody", node.Message{To: "gina", From: "hank"}); err == nil {
+	if _, err := tc.nodes[0].Route(context.Background(), "nobody", cluster.Message{To: "gina", From: "hank"}); err == nil {
 		t.Fatal("route to an unknown gateway succeeded")
 	}
 }

@@ -4,7 +4,11 @@
 // and the wire codec of gossip messages.
 //
 // It moves bytes and drives decisions; it must not implement merge rules,
-// which live in crdt/ behind the Host (the node). The dissemination
+// which live in crdt/ behind the Host (the node). It does not import the
+// gateway (node/): it declares the Host it drives, the values both sides
+// pass (routed messages, member states) live in package cluster, and
+// *Cluster satisfies node.Cluster and its optional interfaces
+// structurally (cmd/rollcall checks that at compile time). The dissemination
 // decisions are pure functions in plan.go, shared with the simulator (sim/).
 //
 // Files, one concern each:
@@ -12,6 +16,7 @@
 //	config.go      Config and its defaults
 //	plan.go        pure decisions: mode, packing, leases, gap detection, memberlist's formulas
 //	wire.go        the gossip wire format (one place: types, layout, limits)
+//	host.go        Host: what a Cluster drives (the node, or a ReplicaHost)
 //	cluster.go     Cluster: construction, memberlist config, join, leave, shutdown
 //	send.go        the write path: batch, coalesce, pack, eager fan-out or epidemic queue
 //	handle.go      inbound messages and memberlist events, on one goroutine
@@ -19,6 +24,8 @@
 //	tick.go        alive announcements, lease expiry, reconnecting to dead members
 //	delegate.go    memberlist's Delegate and EventDelegate, broadcasts
 //	members.go     what `rollcall members` shows
+//	ready.go       readiness, client addresses, drain announcements (for node's /readyz and drain)
+//	ui.go          member states for node's status page
 //	keys.go        keyring files and rotation
 //	faults.go      a fault-injecting transport for tests and calibration
 //	replicahost.go a Host over a bare crdt.Replica, for tests and calibration

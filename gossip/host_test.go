@@ -11,8 +11,8 @@ import (
 	"github.com/hashicorp/memberlist"
 	"go.uber.org/zap"
 
+	"github.com/rollcall/rollcall/cluster"
 	"github.com/rollcall/rollcall/crdt"
-	"github.com/rollcall/rollcall/node"
 )
 
 // fakeHost is a ReplicaHost with test helpers.
@@ -22,7 +22,7 @@ type fakeHost struct {
 	epochs  map[crdt.Key]uint64
 
 	tmu       sync.Mutex
-	delivered []node.Message
+	delivered []cluster.Message
 }
 
 func newFakeHost(t testing.TB, name string, inc uint64) *fakeHost {
@@ -31,7 +31,7 @@ func newFakeHost(t testing.TB, name string, inc uint64) *fakeHost {
 		t.Fatal(err)
 	}
 	h := &fakeHost{ReplicaHost: rh, epochs: make(map[crdt.Key]uint64)}
-	rh.OnDeliver = func(m node.Message) {
+	rh.OnDeliver = func(m cluster.Message) {
 		h.tmu.Lock()
 		h.delivered = append(h.delivered, m)
 		h.tmu.Unlock()
@@ -39,7 +39,7 @@ func newFakeHost(t testing.TB, name string, inc uint64) *fakeHost {
 	return h
 }
 
-func (h *fakeHost) deliveredMessages() []node.Message {
+func (h *fakeHost) deliveredMessages() []cluster.Message {
 	h.tmu.Lock()
 	defer h.tmu.Unlock()
 	return slices.Clone(h.delivered)

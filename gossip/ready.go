@@ -13,14 +13,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rollcall/rollcall/crdt"
-	"github.com/rollcall/rollcall/node"
-)
-
-var (
-	_ node.ReadinessReporter = (*Cluster)(nil)
-	_ node.GatewayLister     = (*Cluster)(nil)
-	_ node.AddressBook       = (*Cluster)(nil)
-	_ node.DrainAnnouncer    = (*Cluster)(nil)
 )
 
 // Ready returns a channel closed once the node is ready: a Join (at start,

@@ -4,8 +4,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rollcall/rollcall/cluster"
 	"github.com/rollcall/rollcall/crdt"
-	"github.com/rollcall/rollcall/node"
 )
 
 // ReplicaHost is a Host over a bare crdt.Replica, with no client
@@ -19,7 +19,7 @@ type ReplicaHost struct {
 	// delta or sync changed the replica, with the users it changed.
 	OnChange func(users []string)
 	// OnDeliver, if set, is called for each routed message delivered here.
-	OnDeliver func(m node.Message)
+	OnDeliver func(m cluster.Message)
 
 	mu sync.Mutex // guards r
 	r  *crdt.Replica
@@ -117,7 +117,7 @@ func (h *ReplicaHost) MarkNodeUp(n string) {
 
 // DeliverLocal implements Host: it counts the recipient's active sessions
 // owned here.
-func (h *ReplicaHost) DeliverLocal(m node.Message) int {
+func (h *ReplicaHost) DeliverLocal(m cluster.Message) int {
 	h.mu.Lock()
 	n := 0
 	for _, s := range h.r.UserSessions(m.To) {

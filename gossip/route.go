@@ -7,15 +7,16 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/rollcall/rollcall/node"
 	"go.uber.org/zap"
+
+	"github.com/rollcall/rollcall/cluster"
 )
 
 func (c *Cluster) goRoute(r routeReq) {
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		n := c.host.DeliverLocal(node.Message{To: r.To, From: r.From, FromDevice: r.FromDevice, Body: r.Body})
+		n := c.host.DeliverLocal(cluster.Message{To: r.To, From: r.From, FromDevice: r.FromDevice, Body: r.Body})
 		c.reply(r.FromNode, routeAck{ID: r.ID, Delivered: n})
 	}()
 }
@@ -41,7 +42,7 @@ func (c *Cluster) reply(to string, ack routeAck) {
 
 // Route delivers msg through the gateway that owns the recipient's
 // sessions and returns how many sessions it reached there.
-func (c *Cluster) Route(ctx context.Context, gateway string, msg node.Message) (int, error) {
+func (c *Cluster) Route(ctx context.Context, gateway string, msg cluster.Message) (int, error) {
 	if gateway == c.cfg.Name {
 		return c.host.DeliverLocal(msg), nil
 	}

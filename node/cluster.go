@@ -2,8 +2,8 @@ package node
 
 import (
 	"context"
-	"encoding/json"
 
+	"github.com/rollcall/rollcall/cluster"
 	"github.com/rollcall/rollcall/crdt"
 )
 
@@ -58,40 +58,6 @@ type ReadinessReporter interface {
 }
 
 // Message is a user-to-user message routed through the gateway that owns
-// each recipient session.
-type Message struct {
-	To         string          `msgpack:"t"`
-	From       string          `msgpack:"f"`
-	FromDevice string          `msgpack:"d"`
-	Body       json.RawMessage `msgpack:"b"`
-}
-
-// Host is the side of a Node that a Cluster drives. Every method is safe for
-// concurrent use.
-//
-//	ApplyDeltas    merge deltas received from peers; emit events; close local
-//	               connections superseded by a newer epoch elsewhere
-//	Digest, Diff,  anti-entropy over the node's replica
-//	ApplySync
-//	MarkNodeDown,  a peer gateway failed (lease passed or memberlist declared
-//	MarkNodeUp     it dead) or was heard from again: its sessions are shown
-//	               expired / active in this node's projection
-//	DeliverLocal   deliver a routed message to the local active sessions of
-//	               msg.To; returns how many it reached
-//	SessionCount   the number of sessions this node owns that are active
-//	Watermark      the replica's watermark for one origin, O(1): what an
-//	               alive announcement is compared with
-var _ Host = (*Node)(nil)
-
-// Host is implemented by *Node.
-type Host interface {
-	ApplyDeltas(deltas []crdt.Delta) error
-	Digest() crdt.Digest
-	Diff(peer crdt.Digest) crdt.Sync
-	ApplySync(s crdt.Sync) error
-	MarkNodeDown(node string)
-	MarkNodeUp(node string)
-	DeliverLocal(msg Message) int
-	SessionCount() int
-	Watermark(o crdt.Origin) uint64
-}
+// each recipient session. It is defined in package cluster, which gossip
+// shares without importing node.
+type Message = cluster.Message

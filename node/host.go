@@ -10,8 +10,9 @@ import (
 	"github.com/rollcall/rollcall/crdt"
 )
 
-// The Host side of a Node: what the cluster layer calls. Every method takes
-// mu for its replica work and releases it before touching connections.
+// The Host side of a Node: what the cluster layer calls (gossip.Host, which
+// gossip declares). Every method takes mu for its replica work and releases
+// it before touching connections.
 
 // ApplyDeltas merges deltas received from peers. Users whose presence
 // changed get events exactly as for local changes, and a local connection

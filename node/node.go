@@ -19,8 +19,9 @@ import (
 )
 
 // Node is one Rollcall gateway. Create it with New, optionally attach a
-// Cluster, Start it (or Serve), and Drain then Close it. Its Host methods may
-// be called by the cluster layer from any goroutine, before or after Start.
+// Cluster, Start it (or Serve), and Drain then Close it. Its Host methods
+// (host.go, what gossip.Host asks for) may be called by the cluster layer
+// from any goroutine, before or after Start.
 //
 // Locking: mu guards the replica and every index below it. Two further locks
 // only order work handed off from under mu, and are taken while mu is held,

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/rollcall/rollcall/cluster"
 )
 
 // The status page, on the HTTP endpoint:
@@ -90,17 +92,9 @@ type Membership interface {
 	MemberStates() []MemberState
 }
 
-// MemberState is one cluster member as the status page shows it.
-type MemberState struct {
-	Name       string `json:"name"`
-	State      string `json:"state"`       // alive, suspect, dead or left
-	ClientAddr string `json:"client_addr"` // where its clients connect
-	Sessions   int    `json:"sessions"`    // active sessions it owns, as it last announced
-	// LeaseExpired is true when this node shows the member's sessions
-	// expired (its lease passed, or it was declared failed).
-	LeaseExpired bool `json:"lease_expired"`
-	Self         bool `json:"self"`
-}
+// MemberState is one cluster member as the status page shows it. It is
+// defined in package cluster, which gossip shares without importing node.
+type MemberState = cluster.MemberState
 
 // GatewaySessions is the number of sessions of one gateway that are active
 // in this node's projection.

@@ -18,6 +18,22 @@ import (
 	"github.com/rollcall/rollcall/node"
 )
 
+// The agent joins a *node.Node to a *gossip.Cluster, and neither package
+// imports the other: node declares what it needs of a cluster (node.Cluster
+// and the optional interfaces it looks for), gossip what it needs of the
+// node (gossip.Host), and the values both pass live in package cluster.
+// These checks keep the two sides in step: a method that drifted from an
+// optional interface would otherwise switch its feature off silently.
+var (
+	_ gossip.Host            = (*node.Node)(nil)
+	_ node.Cluster           = (*gossip.Cluster)(nil)
+	_ node.AddressBook       = (*gossip.Cluster)(nil)
+	_ node.GatewayLister     = (*gossip.Cluster)(nil)
+	_ node.DrainAnnouncer    = (*gossip.Cluster)(nil)
+	_ node.ReadinessReporter = (*gossip.Cluster)(nil)
+	_ node.Membership        = (*gossip.Cluster)(nil)
+)
+
 // startCluster joins the node to its cluster with gossip/ (memberlist). It
 // returns the cluster to attach and the leave function runAgent calls after
 // node.Drain has written and published every local session as
