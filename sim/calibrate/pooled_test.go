@@ -1,10 +1,7 @@
 package calibrate
 
 import (
-	"bytes"
-	"context"
 	"slices"
-	"strings"
 	"testing"
 )
 
@@ -54,17 +51,5 @@ func TestPooled(t *testing.T) {
 	}
 	if len(reports[0].Real.conv) != 100 || reports[0].Real.conv[99] != 50 {
 		t.Error("Pooled changed a report's samples")
-	}
-}
-
-// --runs below one is refused before any cluster starts.
-func TestRunsFlag(t *testing.T) {
-	var out, errOut bytes.Buffer
-	err := Main(context.Background(), []string{"--runs", "0"}, &out, &errOut)
-	if err == nil || !strings.Contains(err.Error(), "--runs 0") {
-		t.Fatalf("--runs 0: got %v, want an error naming it", err)
-	}
-	if out.Len() != 0 {
-		t.Errorf("--runs 0 printed %q", out.String())
 	}
 }
