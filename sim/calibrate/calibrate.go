@@ -4,7 +4,9 @@
 // simulator, and reports both side by side.
 //
 // It is a measurement, not a unit test: it opens sockets, sleeps, and its
-// real-cluster numbers depend on the machine's load.
+// real-cluster numbers depend on the machine's load. Its command line,
+// `rollcall sim calibrate`, is sim/simcli's Calibrate; this package parses no
+// flags and draws nothing.
 package calibrate
 
 import (
