@@ -38,13 +38,24 @@
 // replica that lags past another's GC floor gets a full snapshot of every
 // origin from it.
 //
-// The driving loop, in node/ and sim/ alike:
+// The driving loop. node/ runs it over the wall clock (node.Node is the
+// replica's owner, gossip/ calls its Host methods), gossip.ReplicaHost does the
+// same for tests and sim/calibrate, and sim/ runs one replica per simulated
+// node in virtual time; now is always Unix nanoseconds:
 //
-//	r := crdt.NewReplica(crdt.Config{Self: origin})
-//	d, err := r.PutLocal(session, now) // an owner's write: a Delta to disseminate
-//	changes := r.Apply(delta, now)      // a remote delta: the users it changed
-//	dg := r.Digest()                    // anti-entropy: what I hold
-//	resp := peer.Diff(dg)               // what the peer holds that I lack
-//	r.ApplySync(resp, now)
-//	r.GC(now)                           // tombstones past the horizon
+//	r, err := crdt.NewReplica(crdt.Config{Self: origin})
+//	d, err := r.PutLocal(session, now)       // an owner's write: the Delta to disseminate
+//	                                         // (PutAccountLocal for an account record)
+//	changed, dropped, err := r.Apply(d, now) // a peer's delta: whether it changed the state, and
+//	                                         // the users whose sessions a newer incarnation ended
+//	dg := r.Digest()                         // anti-entropy: per origin, what I hold
+//	s := peer.Diff(dg)                       // the peer answers with what I lack
+//	users, err := r.ApplySync(s, now)        // the users whose presence changed
+//	users = r.SetNodeDown(gateway, now)      // membership says a gateway failed: its sessions show expired
+//	users = r.SetNodeUp(gateway)             // it was heard from again
+//	st := r.GC(now)                          // node/, every GCInterval: tombstones past the
+//	                                         // horizon, sessions of gateways down past the purge horizon
+//
+// ApplyVia is Apply with a cached origin lookup (the simulator applies every
+// delta at thousands of replicas). The caller serialises all of these.
 package crdt

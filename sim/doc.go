@@ -6,23 +6,39 @@
 //
 // Every simulated gateway holds a real crdt.Replica and two piggyback queues
 // with memberlist's TransmitLimitedQueue semantics (queue.go, tested against
-// memberlist's own queue), and handles messages the way gossip.Cluster does
-// (rollcall.go mirrors cluster.go function by function, calling the shared
-// pure code of gossip/plan.go). memberlist's failure detector and push/pull
-// are modelled from its source (membership.go, probe.go); the network
-// (network.go) and the clients (clients.go) are models. The package must not
-// import node/ nor start a gossip.Cluster: sim/calibrate does that, to check
-// the simulator against a real cluster.
+// memberlist's own queue in queue_test.go), and handles messages the way
+// gossip.Cluster does: rollcall.go restates gossip's send.go (Publish,
+// flush, enqueueBroadcast), handle.go (handleDeltas, handleAlive, goPull,
+// goAnswer), tick.go (lease expiry, reconnect, announce) and delegate.go
+// (member events, push/pull state) under the same function names, calling
+// the shared pure code of gossip/plan.go (ChooseMode, PackDeltas, Leases,
+// GapTracker, PushPullScale) and the same crdt.Replica methods. Message
+// sizes come from crdt's codec and, for memberlist's own messages, from
+// sizes.go. memberlist's failure detector and membership are modelled from
+// its source (membership.go, probe.go); the network (network.go, latency.go),
+// the faults (faults.go) and the clients (clients.go, which expire sessions
+// as node/ does) are models; metrics.go and result.go say what is measured.
+//
+// The package is a library: it takes a Config and returns a Result. It
+// parses no flags and draws nothing (`rollcall sim`'s flags, table, JSON and
+// CSV output and plots are in sim/simcli, which only cmd/rollcall imports;
+// TestLibraryImportsNoCLI checks it). It must not import node/ nor start a
+// gossip.Cluster: sim/calibrate starts real clusters, to check the simulator
+// against them. ParseLatency, ParsePartition, ParseCrash and ParseChurn read
+// the text forms of a scenario's parts.
 //
 // The driving loop:
 //
-//	s, _ := sim.New(cfg)       // every node joined, timers at random phases
-//	res, _ := s.Run(ctx)       // pop the earliest event, advance the clock,
-//	                           // dispatch: a packet to its node, a timer, a
-//	                           // client action, a fault; until Duration
-//	sim.WriteJSON(os.Stdout, []sim.Row{{Result: res}})
+//	s, err := sim.New(cfg)  // validate cfg; every node joined, its timers at
+//	                        // random phases; the workload and faults scheduled
+//	res, err := s.Run(ctx)  // pop the earliest event, advance the clock and
+//	                        // dispatch it: a packet or stream to its node, a
+//	                        // node's timer, a client action or session expiry,
+//	                        // a partition, heal, crash or restart; until
+//	                        // Duration (with Config.Check, every replica's
+//	                        // invariants are checked after each event)
 //
-// Events at the same instant run in the order they were scheduled. All
-// randomness comes from one PCG stream seeded by Config.Seed, drawn in event
-// order.
+// sim.Run(ctx, cfg) does both. Events at the same instant run in the order
+// they were scheduled. All randomness comes from one PCG stream seeded by
+// Config.Seed, drawn in event order.
 package sim

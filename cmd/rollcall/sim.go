@@ -12,16 +12,16 @@ import (
 	"time"
 
 	"github.com/rollcall/rollcall/sim"
-	"github.com/rollcall/rollcall/sim/calibrate"
+	"github.com/rollcall/rollcall/sim/simcli"
 )
 
 // runSim is `rollcall sim`: the convergence simulator, or `rollcall sim
 // calibrate`, which checks it against a real in-process cluster.
 func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "calibrate" {
-		return calibrate.Main(ctx, args[1:], stdout, stderr)
+		return simcli.Calibrate(ctx, args[1:], stdout, stderr)
 	}
-	o, err := sim.ParseArgs(args, stderr)
+	o, err := simcli.ParseArgs(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
 	}
@@ -41,9 +41,9 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		defer stop(stderr)
 	}
 	bar := newProgress(stderr, o.Format == "json" && !isTerminal(stdout))
-	rows := make([]sim.Row, 0, len(runs))
+	rows := make([]simcli.Row, 0, len(runs))
 	for i, cfg := range runs {
-		row := sim.Row{}
+		row := simcli.Row{}
 		if o.SweepParam != "" {
 			row.Sweep, row.Value = o.SweepParam, strings.TrimSpace(o.SweepValues[i])
 		}
@@ -58,23 +58,23 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	switch o.Format {
 	case "json":
-		err = sim.WriteJSON(stdout, rows)
+		err = simcli.WriteJSON(stdout, rows)
 	case "csv":
-		err = sim.WriteCSV(stdout, rows)
+		err = simcli.WriteCSV(stdout, rows)
 	default:
-		err = sim.WriteTable(stdout, rows)
+		err = simcli.WriteTable(stdout, rows)
 	}
 	if err != nil {
 		return err
 	}
 	if o.Plot != "" {
-		if err := sim.Plot(o.Plot, rows); err != nil {
+		if err := simcli.Plot(o.Plot, rows); err != nil {
 			return err
 		}
 		fmt.Fprintf(stderr, "wrote %s\n", o.Plot)
 	}
 	if o.Curves != "" {
-		if err := sim.PlotCurves(o.Curves, rows); err != nil {
+		if err := simcli.PlotCurves(o.Curves, rows); err != nil {
 			return err
 		}
 		fmt.Fprintf(stderr, "wrote %s\n", o.Curves)

@@ -1,11 +1,11 @@
 package calibrate
 
 import (
-	"bytes"
-	"context"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/rollcall/rollcall/sim"
 )
 
 // Runs are pooled: the real cluster's percentiles come from all runs'
@@ -57,14 +57,31 @@ func TestPooled(t *testing.T) {
 	}
 }
 
-// --runs below one is refused before any cluster starts.
-func TestRunsFlag(t *testing.T) {
-	var out, errOut bytes.Buffer
-	err := Main(context.Background(), []string{"--runs", "0"}, &out, &errOut)
-	if err == nil || !strings.Contains(err.Error(), "--runs 0") {
-		t.Fatalf("--runs 0: got %v, want an error naming it", err)
+// The pooled report says what was pooled (runs, seeds, samples, replayed
+// writes), gives the pooled table and each run's p99 ratio.
+func TestWritePooled(t *testing.T) {
+	sc := Scenario{Nodes: 6, Seed: 5, Host: true}
+	next := sc
+	next.Seed = 6
+	writes := make([]sim.WriteDelay, 3)
+	reports := []*Report{
+		{Scenario: sc, WriteDelays: writes, Real: Measure{ConvP99: 10, Converged: 1, conv: []float64{2, 10}, crash: []float64{400}},
+			Sim: Measure{ConvP99: 20, Converged: 1}},
+		{Scenario: next, WriteDelays: writes, Real: Measure{ConvP99: 8, Converged: 1, conv: []float64{3, 8}, crash: []float64{500}},
+			Sim: Measure{ConvP99: 4, Converged: 1}},
 	}
-	if out.Len() != 0 {
-		t.Errorf("--runs 0 printed %q", out.String())
+	var b strings.Builder
+	if err := WritePooled(&b, "eager", reports); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+	if want := "6 nodes, eager: 2 runs pooled (seeds 5-6; real: percentiles of all 4 changes and 2 crash detections; sim: mean of the runs, replaying all 3 warm-up writes)"; lines[0] != want {
+		t.Errorf("header %q, want %q", lines[0], want)
+	}
+	if !strings.Contains(b.String(), "convergence p99 (ms)") || !strings.Contains(b.String(), "without the write delays") {
+		t.Errorf("no pooled table with the independent-packet line:\n%s", b.String())
+	}
+	if want := "convergence p99 sim/real per run: 2.00, 0.50"; lines[len(lines)-1] != want {
+		t.Errorf("last line %q, want %q", lines[len(lines)-1], want)
 	}
 }

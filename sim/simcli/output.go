@@ -1,4 +1,4 @@
-package sim
+package simcli
 
 import (
 	"encoding/csv"
@@ -7,13 +7,15 @@ import (
 	"io"
 	"strconv"
 	"text/tabwriter"
+
+	"github.com/rollcall/rollcall/sim"
 )
 
 // Row is one run's result, with the swept value when there is a sweep.
 type Row struct {
 	Sweep  string `json:"sweep,omitempty"`
 	Value  string `json:"value,omitempty"`
-	Result *Result
+	Result *sim.Result
 }
 
 // WriteJSON writes one object for a single run, an array of objects (each
@@ -27,7 +29,7 @@ func WriteJSON(w io.Writer, rows []Row) error {
 	type swept struct {
 		Sweep string `json:"sweep"`
 		Value string `json:"value"`
-		*Result
+		*sim.Result
 	}
 	out := make([]swept, len(rows))
 	for i, r := range rows {
@@ -39,28 +41,28 @@ func WriteJSON(w io.Writer, rows []Row) error {
 // columns are the table and CSV columns: header, unit, value.
 var columns = []struct {
 	name string
-	get  func(r *Result) string
+	get  func(r *sim.Result) string
 }{
-	{"nodes", func(r *Result) string { return strconv.Itoa(r.Nodes) }},
-	{"mode", func(r *Result) string { return r.Mode }},
-	{"fanout", func(r *Result) string { return strconv.Itoa(r.Fanout) }},
-	{"interval_ms", func(r *Result) string { return f(r.IntervalMS) }},
-	{"loss", func(r *Result) string { return f(r.Loss) }},
-	{"changes", func(r *Result) string { return strconv.Itoa(r.Changes) }},
-	{"conv_p50_ms", func(r *Result) string { return f(r.Convergence.P50) }},
-	{"conv_p90_ms", func(r *Result) string { return f(r.Convergence.P90) }},
-	{"conv_p99_ms", func(r *Result) string { return f(r.Convergence.P99) }},
-	{"conv_max_ms", func(r *Result) string { return f(r.Convergence.Max) }},
-	{"converged", func(r *Result) string { return f(r.ConvergedFraction) }},
-	{"bytes_node_s", func(r *Result) string { return f(r.BytesPerNodePerS) }},
-	{"msgs_node_s", func(r *Result) string { return f(r.MessagesPerNodePerS) }},
-	{"copies_change", func(r *Result) string { return f(r.CopiesPerChange) }},
-	{"offline_p50_ms", func(r *Result) string { return f(r.OfflineDetection.P50) }},
-	{"offline_p99_ms", func(r *Result) string { return f(r.OfflineDetection.P99) }},
-	{"crash_p50_ms", func(r *Result) string { return f(r.NodeCrash.P50) }},
-	{"false_offline", func(r *Result) string { return strconv.Itoa(r.FalseOffline) }},
-	{"ghost_ms", func(r *Result) string { return f(r.GhostMS) }},
-	{"anti_entropy_B", func(r *Result) string { return strconv.FormatUint(r.AntiEntropyBytes, 10) }},
+	{"nodes", func(r *sim.Result) string { return strconv.Itoa(r.Nodes) }},
+	{"mode", func(r *sim.Result) string { return r.Mode }},
+	{"fanout", func(r *sim.Result) string { return strconv.Itoa(r.Fanout) }},
+	{"interval_ms", func(r *sim.Result) string { return f(r.IntervalMS) }},
+	{"loss", func(r *sim.Result) string { return f(r.Loss) }},
+	{"changes", func(r *sim.Result) string { return strconv.Itoa(r.Changes) }},
+	{"conv_p50_ms", func(r *sim.Result) string { return f(r.Convergence.P50) }},
+	{"conv_p90_ms", func(r *sim.Result) string { return f(r.Convergence.P90) }},
+	{"conv_p99_ms", func(r *sim.Result) string { return f(r.Convergence.P99) }},
+	{"conv_max_ms", func(r *sim.Result) string { return f(r.Convergence.Max) }},
+	{"converged", func(r *sim.Result) string { return f(r.ConvergedFraction) }},
+	{"bytes_node_s", func(r *sim.Result) string { return f(r.BytesPerNodePerS) }},
+	{"msgs_node_s", func(r *sim.Result) string { return f(r.MessagesPerNodePerS) }},
+	{"copies_change", func(r *sim.Result) string { return f(r.CopiesPerChange) }},
+	{"offline_p50_ms", func(r *sim.Result) string { return f(r.OfflineDetection.P50) }},
+	{"offline_p99_ms", func(r *sim.Result) string { return f(r.OfflineDetection.P99) }},
+	{"crash_p50_ms", func(r *sim.Result) string { return f(r.NodeCrash.P50) }},
+	{"false_offline", func(r *sim.Result) string { return strconv.Itoa(r.FalseOffline) }},
+	{"ghost_ms", func(r *sim.Result) string { return f(r.GhostMS) }},
+	{"anti_entropy_B", func(r *sim.Result) string { return strconv.FormatUint(r.AntiEntropyBytes, 10) }},
 }
 
 func f(x float64) string { return strconv.FormatFloat(x, 'f', -1, 64) }
@@ -120,7 +122,7 @@ func WriteTable(w io.Writer, rows []Row) error {
 	return tw.Flush()
 }
 
-func writeSummary(w io.Writer, r *Result) {
+func writeSummary(w io.Writer, r *sim.Result) {
 	p := func(label, format string, args ...any) { fmt.Fprintf(w, label+"\t"+format+"\n", args...) }
 	p("cluster", "%d nodes, %s profile, %s dissemination, fanout %d every %gms", r.Nodes, r.Profile, r.Mode, r.Fanout, r.IntervalMS)
 	p("network", "latency %s, loss %g", r.Latency, r.Loss)
@@ -131,7 +133,7 @@ func writeSummary(w io.Writer, r *Result) {
 	p("traffic per node", "%g bytes/s, %g messages/s", r.BytesPerNodePerS, r.MessagesPerNodePerS)
 	p("copies per change", "%g (%g sent directly by the owner)", r.CopiesPerChange, r.DirectCopiesPerChange)
 	p("anti-entropy", "%d bytes (%g bytes/s per node), %d gap pulls, %d push/pulls", r.AntiEntropyBytes, r.AntiEntropyBytesPerNodePerS, r.Counters.GapPulls, r.Counters.PushPulls)
-	det := func(d Detection) string {
+	det := func(d sim.Detection) string {
 		if d.Samples == 0 {
 			return "no samples"
 		}

@@ -1,4 +1,4 @@
-package sim
+package simcli
 
 import (
 	"bufio"
@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/rollcall/rollcall/sim"
 )
 
 var rewrite = flag.Bool("rewrite", false, "rewrite the golden outputs in testdata/")
@@ -99,7 +101,7 @@ func runScenario(args string) (string, error) {
 		// Small scenarios also check the simulator's indexes against the
 		// real code after every event.
 		cfg.Check = cfg.Nodes <= 16
-		res, err := Run(context.Background(), cfg)
+		res, err := sim.Run(context.Background(), cfg)
 		if err != nil {
 			return "", err
 		}

@@ -1,19 +1,19 @@
-package sim
+package simcli
 
 import (
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
-	"time"
+
+	"github.com/rollcall/rollcall/sim"
 )
 
 // Options is a parsed `rollcall sim` command line: the scenario plus what to
 // do with the result.
 type Options struct {
-	Config Config
+	Config sim.Config
 	// Format is table, json or csv.
 	Format string
 	// Plot, if set, is an .svg or .png file to draw.
@@ -54,7 +54,7 @@ func NewFlagSet(o *Options, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("rollcall sim", flag.ContinueOnError)
 	fs.SetOutput(out)
 	c := &o.Config
-	*c = DefaultConfig()
+	*c = sim.DefaultConfig()
 	o.Format = "table"
 	fs.IntVar(&c.Nodes, "nodes", c.Nodes, "number of gateway nodes, a count (2..1048576)")
 	fs.StringVar(&c.Profile, "profile", c.Profile, "memberlist timing profile: lan, wan or local (sets every memberlist default below)")
@@ -73,7 +73,7 @@ func NewFlagSet(o *Options, out io.Writer) *flag.FlagSet {
 	fs.IntVar(&c.EagerThreshold, "eager-threshold", 0, "largest cluster that sends deltas straight to every member; larger ones gossip epidemically, a node count (default 64)")
 	fs.Float64Var(&c.Loss, "loss", 0, "probability that a UDP packet is lost, a fraction in [0,1) (0.05 = 5%)")
 	fs.Func("latency", "one-way network delay: fixed (1ms), uniform (1ms..5ms), normal:MEAN,SD (normal:2ms,500us) or lognormal:MEDIAN,SHAPE (lognormal:2ms,0.5) (default 1ms)", func(s string) error {
-		l, err := ParseLatency(s)
+		l, err := sim.ParseLatency(s)
 		c.Latency = l
 		return err
 	})
@@ -81,23 +81,23 @@ func NewFlagSet(o *Options, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&c.Duration, "duration", c.Duration, "simulated time, a duration")
 	fs.DurationVar(&c.Window, "window", 0, "time over which the client actions are spread, a duration (default: half the duration)")
 	fs.DurationVar(&c.Timeout, "timeout", c.Timeout, "session timeout: a silent client's gateway expires its session this long after its last request, a duration")
-	fs.DurationVar(&c.Heartbeat, "heartbeat", DefaultHeartbeat, "client heartbeat interval, a duration")
+	fs.DurationVar(&c.Heartbeat, "heartbeat", sim.DefaultHeartbeat, "client heartbeat interval, a duration")
 	fs.Func("partition", "a network partition, repeatable: AT[..HEAL]:GROUP|GROUP..., groups of node indexes and ranges, or 'half'; e.g. 10s..30s:0-15|16-31 (nodes in no group form one more group)", func(s string) error {
-		p, err := ParsePartition(s, &c.Nodes)
+		p, err := sim.ParsePartition(s, &c.Nodes)
 		if err == nil {
 			c.Partitions = append(c.Partitions, p)
 		}
 		return err
 	})
 	fs.Func("crash", "a silent node crash, repeatable: NODE@AT[..RESTART], e.g. 3@10s or 3@10s..40s (restart as a new incarnation)", func(s string) error {
-		cr, err := ParseCrash(s)
+		cr, err := sim.ParseCrash(s)
 		if err == nil {
 			c.Crashes = append(c.Crashes, cr)
 		}
 		return err
 	})
 	fs.Func("churn", "relative weights of client actions: connect=W,status=W,disconnect=W,fail=W (default connect=4,status=4,disconnect=1,fail=1; fail is a silent failure)", func(s string) error {
-		ch, err := ParseChurn(s)
+		ch, err := sim.ParseChurn(s)
 		c.Churn = ch
 		return err
 	})
@@ -152,11 +152,11 @@ func ParseArgs(args []string, out io.Writer) (*Options, error) {
 }
 
 // Runs returns the configurations to run: one, or one per sweep value.
-func (o *Options) Runs() ([]Config, error) {
+func (o *Options) Runs() ([]sim.Config, error) {
 	if o.SweepParam == "" {
-		return []Config{o.Config}, nil
+		return []sim.Config{o.Config}, nil
 	}
-	out := make([]Config, 0, len(o.SweepValues))
+	out := make([]sim.Config, 0, len(o.SweepValues))
 	for _, v := range o.SweepValues {
 		var p Options
 		fs := NewFlagSet(&p, io.Discard)
@@ -170,100 +170,4 @@ func (o *Options) Runs() ([]Config, error) {
 		out = append(out, p.Config)
 	}
 	return out, nil
-}
-
-// ParsePartition parses AT[..HEAL]:GROUP|GROUP... . A group is a comma list
-// of node indexes and ranges (0-15); "half" splits the nodes in two (nodes
-// is read when the scenario is validated, so --nodes may come later).
-func ParsePartition(s string, nodes *int) (Partition, error) {
-	when, groups, ok := strings.Cut(s, ":")
-	if !ok {
-		return Partition{}, fmt.Errorf("partition %q: want AT[..HEAL]:GROUP|GROUP", s)
-	}
-	var p Partition
-	at, heal, _ := strings.Cut(when, "..")
-	var err error
-	if p.At, err = time.ParseDuration(at); err != nil {
-		return p, fmt.Errorf("partition %q: %w", s, err)
-	}
-	if heal != "" {
-		if p.Heal, err = time.ParseDuration(heal); err != nil {
-			return p, fmt.Errorf("partition %q: %w", s, err)
-		}
-	}
-	if groups == "half" {
-		p.Groups = [][]int{{-1}} // resolved in Validate
-		p.half = nodes
-		return p, nil
-	}
-	for _, g := range strings.Split(groups, "|") {
-		var ids []int
-		for _, r := range strings.Split(g, ",") {
-			lo, hi, isRange := strings.Cut(strings.TrimSpace(r), "-")
-			a, err := strconv.Atoi(lo)
-			if err != nil {
-				return p, fmt.Errorf("partition %q: bad node %q", s, r)
-			}
-			b := a
-			if isRange {
-				if b, err = strconv.Atoi(hi); err != nil || b < a {
-					return p, fmt.Errorf("partition %q: bad range %q", s, r)
-				}
-			}
-			for i := a; i <= b; i++ {
-				ids = append(ids, i)
-			}
-		}
-		p.Groups = append(p.Groups, ids)
-	}
-	return p, nil
-}
-
-// ParseCrash parses NODE@AT[..RESTART].
-func ParseCrash(s string) (Crash, error) {
-	node, when, ok := strings.Cut(s, "@")
-	if !ok {
-		return Crash{}, fmt.Errorf("crash %q: want NODE@AT[..RESTART]", s)
-	}
-	var c Crash
-	var err error
-	if c.Node, err = strconv.Atoi(node); err != nil {
-		return c, fmt.Errorf("crash %q: bad node: %w", s, err)
-	}
-	at, restart, _ := strings.Cut(when, "..")
-	if c.At, err = time.ParseDuration(at); err != nil {
-		return c, fmt.Errorf("crash %q: %w", s, err)
-	}
-	if restart != "" {
-		if c.Restart, err = time.ParseDuration(restart); err != nil {
-			return c, fmt.Errorf("crash %q: %w", s, err)
-		}
-	}
-	return c, nil
-}
-
-// ParseChurn parses connect=W,status=W,disconnect=W,fail=W (any subset;
-// missing weights are zero).
-func ParseChurn(s string) (Churn, error) {
-	var c Churn
-	for _, kv := range strings.Split(s, ",") {
-		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
-		w, err := strconv.ParseFloat(v, 64)
-		if !ok || err != nil || w < 0 {
-			return c, fmt.Errorf("churn %q: want connect=W,status=W,disconnect=W,fail=W with W >= 0", s)
-		}
-		switch k {
-		case "connect":
-			c.Connect = w
-		case "status":
-			c.Status = w
-		case "disconnect":
-			c.Disconnect = w
-		case "fail":
-			c.Fail = w
-		default:
-			return c, fmt.Errorf("churn %q: unknown action %q", s, k)
-		}
-	}
-	return c, nil
 }

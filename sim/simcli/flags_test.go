@@ -1,36 +1,13 @@
-package sim
+package simcli
 
 import (
-	"bytes"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-)
 
-func TestParseLatency(t *testing.T) {
-	for in, want := range map[string]Latency{
-		"1ms":               {Kind: LatencyFixed, Min: time.Millisecond},
-		"1ms..5ms":          {Kind: LatencyUniform, Min: time.Millisecond, Max: 5 * time.Millisecond},
-		"normal:2ms,500us":  {Kind: LatencyNormal, Min: 2 * time.Millisecond, Max: 500 * time.Microsecond},
-		"lognormal:2ms,0.5": {Kind: LatencyLognormal, Min: 2 * time.Millisecond, Sigma: 0.5},
-	} {
-		got, err := ParseLatency(in)
-		if err != nil || got != want {
-			t.Errorf("ParseLatency(%q) = %+v, %v; want %+v", in, got, err, want)
-		}
-		if back, _ := ParseLatency(got.String()); back != got {
-			t.Errorf("%q does not round-trip: %q", in, got.String())
-		}
-	}
-	for _, bad := range []string{"", "fast", "5ms..1ms", "-1ms", "lognormal:0s,1", "lognormal:1ms", "normal:1ms"} {
-		if _, err := ParseLatency(bad); err == nil {
-			t.Errorf("ParseLatency(%q) accepted", bad)
-		}
-	}
-}
+	"github.com/rollcall/rollcall/sim"
+)
 
 func TestParseArgs(t *testing.T) {
 	o, err := ParseArgs(strings.Fields("--nodes 20 --profile local --interval 50ms --fanout 4 --loss 0.05 "+
@@ -41,7 +18,7 @@ func TestParseArgs(t *testing.T) {
 	}
 	c := o.Config
 	if c.Nodes != 20 || c.Profile != "local" || c.GossipInterval != 50*time.Millisecond || c.GossipNodes != 4 ||
-		c.Loss != 0.05 || c.Latency.Kind != LatencyUniform || c.Changes != 10 || c.Duration != 20*time.Second ||
+		c.Loss != 0.05 || c.Latency.Kind != sim.LatencyUniform || c.Changes != 10 || c.Duration != 20*time.Second ||
 		c.Timeout != 8*time.Second || c.Seed != 9 || o.Format != "csv" {
 		t.Fatalf("parsed %+v", c)
 	}
@@ -51,10 +28,10 @@ func TestParseArgs(t *testing.T) {
 	if g := c.Partitions[1].Groups; len(g) != 2 || len(g[0]) != 4 || len(g[1]) != 2 || c.Partitions[1].Heal != 0 {
 		t.Errorf("explicit partition: %+v", c.Partitions[1])
 	}
-	if c.Crashes[1] != (Crash{Node: 4, At: 6 * time.Second, Restart: 9 * time.Second}) {
+	if c.Crashes[1] != (sim.Crash{Node: 4, At: 6 * time.Second, Restart: 9 * time.Second}) {
 		t.Errorf("crash: %+v", c.Crashes[1])
 	}
-	if c.Churn != (Churn{Connect: 1, Fail: 2}) {
+	if c.Churn != (sim.Churn{Connect: 1, Fail: 2}) {
 		t.Errorf("churn: %+v", c.Churn)
 	}
 	// The profile fills what the flags left.
@@ -99,39 +76,5 @@ func TestHelpExplainsEveryFlag(t *testing.T) {
 		if !ok {
 			t.Errorf("--%s help names no unit: %q", name, f.Usage)
 		}
-	}
-}
-
-func TestOutputsAndPlots(t *testing.T) {
-	cfg := small()
-	rows := []Row{{Sweep: "loss", Value: "0", Result: run(t, cfg)}}
-	cfg.Loss = 0.1
-	rows = append(rows, Row{Sweep: "loss", Value: "0.1", Result: run(t, cfg)})
-	var b bytes.Buffer
-	if err := WriteCSV(&b, rows); err != nil {
-		t.Fatal(err)
-	}
-	if lines := strings.Count(b.String(), "\n"); lines != 3 {
-		t.Errorf("csv has %d lines, want a header and 2 rows:\n%s", lines, b.String())
-	}
-	b.Reset()
-	if err := WriteTable(&b, rows); err != nil || !strings.Contains(b.String(), "conv_p99_ms") {
-		t.Errorf("table: %v\n%s", err, b.String())
-	}
-	dir := t.TempDir()
-	for _, f := range []string{"curve.svg", "curve.png"} {
-		if err := Plot(filepath.Join(dir, f), rows[:1]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := Plot(filepath.Join(dir, "sweep.svg"), rows); err != nil {
-		t.Fatal(err)
-	}
-	svg, err := os.ReadFile(filepath.Join(dir, "sweep.svg"))
-	if err != nil || !bytes.Contains(svg, []byte("p99 convergence")) || !bytes.Contains(svg, []byte("convergence time (ms)")) {
-		t.Errorf("sweep plot lacks its legend or axis title (%v)", err)
-	}
-	if err := Plot(filepath.Join(dir, "x.jpg"), rows); err == nil {
-		t.Error("plotted to .jpg")
 	}
 }

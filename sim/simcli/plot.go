@@ -1,4 +1,4 @@
-package sim
+package simcli
 
 import (
 	"fmt"
@@ -12,6 +12,8 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
+
+	"github.com/rollcall/rollcall/sim"
 )
 
 // Plot draws rows to file (.svg or .png): for a single run (or a sweep of
@@ -75,11 +77,11 @@ func sweepValues(rows []Row) ([]float64, bool) {
 }
 
 func parseDurationMS(s string) (float64, error) {
-	l, err := ParseLatency(s)
-	if err != nil || l.Kind != LatencyFixed {
+	l, err := sim.ParseLatency(s)
+	if err != nil || l.Kind != sim.LatencyFixed {
 		return 0, fmt.Errorf("not a duration")
 	}
-	return ms(l.Min), nil
+	return float64(l.Min) / 1e6, nil
 }
 
 func label(r Row) string {
@@ -143,10 +145,10 @@ func sweepPlot(rows []Row, xs []float64) (*plot.Plot, error) {
 	p.Legend.Left = true
 	for i, s := range []struct {
 		name string
-		get  func(*Result) float64
+		get  func(*sim.Result) float64
 	}{
-		{"p99", func(r *Result) float64 { return r.Convergence.P99 }},
-		{"p50", func(r *Result) float64 { return r.Convergence.P50 }},
+		{"p99", func(r *sim.Result) float64 { return r.Convergence.P99 }},
+		{"p50", func(r *sim.Result) float64 { return r.Convergence.P50 }},
 	} {
 		pts := make(plotter.XYs, len(rows))
 		for j, r := range rows {
