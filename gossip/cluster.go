@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"math/rand/v2"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -15,11 +17,18 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rollcall/rollcall/crdt"
+	"github.com/rollcall/rollcall/dissem"
 	"github.com/rollcall/rollcall/internal/stall"
 )
 
 // Cluster joins a node to its peers over memberlist. It implements
 // node.Cluster (Publish, Route) and drives a Host with what it hears.
+//
+// Every decision of dissemination and anti-entropy is made by a
+// dissem.Node (the core); the Cluster feeds it (received messages,
+// memberlist's events, the owner's writes, the passing of time) from one
+// goroutine, run, and executes what it asks for (packets, streams,
+// piggyback broadcasts, changes to the host's replica and projection).
 type Cluster struct {
 	// static after construction
 	cfg    Config
@@ -36,25 +45,16 @@ type Cluster struct {
 	inbound chan []byte
 	flushCh chan struct{}
 	started time.Time // real monotonic start, for stall detection
-	// answers bounds concurrent anti-entropy answers (each computes a Diff
-	// and opens a stream); requests past it are dropped and counted.
-	answers chan struct{}
 
-	// owned by handleLoop: every liveness decision is made there, in order
-	stall   *stall.Detector
-	stalled int64 // total of this process's own stalls, ns (see leaseNow)
+	// owned by run
+	stall *stall.Detector
+	// stalled is the total of this process's own stalls, ns (see leaseNow);
+	// written by run only
+	stalled atomic.Int64
 
-	mu      sync.Mutex // guards the fields below
-	pending []crdt.Delta
-	leases  *Leases // written only by handleLoop
-	gaps    *GapTracker
-	peers   map[string]*peer // by node name, every node ever seen
-	pulling map[string]bool  // pulls in flight, by peer
-	// peers heard again after being marked down, shown down until caught
-	// up with (revive.go); written only by handleLoop
-	reviving map[string]revival
-	seen     map[crdt.Origin]uint64
-	leaving  bool
+	mu   sync.Mutex   // guards the fields below
+	core *dissem.Node // every call holds mu
+	view memberView   // what the core reads of memberlist's members
 	// readiness (ready.go): a Join reached a member, and the first
 	// anti-entropy exchange brought this replica up to date with one;
 	// ready is closed once both hold
@@ -63,32 +63,55 @@ type Cluster struct {
 	joinWake       chan struct{} // cap 1: a member appeared; retryJoin tries again at once
 
 	// memberlist events, queued by the event delegate (which memberlist
-	// calls with its node lock held) and handled by handleLoop.
+	// calls with its node lock held) and handled by run.
 	evMu     sync.Mutex
 	evQueue  []func()
 	evSignal chan struct{}
 
 	routeMu  sync.Mutex
 	routeSeq uint64
-	routes   map[uint64]chan routeAck
+	routes   map[uint64]chan dissem.RouteAck
 }
 
-// peer is what this node knows of another member.
-type peer struct {
-	name        string
-	incarnation uint64
-	clientAddr  string
-	sessions    int
-	addr        string
-	node        *memberlist.Node // copy from the latest join/update event
-	state       string           // alive, dead or left (memberlist events)
-	leaving     bool             // it announced a graceful leave
-	deadSince   time.Time        // when memberlist declared it dead
-	rejoinAt    time.Time        // last rejoin attempt made because it was heard while dead
+// memberView is memberlist's member list as the events told it: what the
+// core reads (dissem.Members) and where the Cluster finds a member's
+// address. Guarded by Cluster.mu.
+type memberView struct {
+	numMembers func() int // memberlist's NumMembers
+	names      []string   // listed members, in order of their first event
+	nodes      map[string]*memberlist.Node
+	state      map[string]string // alive, dead or left
 }
 
-// maxConcurrentAnswers bounds the anti-entropy answers computed at once.
-const maxConcurrentAnswers = 4
+var _ dissem.Members = (*memberView)(nil)
+
+func (v *memberView) NumMembers() int                   { return v.numMembers() }
+func (v *memberView) NumPeers() int                     { return len(v.names) }
+func (v *memberView) Peer(i int) string                 { return v.names[i] }
+func (v *memberView) Incarnation(string) uint64         { return 0 }
+func (v *memberView) node(name string) *memberlist.Node { return v.nodes[name] }
+
+func (v *memberView) set(n *memberlist.Node, state string) {
+	if _, ok := v.nodes[n.Name]; !ok {
+		v.names = append(v.names, n.Name)
+	}
+	cp := *n
+	v.nodes[n.Name], v.state[n.Name] = &cp, state
+}
+
+func (v *memberView) forget(name string) {
+	if i := slices.Index(v.names, name); i >= 0 {
+		v.names = slices.Delete(v.names, i, i+1)
+	}
+	delete(v.nodes, name)
+	delete(v.state, name)
+}
+
+// hostReplica is what the core reads of the host.
+type hostReplica struct{ h Host }
+
+func (r hostReplica) Watermark(o crdt.Origin) uint64 { return r.h.Watermark(o) }
+func (r hostReplica) SessionCount() int              { return r.h.SessionCount() }
 
 // New starts memberlist for host and joins cfg.Join (if any). Call Leave
 // or Shutdown to stop.
@@ -103,21 +126,28 @@ func New(cfg Config, host Host) (*Cluster, error) {
 		ctx:      ctx,
 		cancel:   cancel,
 		started:  time.Now(),
-		stall:    stall.NewDetector(leaseTick(cfg.LeaseTimeout), cfg.LeaseTimeout/4),
+		stall:    stall.NewDetector(dissem.LeaseTick(cfg.LeaseTimeout), cfg.LeaseTimeout/4),
 		inbound:  make(chan []byte, cfg.InboundQueue),
 		flushCh:  make(chan struct{}, 1),
-		answers:  make(chan struct{}, maxConcurrentAnswers),
 		evSignal: make(chan struct{}, 1),
-		leases:   NewLeases(cfg.LeaseTimeout),
-		gaps:     NewGapTracker(),
-		peers:    make(map[string]*peer),
-		pulling:  make(map[string]bool),
-		reviving: make(map[string]revival),
-		seen:     make(map[crdt.Origin]uint64),
-		routes:   make(map[uint64]chan routeAck),
+		routes:   make(map[uint64]chan dissem.RouteAck),
 		ready:    make(chan struct{}),
 		joinWake: make(chan struct{}, 1),
 	}
+	c.view = memberView{numMembers: func() int { return 1 },
+		nodes: make(map[string]*memberlist.Node), state: make(map[string]string)}
+	core, err := dissem.New(dissem.Config{
+		Name: cfg.Name, Incarnation: cfg.Incarnation, ClientAddr: cfg.ClientAddr,
+		BatchDelay: cfg.BatchDelay, PacketBudget: cfg.PacketBudget, EagerThreshold: cfg.EagerThreshold,
+		AliveInterval: cfg.AliveInterval, LeaseTimeout: cfg.LeaseTimeout,
+		ReconnectInterval: cfg.ReconnectInterval, ReconnectTimeout: cfg.ReconnectTimeout,
+		Rand: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
+	}, &c.view, hostReplica{host})
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("gossip: %w", err)
+	}
+	c.core = core
 	if len(cfg.Join) == 0 {
 		c.joined, c.synced = true, true // the first member: nobody to catch up with
 		close(c.ready)
@@ -144,10 +174,12 @@ func New(cfg Config, host Host) (*Cluster, error) {
 		return nil, fmt.Errorf("gossip: start memberlist on %s: %w", cfg.BindAddr, err)
 	}
 	created.Store(c.ml)
-	c.wg.Add(3)
-	go c.handleLoop()
-	go c.flushLoop()
-	go c.tickLoop()
+	c.mu.Lock()
+	c.view.numMembers = c.ml.NumMembers
+	c.core.Start(c.leaseNow(), false)
+	c.mu.Unlock()
+	c.wg.Add(1)
+	go c.run()
 	if len(cfg.Join) > 0 {
 		if _, err := c.Join(cfg.Join); err != nil {
 			c.log.Warn("join failed; retrying in the background", zap.Strings("join", cfg.Join), zap.Error(err))
@@ -274,18 +306,15 @@ func (c *Cluster) LocalAddr() string { return c.ml.LocalNode().Address() }
 func (c *Cluster) Leave(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	c.mu.Lock()
-	c.leaving = true
+	c.core.Leave()
+	rd := c.core.Ready()
 	c.mu.Unlock()
-	c.flush(true)
-	members := c.otherMembers()
-	told := false
-	if msg, err := encodeAliveAs(msgLeaving, alive{Origin: c.self, Sessions: c.host.SessionCount(), ClientAddr: c.cfg.ClientAddr}); err == nil {
-		told = c.sendAll(members, msg, true) == len(members)
-	}
+	sent, failed := c.execute(rd, true)
+	told := failed == 0
 	err := c.leaveMemberlist(time.Until(deadline))
 	if err != nil && told {
 		c.log.Info("memberlist's leave broadcast did not go out in time; every member was told over TCP",
-			zap.Int("members", len(members)), zap.Error(err))
+			zap.Int("members", sent), zap.Error(err))
 		err = nil
 	}
 	if serr := c.Shutdown(); err == nil {
@@ -336,13 +365,7 @@ func (c *Cluster) leaveMemberlist(wait time.Duration) error {
 func (c *Cluster) stayingMembers() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n := 0
-	for _, p := range c.peers {
-		if p.node != nil && c.liveLocked(p) && !p.leaving {
-			n++
-		}
-	}
-	return n
+	return c.core.Staying()
 }
 
 // Shutdown stops the cluster without telling anyone (a crash, to peers).

@@ -12,6 +12,8 @@ import (
 
 	"github.com/rollcall/rollcall/cluster"
 	"github.com/rollcall/rollcall/crdt"
+
+	"github.com/rollcall/rollcall/dissem"
 )
 
 func TestClusterConvergesEagerly(t *testing.T) {
@@ -73,7 +75,7 @@ func TestClusterRepairsLoss(t *testing.T) {
 	waitFor(t, 5*time.Second, "writes flushed", func() bool {
 		for _, c := range tc.nodes {
 			c.mu.Lock()
-			n := len(c.pending)
+			n := c.core.Pending()
 			c.mu.Unlock()
 			if n > 0 {
 				return false
@@ -206,9 +208,11 @@ func TestRouteGoesThroughOwner(t *testing.T) {
 func TestGarbagePacketsAreCountedAndDropped(t *testing.T) {
 	tc := newTestCluster(t, 2)
 	tc.waitMembers(2)
-	target := tc.nodes[0].member("n1")
-	for _, junk := range [][]byte{{}, {0}, {1}, {wireVersion, 99}, {wireVersion, byte(msgDeltas), 0xff, 0xff}, []byte("GET / HTTP/1.1\r\n"),
-		append([]byte{wireVersion, byte(msgDeltas), 0xdd, 0xff, 0xff, 0xff, 0xff}, make([]byte, 64)...)} {
+	tc.nodes[0].mu.Lock()
+	target := tc.nodes[0].view.node("n1")
+	tc.nodes[0].mu.Unlock()
+	for _, junk := range [][]byte{{}, {0}, {1}, {dissem.WireVersion, 99}, {dissem.WireVersion, byte(dissem.TypeDeltas), 0xff, 0xff}, []byte("GET / HTTP/1.1\r\n"),
+		append([]byte{dissem.WireVersion, byte(dissem.TypeDeltas), 0xdd, 0xff, 0xff, 0xff, 0xff}, make([]byte, 64)...)} {
 		if err := tc.nodes[0].ml.SendBestEffort(target, junk); err != nil {
 			t.Fatal(err)
 		}

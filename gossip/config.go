@@ -7,6 +7,8 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"go.uber.org/zap"
+
+	"github.com/rollcall/rollcall/dissem"
 )
 
 // Config configures a Cluster. DefaultConfig documents every default.
@@ -56,7 +58,7 @@ type Config struct {
 	// gossip through a bounded piggyback queue. Default 64.
 	EagerThreshold int
 	// PacketBudget is the payload bytes of one best-effort packet.
-	// Default DefaultPacketBudget (1300).
+	// Default dissem.DefaultPacketBudget (1300).
 	PacketBudget int
 	// MaxQueue bounds the epidemic broadcast queue (in messages); past it
 	// the oldest, most-transmitted are pruned and anti-entropy repairs.
@@ -101,7 +103,7 @@ func DefaultConfig() Config {
 		AliveInterval:  time.Second,
 		BatchDelay:     2 * time.Millisecond,
 		EagerThreshold: 64,
-		PacketBudget:   DefaultPacketBudget,
+		PacketBudget:   dissem.DefaultPacketBudget,
 		MaxQueue:       4096,
 		RouteTimeout:   2 * time.Second,
 		InboundQueue:   8192,

@@ -1,16 +1,15 @@
 package gossip
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"net"
 	"slices"
-	"time"
 
 	"github.com/hashicorp/memberlist"
-	"github.com/vmihailenco/msgpack/v5"
 	"go.uber.org/zap"
+
+	"github.com/rollcall/rollcall/dissem"
 )
 
 // delegate is the Cluster's memberlist.Delegate. memberlist calls it from
@@ -19,31 +18,10 @@ type delegate Cluster
 
 var _ memberlist.Delegate = (*delegate)(nil)
 
-// meta is the node metadata memberlist carries: [incarnation, client_addr].
-type meta struct {
-	Incarnation uint64
-	ClientAddr  string
-}
-
-func encodeMeta(m meta) []byte {
-	var buf bytes.Buffer
-	enc := msgpack.NewEncoder(&buf)
-	_ = enc.EncodeArrayLen(2)
-	_ = enc.EncodeUint(m.Incarnation)
-	_ = enc.EncodeString(m.ClientAddr)
-	return buf.Bytes()
-}
-
-func decodeMeta(b []byte) (meta, error) {
-	fd := newFieldDecoder(b, 2)
-	m := meta{Incarnation: fd.u64(), ClientAddr: fd.str(512)}
-	return m, fd.done()
-}
-
 func (d *delegate) NodeMeta(limit int) []byte {
-	b := encodeMeta(meta{Incarnation: d.cfg.Incarnation, ClientAddr: d.cfg.ClientAddr})
+	b := dissem.EncodeMeta(dissem.Meta{Incarnation: d.cfg.Incarnation, ClientAddr: d.cfg.ClientAddr})
 	if len(b) > limit {
-		return encodeMeta(meta{Incarnation: d.cfg.Incarnation})
+		return dissem.EncodeMeta(dissem.Meta{Incarnation: d.cfg.Incarnation})
 	}
 	return b
 }
@@ -65,14 +43,14 @@ func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
 // LocalState is our half of memberlist's push/pull: our digest. The peer
 // answers it with a sync of what we lack.
 func (d *delegate) LocalState(join bool) []byte {
-	b, err := encodeDigestMsg(msgState, digestMsg{From: d.cfg.Name, Digest: d.host.Digest()})
+	m, err := dissem.NewDigest(dissem.TypeState, d.cfg.Name, d.host.Digest())
 	if err != nil {
 		d.log.Error("encode push/pull state", zap.Error(err))
 		return nil
 	}
-	d.stats.StateBytes.Add(uint64(len(b)))
-	d.stats.countSent(b, transportPushPull)
-	return b
+	d.stats.StateBytes.Add(uint64(m.Size()))
+	d.stats.countSent(m.Bytes, transportPushPull)
+	return m.Bytes
 }
 
 // MergeRemoteState receives the peer's digest; we answer with what it lacks.
@@ -111,7 +89,7 @@ func checkMember(n *memberlist.Node) error {
 		return fmt.Errorf("member %q with impossible protocol versions %d..%d (%d), %d..%d (%d)",
 			n.Name, n.PMin, n.PMax, n.PCur, n.DMin, n.DMax, n.DCur)
 	}
-	if _, err := decodeMeta(n.Meta); err != nil {
+	if _, err := dissem.DecodeMeta(n.Meta); err != nil {
 		return fmt.Errorf("member %q without Rollcall metadata: %w", n.Name, err)
 	}
 	return nil
@@ -141,47 +119,21 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 }
 
 // memberFailed handles a member memberlist declared dead or that left.
+// memberlist does not update the State of the Node it hands to
+// NotifyLeave; the core knows whether the member announced its leave.
 func (c *Cluster) memberFailed(n *memberlist.Node) {
 	if n.Name == c.cfg.Name {
 		return
 	}
-	mode := ChooseMode(c.ml.NumMembers(), c.cfg.EagerThreshold)
-	c.mu.Lock()
-	p := c.peerLocked(n.Name)
-	// memberlist does not update the State of the Node it hands to
-	// NotifyLeave; the leave intent says whether this was a graceful leave.
-	state := "dead"
-	if p.leaving || n.State == memberlist.StateLeft {
-		state = "left"
-	}
-	p.state, p.deadSince = state, c.cfg.Now()
-	if p.addr == "" {
-		p.addr = n.Address()
-	}
-	// A graceful leave is the peer's own word: it always counts. A dead
-	// verdict is overruled by proof of life heard since (VerdictOverrule).
-	var overrule time.Duration
-	if state == "dead" {
-		overrule = VerdictOverrule(mode, c.cfg.AliveInterval)
-	}
-	wasUp := c.leases.Fail(n.Name, c.leaseNow(), overrule)
-	down := c.leases.Down(n.Name)
-	if down {
-		delete(c.reviving, n.Name)
-	}
-	c.mu.Unlock()
-	switch {
-	case wasUp:
-		if state == "left" {
-			c.stats.MembersLeft.Add(1)
-		} else {
-			c.stats.MembersFailed.Add(1)
+	c.step(func(now int64) {
+		left := n.State == memberlist.StateLeft
+		c.core.MemberFailed(n.Name, left, now)
+		state := "dead"
+		if p, ok := c.core.Peer(n.Name); ok && p.State == dissem.StateLeft {
+			state = "left"
 		}
-		c.log.Info("member failed or left; its sessions are shown expired", zap.String("node", n.Name), zap.String("state", state))
-		c.host.MarkNodeDown(n.Name)
-	case !down:
-		c.log.Info("member declared dead but heard from since; its sessions stay shown", zap.String("node", n.Name))
-	}
+		c.view.set(n, state)
+	})
 }
 
 // observeMember records a member's metadata; a new incarnation retires the
@@ -190,60 +142,21 @@ func (c *Cluster) observeMember(n *memberlist.Node, state string) {
 	if n.Name == c.cfg.Name {
 		return
 	}
-	m, err := decodeMeta(n.Meta)
+	m, err := dissem.DecodeMeta(n.Meta)
 	if err != nil {
 		c.stats.BadMessages.Add(1)
 		c.log.Warn("member with unreadable metadata", zap.String("node", n.Name), zap.Error(err))
 	}
-	c.mu.Lock()
-	p := c.peerLocked(n.Name)
-	newInc := m.Incarnation > p.incarnation
-	p.incarnation = max(p.incarnation, m.Incarnation)
-	if m.ClientAddr != "" {
-		p.clientAddr = m.ClientAddr
-	}
-	p.addr, p.state, p.node = n.Address(), state, n
-	p.leaving = false
-	c.leases.Begin(n.Name, c.leaseNow())
-	wake := !c.joined
-	c.mu.Unlock()
+	wake := false
+	c.step(func(now int64) {
+		c.view.set(n, state)
+		c.core.MemberAlive(n.Name, m, now)
+		wake = !c.joined
+	})
 	if wake {
 		select {
 		case c.joinWake <- struct{}{}:
 		default:
 		}
 	}
-	if newInc {
-		c.retire(originOf(n.Name, m.Incarnation))
-	}
 }
-
-// namedBroadcast is a piggybacked message that replaces older ones of the
-// same name (an origin's alive announcement).
-type namedBroadcast struct {
-	msg  []byte
-	name string
-}
-
-var _ memberlist.NamedBroadcast = (*namedBroadcast)(nil)
-
-func (b *namedBroadcast) Invalidates(other memberlist.Broadcast) bool {
-	o, ok := other.(*namedBroadcast)
-	return ok && o.name == b.name
-}
-
-func (b *namedBroadcast) Name() string    { return b.name }
-func (b *namedBroadcast) Message() []byte { return b.msg }
-func (b *namedBroadcast) Finished()       {}
-
-// uniqueBroadcast is a piggybacked delta batch. It invalidates nothing, and
-// says so (memberlist.UniqueBroadcast), so queueing it does not scan the
-// whole queue for something to replace.
-type uniqueBroadcast struct{ msg []byte }
-
-var _ memberlist.UniqueBroadcast = (*uniqueBroadcast)(nil)
-
-func (b *uniqueBroadcast) Invalidates(memberlist.Broadcast) bool { return false }
-func (b *uniqueBroadcast) UniqueBroadcast()                      {}
-func (b *uniqueBroadcast) Message() []byte                       { return b.msg }
-func (b *uniqueBroadcast) Finished()                             {}

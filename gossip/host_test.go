@@ -231,7 +231,7 @@ func (tc *testCluster) waitMembersWithin(n int, d time.Duration) {
 		for _, i := range tc.live() {
 			// memberlist's view, and ours (built from its events,
 			// handled asynchronously), which is what sends go to
-			if tc.nodes[i].ml.NumMembers() != n || len(tc.nodes[i].otherMembers()) != n-1 {
+			if tc.nodes[i].ml.NumMembers() != n || len(tc.nodes[i].liveMembers()) != n-1 {
 				return false
 			}
 		}

@@ -12,6 +12,8 @@ import (
 	"sync"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/rollcall/rollcall/dissem"
 )
 
 // Key rotation, as serf does it: install a new key everywhere, make it the
@@ -94,29 +96,29 @@ func (c *Cluster) KeyIDs() []KeyInfo {
 // returns the members that failed, with their errors; a step should succeed
 // everywhere before the next one is taken (install, then use, then remove).
 func (c *Cluster) KeyOp(ctx context.Context, op string, key []byte) (map[string]error, error) {
-	probe, err := encodeKeyOp(keyOp{Op: op, Key: key, FromNode: c.cfg.Name})
+	probe, err := dissem.EncodeKeyOp(dissem.KeyOp{Op: op, Key: key, FromNode: c.cfg.Name})
 	if err != nil {
 		return nil, err
 	}
-	if _, err := decodeKeyOp(probe[2:]); err != nil {
+	if _, err := dissem.DecodeKeyOp(probe[2:]); err != nil {
 		return nil, err
 	}
-	if err := c.applyKeyOp(keyOp{Op: op, Key: key}); err != nil {
+	if err := c.applyKeyOp(dissem.KeyOp{Op: op, Key: key}); err != nil {
 		return nil, fmt.Errorf("on %s: %w", c.cfg.Name, err)
 	}
 	var mu sync.Mutex
 	failed := make(map[string]error)
 	var wg sync.WaitGroup
-	for _, m := range c.otherMembers() {
+	for _, name := range c.liveMembers() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := c.request(ctx, m.Name, func(id uint64) ([]byte, error) {
-				return encodeKeyOp(keyOp{Op: op, Key: key, ID: id, FromNode: c.cfg.Name})
+			_, err := c.request(ctx, name, func(id uint64) ([]byte, error) {
+				return dissem.EncodeKeyOp(dissem.KeyOp{Op: op, Key: key, ID: id, FromNode: c.cfg.Name})
 			})
 			if err != nil {
 				mu.Lock()
-				failed[m.Name] = err
+				failed[name] = err
 				mu.Unlock()
 			}
 		}()
@@ -128,7 +130,7 @@ func (c *Cluster) KeyOp(ctx context.Context, op string, key []byte) (map[string]
 	return nil, nil
 }
 
-func (c *Cluster) applyKeyOp(k keyOp) error {
+func (c *Cluster) applyKeyOp(k dissem.KeyOp) error {
 	kr := c.cfg.Keyring
 	if kr == nil {
 		return fmt.Errorf("gossip encryption is off: start agents with --gossip-key or --keyring-file to rotate keys")

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"github.com/rollcall/rollcall/crdt"
+	"github.com/rollcall/rollcall/dissem"
 )
 
 // slowDownHost holds its first MarkNodeDown back until a MarkNodeUp has been
@@ -70,7 +71,8 @@ func TestLeaseExpiryCannotOvertakeProofOfLife(t *testing.T) {
 	waitFor(t, 10*time.Second, "n0's lease of n1 to pass", func() bool {
 		tc.nodes[0].mu.Lock()
 		defer tc.nodes[0].mu.Unlock()
-		return tc.nodes[0].leases.Down("n1")
+		p, _ := tc.nodes[0].core.Peer("n1")
+		return p.ShownDown
 	})
 	tc.net.Heal()
 	select {
@@ -86,7 +88,8 @@ func TestLeaseExpiryCannotOvertakeProofOfLife(t *testing.T) {
 		t.Fatal("alice shown offline on n0 after n1 was heard again")
 	}
 	tc.nodes[0].mu.Lock()
-	leaseDown := tc.nodes[0].leases.Down("n1")
+	p, _ := tc.nodes[0].core.Peer("n1")
+	leaseDown := p.ShownDown
 	tc.nodes[0].mu.Unlock()
 	var shownDown bool
 	tc.hosts[0].Do(func(r *crdt.Replica) { _, shownDown = r.NodeDown("n1") })
@@ -163,8 +166,8 @@ func TestLateDeadVerdictDoesNotCutOffALivePeer(t *testing.T) {
 	waitFor(t, 10*time.Second, "memberlist on n0 to declare n1 dead", func() bool {
 		tc.nodes[0].mu.Lock()
 		defer tc.nodes[0].mu.Unlock()
-		p := tc.nodes[0].peers["n1"]
-		return p != nil && p.state == "dead"
+		p, ok := tc.nodes[0].core.Peer("n1")
+		return ok && p.State == dissem.StateDead
 	})
 	time.Sleep(300 * time.Millisecond) // several announcements of n1 after the verdict
 	tc.net.Heal()

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/rollcall/rollcall/crdt"
+	"github.com/rollcall/rollcall/dissem"
 )
 
 func originOf(name string, inc uint64) crdt.Origin { return crdt.Origin{Node: name, Incarnation: inc} }
@@ -30,12 +31,16 @@ func (c *Cluster) Members() []Member {
 	out := []Member{{Name: c.cfg.Name, Addr: c.LocalAddr(), State: "alive", Incarnation: c.cfg.Incarnation,
 		ClientAddr: c.cfg.ClientAddr, Sessions: c.host.SessionCount(), Self: true}}
 	c.mu.Lock()
-	for _, p := range c.peers {
-		if p.node == nil && p.state == "alive" {
+	for _, p := range c.core.Peers() {
+		if !p.Listed && p.State == dissem.StateAlive {
 			continue // heard of through gossip, not yet a memberlist member
 		}
-		out = append(out, Member{Name: p.name, Addr: p.addr, State: p.state, Incarnation: p.incarnation,
-			ClientAddr: p.clientAddr, Sessions: p.sessions, LeaseExpired: c.leases.Down(p.name) || c.revivingLocked(p.name)})
+		var addr string
+		if n := c.view.node(p.Name); n != nil {
+			addr = n.Address()
+		}
+		out = append(out, Member{Name: p.Name, Addr: addr, State: p.State.String(), Incarnation: p.Incarnation,
+			ClientAddr: p.ClientAddr, Sessions: p.Sessions, LeaseExpired: p.ShownDown})
 	}
 	c.mu.Unlock()
 	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
@@ -49,10 +54,8 @@ func (c *Cluster) ClientAddrOf(name string) string {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if p := c.peers[name]; p != nil {
-		return p.clientAddr
-	}
-	return ""
+	p, _ := c.core.Peer(name)
+	return p.ClientAddr
 }
 
 // HealthScore returns memberlist's health (awareness) score: 0 is

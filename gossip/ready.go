@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rollcall/rollcall/crdt"
+	"github.com/rollcall/rollcall/dissem"
 )
 
 // Ready returns a channel closed once the node is ready: a Join (at start,
@@ -74,7 +75,7 @@ func (c *Cluster) maybeReadyLocked(last string) {
 // checkCovered marks the node synced if it holds everything a member's
 // digest says the member holds. Only while not ready yet: it asks the host
 // for one watermark per origin. Called on handleLoop.
-func (c *Cluster) checkCovered(d digestMsg) {
+func (c *Cluster) checkCovered(d dissem.DigestMsg) {
 	if d.From == c.cfg.Name {
 		return
 	}
@@ -112,12 +113,11 @@ func (c *Cluster) OtherGateways() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []string
-	for _, p := range c.peers {
-		if p.node == nil || p.state != "alive" || p.leaving || p.clientAddr == "" ||
-			c.leases.Down(p.name) || c.revivingLocked(p.name) {
+	for _, p := range c.core.Peers() {
+		if !p.Listed || p.State != dissem.StateAlive || p.Leaving || p.ClientAddr == "" || p.ShownDown {
 			continue
 		}
-		out = append(out, p.clientAddr)
+		out = append(out, p.ClientAddr)
 	}
 	slices.Sort(out)
 	return out
@@ -128,12 +128,11 @@ func (c *Cluster) OtherGateways() []string {
 // OtherGateways, so the clients of another gateway draining at the same
 // time are not sent here. It implements node.DrainAnnouncer.
 func (c *Cluster) AnnounceDrain() {
-	msg, err := encodeAliveAs(msgLeaving, alive{Origin: c.self, Sessions: c.host.SessionCount(), ClientAddr: c.cfg.ClientAddr})
-	if err != nil {
-		c.log.Error("encode leaving", zap.Error(err))
-		return
-	}
-	c.sendAll(c.otherMembers(), msg, false)
+	c.mu.Lock()
+	c.core.AnnounceDrain()
+	rd := c.core.Ready()
+	c.mu.Unlock()
+	c.execute(rd, false)
 }
 
 // advertiseClientAddr settles the client address this node publishes

@@ -10,18 +10,20 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rollcall/rollcall/cluster"
+
+	"github.com/rollcall/rollcall/dissem"
 )
 
-func (c *Cluster) goRoute(r routeReq) {
+func (c *Cluster) goRoute(r dissem.RouteReq) {
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
 		n := c.host.DeliverLocal(cluster.Message{To: r.To, From: r.From, FromDevice: r.FromDevice, Body: r.Body})
-		c.reply(r.FromNode, routeAck{ID: r.ID, Delivered: n})
+		c.reply(r.FromNode, dissem.RouteAck{ID: r.ID, Delivered: n})
 	}()
 }
 
-func (c *Cluster) goReply(to string, ack routeAck) {
+func (c *Cluster) goReply(to string, ack dissem.RouteAck) {
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
@@ -30,8 +32,8 @@ func (c *Cluster) goReply(to string, ack routeAck) {
 }
 
 // reply answers a request with an ack.
-func (c *Cluster) reply(to string, ack routeAck) {
-	msg, err := encodeRouteAck(ack)
+func (c *Cluster) reply(to string, ack dissem.RouteAck) {
+	msg, err := dissem.EncodeRouteAck(ack)
 	if err == nil {
 		err = c.sendReliableTo(to, msg)
 	}
@@ -46,11 +48,11 @@ func (c *Cluster) Route(ctx context.Context, gateway string, msg cluster.Message
 	if gateway == c.cfg.Name {
 		return c.host.DeliverLocal(msg), nil
 	}
-	if len(msg.Body) > maxBodyBytes {
-		return 0, fmt.Errorf("gossip: message body of %d bytes exceeds %d", len(msg.Body), maxBodyBytes)
+	if len(msg.Body) > dissem.MaxBodyBytes {
+		return 0, fmt.Errorf("gossip: message body of %d bytes exceeds %d", len(msg.Body), dissem.MaxBodyBytes)
 	}
 	return c.request(ctx, gateway, func(id uint64) ([]byte, error) {
-		return encodeRouteReq(routeReq{ID: id, FromNode: c.cfg.Name, To: msg.To, From: msg.From, FromDevice: msg.FromDevice, Body: msg.Body})
+		return dissem.EncodeRouteReq(dissem.RouteReq{ID: id, FromNode: c.cfg.Name, To: msg.To, From: msg.From, FromDevice: msg.FromDevice, Body: msg.Body})
 	})
 }
 
@@ -60,7 +62,7 @@ func (c *Cluster) request(ctx context.Context, to string, encode func(id uint64)
 	c.routeMu.Lock()
 	c.routeSeq++
 	id := c.routeSeq
-	ch := make(chan routeAck, 1)
+	ch := make(chan dissem.RouteAck, 1)
 	c.routes[id] = ch
 	c.routeMu.Unlock()
 	defer func() {

@@ -103,7 +103,7 @@ func (s *stack) waitMembers(n int) {
 		for _, i := range s.live() {
 			// memberlist's view, and ours (built from its events,
 			// handled asynchronously), which is what sends go to
-			if s.nodes[i].cluster.ml.NumMembers() != n || len(s.nodes[i].cluster.otherMembers()) != n-1 {
+			if s.nodes[i].cluster.ml.NumMembers() != n || len(s.nodes[i].cluster.liveMembers()) != n-1 {
 				return false
 			}
 		}

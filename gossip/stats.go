@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 
 	"go.uber.org/zap"
+
+	"github.com/rollcall/rollcall/dissem"
 )
 
 // Stats returns the cluster's counters.
@@ -43,8 +45,8 @@ type Stats struct {
 
 	// Messages and bytes by message type (index 0: not a Rollcall
 	// message) and, when sent, by transport; see Sent and Received.
-	sent     [msgTypeMax + 1][numTransports]traffic
-	received [msgTypeMax + 1]traffic
+	sent     [dissem.MaxType + 1][numTransports]traffic
+	received [dissem.MaxType + 1]traffic
 }
 
 type traffic struct{ messages, bytes atomic.Uint64 }
@@ -79,28 +81,19 @@ func (t transport) String() string {
 	return "transport(" + strconv.Itoa(int(t)) + ")"
 }
 
-// typeOf returns a message's type from its header, or 0 when the message
-// is not of this wire version or names no known type.
-func typeOf(b []byte) msgType {
-	if len(b) < 2 || b[0] != wireVersion || b[1] == 0 || msgType(b[1]) > msgTypeMax {
-		return 0
-	}
-	return msgType(b[1])
-}
-
-func (s *Stats) countSent(msg []byte, t transport) { s.sent[typeOf(msg)][t].add(len(msg)) }
-func (s *Stats) countReceived(msg []byte)          { s.received[typeOf(msg)].add(len(msg)) }
+func (s *Stats) countSent(msg []byte, t transport) { s.sent[dissem.TypeOf(msg)][t].add(len(msg)) }
+func (s *Stats) countReceived(msg []byte)          { s.received[dissem.TypeOf(msg)].add(len(msg)) }
 
 // Traffic is the messages and bytes of one message type, sent over one
 // transport or received.
 type Traffic struct {
-	Type      string // the wire message type (msgType's name); "invalid" for anything else
+	Type      string // the wire message type (dissem.Type's name); "invalid" for anything else
 	Transport string // packet, stream, broadcast or pushpull; empty when received
 	Messages  uint64
 	Bytes     uint64
 }
 
-func typeName(t msgType) string {
+func typeName(t dissem.Type) string {
 	if t == 0 {
 		return "invalid"
 	}
@@ -114,7 +107,7 @@ func (s *Stats) Sent() []Traffic {
 	for typ := range s.sent {
 		for tr := range numTransports {
 			t := &s.sent[typ][tr]
-			out = append(out, Traffic{Type: typeName(msgType(typ)), Transport: tr.String(),
+			out = append(out, Traffic{Type: typeName(dissem.Type(typ)), Transport: tr.String(),
 				Messages: t.messages.Load(), Bytes: t.bytes.Load()})
 		}
 	}
@@ -127,7 +120,7 @@ func (s *Stats) Received() []Traffic {
 	out := make([]Traffic, 0, len(s.received))
 	for typ := range s.received {
 		t := &s.received[typ]
-		out = append(out, Traffic{Type: typeName(msgType(typ)), Messages: t.messages.Load(), Bytes: t.bytes.Load()})
+		out = append(out, Traffic{Type: typeName(dissem.Type(typ)), Messages: t.messages.Load(), Bytes: t.bytes.Load()})
 	}
 	return out
 }

@@ -1,21 +1,25 @@
 package gossip
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/rollcall/rollcall/dissem"
+)
 
 func TestTrafficCountsByTypeAndTransport(t *testing.T) {
 	var s Stats
-	s.countSent([]byte{wireVersion, byte(msgDeltas), 1, 2, 3}, transportPacket)
-	s.countSent([]byte{wireVersion, byte(msgDeltas), 1}, transportPacket)
-	s.countSent([]byte{wireVersion, byte(msgSync), 1, 2}, transportStream)
-	s.countReceived([]byte{wireVersion, byte(msgRoute), 9})
-	for _, garbage := range [][]byte{nil, {wireVersion}, {wireVersion + 1, byte(msgDeltas)}, {wireVersion, 0}, {wireVersion, byte(msgTypeMax) + 1}} {
+	s.countSent([]byte{dissem.WireVersion, byte(dissem.TypeDeltas), 1, 2, 3}, transportPacket)
+	s.countSent([]byte{dissem.WireVersion, byte(dissem.TypeDeltas), 1}, transportPacket)
+	s.countSent([]byte{dissem.WireVersion, byte(dissem.TypeSync), 1, 2}, transportStream)
+	s.countReceived([]byte{dissem.WireVersion, byte(dissem.TypeRoute), 9})
+	for _, garbage := range [][]byte{nil, {dissem.WireVersion}, {dissem.WireVersion + 1, byte(dissem.TypeDeltas)}, {dissem.WireVersion, 0}, {dissem.WireVersion, byte(dissem.MaxType) + 1}} {
 		s.countReceived(garbage)
 	}
 	sent := map[[2]string]Traffic{}
 	for _, tr := range s.Sent() {
 		sent[[2]string{tr.Type, tr.Transport}] = tr
 	}
-	if len(sent) != (int(msgTypeMax)+1)*int(numTransports) {
+	if len(sent) != (int(dissem.MaxType)+1)*int(numTransports) {
 		t.Fatalf("%d sent series, want every type and transport", len(sent))
 	}
 	if tr := sent[[2]string{"deltas", "packet"}]; tr.Messages != 2 || tr.Bytes != 8 {

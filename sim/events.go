@@ -8,7 +8,7 @@ type evKind uint8
 const (
 	evChange        evKind = iota // client action a
 	evExpire                      // owner sweep finds client a silent (b: epoch)
-	evFlush                       // node: BatchDelay passed, flush pending deltas
+	evTick                        // node: the core's deadline (b: the deadline, wall ns)
 	evGossip                      // node: memberlist gossip tick
 	evProbe                       // node: memberlist probe tick
 	evProbeTimeout                // node: direct ping unanswered (b: probe seq)
@@ -16,8 +16,6 @@ const (
 	evHelperTimeout               // node: indirect ping unanswered (b: local seq)
 	evPacket                      // packet arrives
 	evStream                      // stream message arrives
-	evAlive                       // node: Rollcall alive announcement
-	evLease                       // node: lease expiry tick
 	evPushPull                    // node: memberlist push/pull tick
 	evSuspicion                   // node: suspicion of node a times out (b: suspicion id)
 	evCrash                       // node crashes
@@ -26,13 +24,12 @@ const (
 	evHeal                        // partition a heals
 	evPullDone                    // node: pull to a sent (clears the in-flight mark)
 	evAnswerDone                  // node: an anti-entropy answer finished sending
-	evReconnect                   // node: try to rejoin dead members
 )
 
 func (k evKind) String() string {
-	names := [...]string{"change", "expire", "flush", "gossip", "probe", "probe-timeout", "probe-deadline",
-		"helper-timeout", "packet", "stream", "alive", "lease", "push-pull", "suspicion", "crash", "restart",
-		"split", "heal", "pull-done", "answer-done", "reconnect"}
+	names := [...]string{"change", "expire", "tick", "gossip", "probe", "probe-timeout", "probe-deadline",
+		"helper-timeout", "packet", "stream", "push-pull", "suspicion", "crash", "restart",
+		"split", "heal", "pull-done", "answer-done"}
 	if int(k) < len(names) {
 		return names[k]
 	}

@@ -2,8 +2,6 @@ package sim
 
 // Scheduled faults: partitions, crashes and restarts.
 
-import "github.com/rollcall/rollcall/gossip"
-
 // split applies partition i: nodes of group j talk only within it; nodes in
 // no group form group 0.
 func (s *Sim) split(i int) {
@@ -56,7 +54,6 @@ func (s *Sim) restart(id int32) {
 	seed := s.randomLiveNode()
 	if seed >= 0 && seed != id {
 		sv := s.nodes[seed]
-		eager := gossip.LeasesEnforced(gossip.ChooseMode(s.numMembers(sv), s.cfg.EagerThreshold))
 		// Join: memberlist learns the members the seed sees alive; those
 		// it sees dead are not in a joiner's list at all (mergeState
 		// ignores suspicions of unknown nodes), so they are dead long ago
@@ -73,12 +70,11 @@ func (s *Sim) restart(id int32) {
 				v = peerView{state: stDead, inc: v.inc, life: v.life, changeAt: -1 << 62}
 			}
 			v.susp = nil
-			if v.life > 1 {
-				n.peerLife[p] = v.life
-			}
 			s.setView(n, p, v)
-			if v.state == stAlive && eager {
-				s.beginLease(n, p) // NotifyJoin: Cluster.observeMember
+			if v.state == stAlive {
+				s.observeMember(n, p, v.life) // NotifyJoin
+			} else {
+				n.core.Unlist(s.names[p])
 			}
 		}
 		s.broadcastML(n, part{kind: pAlive, node: id, inc: n.mlInc, life: n.life})

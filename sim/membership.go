@@ -4,7 +4,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/rollcall/rollcall/gossip"
+	"github.com/rollcall/rollcall/dissem"
 )
 
 // This file models memberlist (v0.7.0): the state of each member as one
@@ -206,7 +206,7 @@ func (s *Sim) suspectNode(n *node, p part) {
 	if est-2 < k {
 		k = 0
 	}
-	lo := gossip.SuspicionTimeout(s.cfg.SuspicionMult, est, s.cfg.ProbeInterval)
+	lo := dissem.SuspicionTimeout(s.cfg.SuspicionMult, est, s.cfg.ProbeInterval)
 	hi := time.Duration(s.cfg.SuspicionMaxTimeoutMult) * lo
 	n.suspSeq++
 	sp := &suspicion{id: n.suspSeq, k: k, min: lo, max: hi, start: s.now, conf: map[int32]struct{}{p.from: {}}}

@@ -1,7 +1,7 @@
 package sim
 
 import (
-	"github.com/rollcall/rollcall/crdt"
+	"github.com/rollcall/rollcall/dissem"
 )
 
 // partKind is the kind of one message inside a packet.
@@ -30,45 +30,26 @@ type part struct {
 	size int
 }
 
-// umsgKind is a Rollcall gossip message type (gossip/wire.go).
-type umsgKind uint8
-
-const (
-	uDeltas umsgKind = iota + 1
-	uAlive
-	uPull
-	uSync
-	uState
-)
-
-// umsg is a Rollcall gossip message. Messages are immutable once sent and
+// umsg is a Rollcall gossip message in flight: the core's message, and
+// what the simulator keeps beside it. Messages are immutable once sent and
 // shared by every copy in flight.
 type umsg struct {
-	kind umsgKind
-	size int // encoded bytes, with the two-byte gossip header
-	// deltas
-	deltas []crdt.Delta
+	msg  *dissem.Message
+	size int // encoded bytes on the wire (len(msg.Bytes), but see digestMsg)
 	// applied has bit n set once node n (this life of it) applied the
-	// message: it skips re-applying a message (crdt's Apply is idempotent,
-	// so the state is the same) but still handles it otherwise. By
-	// message, not by node: a message spreading through the cluster keeps
-	// its bits in the cache, where a node's would be cold. A restarted
-	// node, whose replica starts empty, has its bit cleared everywhere
-	// (Sim.deltaMsgList) and applies everything again.
+	// message, a delta batch: it skips re-applying it (crdt's Apply is
+	// idempotent, so the state is the same). By message, not by node: a
+	// message spreading through the cluster keeps its bits in the cache,
+	// where a node's would be cold. A restarted node, whose replica starts
+	// empty, has its bit cleared everywhere (Sim.deltaMsgList) and applies
+	// everything again.
 	applied []uint64
-	// slots, writers and clients are, per delta, its origin's node slot,
-	// Sim.writer number and the client of its user (-1 for none): looked
-	// up once, not at every node.
-	slots, writers, clients []int32
-	// alive
-	origin    crdt.Origin
-	watermark uint64
-	sessions  int
-	// pull, state: the asker; alive: the announcing node (origin's slot)
-	from   int32
-	digest crdt.Digest
-	// sync
-	sync crdt.Sync
+	// writers and clients are, per delta, its origin's Sim.writer number
+	// and the client of its user (-1 for none): looked up once, not at
+	// every node.
+	writers, clients []int32
+	// pull, state: the asker
+	from int32
 	// antiEntropy marks pull, state and sync traffic for the byte counters.
 	antiEntropy bool
 	// reg is 1 + the message's registry index once it is queued for
@@ -150,8 +131,8 @@ func (s *Sim) sendPacketAfter(p *packet, lat int64) {
 		size += p.parts[i].size
 		if p.parts[i].kind == pUser {
 			size += userMsgFrame
-			if m := p.parts[i].msg; m.kind == uDeltas {
-				s.stats.deltaCopies += uint64(len(m.deltas))
+			if m := p.parts[i].msg; m.msg.Type == dissem.TypeDeltas {
+				s.stats.deltaCopies += uint64(len(m.msg.Deltas))
 			}
 		}
 	}
@@ -201,8 +182,8 @@ func (s *Sim) sendStream(st *stream, size int) bool {
 	case st.msg != nil && st.msg.antiEntropy:
 		s.stats.antiEntropyBytes += uint64(size + streamOverhead)
 	}
-	if st.msg != nil && st.msg.kind == uDeltas {
-		s.stats.deltaCopies += uint64(len(st.msg.deltas))
+	if st.msg != nil && st.msg.msg.Type == dissem.TypeDeltas {
+		s.stats.deltaCopies += uint64(len(st.msg.msg.Deltas))
 	}
 	if s.blocked(st.from, st.to) || !s.nodes[st.to].up {
 		return false

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/rollcall/rollcall/gossip"
+	"github.com/rollcall/rollcall/dissem"
 )
 
 // Result is what one run measured. Its JSON keys are the `rollcall sim
@@ -15,7 +15,7 @@ import (
 type Result struct {
 	Nodes      int     `json:"nodes"`
 	Profile    string  `json:"profile"`
-	Mode       string  `json:"mode"` // eager or epidemic (gossip.ChooseMode)
+	Mode       string  `json:"mode"` // eager or epidemic (dissem.ChooseMode)
 	Fanout     int     `json:"fanout"`
 	IntervalMS float64 `json:"interval_ms"`
 	Loss       float64 `json:"loss"`
@@ -45,7 +45,7 @@ type Result struct {
 	// piggybacked retransmissions and relays (anti-entropy excluded).
 	CopiesPerChange float64 `json:"copies_per_change"`
 	// DirectCopiesPerChange counts only the owner's direct sends, as
-	// gossip.Stats.DeltaCopies does.
+	// dissem.Stats.DeltaCopies does.
 	DirectCopiesPerChange float64 `json:"direct_copies_per_change"`
 
 	// OfflineDetection pools silent client failures and gateway crashes.
@@ -188,7 +188,7 @@ func (s *Sim) result() *Result {
 	perNodeS := float64(s.cfg.Nodes) * secs
 	r := &Result{
 		Nodes: s.cfg.Nodes, Profile: s.cfg.Profile,
-		Mode:   gossip.ChooseMode(s.cfg.Nodes, s.cfg.EagerThreshold).String(),
+		Mode:   dissem.ChooseMode(s.cfg.Nodes, s.cfg.EagerThreshold).String(),
 		Fanout: s.cfg.GossipNodes, IntervalMS: round3(ms(s.cfg.GossipInterval)), Loss: s.cfg.Loss,
 		Latency: s.cfg.Latency.String(), DurationS: secs, TimeoutS: s.cfg.Timeout.Seconds(), Seed: s.cfg.Seed,
 		Actions: s.cfg.Changes, Changes: len(s.changes),

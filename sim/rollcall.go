@@ -5,163 +5,237 @@ import (
 	"time"
 
 	"github.com/rollcall/rollcall/crdt"
-	"github.com/rollcall/rollcall/gossip"
+	"github.com/rollcall/rollcall/dissem"
 )
 
-// This file is the simulated counterpart of gossip.Cluster (cluster.go and
-// delegate.go): the same steps in the same order, calling the same pure
-// functions of gossip/plan.go (ChooseMode, PackDeltas, Leases, GapTracker,
-// PushPullScale) and the same crdt.Replica methods, with the network and the
-// clock replaced. Function names match cluster.go's.
+// This file drives each simulated gateway's dissem.Node, the protocol core
+// gossip.Cluster drives too: it feeds the core the same inputs (owner
+// writes, received messages, memberlist's events, the passing of time) and
+// carries out its Ready over the simulated network, queues and replica.
+// Every decision (batching, packing, mode, targets, relays, leases, gaps,
+// pulls, answers, revivals, rejoins) is the core's; every message is the
+// core's own encoding, so every size is the real one.
 
-// publish is Cluster.Publish: queue an owner's delta; flush after
-// BatchDelay (plus a measured write's flush delay, Config.WriteDelays).
+// coreView is what a node's core reads of the simulation: memberlist's
+// member list as the node sees it (dissem.Members) and its replica
+// (dissem.Replica).
+type coreView struct {
+	s *Sim
+	n *node
+}
+
+var (
+	_ dissem.Members = coreView{}
+	_ dissem.Replica = coreView{}
+)
+
+func (v coreView) NumMembers() int   { return v.s.numMembers(v.n) }
+func (v coreView) NumPeers() int     { return v.s.cfg.Nodes }
+func (v coreView) Peer(i int) string { return v.s.names[i] }
+
+// Incarnation is the Rollcall incarnation of a peer in the node's
+// memberlist view: the simulator starts with every node joined, without
+// the join events a real node would have had for each member.
+func (v coreView) Incarnation(name string) uint64 {
+	return incarnation(v.s.viewOf(v.n, v.s.index(name)).life)
+}
+
+func (v coreView) Watermark(o crdt.Origin) uint64 { return v.n.r.Watermark(o) }
+func (v coreView) SessionCount() int              { return v.n.sessions }
+
+// newCore makes the core of a node's life.
+func (s *Sim) newCore(n *node) *dissem.Node {
+	c, err := dissem.New(dissem.Config{
+		Name: n.name, Incarnation: n.self.Incarnation, ClientAddr: clientAddr(n.id),
+		BatchDelay: s.cfg.BatchDelay, PacketBudget: s.cfg.PacketBudget, EagerThreshold: s.cfg.EagerThreshold,
+		AliveInterval: s.cfg.AliveInterval, LeaseTimeout: s.cfg.LeaseTimeout,
+		ReconnectInterval: s.cfg.ReconnectInterval, ReconnectTimeout: s.cfg.ReconnectTimeout,
+		Rand: s.rng,
+	}, coreView{s, n}, coreView{s, n})
+	if err != nil {
+		panic(fmt.Sprintf("sim: %v", err)) // Config.Validate checked every field
+	}
+	return c
+}
+
+// clientAddr is the client address a simulated gateway advertises, sized
+// like a real one.
+func clientAddr(id int32) string { return fmt.Sprintf("10.1.%d.%d:7400", id/256, id%256) }
+
+// publish is Cluster.Publish of an owner's delta. A write of
+// Config.WriteDelays reaches the core its measured flush delay later.
 func (s *Sim) publish(n *node, d crdt.Delta) {
-	n.pending = append(n.pending, d)
-	n.ownVersion = d.Version()
-	if !n.flushArmed {
-		n.flushArmed = true
-		delay := s.cfg.BatchDelay
-		if wd := s.cfg.WriteDelays; len(wd) > 0 {
-			i := s.rng.IntN(len(wd))
-			n.writeDelay = int32(i) + 1
-			delay += wd[i].Flush
-		}
-		s.after(n, delay, evFlush, 0, 0)
+	at := s.wall()
+	if wd := s.cfg.WriteDelays; len(wd) > 0 && n.core.Pending() == 0 {
+		i := s.rng.IntN(len(wd))
+		n.writeDelay = int32(i) + 1
+		at += int64(wd[i].Flush)
 	}
+	n.core.Publish([]crdt.Delta{d}, at)
+	s.drive(n)
 }
 
-// liveMembers is len(Cluster.otherMembers()): members whose last
-// memberlist event was a join or update, i.e. alive or suspect (memberlist
-// sends no event for a suspicion).
-func (s *Sim) liveMembers(n *node) int { return s.cfg.Nodes - 1 - n.numDown }
-
-// member reports whether Cluster.otherMembers includes p.
-func (s *Sim) member(n *node, p int32) bool {
-	if p == n.id {
-		return false
+// tick is the core's timer.
+func (s *Sim) tick(n *node, deadline int64) {
+	if n.tickAt != deadline {
+		return // superseded by an earlier deadline, which rescheduled
 	}
-	switch s.viewOf(n, p).state {
-	case stDead:
-		// Cluster.liveLocked: held dead by memberlist, but heard since
-		// the verdict (Leases.Fail overruled it), so still sent to.
-		name := s.names[p]
-		_, heard := n.leases.LastHeard(name)
-		return heard && !n.leases.Down(name)
-	case stLeft:
-		return false
-	}
-	return true
+	n.tickAt = 0
+	n.core.Tick(s.wall())
+	s.drive(n)
 }
 
-// flush is Cluster.flush.
-func (s *Sim) flush(n *node) {
-	batch := n.pending
-	n.pending = nil
-	if len(batch) == 0 {
+// drive executes the core's Ready until it has nothing more, then arms the
+// timer for its next deadline.
+func (s *Sim) drive(n *node) {
+	for n.core.HasReady() {
+		rd := n.core.Ready()
+		s.execute(n, &rd)
+		n.core.Advance(s.wall())
+	}
+	d := n.core.Deadline()
+	if n.tickAt != 0 && n.tickAt <= d {
 		return
 	}
-	batch = crdt.Coalesce(batch)
-	packets, oversized := gossip.PackDeltas(batch, s.cfg.PacketBudget)
-	big := make(map[int]bool, len(oversized))
-	for _, i := range oversized {
-		big[i] = true
+	n.tickAt = d
+	s.q.push(event{at: max(d-wallBase, s.now), kind: evTick, node: n.id, life: n.life, b: uint64(d)})
+}
+
+// execute carries out one Ready of n's core.
+func (s *Sim) execute(n *node, rd *dissem.Ready) {
+	for i := range rd.Apply {
+		s.apply(n, &rd.Apply[i])
 	}
-	members := s.liveMembers(n)
-	mode := gossip.ChooseMode(members+1, s.cfg.EagerThreshold)
 	var hops []time.Duration
 	if n.writeDelay > 0 {
 		hops = s.cfg.WriteDelays[n.writeDelay-1].Hops
-		n.writeDelay = 0
 	}
-	for i, p := range packets {
-		m := s.deltaMsg(p)
+	var order []int
+	var orderOf *dissem.Message
+	k := 0
+	for i := range rd.Sends {
+		snd := &rd.Sends[i]
+		m := s.wrap(snd.Msg)
+		to := s.index(snd.To)
+		if m.msg.Type == dissem.TypeDeltas {
+			s.stats.directCopies += uint64(len(m.msg.Deltas))
+			n.writeDelay = 0
+		}
 		switch {
-		case big[i]:
-			s.sendAll(n, m, true)
-			s.stats.directCopies += uint64(len(p) * members)
-		case mode == gossip.ModeEager && len(hops) > 0:
-			s.sendAllMeasured(n, m, hops)
-			s.stats.directCopies += uint64(len(p) * members)
-		case mode == gossip.ModeEager:
-			s.sendAll(n, m, false)
-			s.stats.directCopies += uint64(len(p) * members)
-		default:
-			s.enqueueBroadcast(n, m, noName)
-			seeds := s.kRandom(3, func(q int32) bool { return !s.member(n, q) })
-			for _, t := range seeds {
-				s.sendBestEffort(n, t, m)
+		case snd.Reliable:
+			s.sendStream(&stream{from: n.id, to: to, msg: m}, m.size)
+		case len(hops) > 0 && m.msg.Type == dissem.TypeDeltas && n.core.Mode() == dissem.ModeEager:
+			// The packets' latencies come from one measured write's hop
+			// delays: each in a random order, then drawn from them again
+			// if there are more members.
+			if orderOf != snd.Msg {
+				order, orderOf, k = s.rng.Perm(len(hops)), snd.Msg, 0
 			}
-			s.stats.directCopies += uint64(len(p) * len(seeds))
+			var lat time.Duration
+			if k < len(order) {
+				lat = hops[order[k]]
+			} else {
+				lat = hops[s.rng.IntN(len(hops))]
+			}
+			k++
+			s.sendBestEffortAfter(n, to, m, int64(lat))
+		default:
+			s.sendBestEffortAfter(n, to, m, -1)
 		}
 	}
+	for i := range rd.Broadcasts {
+		b := &rd.Broadcasts[i]
+		name := noName
+		if b.Name != "" {
+			name = n.id // "alive/NODE": this node's announcement
+		}
+		s.enqueueBroadcast(n, s.wrap(b.Msg), name)
+	}
+	for _, p := range rd.Pulls {
+		s.stats.gapPulls++
+		s.goPull(n, p)
+	}
+	for i := range rd.Answers {
+		s.goAnswer(n, &rd.Answers[i])
+	}
+	for _, name := range rd.Rejoin {
+		s.startPushPull(n, s.index(name))
+	}
+	for _, note := range rd.Notes {
+		if note.Kind == dissem.NoteAnswerDropped {
+			s.stats.answersDropped++
+		}
+	}
+	s.wraps = s.wraps[:0]
 }
 
-// deltaMsg builds the gossip message for one packed batch, sized by crdt's
-// real encoder.
-func (s *Sim) deltaMsg(ds []crdt.Delta) *umsg {
-	b, err := crdt.AppendDeltas(nil, ds)
-	if err != nil {
-		panic(fmt.Sprintf("sim: encode deltas: %v", err)) // our own records: a bug
+// wrap returns the simulator's wrapper of a core message: the one being
+// delivered (a relay), or one made for it once per Ready.
+func (s *Sim) wrap(m *dissem.Message) *umsg {
+	if s.cur != nil && s.cur.msg == m {
+		return s.cur
 	}
-	m := &umsg{kind: uDeltas, deltas: ds, size: rollcallHeader + len(b),
-		slots: make([]int32, len(ds)), writers: make([]int32, len(ds)), clients: make([]int32, len(ds)),
-		applied: make([]uint64, (s.cfg.Nodes+63)/64)}
-	s.deltaMsgList = append(s.deltaMsgList, m)
+	for _, w := range s.wraps {
+		if w.msg == m {
+			return w
+		}
+	}
+	w := s.newUmsg(m)
+	s.wraps = append(s.wraps, w)
+	return w
+}
+
+// newUmsg wraps a message the core made. A delta batch has its per-delta
+// lookups done once, not at every node.
+func (s *Sim) newUmsg(m *dissem.Message) *umsg {
+	u := &umsg{msg: m, size: m.Size()}
+	if m.Type != dissem.TypeDeltas {
+		return u
+	}
+	ds := m.Deltas
+	u.writers, u.clients = make([]int32, len(ds)), make([]int32, len(ds))
+	u.applied = make([]uint64, (s.cfg.Nodes+63)/64)
+	s.deltaMsgList = append(s.deltaMsgList, u)
 	for i := range ds {
 		o := ds[i].Origin()
-		m.slots[i] = s.index(o.Node)
-		m.writers[i] = s.writer(originKey(m.slots[i], o))
+		u.writers[i] = s.writer(originKey(s.index(o.Node), o))
 		if cid, ok := s.byUser[ds[i].User()]; ok {
-			m.clients[i] = cid
+			u.clients[i] = cid
 		} else {
-			m.clients[i] = -1
+			u.clients[i] = -1
 		}
 	}
-	return m
+	return u
 }
 
-// sendAll is Cluster.sendAll to every live member.
-func (s *Sim) sendAll(n *node, m *umsg, reliable bool) {
-	for p := range int32(s.cfg.Nodes) {
-		if !s.member(n, p) {
-			continue
+// apply is one change the core asks of the replica.
+func (s *Sim) apply(n *node, a *dissem.Apply) {
+	switch a.Kind {
+	case dissem.ApplyDeltas:
+		u := s.cur
+		if u == nil || u.msg != a.Msg {
+			u = s.wrap(a.Msg)
 		}
-		if reliable {
-			s.sendStream(&stream{from: n.id, to: p, msg: m}, m.size)
-		} else {
-			s.sendBestEffort(n, p, m)
+		// A batch this life of the node applied already changes nothing
+		// (crdt's Apply is idempotent).
+		if !bit(u.applied, n.id) {
+			setBit(u.applied, n.id)
+			s.applyDeltas(n, u)
 		}
-	}
-}
-
-// sendAllMeasured is sendAll, best effort, with the packets' latencies
-// taken from one measured write's hop delays (Config.WriteDelays): each in
-// a random order, then drawn from them again if there are more members.
-func (s *Sim) sendAllMeasured(n *node, m *umsg, hops []time.Duration) {
-	order := s.rng.Perm(len(hops))
-	k := 0
-	for p := range int32(s.cfg.Nodes) {
-		if !s.member(n, p) {
-			continue
-		}
-		var lat time.Duration
-		if k < len(order) {
-			lat = hops[order[k]]
-		} else {
-			lat = hops[s.rng.IntN(len(hops))]
-		}
-		k++
-		s.sendBestEffortAfter(n, p, m, int64(lat))
+	case dissem.ApplySync:
+		s.applySync(n, a.Sync)
+	case dissem.MarkDown:
+		s.markDown(n, s.index(a.Node))
+	case dissem.MarkUp:
+		s.markUp(n, s.index(a.Node))
+	case dissem.Retire:
+		s.retire(n, s.index(a.Origin.Node), a.Origin)
 	}
 }
 
-// sendBestEffort is memberlist's SendBestEffort: one user message in its
-// own packet, nothing piggybacked.
-func (s *Sim) sendBestEffort(n *node, to int32, m *umsg) { s.sendBestEffortAfter(n, to, m, -1) }
-
-// sendBestEffortAfter is sendBestEffort with the latency given (ns), or
-// drawn from Config.Latency when lat is negative.
+// sendBestEffortAfter is memberlist's SendBestEffort, one user message in
+// its own packet, with the latency given (ns), or drawn from
+// Config.Latency when lat is negative.
 func (s *Sim) sendBestEffortAfter(n *node, to int32, m *umsg, lat int64) {
 	pkt := s.newPacket(n.id, to)
 	pkt.parts = append(pkt.parts, part{kind: pUser, msg: m, size: m.size})
@@ -186,71 +260,19 @@ func (s *Sim) enqueueBroadcast(n *node, m *umsg, name int32) {
 	}
 }
 
-// handleUser is Cluster.handle for one Rollcall message.
+// handleUser is Cluster.handle for one Rollcall message. A delta batch
+// this life of the node stepped before is not stepped again in epidemic
+// mode: the core's answer to a repeat there is nothing (its versions are
+// all seen, so nothing is fresh to relay; relayed deltas refresh no lease;
+// the apply changes nothing).
 func (s *Sim) handleUser(n *node, m *umsg) {
-	switch m.kind {
-	case uDeltas:
-		s.handleDeltas(n, m)
-	case uAlive:
-		s.handleAlive(n, m)
-	case uPull, uState:
-		s.goAnswer(n, m.from, m.digest)
-	case uSync:
-		s.applySync(n, m.sync)
+	if m.msg.Type == dissem.TypeDeltas && bit(m.applied, n.id) && n.core.Mode() == dissem.ModeEpidemic {
+		return
 	}
-}
-
-// handleDeltas is Cluster.handleDeltas. A message this node already
-// applied is not applied again (crdt's Apply is idempotent: the state would
-// not change) and cannot be fresh (its versions are all at most what was
-// seen then), so only the lease refresh is done for it.
-func (s *Sim) handleDeltas(n *node, m *umsg) {
-	dup := bit(m.applied, n.id)
-	// Cluster asks memberlist's NumMembers (alive and suspect, self
-	// included).
-	epidemic := gossip.ChooseMode(s.numMembers(n), s.cfg.EagerThreshold) == gossip.ModeEpidemic
-	if dup && epidemic {
-		return // nothing fresh, no lease refresh, nothing to apply or relay
-	}
-	fresh := false
-	var up []int32
-	last := int32(-1)
-	for i := range m.deltas {
-		d := &m.deltas[i]
-		p := m.slots[i] // the origin's node
-		if p == n.id {
-			continue
-		}
-		if !dup {
-			w := m.writers[i]
-			if k := int(w) + 1 - len(n.seen); k > 0 {
-				n.seen = append(n.seen, make([]writerSeen, k)...)
-			}
-			if v := d.Version(); v > n.seen[w].version {
-				fresh = true
-				n.seen[w].version = v
-			}
-		}
-		// Eager deltas come straight from their owner and refresh its
-		// lease; relayed epidemic ones do not. Heard twice at one instant
-		// is heard once.
-		if !epidemic && p != last {
-			last = p
-			if s.heard(n, p) {
-				up = append(up, p)
-			}
-		}
-	}
-	for _, p := range up {
-		s.markUp(n, p)
-	}
-	if !dup {
-		setBit(m.applied, n.id)
-		s.applyDeltas(n, m)
-	}
-	if epidemic && fresh {
-		s.enqueueBroadcast(n, m, noName)
-	}
+	s.cur = m
+	n.core.Step(m.msg, s.wall())
+	s.drive(n)
+	s.cur = nil
 }
 
 // originKey packs an origin into a map key: its node's slot and the life
@@ -260,7 +282,7 @@ func originKey(slot int32, o crdt.Origin) uint64 {
 }
 
 // writer returns the dense number of an origin (by originKey), numbering
-// it if new. deltaMsg numbers the origins of a message's deltas.
+// it if new. newUmsg numbers the origins of a message's deltas.
 func (s *Sim) writer(k uint64) int32 {
 	w, ok := s.writers[k]
 	if !ok {
@@ -273,64 +295,46 @@ func (s *Sim) writer(k uint64) int32 {
 	return w
 }
 
-// handleAlive is Cluster.handleAlive.
-func (s *Sim) handleAlive(n *node, m *umsg) {
-	o, p := m.origin, m.from
-	if p == n.id {
-		return
-	}
-	var local uint64
-	if m.watermark > 0 {
-		local = n.r.Watermark(o)
-	}
-	wasDown := s.heard(n, p)
-	known := n.peerLife[p]
-	if known == 0 {
-		known = 1
-	}
-	newInc := o.Incarnation > incarnation(known)
-	if newInc {
-		n.peerLife[p] = uint32(o.Incarnation - uint64(wallBase))
-	}
-	pull := n.gaps.Observe(o, m.watermark, local) && !n.pulling[p]
-	if pull {
-		n.pulling[p] = true
-	}
-	if newInc {
-		s.retire(n, p, o)
-	}
-	if wasDown {
-		s.markUp(n, p)
-	}
-	if pull {
-		s.stats.gapPulls++
-		s.goPull(n, p)
-	}
-}
-
-// digestMsg builds a pull or push/pull state message carrying n's digest.
-// Its size counts, besides the digest the replica returns, one entry per
-// member the replica has no records of: a real node holds an (empty) origin
-// for every member it learned of through memberlist, which the simulator
-// does not materialise (it would cost nodes² memory).
-func (s *Sim) digestMsg(n *node, kind umsgKind) *umsg {
+// digestMsg builds a pull or push/pull state message carrying n's digest,
+// and the size it has on the wire. The size counts, besides the digest the
+// replica returns, one entry per member the replica has no records of: a
+// real node holds an (empty) origin for every member it learned of through
+// memberlist, which the simulator does not materialise (it would cost
+// nodes² memory).
+func (s *Sim) digestMsg(n *node, t dissem.Type) *umsg {
 	d := n.r.Digest()
-	b, err := crdt.AppendDigest(nil, d)
+	m, err := dissem.NewDigest(t, n.name, d)
 	if err != nil {
 		panic(fmt.Sprintf("sim: encode digest: %v", err))
 	}
-	size := rollcallHeader + 1 + mpStr(len(n.name)) + len(b)
+	size := m.Size()
 	if extra := s.cfg.Nodes - len(d); extra > 0 {
-		size += extra * digestEntrySize(len(n.name), incarnation(1), 0)
+		size += extra * s.emptyEntry
 	}
-	return &umsg{kind: kind, from: n.id, digest: d, size: size, antiEntropy: true}
+	return &umsg{msg: m, size: size, from: n.id, antiEntropy: true}
 }
 
-// goPull is Cluster.goPull: ask the origin, over TCP, for what n lacks.
-func (s *Sim) goPull(n *node, from int32) {
-	m := s.digestMsg(n, uPull)
-	at := s.sendStreamAt(&stream{from: n.id, to: from, msg: m}, m.size)
-	s.q.push(event{at: at, kind: evPullDone, node: n.id, life: n.life, a: from})
+// emptyDigestEntry is the encoded size of a digest entry of an origin
+// named like the simulator's nodes, with nothing written.
+func emptyDigestEntry(name string) int {
+	one, err := crdt.AppendDigest(nil, crdt.Digest{{Origin: crdt.Origin{Node: name, Incarnation: incarnation(1)}}})
+	if err != nil {
+		panic(err)
+	}
+	none, err := crdt.AppendDigest(nil, crdt.Digest{})
+	if err != nil {
+		panic(err)
+	}
+	return len(one) - len(none)
+}
+
+// goPull is Cluster.goPull: ask a peer, over TCP, for what n lacks; the
+// core hears the pull is over when the stream arrives (or fails).
+func (s *Sim) goPull(n *node, from string) {
+	p := s.index(from)
+	m := s.digestMsg(n, dissem.TypePull)
+	at := s.sendStreamAt(&stream{from: n.id, to: p, msg: m}, m.size)
+	s.q.push(event{at: at, kind: evPullDone, node: n.id, life: n.life, a: p})
 }
 
 // sendStreamAt sends a stream and returns when the send completes (or now,
@@ -342,146 +346,35 @@ func (s *Sim) sendStreamAt(st *stream, size int) int64 {
 	return s.lastStreamAt
 }
 
-// maxConcurrentAnswers mirrors gossip's bound on anti-entropy answers
-// computed at once; past it a digest goes unanswered (the asker retries at
-// its next pull or push/pull).
-const maxConcurrentAnswers = 4
-
 // goAnswer is Cluster.goAnswer: answer a digest with what the asker lacks.
-func (s *Sim) goAnswer(n *node, asker int32, d crdt.Digest) {
-	if asker == n.id {
-		return
-	}
-	if n.answering >= maxConcurrentAnswers {
-		s.stats.answersDropped++
-		return
-	}
-	sync := n.r.Diff(d)
+func (s *Sim) goAnswer(n *node, a *dissem.Answer) {
+	sync := n.r.Diff(a.Digest)
 	if len(sync) == 0 {
+		n.core.AnswerDone()
 		return
 	}
-	b, err := crdt.AppendSync(nil, sync)
+	m, err := dissem.NewSync(sync)
 	if err != nil {
 		panic(fmt.Sprintf("sim: encode sync: %v", err))
 	}
 	s.stats.syncRecords += uint64(sync.Len())
-	m := &umsg{kind: uSync, sync: sync, size: rollcallHeader + len(b), antiEntropy: true}
-	n.answering++
-	at := s.sendStreamAt(&stream{from: n.id, to: asker, msg: m}, m.size)
+	u := &umsg{msg: m, size: m.Size(), antiEntropy: true}
+	at := s.sendStreamAt(&stream{from: n.id, to: s.index(a.To), msg: u}, u.size)
 	s.q.push(event{at: at, kind: evAnswerDone, node: n.id, life: n.life})
-}
-
-// reconnect is Cluster.reconnect: try to rejoin (a join push/pull) every
-// member memberlist declared dead within ReconnectTimeout, so a healed
-// partition re-merges.
-func (s *Sim) reconnect(n *node) {
-	for _, p := range sortedKeys(n.view) {
-		v := n.view[p]
-		if v.state != stDead || time.Duration(s.now-v.changeAt) > s.cfg.ReconnectTimeout {
-			continue
-		}
-		s.startPushPull(n, p)
-	}
-}
-
-// announce is Cluster.announce.
-func (s *Sim) announce(n *node) {
-	m := &umsg{kind: uAlive, origin: n.self, from: n.id, watermark: n.ownVersion, sessions: n.sessions}
-	m.size = aliveMsgSize(len(n.name), n.self.Incarnation, n.ownVersion, n.sessions)
-	if gossip.ChooseMode(s.liveMembers(n)+1, s.cfg.EagerThreshold) == gossip.ModeEager {
-		for p := range int32(s.cfg.Nodes) {
-			if s.member(n, p) {
-				s.sendBestEffort(n, p, m)
-			}
-		}
-		return
-	}
-	s.enqueueBroadcast(n, m, n.id)
-}
-
-// heard is Leases.Heard for peer p at now, kept in step with the FIFO that
-// lets leaseTick skip lease scans that cannot expire anything.
-func (s *Sim) heard(n *node, p int32) (wasDown bool) {
-	w := s.wall()
-	wasDown = n.leases.Heard(s.names[p], w)
-	rec := leaseRec{peer: p, at: w}
-	if k := len(n.leaseFIFO); k == 0 || n.leaseFIFO[k-1] != rec {
-		n.leaseFIFO = append(n.leaseFIFO, rec)
-	}
-	return wasDown
-}
-
-// beginLease is Leases.Begin for peer p (memberlist reported it as a member
-// of a node that has not heard it yet), kept in step with the lease FIFO.
-func (s *Sim) beginLease(n *node, p int32) {
-	name := s.names[p]
-	if _, heard := n.leases.LastHeard(name); heard || n.leases.Down(name) {
-		return
-	}
-	w := s.wall()
-	n.leases.Begin(name, w)
-	n.leaseFIFO = append(n.leaseFIFO, leaseRec{peer: p, at: w})
-}
-
-// leaseTick is the lease half of Cluster.tickLoop. Leases.Expire scans
-// every peer; it is called only when some peer's lease may have passed
-// (Config.Check verifies that the skipped calls would expire nothing).
-func (s *Sim) leaseTick(n *node) {
-	if !gossip.LeasesEnforced(gossip.ChooseMode(s.numMembers(n), s.cfg.EagerThreshold)) {
-		return
-	}
-	w := s.wall()
-	ttl := int64(s.cfg.LeaseTimeout)
-	due := false
-	i := 0
-	for ; i < len(n.leaseFIFO); i++ {
-		r := n.leaseFIFO[i]
-		if w-r.at <= ttl {
-			break
-		}
-		if at, _ := n.leases.LastHeard(s.names[r.peer]); at == r.at && !n.leases.Down(s.names[r.peer]) {
-			due = true
-		}
-	}
-	if i > 0 {
-		n.leaseFIFO = append(n.leaseFIFO[:0], n.leaseFIFO[i:]...)
-	}
-	if !due {
-		if s.cfg.Check {
-			if got := n.leases.Expire(w); len(got) > 0 {
-				panic(fmt.Sprintf("sim: lease index missed expiries %v at %s", got, n.name))
-			}
-		}
-		return
-	}
-	for _, name := range sortedStrings(n.leases.Expire(w)) {
-		s.markDown(n, s.index(name))
-	}
 }
 
 // onLeave is events.NotifyLeave (Cluster.memberFailed): memberlist
 // declared p dead or left.
 func (s *Sim) onLeave(n *node, p int32, left bool) {
-	var overrule time.Duration
-	if !left {
-		overrule = gossip.VerdictOverrule(gossip.ChooseMode(s.numMembers(n), s.cfg.EagerThreshold), s.cfg.AliveInterval)
-	}
-	if n.leases.Fail(s.names[p], s.wall(), overrule) {
-		s.markDown(n, p)
-	}
+	n.core.MemberFailed(s.names[p], left, s.wall())
+	s.drive(n)
 }
 
-// observeMember is Cluster.observeMember: a member's metadata carries its
-// Rollcall incarnation; a new one retires the old one's sessions.
+// observeMember is Cluster.observeMember: memberlist's join or update of
+// p, whose metadata carries its Rollcall incarnation.
 func (s *Sim) observeMember(n *node, p int32, life uint32) {
-	known := n.peerLife[p]
-	if known == 0 {
-		known = 1
-	}
-	if life > known {
-		n.peerLife[p] = life
-		s.retire(n, p, crdt.Origin{Node: s.names[p], Incarnation: incarnation(life)})
-	}
+	n.core.MemberAlive(s.names[p], dissem.Meta{Incarnation: incarnation(life), ClientAddr: clientAddr(p)}, s.wall())
+	s.drive(n)
 }
 
 // Host operations: the real ReplicaHost calls, plus the simulator's
@@ -489,12 +382,14 @@ func (s *Sim) observeMember(n *node, p int32, life uint32) {
 
 func (s *Sim) applyDeltas(n *node, m *umsg) {
 	w := s.wall()
-	ds := m.deltas
+	ds := m.msg.Deltas
 	for i := range ds {
 		var ref *crdt.OriginRef
-		if wr := m.writers[i]; int(wr) < len(n.seen) {
-			ref = &n.seen[wr].ref
+		wr := int(m.writers[i])
+		if k := wr + 1 - len(n.refs); k > 0 {
+			n.refs = append(n.refs, make([]crdt.OriginRef, k)...)
 		}
+		ref = &n.refs[wr]
 		changed, dropped, err := n.r.ApplyVia(ref, ds[i], w)
 		if err != nil {
 			panic(fmt.Sprintf("sim: %s rejected a delta: %v", n.name, err))
@@ -559,7 +454,7 @@ func (s *Sim) pushPull(n *node) {
 
 func (s *Sim) startPushPull(n *node, to int32) {
 	s.stats.pushPulls++
-	m := s.digestMsg(n, uState)
+	m := s.digestMsg(n, dissem.TypeState)
 	st := &stream{from: n.id, to: to, msg: m, pushPull: true, members: s.membershipOf(n)}
 	s.sendStream(st, s.pushPullSize(m))
 }
@@ -636,10 +531,10 @@ func (s *Sim) deliverStream(st *stream) {
 	// The receiving side of a push/pull replies with its own state before
 	// merging the remote one; then both merge and answer the digest.
 	if !st.reply {
-		m := s.digestMsg(n, uState)
+		m := s.digestMsg(n, dissem.TypeState)
 		s.sendStream(&stream{from: n.id, to: st.from, msg: m, pushPull: true, reply: true, members: s.membershipOf(n)},
 			s.pushPullSize(m))
 	}
 	s.mergeState(n, st.members)
-	s.goAnswer(n, st.msg.from, st.msg.digest)
+	s.handleUser(n, st.msg)
 }

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/rollcall/rollcall/crdt"
-	"github.com/rollcall/rollcall/gossip"
+	"github.com/rollcall/rollcall/dissem"
 )
 
 // wallBase offsets virtual time so that timestamps and incarnations encode
@@ -37,6 +37,13 @@ type Sim struct {
 	stats    counters
 	// lastStreamAt is when the last stream sent will arrive.
 	lastStreamAt int64
+	// cur is the message being delivered, while its node's core steps it;
+	// wraps are the messages a Ready being executed made (rollcall.go).
+	cur   *umsg
+	wraps []*umsg
+	// emptyEntry is the encoded size of a digest entry with nothing
+	// written (digestMsg).
+	emptyEntry int
 
 	// deltaMsgList holds every delta message made, for a restart to clear
 	// its node's applied bits.
@@ -93,6 +100,7 @@ func New(cfg Config) (*Sim, error) {
 		s.nameIdx[s.names[i]] = int32(i)
 	}
 	s.sizes = newMLSizes(len(s.names[0]))
+	s.emptyEntry = emptyDigestEntry(s.names[0])
 	s.track = newTracker(cfg.Nodes)
 	s.nodes = make([]*node, cfg.Nodes)
 	for i := range s.nodes {
@@ -196,9 +204,8 @@ func (s *Sim) dispatch(e *event) {
 		return // a timer of a crashed incarnation
 	}
 	switch e.kind {
-	case evFlush:
-		n.flushArmed = false
-		s.flush(n)
+	case evTick:
+		s.tick(n, int64(e.b))
 	case evGossip:
 		s.gossipTick(n)
 		s.after(n, s.cfg.GossipInterval, evGossip, 0, 0)
@@ -211,35 +218,23 @@ func (s *Sim) dispatch(e *event) {
 		s.probeDeadline(n, uint32(e.b))
 	case evHelperTimeout:
 		s.helperTimeout(n, uint32(e.b))
-	case evAlive:
-		s.announce(n)
-		s.after(n, s.cfg.AliveInterval, evAlive, 0, 0)
-	case evLease:
-		s.leaseTick(n)
-		s.after(n, s.leaseTickEvery(), evLease, 0, 0)
 	case evPushPull:
 		s.pushPull(n)
-		s.after(n, gossip.PushPullScale(s.cfg.PushPullInterval, s.estNumNodes(n)), evPushPull, 0, 0)
+		s.after(n, dissem.PushPullScale(s.cfg.PushPullInterval, s.estNumNodes(n)), evPushPull, 0, 0)
 	case evSuspicion:
 		s.suspicionFired(n, e.a, e.b)
 	case evPullDone:
-		delete(n.pulling, e.a)
+		n.core.PullDone(s.names[e.a])
+		s.drive(n)
 	case evAnswerDone:
-		n.answering--
-	case evReconnect:
-		s.reconnect(n)
-		s.after(n, s.cfg.ReconnectInterval, evReconnect, 0, 0)
+		n.core.AnswerDone()
+		s.drive(n)
 	}
 }
 
 // after schedules a timer of node n's current life.
 func (s *Sim) after(n *node, d time.Duration, k evKind, a int32, b uint64) {
 	s.q.push(event{at: s.now + int64(d), kind: k, node: n.id, life: n.life, a: a, b: b})
-}
-
-// leaseTickEvery is gossip's lease check period.
-func (s *Sim) leaseTickEvery() time.Duration {
-	return min(s.cfg.LeaseTimeout/20, 250*time.Millisecond)
 }
 
 // startTimers starts a node's periodic timers. stagger picks a random
@@ -261,13 +256,13 @@ func (s *Sim) startTimers(n *node, stagger bool) {
 	// over the scaled interval.
 	pp := s.cfg.PushPullInterval
 	if n.life == 1 {
-		pp = gossip.PushPullScale(pp, s.estNumNodes(n))
+		pp = dissem.PushPullScale(pp, s.estNumNodes(n))
 	}
 	s.after(n, phase(pp), evPushPull, 0, 0)
-	// gossip's tickLoop announces at once, then every AliveInterval.
-	s.after(n, phase(s.cfg.AliveInterval), evAlive, 0, 0)
-	s.after(n, phase(s.leaseTickEvery()), evLease, 0, 0)
-	s.after(n, phase(s.cfg.ReconnectInterval), evReconnect, 0, 0)
+	// The core's timers: its announcements, lease checks and reconnect
+	// rounds.
+	n.core.Start(s.wall(), stagger)
+	s.drive(n)
 }
 
 // wall converts virtual time to the Unix nanoseconds crdt sees.
@@ -287,29 +282,21 @@ type node struct {
 	id      int32
 	numDown int // memberlist: peers dead or left in view
 	r       *crdt.Replica
-	seen    []writerSeen // indexed by Sim.writers' index of the origin
-	born    int64        // virtual time this life started
-	queue   bqueue       // memberlist's TransmitLimitedQueue for Rollcall messages
+	born    int64  // virtual time this life started
+	queue   bqueue // memberlist's TransmitLimitedQueue for Rollcall messages
 
 	name string
 	life uint32 // 1 + restarts
 
-	// Rollcall (mirrors gossip.Cluster)
+	// Rollcall: the protocol core (gossip.Cluster drives the same one)
 	self       crdt.Origin
-	pending    []crdt.Delta
-	ownVersion uint64 // our origin's watermark: the version of our last write
-	flushArmed bool
-	writeDelay int32 // 1 + the Config.WriteDelays index the armed flush drew; 0 for none
-	leases     *gossip.Leases
-	// leaseFIFO records each lease refresh (peer, time) in time order, so
-	// leaseTick knows when some peer's lease may have passed; a record is
-	// current while it matches the lease table's LastHeard.
-	leaseFIFO []leaseRec
-	gaps      *gossip.GapTracker
-	pulling   map[int32]bool
-	answering int              // anti-entropy answers in flight (gossip bounds them at 4)
-	peerLife  map[int32]uint32 // Rollcall incarnation known per peer, when not 1
-	sessions  int              // active sessions owned (alive announcements carry it)
+	core       *dissem.Node
+	tickAt     int64 // the deadline the pending evTick is for (wall ns); 0 for none
+	writeDelay int32 // 1 + the Config.WriteDelays index of the pending flush; 0 for none
+	sessions   int   // active sessions owned (alive announcements carry it)
+	// refs is, by Sim.writers' number of an origin, where the replica
+	// keeps the origin's state (crdt.OriginRef)
+	refs []crdt.OriginRef
 
 	// memberlist
 	mlInc    uint32
@@ -324,18 +311,6 @@ type node struct {
 	suspSeq  uint64
 }
 
-// writerSeen is what a node keeps per origin: Cluster.seen's newest version,
-// and where its replica keeps the origin's state (beside it: one cache line).
-type writerSeen struct {
-	version uint64
-	ref     crdt.OriginRef
-}
-
-type leaseRec struct {
-	peer int32
-	at   int64
-}
-
 func (s *Sim) newNode(id int32, life, mlInc uint32) (*node, error) {
 	self := crdt.Origin{Node: s.names[id], Incarnation: incarnation(life)}
 	r, err := crdt.NewReplica(crdt.Config{Self: self})
@@ -345,14 +320,11 @@ func (s *Sim) newNode(id int32, life, mlInc uint32) (*node, error) {
 	n := &node{
 		id: id, name: s.names[id], up: true, life: life, born: s.now,
 		self: self, r: r,
-		leases:   gossip.NewLeases(s.cfg.LeaseTimeout),
-		gaps:     gossip.NewGapTracker(),
-		pulling:  make(map[int32]bool),
-		peerLife: make(map[int32]uint32),
-		mlInc:    mlInc,
-		view:     make(map[int32]*peerView),
-		helping:  make(map[uint32]*helpState),
+		mlInc:   mlInc,
+		view:    make(map[int32]*peerView),
+		helping: make(map[uint32]*helpState),
 	}
+	n.core = s.newCore(n)
 	n.queue = newBQueue(s.cfg.RetransmitMult, &s.qpool)
 	n.mlQueue = newBQueue(s.cfg.RetransmitMult, &s.qpool)
 	return n, nil

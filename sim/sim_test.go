@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rollcall/rollcall/crdt"
+	"github.com/rollcall/rollcall/dissem"
 	"github.com/rollcall/rollcall/gossip"
 )
 
@@ -154,7 +155,7 @@ func TestMoreNodesIsNeverFaster(t *testing.T) {
 }
 
 // Crash detection follows memberlist's formulas: no faster than one probe
-// interval plus the minimum suspicion timeout (gossip.SuspicionTimeout, all
+// interval plus the minimum suspicion timeout (dissem.SuspicionTimeout, all
 // confirmations in), no slower than the lease or a few probe intervals past
 // it.
 func TestCrashDetectionMatchesMemberlist(t *testing.T) {
@@ -171,7 +172,7 @@ func TestCrashDetectionMatchesMemberlist(t *testing.T) {
 		if err := cfg.Validate(); err != nil {
 			t.Fatal(err)
 		}
-		lo := cfg.ProbeInterval + gossip.SuspicionTimeout(cfg.SuspicionMult, cfg.Nodes, cfg.ProbeInterval)
+		lo := cfg.ProbeInterval + dissem.SuspicionTimeout(cfg.SuspicionMult, cfg.Nodes, cfg.ProbeInterval)
 		// k confirmations arrive about one probe interval apart.
 		hi := lo + time.Duration(cfg.SuspicionMult+2)*cfg.ProbeInterval
 		got := time.Duration(r.NodeCrash.P50 * 1e6)
@@ -282,12 +283,16 @@ func TestRestartedNodeAppliesAgain(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m := s.deltaMsg([]crdt.Delta{d})
+		dm, err := dissem.NewDeltas([]crdt.Delta{d})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := s.newUmsg(dm)
 		held := func() bool {
 			_, ok := s.nodes[peer].r.Session(crdt.Key{User: "u", Device: "d"})
 			return ok
 		}
-		s.handleDeltas(s.nodes[peer], m)
+		s.handleUser(s.nodes[peer], m)
 		if !held() {
 			t.Fatalf("threshold %d: the peer did not apply the delta", threshold)
 		}
@@ -296,7 +301,7 @@ func TestRestartedNodeAppliesAgain(t *testing.T) {
 		if held() {
 			t.Fatalf("threshold %d: a restarted node kept its old replica", threshold)
 		}
-		s.handleDeltas(s.nodes[peer], m)
+		s.handleUser(s.nodes[peer], m)
 		if !held() {
 			t.Fatalf("threshold %d: the restarted node skipped a delta its previous life applied", threshold)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/memberlist"
 
 	"github.com/rollcall/rollcall/crdt"
+	"github.com/rollcall/rollcall/dissem"
 	"github.com/rollcall/rollcall/gossip"
 	"github.com/rollcall/rollcall/sim"
 )
@@ -171,7 +172,7 @@ func (rr *realRun) warmup(ctx context.Context, rng *rand.Rand, from, to int) (*w
 	rr.sends.on.Store(false)
 	end := time.Now()
 	batch := gossip.DefaultConfig().BatchDelay
-	epidemic := gossip.ChooseMode(rr.sc.Nodes, rr.sc.EagerThreshold) == gossip.ModeEpidemic
+	epidemic := dissem.ChooseMode(rr.sc.Nodes, rr.sc.EagerThreshold) == dissem.ModeEpidemic
 	rr.mu.Lock()
 	defer rr.mu.Unlock()
 	w := &warmDelays{}

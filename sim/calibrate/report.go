@@ -8,14 +8,14 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/rollcall/rollcall/gossip"
+	"github.com/rollcall/rollcall/dissem"
 	"github.com/rollcall/rollcall/sim"
 )
 
 // Write prints a report as a side-by-side table.
 func (r *Report) Write(w io.Writer) error {
 	sc := r.Scenario
-	mode := gossip.ChooseMode(sc.Nodes, sc.EagerThreshold)
+	mode := dissem.ChooseMode(sc.Nodes, sc.EagerThreshold)
 	fmt.Fprintf(w, "%d nodes, %s dissemination, %d changes over %v; simulator latency %s (fitted to the real cluster's hop delays)\n",
 		sc.Nodes, mode, sc.Changes, sc.Window, sc.Latency)
 	if sc.Host {

@@ -1,4 +1,4 @@
-package gossip
+package dissem
 
 import (
 	"fmt"
@@ -57,7 +57,7 @@ func TestPackDeltasFitsBudgetAndLosesNothing(t *testing.T) {
 	}
 	total := 0
 	for i, b := range batches {
-		enc, err := encodeDeltas(b)
+		enc, err := EncodeDeltas(b)
 		if err != nil {
 			t.Fatal(err)
 		}

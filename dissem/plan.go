@@ -1,4 +1,4 @@
-package gossip
+package dissem
 
 import (
 	"math"

@@ -1,0 +1,757 @@
+package dissem
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/rollcall/rollcall/crdt"
+)
+
+// Config is one Node's configuration. Durations are the protocol's; zero
+// values are not filled in (the drivers' configs own the defaults).
+type Config struct {
+	// Name is this gateway's node name; Incarnation its Rollcall
+	// incarnation (a boot timestamp), together its crdt origin.
+	Name        string
+	Incarnation uint64
+	// ClientAddr is the client address this gateway advertises (alive
+	// announcements carry it).
+	ClientAddr string
+	// BatchDelay is how long an owner's first write waits for more to
+	// share its packets.
+	BatchDelay time.Duration
+	// PacketBudget is the payload budget of one best-effort packet; a batch
+	// that alone exceeds it goes over a stream.
+	PacketBudget int
+	// EagerThreshold is the member count (self included) up to which
+	// writes go straight to every member (ModeEager); beyond it they are
+	// gossiped (ModeEpidemic).
+	EagerThreshold int
+	// AliveInterval is how often this node announces itself.
+	AliveInterval time.Duration
+	// LeaseTimeout is how long a peer unheard stays shown up (eager mode).
+	LeaseTimeout time.Duration
+	// ReconnectInterval is how often members memberlist holds dead are
+	// joined again; ReconnectTimeout how long after their death they are
+	// given up (Forget).
+	ReconnectInterval time.Duration
+	ReconnectTimeout  time.Duration
+	// Rand is the node's only source of randomness (epidemic seed targets,
+	// timer phases). Required.
+	Rand *rand.Rand
+}
+
+// Members is the driver's view of memberlist's member list, which the
+// node reads to choose targets. The node keeps its own record of each
+// peer it has heard of or had an event for; a listed peer it has no
+// record of counts as alive.
+type Members interface {
+	// NumMembers is memberlist's member count: alive and suspect, self
+	// included. It picks the mode.
+	NumMembers() int
+	// NumPeers and Peer list the other nodes memberlist has reported, in
+	// any state, until the node forgets them; Peer(i) for i in
+	// [0, NumPeers()) is a name.
+	NumPeers() int
+	Peer(i int) string
+	// Incarnation is the Rollcall incarnation the membership this node
+	// joined with gave a peer the node has no record of yet (0 if none):
+	// an announcement of that incarnation is not a new incarnation.
+	Incarnation(name string) uint64
+}
+
+// Replica is what the node reads of the local replica.
+type Replica interface {
+	// Watermark is the replica's watermark for origin o, O(1).
+	Watermark(o crdt.Origin) uint64
+	// SessionCount is the number of active sessions this node owns.
+	SessionCount() int
+}
+
+// MaxConcurrentAnswers bounds the anti-entropy answers in flight: each
+// computes a Diff and opens a stream. A digest past it goes unanswered and
+// the asker retries at its next pull or push/pull.
+const MaxConcurrentAnswers = 4
+
+// maxSeeds is how many random members an epidemic batch is sent to at
+// once, before the next gossip round picks it up from the queue.
+const maxSeeds = 3
+
+// Node is one gateway's dissemination and anti-entropy: every decision
+// of the protocol, as a deterministic state machine. It does no I/O,
+// starts no goroutine, reads no clock (time is an argument: Unix
+// nanoseconds on the driver's lease clock) and draws randomness only from
+// Config.Rand. It is not safe for concurrent use.
+type Node struct {
+	cfg     Config
+	self    crdt.Origin
+	members Members
+	replica Replica
+	rng     *rand.Rand
+
+	pending []crdt.Delta
+	flushAt int64 // 0: no flush armed
+	// the periodic timers' next due times
+	aliveAt, leaseAt, reconnectAt int64
+
+	leases    *Leases
+	gaps      *GapTracker
+	peers     map[string]*peer
+	pulling   map[string]bool
+	reviving  map[string]revival
+	seen      map[crdt.Origin]uint64 // newest version received per origin
+	answering int
+	leaving   bool
+
+	rd Ready
+	// set by inputs that may raise a watermark: Advance then checks the
+	// revivals the applied changes may complete
+	recheck bool
+	heardUp []revival // peers heard again in a delta batch: revived in Advance
+}
+
+// MemberState is a member's state as memberlist's events told this node.
+type MemberState uint8
+
+const (
+	// StateAlive: joined or updated (or listed, with no event yet).
+	StateAlive MemberState = iota
+	// StateDead: memberlist declared it dead.
+	StateDead
+	// StateLeft: it left gracefully.
+	StateLeft
+)
+
+func (s MemberState) String() string { return [...]string{"alive", "dead", "left"}[s] }
+
+// peer is what this node knows of another member.
+type peer struct {
+	incarnation uint64
+	clientAddr  string
+	sessions    int
+	state       MemberState
+	listed      bool  // memberlist reported it (a join or update)
+	leaving     bool  // it announced a graceful leave
+	forgotten   bool  // dead past ReconnectTimeout
+	deadSince   int64 // when memberlist declared it dead
+	rejoinAt    int64 // last rejoin asked because it was heard while dead
+}
+
+// revival is a peer heard again after it was marked down, whose writes up
+// to target this replica does not all hold yet.
+type revival struct {
+	node   string
+	origin crdt.Origin
+	target uint64 // the origin's version the replica must hold
+	since  int64  // when it was heard again
+}
+
+// New returns a node with nothing pending. Call Start before the first
+// Tick.
+func New(cfg Config, members Members, replica Replica) (*Node, error) {
+	switch {
+	case cfg.Name == "":
+		return nil, errors.New("dissem: a node needs a name")
+	case cfg.Rand == nil:
+		return nil, errors.New("dissem: a node needs a random source (Config.Rand)")
+	case cfg.AliveInterval <= 0 || cfg.LeaseTimeout <= 0 || cfg.ReconnectInterval <= 0 || cfg.BatchDelay < 0:
+		return nil, fmt.Errorf("dissem: bad intervals: alive %v, lease %v, reconnect %v, batch %v",
+			cfg.AliveInterval, cfg.LeaseTimeout, cfg.ReconnectInterval, cfg.BatchDelay)
+	case cfg.PacketBudget <= 0:
+		return nil, fmt.Errorf("dissem: packet budget %d", cfg.PacketBudget)
+	}
+	return &Node{
+		cfg: cfg, self: crdt.Origin{Node: cfg.Name, Incarnation: cfg.Incarnation},
+		members: members, replica: replica, rng: cfg.Rand,
+		leases:   NewLeases(cfg.LeaseTimeout),
+		gaps:     NewGapTracker(),
+		peers:    make(map[string]*peer),
+		pulling:  make(map[string]bool),
+		reviving: make(map[string]revival),
+		seen:     make(map[crdt.Origin]uint64),
+	}, nil
+}
+
+// LeaseTick is how often leases are checked: a twentieth of the lease, at
+// most 250ms.
+func LeaseTick(ttl time.Duration) time.Duration { return min(ttl/20, 250*time.Millisecond) }
+
+// Start sets the periodic timers from now. A node starting with the
+// cluster announces itself at once and checks leases and reconnects after
+// one period; with stagger each timer instead starts at a random phase
+// within its period (a node of a cluster in steady state, as the simulator
+// takes them).
+func (n *Node) Start(now int64, stagger bool) {
+	if !stagger {
+		n.aliveAt = now
+		n.leaseAt = now + int64(LeaseTick(n.cfg.LeaseTimeout))
+		n.reconnectAt = now + int64(n.cfg.ReconnectInterval)
+		return
+	}
+	n.aliveAt = now + n.rng.Int64N(int64(n.cfg.AliveInterval))
+	n.leaseAt = now + n.rng.Int64N(int64(LeaseTick(n.cfg.LeaseTimeout)))
+	n.reconnectAt = now + n.rng.Int64N(int64(n.cfg.ReconnectInterval))
+}
+
+// Mode is the dissemination mode now.
+func (n *Node) Mode() Mode { return ChooseMode(n.members.NumMembers(), n.cfg.EagerThreshold) }
+
+// Pending reports how many owner deltas wait for the next flush.
+func (n *Node) Pending() int { return len(n.pending) }
+
+// Deadline is when Tick next has something to do.
+func (n *Node) Deadline() int64 {
+	d := min(n.aliveAt, n.leaseAt, n.reconnectAt)
+	if n.flushAt != 0 {
+		d = min(d, n.flushAt)
+	}
+	return d
+}
+
+// HasReady reports whether Ready has anything to do.
+func (n *Node) HasReady() bool { return !n.rd.Empty() || n.recheck || len(n.heardUp) > 0 }
+
+// Ready returns what the inputs since the last call ask the driver to do,
+// and hands the lists over to it.
+func (n *Node) Ready() Ready {
+	rd := n.rd
+	n.rd = Ready{}
+	return rd
+}
+
+// Advance tells the node its last Ready was executed (in particular, its
+// Apply list reached the replica): the node then shows up each peer whose
+// missed writes the replica now holds. It may leave a new Ready.
+func (n *Node) Advance(now int64) {
+	heard := n.heardUp
+	n.heardUp = nil
+	for _, r := range heard {
+		n.revive(r.node, r.origin, r.target, now)
+	}
+	if n.recheck {
+		n.recheck = false
+		n.checkRevivals(now)
+	}
+}
+
+// Publish queues deltas of records this node wrote; they go out at the
+// flush BatchDelay after the first of them.
+func (n *Node) Publish(deltas []crdt.Delta, now int64) {
+	if len(deltas) == 0 {
+		return
+	}
+	n.pending = append(n.pending, deltas...)
+	if n.flushAt == 0 {
+		n.flushAt = now + int64(n.cfg.BatchDelay)
+	}
+}
+
+// Tick runs what is due at now: the flush of pending writes, the lease
+// check, the alive announcement and the reconnect round.
+func (n *Node) Tick(now int64) {
+	if n.flushAt != 0 && now >= n.flushAt {
+		n.flush(false)
+	}
+	if now >= n.leaseAt {
+		n.leaseAt = now + int64(LeaseTick(n.cfg.LeaseTimeout))
+		n.expireLeases(now)
+	}
+	if now >= n.aliveAt {
+		n.aliveAt = now + int64(n.cfg.AliveInterval)
+		n.announce()
+	}
+	if now >= n.reconnectAt {
+		n.reconnectAt = now + int64(n.cfg.ReconnectInterval)
+		n.reconnect(now)
+	}
+}
+
+// Leave flushes pending writes over streams to every live member and tells
+// each, over a stream, that this node is leaving.
+func (n *Node) Leave() {
+	n.leaving = true
+	n.flush(true)
+	m, err := NewAlive(TypeLeaving, n.alive())
+	if err != nil {
+		panic(fmt.Sprintf("dissem: encode leaving: %v", err)) // our own fields: a bug
+	}
+	n.sendLive(m, true)
+}
+
+// AnnounceDrain tells every live member, best effort, that this node is
+// draining: it is no longer a gateway to send clients to.
+func (n *Node) AnnounceDrain() {
+	m, err := NewAlive(TypeLeaving, n.alive())
+	if err != nil {
+		panic(fmt.Sprintf("dissem: encode leaving: %v", err))
+	}
+	n.sendLive(m, false)
+}
+
+func (n *Node) alive() Alive {
+	return Alive{Origin: n.self, Watermark: n.replica.Watermark(n.self),
+		Sessions: n.replica.SessionCount(), ClientAddr: n.cfg.ClientAddr}
+}
+
+// PullDone tells the node a pull from peer is over (sent, or failed).
+func (n *Node) PullDone(peer string) { delete(n.pulling, peer) }
+
+// AnswerDone tells the node an answer it asked for is over.
+func (n *Node) AnswerDone() {
+	if n.answering > 0 {
+		n.answering--
+	}
+}
+
+// Step handles one received message.
+func (n *Node) Step(m *Message, now int64) {
+	switch m.Type {
+	case TypeDeltas:
+		n.stepDeltas(m, now)
+	case TypeAlive:
+		n.stepAlive(m.Alive, now)
+	case TypeLeaving:
+		if name := m.Alive.Origin.Node; name != n.cfg.Name {
+			n.peer(name).leaving = true
+		}
+	case TypePull, TypeState:
+		n.answer(m.Digest)
+	case TypeSync:
+		n.rd.Apply = append(n.rd.Apply, Apply{Kind: ApplySync, Sync: m.Sync, Msg: m})
+		n.recheck = true
+	}
+}
+
+// flush sends everything pending. reliable sends over streams to every
+// member (on leave, when packets must not be lost).
+func (n *Node) flush(reliable bool) {
+	batch := n.pending
+	n.pending, n.flushAt = nil, 0
+	if len(batch) == 0 {
+		return
+	}
+	batch = crdt.Coalesce(batch)
+	packets, oversized := PackDeltas(batch, n.cfg.PacketBudget)
+	mode := n.Mode()
+	for i, p := range packets {
+		m, err := NewDeltas(p)
+		if err != nil {
+			panic(fmt.Sprintf("dissem: encode deltas: %v", err)) // our own records: a bug
+		}
+		switch {
+		case reliable || slices.Contains(oversized, i):
+			n.sendLive(m, true)
+		case mode == ModeEager:
+			n.sendLive(m, false)
+		default:
+			n.rd.Broadcasts = append(n.rd.Broadcasts, Broadcast{Msg: m})
+			// Seed the epidemic at once rather than at the next gossip round.
+			for _, to := range n.randomLive(maxSeeds) {
+				n.rd.Sends = append(n.rd.Sends, Send{To: to, Msg: m})
+			}
+		}
+	}
+}
+
+// announce sends this node's alive message: to every member while eager,
+// through the piggyback queue when epidemic.
+func (n *Node) announce() {
+	m, err := NewAlive(TypeAlive, n.alive())
+	if err != nil {
+		panic(fmt.Sprintf("dissem: encode alive: %v", err))
+	}
+	if n.Mode() == ModeEager {
+		n.sendLive(m, false)
+		return
+	}
+	n.rd.Broadcasts = append(n.rd.Broadcasts, Broadcast{Msg: m, Name: "alive/" + n.cfg.Name})
+}
+
+// Live reports whether a listed peer is one to send to: alive to
+// memberlist, or held dead by memberlist but not by this node's leases
+// (it was heard since the verdict: cutting it off would leave it without
+// our deltas and announcements until memberlist's view heals).
+func (n *Node) Live(name string) bool {
+	p := n.peers[name]
+	if p == nil {
+		return true
+	}
+	switch p.state {
+	case StateAlive:
+		return true
+	case StateDead:
+		return !p.forgotten && !n.leases.Down(name)
+	}
+	return false
+}
+
+// sendLive sends m to every live member.
+func (n *Node) sendLive(m *Message, reliable bool) {
+	for i, k := 0, n.members.NumPeers(); i < k; i++ {
+		if name := n.members.Peer(i); name != n.cfg.Name && n.Live(name) {
+			n.rd.Sends = append(n.rd.Sends, Send{To: name, Msg: m, Reliable: reliable})
+		}
+	}
+}
+
+// randomLive picks up to k distinct live members at random, the way
+// memberlist's kRandomNodes does: a shuffle of a short list, random
+// probes of a long one.
+func (n *Node) randomLive(k int) []string {
+	total := n.members.NumPeers()
+	ok := func(name string) bool { return name != n.cfg.Name && n.Live(name) }
+	out := make([]string, 0, k)
+	if total < 3*k {
+		for _, i := range n.rng.Perm(total) {
+			if len(out) == k {
+				break
+			}
+			if name := n.members.Peer(i); ok(name) {
+				out = append(out, name)
+			}
+		}
+		return out
+	}
+	for tries := 0; tries < 3*total && len(out) < k; tries++ {
+		name := n.members.Peer(n.rng.IntN(total))
+		if ok(name) && !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// peer returns the record of a peer, making one if needed.
+func (n *Node) peer(name string) *peer {
+	p := n.peers[name]
+	if p == nil {
+		p = &peer{incarnation: n.members.Incarnation(name)}
+		n.peers[name] = p
+	}
+	return p
+}
+
+func (n *Node) stepDeltas(m *Message, now int64) {
+	ds := m.Deltas
+	for i := range ds {
+		if err := ds[i].Validate(); err != nil {
+			n.rd.Notes = append(n.rd.Notes, Note{Kind: NoteBadDeltas, Node: ds[i].Origin().Node, Err: err})
+			return
+		}
+	}
+	epidemic := n.Mode() == ModeEpidemic
+	fresh := false
+	mark := len(n.heardUp)
+	for i := range ds {
+		o := ds[i].Origin()
+		if o.Node == n.cfg.Name {
+			continue
+		}
+		if v := ds[i].Version(); v > n.seen[o] {
+			fresh = true
+			n.seen[o] = v
+		}
+		// Eager deltas come straight from their owner: proof it is alive.
+		// Relayed epidemic deltas prove nothing about the owner now.
+		if epidemic {
+			continue
+		}
+		if n.leases.Heard(o.Node, now) {
+			n.heardUp = append(n.heardUp, revival{node: o.Node, origin: o, target: ds[i].Version(), since: now})
+			continue
+		}
+		// The newest delta of a peer heard again in this batch is what
+		// its revival waits for.
+		for j := mark; j < len(n.heardUp); j++ {
+			if r := &n.heardUp[j]; r.node == o.Node && r.origin == o && ds[i].Version() > r.target {
+				r.target = ds[i].Version()
+			}
+		}
+	}
+	n.rd.Apply = append(n.rd.Apply, Apply{Kind: ApplyDeltas, Deltas: ds, Msg: m})
+	n.recheck = true
+	if epidemic && fresh {
+		// Epidemic relay: what was new to us goes on with a retransmit limit.
+		n.rd.Broadcasts = append(n.rd.Broadcasts, Broadcast{Msg: m})
+	}
+}
+
+func (n *Node) stepAlive(a Alive, now int64) {
+	name := a.Origin.Node
+	if name == n.cfg.Name {
+		return
+	}
+	// An announcement of watermark 0 (a node that has written nothing)
+	// reveals no gap, whatever we hold: the replica need not be asked.
+	var local uint64
+	if a.Watermark > 0 {
+		local = n.replica.Watermark(a.Origin)
+	}
+	wasDown := n.leases.Heard(name, now)
+	p := n.peer(name)
+	newInc := a.Origin.Incarnation > p.incarnation
+	p.incarnation = max(p.incarnation, a.Origin.Incarnation)
+	p.sessions, p.clientAddr = a.Sessions, a.ClientAddr
+	pull := n.gaps.Observe(a.Origin, a.Watermark, local) && !n.pulling[name]
+	if pull {
+		n.pulling[name] = true
+	}
+	if newInc {
+		n.rd.Apply = append(n.rd.Apply, Apply{Kind: Retire, Origin: a.Origin})
+	}
+	if pull {
+		n.rd.Pulls = append(n.rd.Pulls, name)
+		n.rd.Notes = append(n.rd.Notes, Note{Kind: NoteGapPull, Node: name, Version: a.Watermark})
+	}
+	if wasDown {
+		n.revive(name, a.Origin, a.Watermark, now)
+	}
+	// memberlist holds it dead, but it speaks to us: its verdict is stale
+	// (a pause or partition that ended). Rejoin it now instead of at the
+	// next reconnect round, so memberlist's view heals in one round trip.
+	if p.state == StateDead && !p.forgotten && now-p.rejoinAt >= int64(2*n.cfg.AliveInterval) {
+		p.rejoinAt = now
+		n.rd.Rejoin = append(n.rd.Rejoin, name)
+	}
+}
+
+// answer answers a peer's digest with what it lacks, within the bound on
+// answers in flight.
+func (n *Node) answer(d DigestMsg) {
+	if d.From == n.cfg.Name {
+		return
+	}
+	if n.answering >= MaxConcurrentAnswers {
+		n.rd.Notes = append(n.rd.Notes, Note{Kind: NoteAnswerDropped, Node: d.From})
+		return
+	}
+	n.answering++
+	n.rd.Answers = append(n.rd.Answers, Answer{To: d.From, Digest: d.Digest})
+}
+
+// reviveTimeout bounds how long a peer heard again stays shown down while
+// its missed writes are pulled: if the pull fails, the peer is shown up
+// anyway (anti-entropy goes on) rather than hidden while it is alive.
+func (n *Node) reviveTimeout() int64 { return int64(n.cfg.LeaseTimeout / 2) }
+
+// revive handles a peer heard again after it was marked down, in a message
+// from origin o whose writes go up to target. While the peer was down here
+// it may have ended sessions in writes this node missed (a partition, lost
+// packets): showing it up at once would show those sessions online again
+// until anti-entropy repaired them. So it is shown up at once only if the
+// replica holds o's writes up to target; otherwise it stays shown down
+// while they are pulled (checkRevivals).
+func (n *Node) revive(name string, o crdt.Origin, target uint64, now int64) {
+	if target == 0 || n.replica.Watermark(o) >= target {
+		n.rd.Apply = append(n.rd.Apply, Apply{Kind: MarkUp, Node: name})
+		return
+	}
+	n.reviving[name] = revival{node: name, origin: o, target: target, since: now}
+	n.rd.Notes = append(n.rd.Notes, Note{Kind: NoteReviving, Node: name, Version: target})
+	if !n.pulling[name] {
+		n.pulling[name] = true
+		n.rd.Pulls = append(n.rd.Pulls, name)
+		n.rd.Notes = append(n.rd.Notes, Note{Kind: NoteGapPull, Node: name, Version: target})
+	}
+}
+
+// checkRevivals shows up each reviving peer this replica has caught up
+// with, or that has waited past reviveTimeout, in name order.
+func (n *Node) checkRevivals(now int64) {
+	if len(n.reviving) == 0 {
+		return
+	}
+	names := make([]string, 0, len(n.reviving))
+	for name := range n.reviving {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		r := n.reviving[name]
+		caughtUp := n.replica.Watermark(r.origin) >= r.target
+		if !caughtUp && now-r.since <= n.reviveTimeout() {
+			continue
+		}
+		delete(n.reviving, name)
+		if !caughtUp {
+			n.rd.Notes = append(n.rd.Notes, Note{Kind: NoteRevivedEarly, Node: name})
+		}
+		n.rd.Apply = append(n.rd.Apply, Apply{Kind: MarkUp, Node: name})
+	}
+}
+
+// expireLeases marks down the peers whose lease passed (eager mode only:
+// LeasesEnforced), in name order.
+func (n *Node) expireLeases(now int64) {
+	if !LeasesEnforced(n.Mode()) {
+		return
+	}
+	expired := n.leases.Expire(now)
+	slices.Sort(expired)
+	for _, name := range expired {
+		delete(n.reviving, name)
+	}
+	n.checkRevivals(now)
+	for _, name := range expired {
+		n.rd.Apply = append(n.rd.Apply, Apply{Kind: MarkDown, Node: name})
+		n.rd.Notes = append(n.rd.Notes, Note{Kind: NoteLeaseExpired, Node: name})
+	}
+}
+
+// reconnect asks to rejoin members memberlist declared dead, as serf does:
+// a healed partition would otherwise stay split, each side holding the
+// other dead. Members dead past ReconnectTimeout are forgotten.
+func (n *Node) reconnect(now int64) {
+	var names []string
+	for name, p := range n.peers {
+		if p.state != StateDead || p.forgotten {
+			continue
+		}
+		if now-p.deadSince > int64(n.cfg.ReconnectTimeout) {
+			p.forgotten = true
+			n.rd.Forget = append(n.rd.Forget, name)
+			continue
+		}
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	slices.Sort(n.rd.Forget)
+	n.rd.Rejoin = append(n.rd.Rejoin, names...)
+}
+
+// MemberAlive is memberlist's join or update of a member, with the
+// metadata it carries: a new incarnation retires the sessions of the old
+// one at once.
+func (n *Node) MemberAlive(name string, meta Meta, now int64) {
+	if name == n.cfg.Name {
+		return
+	}
+	p := n.peer(name)
+	newInc := meta.Incarnation > p.incarnation
+	p.incarnation = max(p.incarnation, meta.Incarnation)
+	if meta.ClientAddr != "" {
+		p.clientAddr = meta.ClientAddr
+	}
+	p.state, p.listed, p.leaving, p.forgotten = StateAlive, true, false, false
+	n.leases.Begin(name, now)
+	if newInc {
+		n.rd.Apply = append(n.rd.Apply, Apply{Kind: Retire, Origin: crdt.Origin{Node: name, Incarnation: meta.Incarnation}})
+	}
+}
+
+// MemberFailed is memberlist's verdict that a member is dead, or that it
+// left (left, or the member announced its leave first).
+func (n *Node) MemberFailed(name string, left bool, now int64) {
+	if name == n.cfg.Name {
+		return
+	}
+	p := n.peer(name)
+	if p.leaving {
+		left = true
+	}
+	p.state, p.deadSince, p.listed = StateDead, now, true
+	if left {
+		p.state = StateLeft
+	}
+	// A graceful leave is the peer's own word: it always counts. A dead
+	// verdict is overruled by proof of life heard since (VerdictOverrule).
+	var overrule time.Duration
+	if !left {
+		overrule = VerdictOverrule(n.Mode(), n.cfg.AliveInterval)
+	}
+	wasUp := n.leases.Fail(name, now, overrule)
+	down := n.leases.Down(name)
+	if down {
+		delete(n.reviving, name)
+	}
+	switch {
+	case wasUp:
+		kind := NoteMemberFailed
+		if left {
+			kind = NoteMemberLeft
+		}
+		n.rd.Apply = append(n.rd.Apply, Apply{Kind: MarkDown, Node: name})
+		n.rd.Notes = append(n.rd.Notes, Note{Kind: kind, Node: name})
+	case !down:
+		n.rd.Notes = append(n.rd.Notes, Note{Kind: NoteVerdictOverruled, Node: name})
+	}
+}
+
+// Unlist tells the node that a peer its Members lists is not one memberlist
+// reported: a joiner learns only the members alive at its join, not those
+// its seed holds dead. It is not sent to until memberlist reports it alive.
+func (n *Node) Unlist(name string) {
+	if name == n.cfg.Name {
+		return
+	}
+	p := n.peer(name)
+	p.state, p.listed, p.forgotten = StateDead, false, true
+}
+
+// PeerInfo is what a node knows of a peer, for status pages and clients.
+type PeerInfo struct {
+	Name        string
+	State       MemberState
+	Incarnation uint64
+	ClientAddr  string
+	Sessions    int  // active sessions it owns, as last announced
+	Listed      bool // memberlist reported it
+	Leaving     bool // it announced a leave or drain
+	// ShownDown is true while this node shows the peer's sessions
+	// expired: its lease passed, memberlist declared it failed, or it was
+	// heard again and its missed writes are still being pulled.
+	ShownDown bool
+}
+
+// Peers returns every peer the node has a record of, by name.
+func (n *Node) Peers() []PeerInfo {
+	out := make([]PeerInfo, 0, len(n.peers))
+	for name, p := range n.peers {
+		_, reviving := n.reviving[name]
+		out = append(out, PeerInfo{Name: name, State: p.state, Incarnation: p.incarnation, ClientAddr: p.clientAddr,
+			Sessions: p.sessions, Listed: p.listed, Leaving: p.leaving, ShownDown: n.leases.Down(name) || reviving})
+	}
+	slices.SortFunc(out, func(a, b PeerInfo) int {
+		if a.Name < b.Name {
+			return -1
+		}
+		if a.Name > b.Name {
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// Peer returns what the node knows of one peer.
+func (n *Node) Peer(name string) (PeerInfo, bool) {
+	p := n.peers[name]
+	if p == nil {
+		return PeerInfo{}, false
+	}
+	_, reviving := n.reviving[name]
+	return PeerInfo{Name: name, State: p.state, Incarnation: p.incarnation, ClientAddr: p.clientAddr,
+		Sessions: p.sessions, Listed: p.listed, Leaving: p.leaving, ShownDown: n.leases.Down(name) || reviving}, true
+}
+
+// Staying counts the live listed members that have not announced a leave.
+func (n *Node) Staying() int {
+	c := 0
+	for i, k := 0, n.members.NumPeers(); i < k; i++ {
+		name := n.members.Peer(i)
+		if name == n.cfg.Name || !n.Live(name) {
+			continue
+		}
+		if p := n.peers[name]; p == nil || !p.leaving {
+			c++
+		}
+	}
+	return c
+}
+
+// LastHeard returns when a peer was last heard from (or its lease began),
+// and whether it ever was.
+func (n *Node) LastHeard(name string) (int64, bool) { return n.leases.LastHeard(name) }

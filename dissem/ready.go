@@ -1,0 +1,218 @@
+package dissem
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/rollcall/rollcall/crdt"
+)
+
+// Ready is what a Node asks its driver to do, in the order given within
+// each list: the outputs of every input since the last Ready. The driver
+// executes it, then calls Advance.
+type Ready struct {
+	// Sends are messages for one peer each: best effort (a UDP packet of
+	// its own) or, when Reliable, over a stream.
+	Sends []Send
+	// Broadcasts go on the piggyback queue (memberlist's
+	// TransmitLimitedQueue), which gossips them a limited number of times.
+	Broadcasts []Broadcast
+	// Apply changes the local replica (and what the node shows), in order.
+	Apply []Apply
+	// Pulls name peers to ask, over a stream, for what this replica lacks:
+	// the driver sends NewDigest(TypePull, name, its replica's digest) and
+	// calls PullDone when the send is over.
+	Pulls []string
+	// Answers are digests to answer: the driver computes its replica's
+	// Diff against Digest, sends NewSync of it to To over a stream when it
+	// is not empty, and calls AnswerDone when that is over.
+	Answers []Answer
+	// Rejoin names members memberlist holds dead to join again (the driver
+	// knows their addresses).
+	Rejoin []string
+	// Forget names members dead longer than ReconnectTimeout: the driver
+	// stops listing them in Members.
+	Forget []string
+	// Notes say what happened, for logs and counters.
+	Notes []Note
+}
+
+// Empty reports whether there is nothing to do.
+func (rd *Ready) Empty() bool {
+	return len(rd.Sends) == 0 && len(rd.Broadcasts) == 0 && len(rd.Apply) == 0 && len(rd.Pulls) == 0 &&
+		len(rd.Answers) == 0 && len(rd.Rejoin) == 0 && len(rd.Forget) == 0 && len(rd.Notes) == 0
+}
+
+// Send is one message for one peer.
+type Send struct {
+	To       string
+	Msg      *Message
+	Reliable bool
+}
+
+// Broadcast is a message for the piggyback queue. Name is empty for a
+// delta batch (it invalidates nothing) or "alive/NODE" for an
+// announcement, which replaces the older one of the same name.
+type Broadcast struct {
+	Msg  *Message
+	Name string
+}
+
+// Answer is a peer's digest to answer with what it lacks.
+type Answer struct {
+	To     string
+	Digest crdt.Digest
+}
+
+// ApplyKind says what an Apply does.
+type ApplyKind uint8
+
+const (
+	// ApplyDeltas merges Deltas, received from peers.
+	ApplyDeltas ApplyKind = iota + 1
+	// ApplySync merges Sync, an answer to this node's digest.
+	ApplySync
+	// MarkDown shows Node's sessions expired: its lease passed or
+	// memberlist declared it failed.
+	MarkDown
+	// MarkUp shows Node's sessions again: it was heard from, and this
+	// replica holds its writes.
+	MarkUp
+	// Retire drops the sessions of Origin.Node's incarnations older than
+	// Origin's (the driver applies crdt.Sync{{Origin: Origin}}).
+	Retire
+)
+
+func (k ApplyKind) String() string {
+	return [...]string{"?", "apply-deltas", "apply-sync", "mark-down", "mark-up", "retire"}[k]
+}
+
+// Apply is one change to the replica.
+type Apply struct {
+	Kind   ApplyKind
+	Deltas []crdt.Delta // ApplyDeltas
+	Msg    *Message     // ApplyDeltas, ApplySync: the message they came in
+	Sync   crdt.Sync    // ApplySync
+	Node   string       // MarkDown, MarkUp
+	Origin crdt.Origin  // Retire
+}
+
+// NoteKind says what a Note reports.
+type NoteKind uint8
+
+const (
+	// NoteLeaseExpired: Node's lease passed; it is shown down.
+	NoteLeaseExpired NoteKind = iota + 1
+	// NoteMemberFailed: memberlist declared Node dead; it is shown down.
+	NoteMemberFailed
+	// NoteMemberLeft: Node left gracefully; it is shown down.
+	NoteMemberLeft
+	// NoteVerdictOverruled: memberlist declared Node dead, but it was
+	// heard from since; its sessions stay shown.
+	NoteVerdictOverruled
+	// NoteReviving: Node was heard again while shown down; it stays down
+	// until this replica holds its writes up to Version (a pull is on).
+	NoteReviving
+	// NoteRevivedEarly: Node is shown up before its missed writes arrived
+	// (the pull did not complete within half a lease).
+	NoteRevivedEarly
+	// NoteGapPull: Node's announced watermark stayed ahead of ours.
+	NoteGapPull
+	// NoteAnswerDropped: a digest from Node went unanswered, as answers
+	// were already at their bound (the asker retries).
+	NoteAnswerDropped
+	// NoteBadDeltas: a delta batch failed validation (Err) and was
+	// dropped: not applied, not relayed, and no proof of life.
+	NoteBadDeltas
+)
+
+// Note is one thing worth logging or counting.
+type Note struct {
+	Kind    NoteKind
+	Node    string
+	Version uint64
+	Err     error
+}
+
+func (n Note) String() string {
+	names := [...]string{"?", "lease-expired", "member-failed", "member-left", "verdict-overruled", "reviving",
+		"revived-early", "gap-pull", "answer-dropped", "bad-deltas"}
+	s := names[n.Kind] + " " + n.Node
+	if n.Version > 0 {
+		s += fmt.Sprintf(" @%d", n.Version)
+	}
+	if n.Err != nil {
+		s += ": " + n.Err.Error()
+	}
+	return s
+}
+
+// String renders a Ready for tests and debugging, one line per output.
+func (rd *Ready) String() string {
+	var b strings.Builder
+	for _, s := range rd.Sends {
+		kind := "send"
+		if s.Reliable {
+			kind = "stream"
+		}
+		fmt.Fprintf(&b, "%s %s %s\n", kind, s.To, Describe(s.Msg))
+	}
+	for _, bc := range rd.Broadcasts {
+		name := bc.Name
+		if name == "" {
+			name = "-"
+		}
+		fmt.Fprintf(&b, "broadcast %s %s\n", name, Describe(bc.Msg))
+	}
+	for _, a := range rd.Apply {
+		switch a.Kind {
+		case ApplyDeltas:
+			fmt.Fprintf(&b, "apply deltas %s\n", describeDeltas(a.Deltas))
+		case ApplySync:
+			fmt.Fprintf(&b, "apply sync %d origins %d records\n", len(a.Sync), a.Sync.Len())
+		case MarkDown, MarkUp:
+			fmt.Fprintf(&b, "%s %s\n", a.Kind, a.Node)
+		case Retire:
+			fmt.Fprintf(&b, "retire %s\n", a.Origin)
+		}
+	}
+	for _, p := range rd.Pulls {
+		fmt.Fprintf(&b, "pull %s\n", p)
+	}
+	for _, a := range rd.Answers {
+		fmt.Fprintf(&b, "answer %s (%d origins)\n", a.To, len(a.Digest))
+	}
+	for _, r := range rd.Rejoin {
+		fmt.Fprintf(&b, "rejoin %s\n", r)
+	}
+	for _, f := range rd.Forget {
+		fmt.Fprintf(&b, "forget %s\n", f)
+	}
+	for _, n := range rd.Notes {
+		fmt.Fprintf(&b, "note %s\n", n)
+	}
+	return b.String()
+}
+
+// Describe renders a message briefly: its type, size and gist.
+func Describe(m *Message) string {
+	switch m.Type {
+	case TypeDeltas:
+		return fmt.Sprintf("deltas %dB %s", m.Size(), describeDeltas(m.Deltas))
+	case TypeAlive, TypeLeaving:
+		return fmt.Sprintf("%s %dB %s wm=%d sessions=%d", m.Type, m.Size(), m.Alive.Origin.Node, m.Alive.Watermark, m.Alive.Sessions)
+	case TypePull, TypeState:
+		return fmt.Sprintf("%s %dB from %s (%d origins)", m.Type, m.Size(), m.Digest.From, len(m.Digest.Digest))
+	case TypeSync:
+		return fmt.Sprintf("sync %dB %d origins %d records", m.Size(), len(m.Sync), m.Sync.Len())
+	}
+	return fmt.Sprintf("%s %dB", m.Type, m.Size())
+}
+
+func describeDeltas(ds []crdt.Delta) string {
+	parts := make([]string, len(ds))
+	for i := range ds {
+		parts[i] = fmt.Sprintf("%s:%s@%d", ds[i].Origin().Node, ds[i].User(), ds[i].Version())
+	}
+	return "[" + strings.Join(parts, " ") + "]"
+}

@@ -1,0 +1,479 @@
+package dissem
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/rollcall/rollcall/crdt"
+)
+
+// Gossip wire format. Every Rollcall message that rides memberlist (as a
+// best-effort packet, a reliable stream message, a piggybacked broadcast or
+// push/pull state) starts with a two-byte header:
+//
+//	byte 0: WireVersion
+//	byte 1: message type
+//
+// followed by a msgpack payload (crdt payloads use crdt's codec):
+//
+//	TypeDeltas    crdt Deltas                          owner writes, batched
+//	TypeAlive     [node, inc, watermark, sessions, client_addr]
+//	             an origin's periodic announcement: refreshes its lease and
+//	             lets receivers detect a lost delta (watermark ahead of theirs)
+//	TypePull      [from_node, crdt Digest]              "send me what I lack"
+//	TypeSync      crdt Sync                             answer to a pull/digest
+//	TypeRoute     [req_id, from_node, to, from, from_device, body]
+//	TypeRouteAck  [req_id, delivered, error]
+//	TypeKey       [op, key, req_id, from_node]         keyring rotation step;
+//	             answered with a TypeRouteAck (delivered 1, or an error)
+//	TypeState     [from_node, crdt Digest]              push/pull local state
+//	TypeLeaving   [node, inc, watermark, sessions, client_addr] (as alive)
+//	             a graceful leave is coming: the member is "left", not
+//	             failed, and is not reconnected to (serf's leave intent)
+//
+// Protocol flow. Writes: owner -> every member (eager, UDP, batches of a few
+// ms under the packet budget; a larger batch goes over TCP) or -> piggyback
+// queue (epidemic). Repair: every AliveInterval each owner announces its
+// watermark; a receiver whose watermark stays behind across two
+// announcements pulls (TypePull over TCP) and gets a TypeSync with exactly what
+// it lacks. memberlist's push/pull carries TypeState both ways and each side
+// answers the other's digest with a TypeSync. Routing: TypeRoute to the owning
+// gateway over TCP, TypeRouteAck back.
+//
+// Version history: 1, the first.
+const WireVersion = 1
+
+type Type uint8
+
+const (
+	TypeDeltas Type = iota + 1
+	TypeAlive
+	TypePull
+	TypeSync
+	TypeRoute
+	TypeRouteAck
+	TypeKey
+	TypeState
+	TypeLeaving
+	MaxType = TypeLeaving
+)
+
+func (t Type) String() string {
+	names := [...]string{"?", "deltas", "alive", "pull", "sync", "route", "route-ack", "key", "state", "leaving"}
+	if int(t) < len(names) {
+		return names[t]
+	}
+	return fmt.Sprintf("msg(%d)", uint8(t))
+}
+
+// Limits.
+const (
+	// DefaultPacketBudget is the payload budget of one best-effort packet:
+	// memberlist's 1,400-byte UDPBufferSize less its user-message, CRC,
+	// compound, label and encryption overheads, with margin.
+	DefaultPacketBudget = 1300
+	// MaxStreamMessage bounds a message read from a stream.
+	MaxStreamMessage = 64 << 20
+	MaxBodyBytes     = 64 << 10
+)
+
+// ErrBadMessage is wrapped by every gossip decoding failure.
+var ErrBadMessage = errors.New("bad gossip message")
+
+// Alive is an origin's periodic announcement.
+type Alive struct {
+	Origin     crdt.Origin
+	Watermark  uint64
+	Sessions   int
+	ClientAddr string
+}
+
+// RouteReq asks the owning gateway to deliver a message.
+type RouteReq struct {
+	ID         uint64
+	FromNode   string
+	To         string
+	From       string
+	FromDevice string
+	Body       []byte
+}
+
+// RouteAck answers a RouteReq.
+type RouteAck struct {
+	ID        uint64
+	Delivered int
+	Err       string
+}
+
+// KeyOp is a keyring rotation step sent to every member, each of which
+// acknowledges it.
+type KeyOp struct {
+	Op       string // install | use | remove
+	Key      []byte
+	ID       uint64
+	FromNode string
+}
+
+// DigestMsg is a pull request or push/pull state: who asks, and what it has.
+type DigestMsg struct {
+	From   string
+	Digest crdt.Digest
+}
+
+func header(t Type) []byte { return []byte{WireVersion, byte(t)} }
+
+func EncodeDeltas(ds []crdt.Delta) ([]byte, error) {
+	return crdt.AppendDeltas(header(TypeDeltas), ds)
+}
+
+func EncodeSync(s crdt.Sync) ([]byte, error) { return crdt.AppendSync(header(TypeSync), s) }
+
+func EncodeDigest(t Type, m DigestMsg) ([]byte, error) {
+	buf := bytes.NewBuffer(header(t))
+	enc := msgpack.NewEncoder(buf)
+	if err := enc.EncodeArrayLen(2); err != nil {
+		return nil, err
+	}
+	if err := enc.EncodeString(m.From); err != nil {
+		return nil, err
+	}
+	d, err := crdt.AppendDigest(nil, m.Digest)
+	if err != nil {
+		return nil, err
+	}
+	if err := enc.EncodeBytes(d); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+func encodeMsg(t Type, fields ...any) ([]byte, error) {
+	buf := bytes.NewBuffer(header(t))
+	enc := msgpack.NewEncoder(buf)
+	if err := enc.EncodeArrayLen(len(fields)); err != nil {
+		return nil, err
+	}
+	for _, f := range fields {
+		if err := enc.Encode(f); err != nil {
+			return nil, err
+		}
+	}
+	return buf.Bytes(), nil
+}
+
+func EncodeAlive(a Alive) ([]byte, error) { return EncodeAliveAs(TypeAlive, a) }
+
+func EncodeAliveAs(t Type, a Alive) ([]byte, error) {
+	return encodeMsg(t, a.Origin.Node, a.Origin.Incarnation, a.Watermark, a.Sessions, a.ClientAddr)
+}
+
+func EncodeRouteReq(r RouteReq) ([]byte, error) {
+	return encodeMsg(TypeRoute, r.ID, r.FromNode, r.To, r.From, r.FromDevice, r.Body)
+}
+
+func EncodeRouteAck(r RouteAck) ([]byte, error) {
+	return encodeMsg(TypeRouteAck, r.ID, r.Delivered, r.Err)
+}
+
+func EncodeKeyOp(k KeyOp) ([]byte, error) { return encodeMsg(TypeKey, k.Op, k.Key, k.ID, k.FromNode) }
+
+// splitHeader checks the header and returns the type and payload.
+func splitHeader(b []byte) (Type, []byte, error) {
+	if len(b) < 2 {
+		return 0, nil, fmt.Errorf("%w: %d bytes", ErrBadMessage, len(b))
+	}
+	if b[0] != WireVersion {
+		return 0, nil, fmt.Errorf("%w: wire version %d, want %d", ErrBadMessage, b[0], WireVersion)
+	}
+	t := Type(b[1])
+	if t == 0 || t > MaxType {
+		return 0, nil, fmt.Errorf("%w: unknown type %d", ErrBadMessage, b[1])
+	}
+	return t, b[2:], nil
+}
+
+// fieldDecoder reads a fixed-length msgpack array field by field, checking
+// types and sizes.
+type fieldDecoder struct {
+	r   *bytes.Reader // unbuffered under dec: r.Len() is what is left
+	dec *msgpack.Decoder
+	err error
+}
+
+func newFieldDecoder(b []byte, n int) *fieldDecoder {
+	r := bytes.NewReader(b)
+	fd := &fieldDecoder{r: r, dec: msgpack.NewDecoder(r)}
+	l, err := fd.dec.DecodeArrayLen()
+	switch {
+	case err != nil:
+		fd.err = fmt.Errorf("%w: %w", ErrBadMessage, err)
+	case l != n:
+		fd.err = fmt.Errorf("%w: %d fields, want %d", ErrBadMessage, l, n)
+	}
+	return fd
+}
+
+func (fd *fieldDecoder) str(max int) string { return string(fd.raw(max)) }
+
+// raw reads a msgpack str or bin of at most max bytes, checking the length
+// against max and against the input left before allocating.
+func (fd *fieldDecoder) raw(max int) []byte {
+	if fd.err != nil {
+		return nil
+	}
+	n, err := fd.dec.DecodeBytesLen()
+	switch {
+	case err != nil:
+		fd.err = fmt.Errorf("%w: %w", ErrBadMessage, err)
+	case n < 0:
+		return nil // nil
+	case n > max:
+		fd.err = fmt.Errorf("%w: field of %d bytes (max %d)", ErrBadMessage, n, max)
+	case n > fd.r.Len():
+		fd.err = fmt.Errorf("%w: field of %d bytes with %d left", ErrBadMessage, n, fd.r.Len())
+	default:
+		b := make([]byte, n)
+		if _, err := io.ReadFull(fd.r, b); err != nil {
+			fd.err = fmt.Errorf("%w: %w", ErrBadMessage, err)
+		}
+		return b
+	}
+	return nil
+}
+
+func (fd *fieldDecoder) u64() uint64 {
+	if fd.err != nil {
+		return 0
+	}
+	v, err := fd.dec.DecodeUint64()
+	if err != nil {
+		fd.err = fmt.Errorf("%w: %w", ErrBadMessage, err)
+	}
+	return v
+}
+
+func (fd *fieldDecoder) int() int {
+	if fd.err != nil {
+		return 0
+	}
+	v, err := fd.dec.DecodeInt()
+	if err != nil {
+		fd.err = fmt.Errorf("%w: %w", ErrBadMessage, err)
+	}
+	return v
+}
+
+func (fd *fieldDecoder) bytes(max int) []byte { return fd.raw(max) }
+
+func (fd *fieldDecoder) done() error {
+	if fd.err != nil {
+		return fd.err
+	}
+	if _, err := fd.dec.PeekCode(); err == nil {
+		return fmt.Errorf("%w: trailing bytes", ErrBadMessage)
+	}
+	return nil
+}
+
+func decodeAlive(b []byte) (Alive, error) {
+	fd := newFieldDecoder(b, 5)
+	a := Alive{Origin: crdt.Origin{Node: fd.str(crdt.MaxNameLen), Incarnation: fd.u64()},
+		Watermark: fd.u64(), Sessions: fd.int(), ClientAddr: fd.str(crdt.MaxNameLen)}
+	if err := fd.done(); err != nil {
+		return Alive{}, err
+	}
+	if a.Origin.Node == "" || a.Sessions < 0 {
+		return Alive{}, fmt.Errorf("%w: alive without a node", ErrBadMessage)
+	}
+	return a, nil
+}
+
+func decodeDigestMsg(b []byte) (DigestMsg, error) {
+	fd := newFieldDecoder(b, 2)
+	m := DigestMsg{From: fd.str(crdt.MaxNameLen)}
+	raw := fd.bytes(MaxStreamMessage)
+	if err := fd.done(); err != nil {
+		return DigestMsg{}, err
+	}
+	if m.From == "" {
+		return DigestMsg{}, fmt.Errorf("%w: digest without a sender", ErrBadMessage)
+	}
+	d, err := crdt.DecodeDigest(raw)
+	if err != nil {
+		return DigestMsg{}, fmt.Errorf("%w: %w", ErrBadMessage, err)
+	}
+	m.Digest = d
+	return m, nil
+}
+
+func decodeRouteReq(b []byte) (RouteReq, error) {
+	fd := newFieldDecoder(b, 6)
+	r := RouteReq{ID: fd.u64(), FromNode: fd.str(crdt.MaxNameLen), To: fd.str(crdt.MaxNameLen),
+		From: fd.str(crdt.MaxNameLen), FromDevice: fd.str(crdt.MaxNameLen), Body: fd.bytes(MaxBodyBytes)}
+	if err := fd.done(); err != nil {
+		return RouteReq{}, err
+	}
+	if r.FromNode == "" || r.To == "" {
+		return RouteReq{}, fmt.Errorf("%w: route without sender or recipient", ErrBadMessage)
+	}
+	return r, nil
+}
+
+func decodeRouteAck(b []byte) (RouteAck, error) {
+	fd := newFieldDecoder(b, 3)
+	r := RouteAck{ID: fd.u64(), Delivered: fd.int(), Err: fd.str(1024)}
+	if err := fd.done(); err != nil {
+		return RouteAck{}, err
+	}
+	if r.Delivered < 0 {
+		return RouteAck{}, fmt.Errorf("%w: negative delivery count", ErrBadMessage)
+	}
+	return r, nil
+}
+
+func DecodeKeyOp(b []byte) (KeyOp, error) {
+	fd := newFieldDecoder(b, 4)
+	k := KeyOp{Op: fd.str(16), Key: fd.bytes(64), ID: fd.u64(), FromNode: fd.str(crdt.MaxNameLen)}
+	if err := fd.done(); err != nil {
+		return KeyOp{}, err
+	}
+	switch k.Op {
+	case "install", "use", "remove":
+	default:
+		return KeyOp{}, fmt.Errorf("%w: unknown key op %q", ErrBadMessage, k.Op)
+	}
+	if n := len(k.Key); n != 16 && n != 24 && n != 32 {
+		return KeyOp{}, fmt.Errorf("%w: key of %d bytes", ErrBadMessage, n)
+	}
+	return k, nil
+}
+
+// Message is one gossip message: its decoded form (Type says which field
+// is set) and Bytes, its encoding, exactly what goes on the wire. Every
+// size the cluster and the simulator count is len(Bytes). A Message is
+// immutable once made: the simulator hands one to every receiver, and a
+// node relays a received one as it came.
+type Message struct {
+	Type   Type
+	Deltas []crdt.Delta
+	Alive  Alive // TypeAlive and TypeLeaving
+	Digest DigestMsg
+	Sync   crdt.Sync
+	Route  RouteReq
+	Ack    RouteAck
+	Key    KeyOp
+	Bytes  []byte
+}
+
+// Size is the message's encoded size in bytes.
+func (m *Message) Size() int { return len(m.Bytes) }
+
+// Decode decodes any gossip message; the Message keeps b as its Bytes. It
+// never panics; garbage is an error wrapping ErrBadMessage.
+func Decode(b []byte) (*Message, error) {
+	t, payload, err := splitHeader(b)
+	if err != nil {
+		return nil, err
+	}
+	m := &Message{Type: t, Bytes: b}
+	switch t {
+	case TypeDeltas:
+		m.Deltas, err = crdt.DecodeDeltas(payload)
+	case TypeAlive, TypeLeaving:
+		m.Alive, err = decodeAlive(payload)
+	case TypePull, TypeState:
+		m.Digest, err = decodeDigestMsg(payload)
+	case TypeSync:
+		m.Sync, err = crdt.DecodeSync(payload)
+	case TypeRoute:
+		m.Route, err = decodeRouteReq(payload)
+	case TypeRouteAck:
+		m.Ack, err = decodeRouteAck(payload)
+	case TypeKey:
+		m.Key, err = DecodeKeyOp(payload)
+	}
+	if err != nil {
+		if !errors.Is(err, ErrBadMessage) {
+			err = fmt.Errorf("%w: %s: %w", ErrBadMessage, t, err)
+		}
+		return nil, err
+	}
+	return m, nil
+}
+
+// TypeOf returns the type of an encoded message, or 0 when its header is
+// not one of ours.
+func TypeOf(b []byte) Type {
+	if len(b) < 2 || b[0] != WireVersion || b[1] == 0 || Type(b[1]) > MaxType {
+		return 0
+	}
+	return Type(b[1])
+}
+
+// NewDeltas builds a batch of an owner's deltas.
+func NewDeltas(ds []crdt.Delta) (*Message, error) {
+	b, err := EncodeDeltas(ds)
+	if err != nil {
+		return nil, err
+	}
+	return &Message{Type: TypeDeltas, Deltas: ds, Bytes: b}, nil
+}
+
+// NewAlive builds an alive announcement (t TypeAlive) or a leave intent
+// (TypeLeaving).
+func NewAlive(t Type, a Alive) (*Message, error) {
+	b, err := EncodeAliveAs(t, a)
+	if err != nil {
+		return nil, err
+	}
+	return &Message{Type: t, Alive: a, Bytes: b}, nil
+}
+
+// NewDigest builds a pull request (t TypePull) or push/pull state
+// (TypeState) carrying from's digest.
+func NewDigest(t Type, from string, d crdt.Digest) (*Message, error) {
+	dm := DigestMsg{From: from, Digest: d}
+	b, err := EncodeDigest(t, dm)
+	if err != nil {
+		return nil, err
+	}
+	return &Message{Type: t, Digest: dm, Bytes: b}, nil
+}
+
+// NewSync builds the answer to a digest.
+func NewSync(s crdt.Sync) (*Message, error) {
+	b, err := EncodeSync(s)
+	if err != nil {
+		return nil, err
+	}
+	return &Message{Type: TypeSync, Sync: s, Bytes: b}, nil
+}
+
+// Meta is the node metadata memberlist carries for a gateway:
+// [incarnation, client_addr].
+type Meta struct {
+	Incarnation uint64
+	ClientAddr  string
+}
+
+// EncodeMeta encodes node metadata.
+func EncodeMeta(m Meta) []byte {
+	var buf bytes.Buffer
+	enc := msgpack.NewEncoder(&buf)
+	_ = enc.EncodeArrayLen(2)
+	_ = enc.EncodeUint(m.Incarnation)
+	_ = enc.EncodeString(m.ClientAddr)
+	return buf.Bytes()
+}
+
+// DecodeMeta decodes node metadata; garbage is an error wrapping
+// ErrBadMessage.
+func DecodeMeta(b []byte) (Meta, error) {
+	fd := newFieldDecoder(b, 2)
+	m := Meta{Incarnation: fd.u64(), ClientAddr: fd.str(512)}
+	return m, fd.done()
+}
