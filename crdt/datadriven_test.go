@@ -1,149 +1,17 @@
 package crdt
 
 import (
-	"bufio"
-	"flag"
-	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
+
+	"github.com/rollcall/rollcall/internal/datadriven"
 )
 
-// A small data-driven test runner in the style of cockroachdb/datadriven
-// (as used by etcd-io/raft's interaction tests). A script is a sequence of
-// directives, each followed by a line "----" and the expected output:
-//
-//	# comments and blank lines between directives are kept on rewrite
-//	connect a user=u device=d epoch=1
-//	----
-//	a#1 v1 u/d epoch=1 seq=1 active available
-//
-// The expected output ends at the first blank line, so outputs never hold
-// blank lines. Run with -rewrite to regenerate every expected output from the
-// current behaviour, then review the diff.
+// The scripts in testdata/ run through the shared data-driven runner; run
+// with -rewrite to regenerate their expected output, then review the diff.
 
-var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of data-driven tests in testdata/")
+type ddCmd = datadriven.Cmd
 
-// ddCmd is one parsed directive.
-type ddCmd struct {
-	pos  string // file:line, for messages
-	line string // the directive as written
-	name string
-	args []string // positional words and key=value pairs, in order
-	want string   // expected output, without a trailing newline
-}
-
-// arg returns the value of key=value, and whether it was present.
-func (c *ddCmd) arg(key string) (string, bool) {
-	for _, a := range c.args {
-		if k, v, ok := strings.Cut(a, "="); ok && k == key {
-			return v, true
-		}
-	}
-	return "", false
-}
-
-// positional returns the words that are not key=value pairs.
-func (c *ddCmd) positional() []string {
-	var out []string
-	for _, a := range c.args {
-		if !strings.Contains(a, "=") {
-			out = append(out, a)
-		}
-	}
-	return out
-}
-
-// ddFile is a parsed script: directives interleaved with the text (comments,
-// blank lines) that separates them, so a rewrite preserves it.
-type ddFile struct {
-	path    string
-	preface []string // text before each command, by command index
-	cmds    []ddCmd
-	tail    []string // text after the last command
-}
-
-func parseDataDriven(t *testing.T, path string) *ddFile {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var lines []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	df := &ddFile{path: path}
-	var pending []string
-	for i := 0; i < len(lines); i++ {
-		l := lines[i]
-		trim := strings.TrimSpace(l)
-		if trim == "" || strings.HasPrefix(trim, "#") {
-			pending = append(pending, l)
-			continue
-		}
-		c := ddCmd{pos: fmt.Sprintf("%s:%d", filepath.Base(path), i+1), line: trim}
-		fields := strings.Fields(trim)
-		c.name, c.args = fields[0], fields[1:]
-		if i+1 >= len(lines) || strings.TrimSpace(lines[i+1]) != "----" {
-			t.Fatalf("%s: directive %q is not followed by ----", c.pos, trim)
-		}
-		i += 2
-		var want []string
-		for ; i < len(lines) && strings.TrimSpace(lines[i]) != ""; i++ {
-			want = append(want, lines[i])
-		}
-		i-- // let the loop see the blank line (or the end)
-		c.want = strings.Join(want, "\n")
-		df.preface = append(df.preface, strings.Join(pending, "\n"))
-		pending = nil
-		df.cmds = append(df.cmds, c)
-	}
-	df.tail = pending
-	return df
-}
-
-// runDataDriven runs every directive of the script at path through handle,
-// comparing (or, with -rewrite, replacing) the expected output.
 func runDataDriven(t *testing.T, path string, handle func(t *testing.T, c *ddCmd) string) {
 	t.Helper()
-	df := parseDataDriven(t, path)
-	var out strings.Builder
-	for i := range df.cmds {
-		c := &df.cmds[i]
-		got := strings.TrimRight(handle(t, c), "\n")
-		if got == "" {
-			got = "ok"
-		}
-		if strings.Contains(got, "\n\n") {
-			t.Fatalf("%s: output of %q holds a blank line:\n%s", c.pos, c.line, got)
-		}
-		if *rewrite {
-			if i > 0 || df.preface[i] != "" {
-				out.WriteString(df.preface[i])
-				out.WriteString("\n")
-			}
-			fmt.Fprintf(&out, "%s\n----\n%s\n", c.line, got)
-			continue
-		}
-		if got != c.want {
-			t.Errorf("%s: %s\nwant:\n%s\ngot:\n%s", c.pos, c.line, c.want, got)
-		}
-	}
-	if *rewrite {
-		for _, l := range df.tail {
-			out.WriteString(l)
-			out.WriteString("\n")
-		}
-		text := strings.TrimRight(out.String(), "\n") + "\n"
-		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	datadriven.Run(t, path, handle)
 }

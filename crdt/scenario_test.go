@@ -76,21 +76,21 @@ func (s *scenario) handle(t *testing.T, c *ddCmd) string {
 	}
 	for _, n := range s.names {
 		if err := s.reps[n].CheckInvariants(); err != nil {
-			t.Errorf("%s: %s: invariants of %s: %v", c.pos, c.line, n, err)
+			t.Errorf("%s: %s: invariants of %s: %v", c.Pos, c.Line, n, err)
 		}
 	}
 	return out
 }
 
 func (s *scenario) run(c *ddCmd) (string, error) {
-	pos := c.positional()
+	pos := c.Positional()
 	need := func(n int) error {
 		if len(pos) < n {
-			return fmt.Errorf("%s needs %d positional arguments", c.name, n)
+			return fmt.Errorf("%s needs %d positional arguments", c.Name, n)
 		}
 		return nil
 	}
-	if c.name == "tick" {
+	if c.Name == "tick" {
 		if err := need(1); err != nil {
 			return "", err
 		}
@@ -101,23 +101,23 @@ func (s *scenario) run(c *ddCmd) (string, error) {
 		s.now += int64(d)
 		return "now=" + time.Duration(s.now).String(), nil
 	}
-	if c.name == "converge" {
+	if c.Name == "converge" {
 		return s.converge(pos)
 	}
-	if c.name == "deliver" {
+	if c.Name == "deliver" {
 		return s.deliver(c, pos)
 	}
 	if err := need(1); err != nil {
 		return "", err
 	}
-	if c.name == "replica" || c.name == "restart" {
+	if c.Name == "replica" || c.Name == "restart" {
 		return s.newReplica(c, pos[0])
 	}
 	r := s.reps[pos[0]]
 	if r == nil {
 		return "", fmt.Errorf("no replica %q", pos[0])
 	}
-	switch c.name {
+	switch c.Name {
 	case "connect":
 		return s.connect(c, r)
 	case "status", "groups", "disconnect", "expire":
@@ -126,12 +126,12 @@ func (s *scenario) run(c *ddCmd) (string, error) {
 		if err := need(2); err != nil {
 			return "", err
 		}
-		ov, _ := c.arg("override")
+		ov, _ := c.Arg("override")
 		o, err := ParseOverride(ov)
 		if err != nil {
 			return "", err
 		}
-		auth, _ := c.arg("auth")
+		auth, _ := c.Arg("auth")
 		d, err := r.PutAccountLocal(pos[1], o, auth, s.now)
 		if err != nil {
 			return "", err
@@ -149,19 +149,19 @@ func (s *scenario) run(c *ddCmd) (string, error) {
 		if err := s.pull(&b, pos[0], pos[1]); err != nil {
 			return "", err
 		}
-		if c.name == "sync" {
+		if c.Name == "sync" {
 			if err := s.pull(&b, pos[1], pos[0]); err != nil {
 				return "", err
 			}
 		}
 		return b.String(), nil
 	case "down", "up":
-		node, ok := c.arg("node")
+		node, ok := c.Arg("node")
 		if !ok {
-			return "", fmt.Errorf("%s needs node=", c.name)
+			return "", fmt.Errorf("%s needs node=", c.Name)
 		}
 		var users []string
-		if c.name == "down" {
+		if c.Name == "down" {
 			users = r.SetNodeDown(node, s.now)
 		} else {
 			users = r.SetNodeUp(node)
@@ -189,7 +189,7 @@ func (s *scenario) run(c *ddCmd) (string, error) {
 		}
 		return strings.Join(parts, " "), nil
 	}
-	return "", fmt.Errorf("unknown command %q", c.name)
+	return "", fmt.Errorf("unknown command %q", c.Name)
 }
 
 func (s *scenario) newReplica(c *ddCmd, name string) (string, error) {
@@ -197,16 +197,16 @@ func (s *scenario) newReplica(c *ddCmd, name string) (string, error) {
 		s.cfgs = map[string]Config{}
 	}
 	cfg, existed := s.cfgs[name]
-	if c.name == "replica" && existed {
+	if c.Name == "replica" && existed {
 		return "", fmt.Errorf("replica %s exists", name)
 	}
-	if c.name == "restart" && !existed {
+	if c.Name == "restart" && !existed {
 		return "", fmt.Errorf("no replica %s to restart", name)
 	}
 	if !existed {
 		cfg = Config{Self: Origin{Node: name, Incarnation: 1}}
 	}
-	if v, ok := c.arg("inc"); ok {
+	if v, ok := c.Arg("inc"); ok {
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
 			return "", err
@@ -216,7 +216,7 @@ func (s *scenario) newReplica(c *ddCmd, name string) (string, error) {
 		cfg.Self.Incarnation++
 	}
 	for key, field := range map[string]*time.Duration{"horizon": &cfg.TombstoneHorizon, "purge": &cfg.PurgeHorizon} {
-		if v, ok := c.arg(key); ok {
+		if v, ok := c.Arg(key); ok {
 			d, err := time.ParseDuration(v)
 			if err != nil {
 				return "", err
@@ -237,9 +237,9 @@ func (s *scenario) newReplica(c *ddCmd, name string) (string, error) {
 }
 
 func (s *scenario) connect(c *ddCmd, r *Replica) (string, error) {
-	user, _ := c.arg("user")
-	dev, _ := c.arg("device")
-	ep, _ := c.arg("epoch")
+	user, _ := c.Arg("user")
+	dev, _ := c.Arg("device")
+	ep, _ := c.Arg("epoch")
 	var epoch uint64
 	var err error
 	if ep == "next" {
@@ -248,16 +248,16 @@ func (s *scenario) connect(c *ddCmd, r *Replica) (string, error) {
 	} else if epoch, err = strconv.ParseUint(ep, 10, 64); err != nil {
 		return "", fmt.Errorf("epoch: %w", err)
 	}
-	id, ok := c.arg("id")
+	id, ok := c.Arg("id")
 	if !ok {
 		id = fmt.Sprintf("%s.%s.%d", r.Self().Node, dev, epoch)
 	}
 	sess := Session{User: user, Device: dev, ID: id, Epoch: epoch, State: StateActive,
 		ExpiresAt: s.now + int64(30*time.Second)}
-	if g, ok := c.arg("groups"); ok {
+	if g, ok := c.Arg("groups"); ok {
 		sess.Groups = strings.Split(g, ",")
 	}
-	if st, ok := c.arg("status"); ok {
+	if st, ok := c.Arg("status"); ok {
 		if sess.Status, err = ParseStatus(st); err != nil {
 			return "", err
 		}
@@ -272,7 +272,7 @@ func (s *scenario) connect(c *ddCmd, r *Replica) (string, error) {
 // change writes a later state of r's own session for a key.
 func (s *scenario) change(c *ddCmd, r *Replica, pos []string) (string, error) {
 	if len(pos) < 2 {
-		return "", fmt.Errorf("%s needs a user/device", c.name)
+		return "", fmt.Errorf("%s needs a user/device", c.Name)
 	}
 	user, dev, ok := strings.Cut(pos[1], "/")
 	if !ok {
@@ -286,7 +286,7 @@ func (s *scenario) change(c *ddCmd, r *Replica, pos []string) (string, error) {
 	}
 	cur.Groups = slices.Clone(cur.Groups)
 	cur.ExpiresAt = s.now + int64(30*time.Second)
-	switch c.name {
+	switch c.Name {
 	case "status":
 		if len(pos) < 3 {
 			return "", fmt.Errorf("status needs a status")
@@ -339,7 +339,7 @@ func (s *scenario) deliver(c *ddCmd, pos []string) (string, error) {
 	}
 	set := func(key string) (map[int]bool, error) {
 		m := map[int]bool{}
-		v, ok := c.arg(key)
+		v, ok := c.Arg(key)
 		if !ok {
 			return m, nil
 		}

@@ -42,6 +42,28 @@ type Config struct {
 	// Rand is the node's only source of randomness (epidemic seed targets,
 	// timer phases). Required.
 	Rand *rand.Rand
+	// Origins numbers the origins whose deltas the node receives; several
+	// nodes driven from one goroutine may share one (the simulator's do,
+	// so that each node's record of what it has seen is a small dense
+	// table). Nil: the node numbers them itself.
+	Origins *OriginTable
+}
+
+// OriginTable numbers origins densely, in order of first sight. It is not
+// safe for concurrent use: nodes that share one are driven from one
+// goroutine.
+type OriginTable struct{ num map[crdt.Origin]int32 }
+
+// NewOriginTable returns an empty table.
+func NewOriginTable() *OriginTable { return &OriginTable{num: make(map[crdt.Origin]int32)} }
+
+func (t *OriginTable) number(o crdt.Origin) int32 {
+	k, ok := t.num[o]
+	if !ok {
+		k = int32(len(t.num))
+		t.num[o] = k
+	}
+	return k
 }
 
 // Members is the driver's view of memberlist's member list, which the
@@ -101,12 +123,14 @@ type Node struct {
 	gaps      *GapTracker
 	peers     map[string]*peer
 	pulling   map[string]bool
-	reviving  map[string]revival
-	seen      map[crdt.Origin]uint64 // newest version received per origin
+	reviving  map[string]revival // nil while empty
+	origins   *OriginTable
+	seen      []uint64 // newest version received, by origin number
 	answering int
 	leaving   bool
 
-	rd Ready
+	rd     Ready
+	handed Ready // the last Ready handed out, whose buffers Advance reuses
 	// set by inputs that may raise a watermark: Advance then checks the
 	// revivals the applied changes may complete
 	recheck bool
@@ -163,6 +187,10 @@ func New(cfg Config, members Members, replica Replica) (*Node, error) {
 	case cfg.PacketBudget <= 0:
 		return nil, fmt.Errorf("dissem: packet budget %d", cfg.PacketBudget)
 	}
+	origins := cfg.Origins
+	if origins == nil {
+		origins = NewOriginTable()
+	}
 	return &Node{
 		cfg: cfg, self: crdt.Origin{Node: cfg.Name, Incarnation: cfg.Incarnation},
 		members: members, replica: replica, rng: cfg.Rand,
@@ -170,8 +198,7 @@ func New(cfg Config, members Members, replica Replica) (*Node, error) {
 		gaps:     NewGapTracker(),
 		peers:    make(map[string]*peer),
 		pulling:  make(map[string]bool),
-		reviving: make(map[string]revival),
-		seen:     make(map[crdt.Origin]uint64),
+		origins:  origins,
 	}, nil
 }
 
@@ -214,11 +241,16 @@ func (n *Node) Deadline() int64 {
 // HasReady reports whether Ready has anything to do.
 func (n *Node) HasReady() bool { return !n.rd.Empty() || n.recheck || len(n.heardUp) > 0 }
 
-// Ready returns what the inputs since the last call ask the driver to do,
-// and hands the lists over to it.
+// Ready returns what the inputs since the last call ask the driver to do.
+// Its lists are the node's own buffers, valid until the next call of
+// Advance or Ready: a driver that keeps an element past that copies it
+// (the messages they point to are immutable and can be kept).
 func (n *Node) Ready() Ready {
 	rd := n.rd
-	n.rd = Ready{}
+	n.rd = Ready{Sends: rd.Sends[len(rd.Sends):], Broadcasts: rd.Broadcasts[len(rd.Broadcasts):],
+		Apply: rd.Apply[len(rd.Apply):], Pulls: rd.Pulls[len(rd.Pulls):], Answers: rd.Answers[len(rd.Answers):],
+		Rejoin: rd.Rejoin[len(rd.Rejoin):], Forget: rd.Forget[len(rd.Forget):], Notes: rd.Notes[len(rd.Notes):]}
+	n.handed = rd
 	return rd
 }
 
@@ -226,6 +258,27 @@ func (n *Node) Ready() Ready {
 // Apply list reached the replica): the node then shows up each peer whose
 // missed writes the replica now holds. It may leave a new Ready.
 func (n *Node) Advance(now int64) {
+	n.reuse()
+	n.advance(now)
+}
+
+// reuse takes back the buffers of the Ready handed out, if nothing was
+// added since.
+func (n *Node) reuse() {
+	h := &n.handed
+	if n.rd.Empty() {
+		clear(h.Sends)
+		clear(h.Broadcasts)
+		clear(h.Apply)
+		clear(h.Answers)
+		clear(h.Notes)
+		n.rd = Ready{Sends: h.Sends[:0], Broadcasts: h.Broadcasts[:0], Apply: h.Apply[:0], Pulls: h.Pulls[:0],
+			Answers: h.Answers[:0], Rejoin: h.Rejoin[:0], Forget: h.Forget[:0], Notes: h.Notes[:0]}
+	}
+	n.handed = Ready{}
+}
+
+func (n *Node) advance(now int64) {
 	heard := n.heardUp
 	n.heardUp = nil
 	for _, r := range heard {
@@ -436,23 +489,30 @@ func (n *Node) peer(name string) *peer {
 
 func (n *Node) stepDeltas(m *Message, now int64) {
 	ds := m.Deltas
-	for i := range ds {
-		if err := ds[i].Validate(); err != nil {
-			n.rd.Notes = append(n.rd.Notes, Note{Kind: NoteBadDeltas, Node: ds[i].Origin().Node, Err: err})
-			return
+	if err := m.check(); err != nil {
+		var from string
+		if len(ds) > 0 {
+			from = ds[0].Origin().Node
 		}
+		n.rd.Notes = append(n.rd.Notes, Note{Kind: NoteBadDeltas, Node: from, Err: err})
+		return
 	}
 	epidemic := n.Mode() == ModeEpidemic
 	fresh := false
 	mark := len(n.heardUp)
+	nums := m.originNumbers(n.origins)
 	for i := range ds {
 		o := ds[i].Origin()
 		if o.Node == n.cfg.Name {
 			continue
 		}
-		if v := ds[i].Version(); v > n.seen[o] {
+		w := nums[i]
+		if int(w) >= len(n.seen) {
+			n.seen = append(n.seen, make([]uint64, len(n.origins.num)-len(n.seen))...)
+		}
+		if v := ds[i].Version(); v > n.seen[w] {
 			fresh = true
-			n.seen[o] = v
+			n.seen[w] = v
 		}
 		// Eager deltas come straight from their owner: proof it is alive.
 		// Relayed epidemic deltas prove nothing about the owner now.
@@ -548,6 +608,9 @@ func (n *Node) revive(name string, o crdt.Origin, target uint64, now int64) {
 	if target == 0 || n.replica.Watermark(o) >= target {
 		n.rd.Apply = append(n.rd.Apply, Apply{Kind: MarkUp, Node: name})
 		return
+	}
+	if n.reviving == nil {
+		n.reviving = make(map[string]revival)
 	}
 	n.reviving[name] = revival{node: name, origin: o, target: target, since: now}
 	n.rd.Notes = append(n.rd.Notes, Note{Kind: NoteReviving, Node: name, Version: target})

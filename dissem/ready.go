@@ -2,6 +2,7 @@ package dissem
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/rollcall/rollcall/crdt"
@@ -35,6 +36,15 @@ type Ready struct {
 	Forget []string
 	// Notes say what happened, for logs and counters.
 	Notes []Note
+}
+
+// Clone returns a copy of rd whose lists are its own, for a driver that
+// executes a Ready while the node goes on (Node.Ready's lists are the
+// node's buffers).
+func (rd *Ready) Clone() Ready {
+	return Ready{Sends: slices.Clone(rd.Sends), Broadcasts: slices.Clone(rd.Broadcasts), Apply: slices.Clone(rd.Apply),
+		Pulls: slices.Clone(rd.Pulls), Answers: slices.Clone(rd.Answers), Rejoin: slices.Clone(rd.Rejoin),
+		Forget: slices.Clone(rd.Forget), Notes: slices.Clone(rd.Notes)}
 }
 
 // Empty reports whether there is nothing to do.

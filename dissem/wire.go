@@ -367,6 +367,41 @@ type Message struct {
 	Ack    RouteAck
 	Key    KeyOp
 	Bytes  []byte
+
+	// What a Node works out of a delta batch once, for every node that
+	// steps it (the simulator hands one Message to all its receivers):
+	// whether the deltas are valid, and their origins' numbers in table.
+	checked bool
+	invalid error
+	table   *OriginTable
+	origins []int32
+}
+
+// check validates a delta batch's deltas, once per message.
+func (m *Message) check() error {
+	if !m.checked {
+		m.checked = true
+		for i := range m.Deltas {
+			if err := m.Deltas[i].Validate(); err != nil {
+				m.invalid = err
+				break
+			}
+		}
+	}
+	return m.invalid
+}
+
+// originNumbers returns the numbers of a delta batch's origins in t, once
+// per message and table.
+func (m *Message) originNumbers(t *OriginTable) []int32 {
+	if m.table != t {
+		m.table = t
+		m.origins = make([]int32, len(m.Deltas))
+		for i := range m.Deltas {
+			m.origins[i] = t.number(m.Deltas[i].Origin())
+		}
+	}
+	return m.origins
 }
 
 // Size is the message's encoded size in bytes.

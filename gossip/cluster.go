@@ -308,6 +308,7 @@ func (c *Cluster) Leave(timeout time.Duration) error {
 	c.mu.Lock()
 	c.core.Leave()
 	rd := c.core.Ready()
+	rd = rd.Clone() // executed while the loop goes on
 	c.mu.Unlock()
 	sent, failed := c.execute(rd, true)
 	told := failed == 0

@@ -69,6 +69,9 @@ func (c *Cluster) step(input func(now int64)) {
 	now := c.leaseNow()
 	input(now)
 	for c.core.HasReady() {
+		// Executed unlocked; Leave and AnnounceDrain, which run outside
+		// the loop, execute clones, so nothing else takes these buffers
+		// back before Advance.
 		rd := c.core.Ready()
 		c.mu.Unlock()
 		c.execute(rd, false)

@@ -25,33 +25,34 @@ type coreView struct {
 }
 
 var (
-	_ dissem.Members = coreView{}
-	_ dissem.Replica = coreView{}
+	_ dissem.Members = (*coreView)(nil)
+	_ dissem.Replica = (*coreView)(nil)
 )
 
-func (v coreView) NumMembers() int   { return v.s.numMembers(v.n) }
-func (v coreView) NumPeers() int     { return v.s.cfg.Nodes }
-func (v coreView) Peer(i int) string { return v.s.names[i] }
+func (v *coreView) NumMembers() int   { return v.s.numMembers(v.n) }
+func (v *coreView) NumPeers() int     { return v.s.cfg.Nodes }
+func (v *coreView) Peer(i int) string { return v.s.names[i] }
 
 // Incarnation is the Rollcall incarnation of a peer in the node's
 // memberlist view: the simulator starts with every node joined, without
 // the join events a real node would have had for each member.
-func (v coreView) Incarnation(name string) uint64 {
+func (v *coreView) Incarnation(name string) uint64 {
 	return incarnation(v.s.viewOf(v.n, v.s.index(name)).life)
 }
 
-func (v coreView) Watermark(o crdt.Origin) uint64 { return v.n.r.Watermark(o) }
-func (v coreView) SessionCount() int              { return v.n.sessions }
+func (v *coreView) Watermark(o crdt.Origin) uint64 { return v.n.r.Watermark(o) }
+func (v *coreView) SessionCount() int              { return v.n.sessions }
 
 // newCore makes the core of a node's life.
 func (s *Sim) newCore(n *node) *dissem.Node {
+	n.cv = coreView{s, n}
 	c, err := dissem.New(dissem.Config{
 		Name: n.name, Incarnation: n.self.Incarnation, ClientAddr: clientAddr(n.id),
 		BatchDelay: s.cfg.BatchDelay, PacketBudget: s.cfg.PacketBudget, EagerThreshold: s.cfg.EagerThreshold,
 		AliveInterval: s.cfg.AliveInterval, LeaseTimeout: s.cfg.LeaseTimeout,
 		ReconnectInterval: s.cfg.ReconnectInterval, ReconnectTimeout: s.cfg.ReconnectTimeout,
-		Rand: s.rng,
-	}, coreView{s, n}, coreView{s, n})
+		Rand: s.rng, Origins: s.origins,
+	}, &n.cv, &n.cv)
 	if err != nil {
 		panic(fmt.Sprintf("sim: %v", err)) // Config.Validate checked every field
 	}

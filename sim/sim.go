@@ -53,6 +53,8 @@ type Sim struct {
 	// hears of nearly every writer, so a table is smaller than a map per
 	// node, and one load instead of a probe).
 	writers map[uint64]int32
+	// origins numbers the origins for every node's core alike
+	origins *dissem.OriginTable
 
 	clients  []*client
 	online   []int32 // clients with a live session, for picking
@@ -91,6 +93,7 @@ func New(cfg Config) (*Sim, error) {
 		rng:      rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
 		byUser:   make(map[string]int32),
 		openByCl: make(map[int32][]*change),
+		origins:  dissem.NewOriginTable(),
 	}
 	width := len(fmt.Sprint(cfg.Nodes - 1))
 	s.names = make([]string, cfg.Nodes)
@@ -280,7 +283,8 @@ type node struct {
 	// node is a miss.
 	up      bool
 	id      int32
-	numDown int // memberlist: peers dead or left in view
+	numDown int      // memberlist: peers dead or left in view
+	cv      coreView // what the core reads, beside what it reads of the node
 	r       *crdt.Replica
 	born    int64  // virtual time this life started
 	queue   bqueue // memberlist's TransmitLimitedQueue for Rollcall messages

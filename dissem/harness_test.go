@@ -1,0 +1,260 @@
+package dissem
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/rollcall/rollcall/crdt"
+)
+
+// harness is a minimal driver of several cores, for the data-driven
+// scripts and the properties: real crdt replicas, a network of messages
+// in flight that the test delivers, drops or reorders, and a piggyback
+// "queue" that a gossip round hands to every other member. Time moves only
+// when the test says.
+type harness struct {
+	now    int64
+	names  []string
+	nodes  map[string]*hnode
+	flight []flight // messages in flight, in send order
+	out    strings.Builder
+}
+
+type hnode struct {
+	h       *harness
+	name    string
+	core    *Node
+	r       *crdt.Replica
+	dead    map[string]bool // memberlist's verdicts this node has had
+	queue   []Broadcast     // piggyback queue: handed out by gossip
+	members int             // memberlist's member count, self included (NumMembers)
+}
+
+// flight is one message on its way.
+type flight struct {
+	from, to string
+	msg      *Message
+	reliable bool
+	// done is called once the message is delivered or dropped (a pull's
+	// or an answer's end).
+	done func()
+}
+
+const harnessEpoch = int64(1_700_000_000_000_000_000)
+
+func newHarness(names []string, cfg func(*Config)) (*harness, error) {
+	h := &harness{now: harnessEpoch, names: names, nodes: make(map[string]*hnode)}
+	for i, name := range names {
+		self := crdt.Origin{Node: name, Incarnation: uint64(harnessEpoch) + uint64(i) + 1}
+		r, err := crdt.NewReplica(crdt.Config{Self: self})
+		if err != nil {
+			return nil, err
+		}
+		hn := &hnode{h: h, name: name, r: r, dead: make(map[string]bool), members: len(names)}
+		c := Config{Name: name, Incarnation: self.Incarnation, ClientAddr: "10.0.0." + fmt.Sprint(i+1) + ":7400",
+			BatchDelay: 2 * time.Millisecond, PacketBudget: DefaultPacketBudget, EagerThreshold: 64,
+			AliveInterval: time.Second, LeaseTimeout: 3 * time.Second,
+			ReconnectInterval: 10 * time.Second, ReconnectTimeout: time.Hour,
+			Rand: rand.New(rand.NewPCG(uint64(i)+1, 7))}
+		if cfg != nil {
+			cfg(&c)
+		}
+		core, err := New(c, hn, hn)
+		if err != nil {
+			return nil, err
+		}
+		hn.core = core
+		h.nodes[name] = hn
+	}
+	for _, name := range names {
+		hn := h.nodes[name]
+		for i, peer := range names {
+			if peer != name {
+				hn.core.MemberAlive(peer, Meta{Incarnation: uint64(harnessEpoch) + uint64(i) + 1}, h.now)
+			}
+		}
+		hn.core.Start(h.now, false)
+		h.drive(hn, "join")
+	}
+	return h, nil
+}
+
+// Members and Replica, as each node sees them.
+func (n *hnode) NumMembers() int                { return n.members }
+func (n *hnode) NumPeers() int                  { return len(n.h.names) }
+func (n *hnode) Peer(i int) string              { return n.h.names[i] }
+func (n *hnode) Incarnation(string) uint64      { return 0 }
+func (n *hnode) Watermark(o crdt.Origin) uint64 { return n.r.Watermark(o) }
+func (n *hnode) SessionCount() int {
+	c := 0
+	for _, k := range n.r.NodeSessions(n.name) {
+		if s, _ := n.r.Session(k); s.State == crdt.StateActive {
+			c++
+		}
+	}
+	return c
+}
+
+// drive executes a node's Ready until there is nothing more, printing it
+// under label.
+func (h *harness) drive(n *hnode, label string) {
+	for n.core.HasReady() {
+		rd := n.core.Ready()
+		if !rd.Empty() {
+			fmt.Fprintf(&h.out, "%s %s:\n", n.name, label)
+			for _, l := range strings.Split(strings.TrimRight(rd.String(), "\n"), "\n") {
+				fmt.Fprintf(&h.out, "  %s\n", l)
+			}
+		}
+		h.execute(n, &rd)
+		n.core.Advance(h.now)
+	}
+}
+
+func (h *harness) execute(n *hnode, rd *Ready) {
+	for _, a := range rd.Apply {
+		switch a.Kind {
+		case ApplyDeltas:
+			for _, d := range a.Deltas {
+				if _, _, err := n.r.Apply(d, h.now); err != nil {
+					panic(err)
+				}
+			}
+		case ApplySync:
+			if _, err := n.r.ApplySync(a.Sync, h.now); err != nil {
+				panic(err)
+			}
+		case MarkDown:
+			n.r.SetNodeDown(a.Node, h.now)
+		case MarkUp:
+			n.r.SetNodeUp(a.Node)
+		case Retire:
+			if _, err := n.r.ApplySync(crdt.Sync{{Origin: a.Origin}}, h.now); err != nil {
+				panic(err)
+			}
+		}
+	}
+	for _, s := range rd.Sends {
+		h.flight = append(h.flight, flight{from: n.name, to: s.To, msg: s.Msg, reliable: s.Reliable})
+	}
+	n.queue = append(n.queue, rd.Broadcasts...)
+	for _, p := range rd.Pulls {
+		m, err := NewDigest(TypePull, n.name, n.r.Digest())
+		if err != nil {
+			panic(err)
+		}
+		peer := p
+		h.flight = append(h.flight, flight{from: n.name, to: p, msg: m, reliable: true,
+			done: func() { n.core.PullDone(peer) }})
+	}
+	for _, a := range rd.Answers {
+		s := n.r.Diff(a.Digest)
+		if len(s) == 0 {
+			n.core.AnswerDone()
+			continue
+		}
+		m, err := NewSync(s)
+		if err != nil {
+			panic(err)
+		}
+		h.flight = append(h.flight, flight{from: n.name, to: a.To, msg: m, reliable: true,
+			done: n.core.AnswerDone})
+	}
+}
+
+// deliver hands flight i to its receiver.
+func (h *harness) deliver(i int) {
+	f := h.flight[i]
+	h.flight = slices.Delete(h.flight, i, i+1)
+	if f.done != nil {
+		f.done()
+	}
+	to := h.nodes[f.to]
+	// A message goes through the wire: what is stepped is what was encoded.
+	m, err := Decode(f.msg.Bytes)
+	if err != nil {
+		panic(err)
+	}
+	to.core.Step(m, h.now)
+	h.drive(to, "<- "+f.from)
+}
+
+// drop loses flight i.
+func (h *harness) drop(i int) {
+	f := h.flight[i]
+	h.flight = slices.Delete(h.flight, i, i+1)
+	if f.done != nil {
+		f.done()
+	}
+}
+
+// gossip hands every node's piggyback queue to every other member, once,
+// and empties it (a round of memberlist's gossip, simplified).
+func (h *harness) gossip() {
+	for _, name := range h.names {
+		n := h.nodes[name]
+		q := n.queue
+		n.queue = nil
+		for _, b := range q {
+			for _, peer := range h.names {
+				if peer != name {
+					h.flight = append(h.flight, flight{from: name, to: peer, msg: b.Msg})
+				}
+			}
+		}
+	}
+}
+
+// advance moves time by d and ticks every node.
+func (h *harness) advance(d time.Duration) {
+	h.now += int64(d)
+	for _, name := range h.names {
+		n := h.nodes[name]
+		n.core.Tick(h.now)
+		h.drive(n, "tick")
+	}
+}
+
+// stabilize delivers everything in flight, and what that sends, until
+// nothing is in flight.
+func (h *harness) stabilize() {
+	for len(h.flight) > 0 {
+		h.deliver(0)
+	}
+}
+
+// converged reports whether every replica holds what every other holds.
+func (h *harness) converged() error {
+	for _, a := range h.names {
+		for _, b := range h.names {
+			if a == b {
+				continue
+			}
+			if s := h.nodes[a].r.Diff(h.nodes[b].r.Digest()); s.Len() > 0 {
+				return fmt.Errorf("%s holds %d records %s lacks", a, s.Len(), b)
+			}
+		}
+	}
+	return nil
+}
+
+// write is an owner's write on node n: PutLocal, then Publish.
+func (h *harness) write(n *hnode, user, device string, status crdt.Status, state crdt.State) error {
+	var epoch uint64 = 1
+	if s, ok := n.r.Session(crdt.Key{User: user, Device: device}); ok {
+		epoch = s.Epoch
+		if state == crdt.StateActive && s.State != crdt.StateActive {
+			epoch++
+		}
+	}
+	d, err := n.r.PutLocal(crdt.Session{User: user, Device: device, ID: user + "-" + device, Epoch: epoch,
+		State: state, Status: status}, h.now)
+	if err != nil {
+		return err
+	}
+	n.core.Publish([]crdt.Delta{d}, h.now)
+	return nil
+}
