@@ -6,6 +6,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/rollcall/rollcall/crdt"
 	"github.com/rollcall/rollcall/internal/stall"
 )
 
@@ -73,7 +74,7 @@ type wheelEntry struct {
 // deadline returns c's deadline: the earlier of its silence deadline and
 // its token's.
 func (c *conn) deadline(timeout int64) int64 {
-	d := c.lastActive.Load() + timeout
+	d := crdt.ExpiryDeadline(c.lastActive.Load(), time.Duration(timeout))
 	if td := c.tokenDeadline.Load(); td != 0 && td < d {
 		d = td
 	}
@@ -103,7 +104,7 @@ func (w *wheel) add(c *conn, deadline int64) {
 }
 
 func (w *wheel) addLocked(c *conn, deadline int64) {
-	t := (deadline + w.tick - 1) / w.tick // the first tick at or after deadline
+	t := crdt.FirstSweepAt(deadline, 0, w.tick) / w.tick // the first tick at or after deadline
 	last := w.cursor + int64(len(w.slots)) - 1
 	t = min(max(t, w.cursor+1), last)
 	i := t % int64(len(w.slots))
@@ -137,7 +138,7 @@ func (w *wheel) advance(now, timeout int64, due []*conn) []*conn {
 				continue
 			}
 			deadline := c.deadline(timeout)
-			if deadline <= now {
+			if crdt.Expired(deadline, now) {
 				due = append(due, c)
 				continue
 			}

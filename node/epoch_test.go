@@ -28,7 +28,7 @@ func TestHelloRefusesHugeLastEpoch(t *testing.T) {
 			t.Fatalf("last_epoch %d: error without the id: %v", last, f)
 		}
 		// The connection stays open and a sane hello works on it.
-		last := epochFloor(time.Now().Add(1000 * time.Second)) // past the clock's floor
+		last := crdt.ClockEpochFloor(time.Now().Add(1000 * time.Second).UnixNano()) // past the clock's floor
 		w := c.hello("mallory", dev, map[string]any{"last_epoch": last})
 		if uint64(w.num("epoch")) != last+1 {
 			t.Fatalf("epoch %v after last_epoch %d", w["epoch"], last)

@@ -30,7 +30,7 @@ type fakeClock struct {
 
 // clockEpoch reports whether epoch is what the first hello of a (user,
 // device) between start and now is issued: the clock in milliseconds
-// (epochFloor).
+// (crdt.ClockEpochFloor).
 func clockEpoch(epoch float64, start time.Time) bool {
 	e := int64(epoch)
 	return e >= start.UnixMilli() && e <= time.Now().UnixMilli()

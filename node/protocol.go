@@ -3,7 +3,8 @@ package node
 import (
 	"encoding/json"
 	"fmt"
-	"time"
+
+	"github.com/rollcall/rollcall/crdt"
 )
 
 // The client protocol, in one place. docs/protocol.md is the reference for
@@ -74,33 +75,13 @@ const (
 	MaxNameLen = 256
 	// MaxTokenLen bounds a hello's token.
 	MaxTokenLen = 8 << 10
-	// MaxEpoch is the largest session epoch a gateway issues: 2^53-1, the
-	// largest integer a JSON client that reads numbers as IEEE doubles (a
-	// browser) holds exactly. A hello's last_epoch must be below it, and a
-	// (user, device) whose next epoch would exceed it is refused with
-	// CodeEpochExhausted: an epoch that cannot grow is refused, never
-	// wrapped (issue 13, fault 5).
-	MaxEpoch = 1<<53 - 1
+	// MaxEpoch is the largest session epoch a gateway issues
+	// (crdt.MaxIssuedEpoch, 2^53-1, the largest integer a browser holds
+	// exactly). A hello's last_epoch must be below it, and a (user, device)
+	// whose next epoch would exceed it is refused with CodeEpochExhausted
+	// (crdt.NextEpoch).
+	MaxEpoch = crdt.MaxIssuedEpoch
 )
-
-// epochFloor is the smallest epoch a hello at now is issued: the time in
-// Unix milliseconds. An epoch is 1 + the largest this gateway knows for the
-// (user, device) (its replica's or the hello's last_epoch), but a gateway
-// does not always know the latest: one just restarted, before anti-entropy
-// has brought it the device's records, or one cut off by a partition. It
-// would issue an epoch already used, and the old connection's record of
-// that epoch (its disconnect, arriving later) would win over the live
-// session. A floor from the clock makes a later connection's epoch larger
-// than an earlier one's whatever the gateway knows, as long as the
-// gateways' clocks agree to within the time between the two connections
-// (keep them NTP-synced; a client that sends last_epoch needs no clock).
-// Milliseconds stay far below MaxEpoch (2^53 ms is 285,000 years).
-func epochFloor(now time.Time) uint64 {
-	if ms := now.UnixMilli(); ms > 0 {
-		return uint64(ms)
-	}
-	return 0
-}
 
 // Ops. Requests are sent by clients; the rest by the gateway.
 const (

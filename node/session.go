@@ -30,8 +30,8 @@ type localSession struct {
 // write by this node:
 //
 //	Connecting -> Active        handleHello: PutLocal(active), epoch =
-//	                            max(1 + max(replica.MaxEpoch, last_epoch),
-//	                            epochFloor: the clock in ms),
+//	                            crdt.NextEpoch(replica.MaxEpoch, last_epoch,
+//	                            now): above both, at least the clock in ms,
 //	                            refused (epoch_exhausted) past MaxEpoch
 //	Active -> Active            status/join/leave: PutLocal(active, Seq+1);
 //	                            any request refreshes the deadline (no write)
@@ -107,23 +107,23 @@ func (n *Node) handleHello(c *conn, req *Request) {
 		return
 	}
 	key := crdt.Key{User: sess.user, Device: sess.device}
-	held := max(n.replica.MaxEpoch(key), req.LastEpoch)
-	if held >= MaxEpoch {
+	epoch, err := crdt.NextEpoch(n.replica.MaxEpoch(key), req.LastEpoch, now.UnixNano())
+	if exh, ok := errors.AsType[*crdt.EpochExhaustedError](err); ok {
 		// No epoch above the held one can be issued (a peer may have
 		// taught the replica any epoch, up to 2^64-1): refuse, rather
 		// than wrap to an epoch every replica would refuse.
 		n.mu.Unlock()
 		n.stats.badRequests.Add(1)
-		n.log.Info("hello refused: epoch exhausted", zap.Uint64("conn", c.id), zap.String("key", key.String()), zap.Uint64("held", held))
+		n.log.Info("hello refused: epoch exhausted", zap.Uint64("conn", c.id), zap.String("key", key.String()), zap.Uint64("held", exh.Held))
 		c.sendError(req.ID, CodeEpochExhausted, "no newer epoch exists for "+key.String()+
-			": it holds epoch "+utoa(held)+" and the largest is "+utoa(MaxEpoch)+"; connect with another device name")
+			": it holds epoch "+utoa(exh.Held)+" and the largest is "+utoa(MaxEpoch)+"; connect with another device name")
 		return
 	}
 	if !c.state.CompareAndSwap(stateConnecting, stateActive) {
 		n.mu.Unlock() // closing already: nothing to open
 		return
 	}
-	sess.epoch = max(1+held, min(epochFloor(now), MaxEpoch))
+	sess.epoch = epoch
 	c.lastActive.Store(mono)
 	c.sess = sess
 	d, err := n.replica.PutLocal(n.recordLocked(c, crdt.StateActive, now), now.UnixNano())
@@ -409,14 +409,14 @@ func (n *Node) expireSession(c *conn, nowMono int64) {
 		n.mu.Unlock()
 		return
 	}
-	idle := c.lastActive.Load() + int64(n.cfg.Timeout)
-	if deadline := c.deadline(int64(n.cfg.Timeout)); deadline > nowMono {
+	idle := crdt.ExpiryDeadline(c.lastActive.Load(), n.cfg.Timeout)
+	if deadline := c.deadline(int64(n.cfg.Timeout)); !crdt.Expired(deadline, nowMono) {
 		// A request (or a refresh) arrived after the sweeper looked.
 		n.mu.Unlock()
 		n.wheel.add(c, deadline)
 		return
 	}
-	if td := c.tokenDeadline.Load(); td != 0 && td <= nowMono && td < idle {
+	if td := c.tokenDeadline.Load(); td != 0 && crdt.Expired(td, nowMono) && td < idle {
 		var deltas []crdt.Delta
 		if d, ok := n.endSessionLocked(c, crdt.StateDisconnected, now); ok {
 			deltas = append(deltas, d)
@@ -453,15 +453,16 @@ func (n *Node) ownedLocked(c *conn) (*localSession, *requestError) {
 	return s, nil
 }
 
-// recordLocked returns the crdt record of c's session in state st.
+// recordLocked returns the crdt record of c's session in state st, at
+// clock time now: its last request, read on Node.mono, is taken back to
+// the wall clock for the record's ExpiresAt.
 func (n *Node) recordLocked(c *conn, st crdt.State, now time.Time) crdt.Session {
 	s := c.sess
-	deadline := c.lastActive.Load() + int64(n.cfg.Timeout)
-	expires := now.Add(time.Duration(deadline - n.monoAt(now)))
-	return crdt.Session{
+	lastActive := now.UnixNano() - (n.monoAt(now) - c.lastActive.Load())
+	return crdt.OwnedSession{
 		User: s.user, Device: s.device, ID: s.id, Epoch: s.epoch,
-		State: st, Status: s.status, Groups: s.groups, ExpiresAt: expires.UnixNano(),
-	}
+		Status: s.status, Groups: s.groups,
+	}.Record(st, lastActive, n.cfg.Timeout)
 }
 
 // endSessionLocked writes c's session as ended (disconnected or expired)

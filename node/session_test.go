@@ -49,7 +49,7 @@ func TestHelloAssignsDeviceAndEpochs(t *testing.T) {
 	}
 	// last_epoch moves the epoch forward (past the clock's floor, here by
 	// 1000s); a reconnect moves past the node's.
-	base := float64(epochFloor(time.Now().Add(1000 * time.Second)))
+	base := float64(crdt.ClockEpochFloor(time.Now().Add(1000 * time.Second).UnixNano()))
 	c, w := connect(t, n, "bob", "phone", map[string]any{"last_epoch": base + 16})
 	if w.num("epoch") != base+17 {
 		t.Fatalf("epoch %v", w["epoch"])

@@ -17,20 +17,20 @@ import (
 
 // client is one (user, device) slot and its current session.
 type client struct {
-	id        int32
-	user      string
-	device    string
-	group     string
-	online    bool // the truth: a connected, live client
-	onlineIdx int
-	owner     int32
-	ownerLife uint32
-	epoch     uint64
-	sessID    string
-	status    crdt.Status
-	connected int64 // virtual time of the connect
-	lastReq   int64 // last request other than heartbeats
-	diedAt    int64
+	id         int32
+	user       string
+	device     string
+	group      string
+	online     bool // the truth: a connected, live client
+	onlineIdx  int
+	owner      int32
+	ownerLife  uint32
+	epoch      uint64
+	sessID     string
+	status     crdt.Status
+	connected  int64 // virtual time of the connect
+	lastActive int64 // last request the owner saw (heartbeats folded in when it fails)
+	diedAt     int64
 }
 
 var devices = [...]string{"phone", "laptop", "web", "tablet"}
@@ -85,10 +85,11 @@ func (s *Sim) clientAction(int) {
 	switch a {
 	case actStatus:
 		c.status = (c.status + 1 + crdt.Status(s.rng.IntN(2))) % 3
-		c.lastReq = s.now
+		c.lastActive = s.now
 		s.write(c, crdt.StateActive)
 	case actDisconnect:
 		s.setOffline(c, causeClean)
+		c.lastActive = s.now // the bye is a request
 		s.write(c, crdt.StateDisconnected)
 	case actFail:
 		s.setOffline(c, causeFail)
@@ -119,12 +120,16 @@ func (s *Sim) connect() {
 		s.track.addClient()
 	}
 	n := s.nodes[owner]
-	// node/'s rule: 1 + max(what the replica holds, what the client last had).
-	c.epoch = 1 + max(n.r.MaxEpoch(crdt.Key{User: c.user, Device: c.device}), c.epoch)
+	// The client sends its last epoch (last_epoch) with the hello.
+	epoch, err := crdt.NextEpoch(n.r.MaxEpoch(crdt.Key{User: c.user, Device: c.device}), c.epoch, s.wall())
+	if err != nil {
+		panic(fmt.Sprintf("sim: connect %s/%s: %v", c.user, c.device, err)) // epochs stay near the clock's milliseconds
+	}
+	c.epoch = epoch
 	c.sessID = fmt.Sprintf("%016x", s.rng.Uint64())
 	c.owner, c.ownerLife = owner, n.life
 	c.status = crdt.StatusAvailable
-	c.connected, c.lastReq = s.now, s.now
+	c.connected, c.lastActive = s.now, s.now
 	c.online = true
 	c.onlineIdx = len(s.online)
 	s.online = append(s.online, c.id)
@@ -158,10 +163,11 @@ func (s *Sim) write(c *client, state crdt.State) {
 	if !n.up || n.life != c.ownerLife {
 		return
 	}
-	d, err := n.r.PutLocal(crdt.Session{
-		User: c.user, Device: c.device, ID: c.sessID, Epoch: c.epoch, State: state, Status: c.status,
-		Groups: []string{c.group}, ExpiresAt: wallBase + c.lastReq + int64(s.cfg.Timeout),
-	}, s.wall())
+	rec := crdt.OwnedSession{
+		User: c.user, Device: c.device, ID: c.sessID, Epoch: c.epoch, Status: c.status,
+		Groups: []string{c.group},
+	}.Record(state, wallBase+c.lastActive, s.cfg.Timeout)
+	d, err := n.r.PutLocal(rec, s.wall())
 	if errors.Is(err, crdt.ErrSuperseded) {
 		s.stats.supersededWrites++
 		return
@@ -194,17 +200,19 @@ func (s *Sim) setOffline(c *client, cause deathCause) {
 	s.track.clientDown(s, c, cause)
 }
 
-// scheduleExpiry finds when the owner's sweep expires a silent client:
-// its last request is the later of its last action and its last heartbeat;
-// sweeps run every SweepInterval from the gateway's start.
+// scheduleExpiry finds when the owner's sweep expires a client that fell
+// silent now: its last request is the later of its last action and its
+// last heartbeat (heartbeats run every Heartbeat from the connect); the
+// sweeps run every SweepInterval from the gateway's start, and the first
+// at or after the deadline expires it.
 func (s *Sim) scheduleExpiry(c *client) {
 	hb := int64(s.cfg.Heartbeat)
 	lastHB := c.connected + (s.now-c.connected)/hb*hb
-	deadline := max(c.lastReq, lastHB) + int64(s.cfg.Timeout)
+	c.lastActive = max(c.lastActive, lastHB)
 	n := s.nodes[c.owner]
-	sw := int64(s.cfg.SweepInterval)
-	k := (deadline - n.born + sw - 1) / sw
-	s.q.push(event{at: n.born + k*sw, kind: evExpire, a: c.id, b: c.epoch})
+	deadline := crdt.ExpiryDeadline(c.lastActive, s.cfg.Timeout)
+	at := crdt.FirstSweepAt(deadline, n.born, int64(s.cfg.SweepInterval))
+	s.q.push(event{at: at, kind: evExpire, a: c.id, b: c.epoch})
 }
 
 // expire is the sweep finding the client silent: the owner writes the
