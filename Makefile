@@ -12,6 +12,8 @@ CHAOS_GATEWAYS ?= 3
 # make calibrate: where the plot goes (PLOT=docs/sim-calibration.svg
 # refreshes the one in the docs).
 PLOT           ?= bin/sim-calibration.svg
+# make calibrate-bench: calibrations per mode.
+CALIBRATE_RUNS ?= 5
 # What `rollcall version` says, from git (dev outside a checkout).
 VERSION     ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 REVISION    := $(shell git rev-parse HEAD 2>/dev/null)
@@ -20,7 +22,7 @@ MODIFIED    := $(shell test -n "$$(git status --porcelain 2>/dev/null)" && echo 
 LDFLAGS     := -X main.version=$(VERSION) -X main.revision=$(REVISION) -X main.commitTime=$(COMMIT_TIME) -X main.modified=$(MODIFIED)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.7.0
 
-.PHONY: all build test test-short bench lint fuzz run clean image secrets e2e calibrate pgo chaos
+.PHONY: all build test test-short bench lint fuzz run clean image secrets e2e calibrate calibrate-bench pgo chaos
 
 all: build
 
@@ -125,6 +127,11 @@ e2e: image secrets
 calibrate:
 	@mkdir -p $(dir $(PLOT))
 	$(GO) run ./cmd/rollcall sim calibrate --runs 5 --plot $(PLOT)
+
+# The 12-node calibration as a benchmark: CALIBRATE_RUNS runs per mode, the
+# sim/real timing ratios' medians as metrics, every run's table logged.
+calibrate-bench:
+	$(GO) test -run '^$$' -bench Calibration -benchtime $(CALIBRATE_RUNS)x -v ./sim/calibrate
 
 # Refresh the profile the compiler optimizes rollcall with
 # (cmd/rollcall/default.pgo, used by every go build of ./cmd/rollcall): a CPU

@@ -34,6 +34,22 @@ type Measure struct {
 	// converged change's convergence time and each crash detection, for
 	// pooling runs (Pooled).
 	conv, crash []float64
+	// ran is the scenario this side actually ran.
+	ran ran
+	// audit is the real cluster's copy audit, taken before the crashes.
+	audit copyAudit
+	// directCopies is the simulator's copies per change sent directly by
+	// the owners (sim.Result.DirectCopiesPerChange, mean over seeds).
+	directCopies float64
+}
+
+// ran is what one side ran: its node count, dissemination mode, the
+// scenario writes it made (not the warm-up's), and the nodes it crashed, in
+// order.
+type ran struct {
+	nodes, writes int
+	mode          string
+	crashed       []int
 }
 
 // Report is a calibration result.

@@ -58,7 +58,8 @@ func TestPooled(t *testing.T) {
 }
 
 // The pooled report says what was pooled (runs, seeds, samples, replayed
-// writes), gives the pooled table and each run's p99 ratio.
+// writes), gives the pooled table and each run's timing ratios with their
+// medians.
 func TestWritePooled(t *testing.T) {
 	sc := Scenario{Nodes: 6, Seed: 5, Host: true}
 	next := sc
@@ -81,7 +82,39 @@ func TestWritePooled(t *testing.T) {
 	if !strings.Contains(b.String(), "convergence p99 (ms)") || !strings.Contains(b.String(), "without the write delays") {
 		t.Errorf("no pooled table with the independent-packet line:\n%s", b.String())
 	}
-	if want := "convergence p99 sim/real per run: 2.00, 0.50"; lines[len(lines)-1] != want {
-		t.Errorf("last line %q, want %q", lines[len(lines)-1], want)
+	var p99 string
+	for _, l := range lines {
+		if strings.HasPrefix(l, "convergence p99 sim/real") {
+			p99 = strings.Join(strings.Fields(l), " ")
+		}
+	}
+	if want := "convergence p99 sim/real 1.25 2.00 0.50"; p99 != want {
+		t.Errorf("p99 ratio line %q, want %q (the median of the runs' 2.00 and 0.50, then each)", p99, want)
+	}
+}
+
+// Ratios are sim/real per run, with their median; a run with no real
+// sample of a measure is left out of that measure, not counted as 0 or
+// infinity.
+func TestRatios(t *testing.T) {
+	reports := []*Report{
+		{LatencyUS: 4000, Real: Measure{ConvP50: 2, CrashP50: 500}, Sim: Measure{ConvP50: 3, CrashP50: 400}},
+		{LatencyUS: 1000, Real: Measure{ConvP50: 4, CrashP50: 0}, Sim: Measure{ConvP50: 2, CrashP50: 450}},
+		{LatencyUS: 2000, Real: Measure{ConvP50: 1, CrashP50: 500}, Sim: Measure{ConvP50: 1, CrashP50: 600}},
+	}
+	got := make(map[string]Ratio)
+	for _, r := range Ratios(reports) {
+		got[r.Metric] = r
+	}
+	conv := got["convergence p50 sim/real"]
+	if !slices.Equal(conv.Runs, []float64{1.5, 0.5, 1}) || conv.Median != 1 {
+		t.Errorf("convergence p50 ratios %v median %v, want [1.5 0.5 1] median 1", conv.Runs, conv.Median)
+	}
+	crash := got["crash to offline p50 sim/real"]
+	if !slices.Equal(crash.Runs, []float64{0.8, 1.2}) || crash.Median != 1 {
+		t.Errorf("crash ratios %v median %v, want [0.8 1.2] (the run without a real detection left out) median 1", crash.Runs, crash.Median)
+	}
+	if hop := got["hop median given to the sim (ms)"]; hop.Median != 2 {
+		t.Errorf("hop median %v ms, want 2", hop.Median)
 	}
 }

@@ -39,6 +39,8 @@ type realRun struct {
 	crash   []float64 // ms, crash to each survivor marking the node down
 	copies  atomic.Uint64
 	sends   sendLog
+	log     copyLog
+	crashed []int // the crashed nodes, in order
 }
 
 func runReal(ctx context.Context, sc Scenario) (*Measure, *warmDelays, error) {
@@ -106,6 +108,8 @@ func runReal(ctx context.Context, sc Scenario) (*Measure, *warmDelays, error) {
 	}
 	warm.hops = append(warm.hops, after.hops...)
 	warm.writes = append(warm.writes, after.writes...)
+	// Every write has been sent; audit the copies before any node fails.
+	audit := rr.audit()
 	// Crash the last Crashes nodes, Observe apart; every survivor is polled
 	// for when it marks the node down (the simulator's definition of
 	// crash-to-offline).
@@ -114,7 +118,9 @@ func runReal(ctx context.Context, sc Scenario) (*Measure, *warmDelays, error) {
 			return nil, nil, err
 		}
 	}
-	return rr.measure(copies), warm, nil
+	m := rr.measure(copies)
+	m.audit = audit
+	return m, warm, nil
 }
 
 // crashOne crashes node victim and records, for each of the nodes below
@@ -123,6 +129,7 @@ func (rr *realRun) crashOne(ctx context.Context, victim, live int) error {
 	at := time.Now()
 	_ = rr.nodes[victim].Shutdown()
 	rr.nodes[victim] = nil
+	rr.crashed = append(rr.crashed, victim)
 	name := fmt.Sprintf("n%02d", victim)
 	seen := make(map[int]time.Time)
 	deadline := at.Add(rr.sc.Observe)
@@ -265,7 +272,7 @@ func (rr *realRun) start(i int) error {
 	cfg.EagerThreshold = rr.sc.EagerThreshold
 	cfg.Memberlist = fastMemberlist
 	cfg.WrapTransport = func(t memberlist.NodeAwareTransport) memberlist.NodeAwareTransport {
-		return &countingTransport{NodeAwareTransport: t, copies: &rr.copies, node: i, name: name, sends: &rr.sends}
+		return &countingTransport{NodeAwareTransport: t, copies: &rr.copies, node: i, name: name, sends: &rr.sends, log: &rr.log}
 	}
 	if len(rr.nodes) > 0 {
 		cfg.Join = []string{rr.nodes[0].LocalAddr()}
@@ -387,7 +394,9 @@ func (rr *realRun) measure(copies uint64) *Measure {
 	sort.Float64s(conv)
 	sort.Float64s(crash)
 	m := &Measure{ConvP50: pct(conv, 50), ConvP99: pct(conv, 99), CrashP50: pct(crash, 50), CrashMax: pct(crash, 100),
-		conv: conv, crash: crash}
+		conv: conv, crash: crash,
+		ran: ran{nodes: len(rr.nodes), writes: n, crashed: slices.Clone(rr.crashed),
+			mode: gossip.ChooseMode(len(rr.nodes), rr.sc.EagerThreshold).String()}}
 	sort.Float64s(ages)
 	total := float64(n * rr.sc.Nodes)
 	last := -1.0

@@ -26,7 +26,7 @@ func (r *Report) Write(w io.Writer) error {
 
 // WritePooled prints reports, runs of one scenario in dissemination mode
 // mode (RunPooled), pooled (Pooled): what was pooled, the side-by-side
-// table, and each run's convergence p99 ratio.
+// table, and each run's timing ratios with their medians (WriteRatios).
 func WritePooled(w io.Writer, mode string, reports []*Report) error {
 	if len(reports) == 0 {
 		return nil
@@ -42,12 +42,77 @@ func WritePooled(w io.Writer, mode string, reports []*Report) error {
 	if err := writeTable(w, first.Host, real, simm); err != nil {
 		return err
 	}
-	var ratios []string
-	for _, r := range reports {
-		ratios = append(ratios, fmt.Sprintf("%.2f", r.Sim.ConvP99/r.Real.ConvP99))
+	return WriteRatios(w, reports)
+}
+
+// A Ratio is one measure over runs of a scenario: its value in each run
+// and their median.
+type Ratio struct {
+	Metric string
+	Runs   []float64
+	Median float64
+}
+
+// Ratios gives, over reports (runs of one scenario), the simulator's
+// timings relative to the real cluster's, sim/real, run by run and their
+// median, and the median hop delay given to the simulator (fitted to the
+// real cluster's warm-up, unless the scenario set a latency). These are
+// measurements of a shared host, not pass/fail: a single run's p99 moves
+// with the host stalls that fall in it, which is why the median is given.
+// A run without a real sample for a measure (no converged change) is left
+// out of that measure.
+func Ratios(reports []*Report) []Ratio {
+	ratio := func(real, sim float64) (float64, bool) { return sim / real, real > 0 }
+	out := []Ratio{
+		ratioOf(reports, "convergence p50 sim/real", func(r *Report) (float64, bool) { return ratio(r.Real.ConvP50, r.Sim.ConvP50) }),
+		ratioOf(reports, "convergence p99 sim/real", func(r *Report) (float64, bool) { return ratio(r.Real.ConvP99, r.Sim.ConvP99) }),
+		ratioOf(reports, "crash to offline p50 sim/real", func(r *Report) (float64, bool) { return ratio(r.Real.CrashP50, r.Sim.CrashP50) }),
+		ratioOf(reports, "copies per change sim/real", func(r *Report) (float64, bool) {
+			return ratio(r.Real.CopiesPerChange, r.Sim.CopiesPerChange)
+		}),
+		ratioOf(reports, "hop median given to the sim (ms)", func(r *Report) (float64, bool) { return r.LatencyUS / 1e3, true }),
 	}
-	_, err := fmt.Fprintf(w, "convergence p99 sim/real per run: %s\n", strings.Join(ratios, ", "))
-	return err
+	return out
+}
+
+func ratioOf(reports []*Report, metric string, f func(*Report) (float64, bool)) Ratio {
+	r := Ratio{Metric: metric}
+	for _, rep := range reports {
+		if v, ok := f(rep); ok {
+			r.Runs = append(r.Runs, v)
+		}
+	}
+	r.Median = median(r.Runs)
+	return r
+}
+
+// median is the middle value of xs (the mean of the middle two for an even
+// count), 0 for none.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// WriteRatios prints Ratios(reports): each measure's median over the runs
+// and its value in each run.
+func WriteRatios(w io.Writer, reports []*Report) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "over %d runs\tmedian\tper run\n", len(reports))
+	for _, r := range Ratios(reports) {
+		runs := make([]string, len(r.Runs))
+		for i, v := range r.Runs {
+			runs[i] = fmt.Sprintf("%.2f", v)
+		}
+		fmt.Fprintf(tw, "%s\t%.2f\t%s\n", r.Metric, r.Median, strings.Join(runs, " "))
+	}
+	return tw.Flush()
 }
 
 // writeTable prints the real and simulated measures side by side, and with

@@ -26,8 +26,13 @@ func runSim(ctx context.Context, sc Scenario, writes []sim.WriteDelay) (*Measure
 		m.CrashP50 += r.NodeCrash.P50 / seeds
 		m.CrashMax += r.NodeCrash.Max / seeds
 		m.Converged += r.ConvergedFraction / seeds
+		m.directCopies += r.DirectCopiesPerChange / seeds
 		if i == 0 {
 			m.Curve = r.Curve
+			m.ran = ran{nodes: r.Nodes, writes: r.Actions, mode: r.Mode}
+			for _, c := range cfg.Crashes {
+				m.ran.crashed = append(m.ran.crashed, c.Node)
+			}
 		}
 	}
 	return &m, nil

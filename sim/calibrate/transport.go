@@ -61,12 +61,14 @@ type countingTransport struct {
 	node   int
 	name   string
 	sends  *sendLog
+	log    *copyLog
 }
 
-func (t *countingTransport) count(b []byte) {
+func (t *countingTransport) count(b []byte, to string) {
 	at := time.Now()
 	ds := packetDeltas(b, nil)
 	t.copies.Add(uint64(len(ds)))
+	t.log.record(t.name, to, ds)
 	if len(ds) == 0 || !t.sends.on.Load() {
 		return
 	}
@@ -90,12 +92,12 @@ const (
 )
 
 func (t *countingTransport) WriteToAddress(b []byte, addr memberlist.Address) (time.Time, error) {
-	t.count(b)
+	t.count(b, addr.Addr)
 	return t.NodeAwareTransport.WriteToAddress(b, addr)
 }
 
 func (t *countingTransport) WriteTo(b []byte, addr string) (time.Time, error) {
-	t.count(b)
+	t.count(b, addr)
 	return t.NodeAwareTransport.WriteTo(b, addr)
 }
 
@@ -137,4 +139,99 @@ func packetDeltas(b []byte, out []crdt.Delta) []crdt.Delta {
 		}
 	}
 	return out
+}
+
+// copyLog records every delta copy a node sends over UDP, by sender,
+// delta and destination, for the copy audit (copyAudit).
+type copyLog struct {
+	mu     sync.Mutex
+	copies map[copyKey]int // how many times
+}
+
+type copyKey struct {
+	delta   deltaID
+	sender  string
+	to      string // the destination's address
+	relayed bool   // sender is not the delta's origin
+}
+
+// deltaID names one delta: its origin node and version.
+type deltaID struct {
+	origin  string
+	version uint64
+}
+
+func (l *copyLog) record(name, to string, ds []crdt.Delta) {
+	if len(ds) == 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.copies == nil {
+		l.copies = make(map[copyKey]int)
+	}
+	for i := range ds {
+		o := ds[i].Origin().Node
+		l.copies[copyKey{delta: deltaID{o, ds[i].Version()}, sender: name, to: to, relayed: o != name}]++
+	}
+}
+
+// copyAudit is what the copy log and gossip's own counters say about the
+// delta copies sent over UDP up to some point of a run. Unlike the copies
+// per change, which depend on how many writes a batch coalesced, these are
+// counts the protocol fixes (see the test's use of them).
+type copyAudit struct {
+	// Deltas is the number of distinct deltas their owners sent; Own the
+	// copies of them the owners sent, Relayed those other nodes sent.
+	Deltas       int
+	Own, Relayed int
+	// Repeats counts copies of a delta an owner sent to a peer it had
+	// already sent it to.
+	Repeats int
+	// MinPeers and MaxPeers are the fewest and most distinct peers an
+	// owner sent one of its deltas to.
+	MinPeers, MaxPeers int
+	// Direct is gossip's Stats.DeltaCopies summed over the nodes: the
+	// copies its flushes sent directly (eager fan-out or epidemic seeds).
+	Direct uint64
+	// Disturbed counts what lets a flush send to fewer peers, or a copy go
+	// uncounted: leases expired, members failed and send errors, summed
+	// over the nodes' gossip.Stats.
+	Disturbed uint64
+}
+
+// audit sums the copy log and the nodes' gossip counters.
+func (rr *realRun) audit() copyAudit {
+	var a copyAudit
+	for _, c := range rr.nodes {
+		if c == nil {
+			continue
+		}
+		st := c.Stats()
+		a.Direct += st.DeltaCopies.Load()
+		a.Disturbed += st.LeasesExpired.Load() + st.MembersFailed.Load() + st.SendErrors.Load()
+	}
+	l := &rr.log
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	peers := make(map[deltaID]int)
+	for k, n := range l.copies {
+		if k.relayed {
+			a.Relayed += n
+			continue
+		}
+		a.Own += n
+		a.Repeats += n - 1
+		peers[k.delta]++
+	}
+	a.Deltas = len(peers)
+	first := true
+	for _, p := range peers {
+		if first || p < a.MinPeers {
+			a.MinPeers = p
+		}
+		a.MaxPeers = max(a.MaxPeers, p)
+		first = false
+	}
+	return a
 }
