@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rollcall/rollcall/gossip"
+	"github.com/rollcall/rollcall/dissem"
 )
 
 // TestCalibration runs small calibrations (6 real nodes) in both modes and
@@ -63,7 +63,7 @@ func checkReport(t *testing.T, r *Report) {
 	t.Helper()
 	sc := r.Scenario
 	n := sc.Nodes
-	mode := gossip.ChooseMode(n, sc.EagerThreshold)
+	mode := dissem.ChooseMode(n, sc.EagerThreshold)
 
 	// Both sides ran the scenario: its nodes, its mode, its writes and
 	// the same nodes crashed in the same order.
@@ -112,7 +112,7 @@ func checkReport(t *testing.T, r *Report) {
 	}
 	seeds := min(3, n-1)
 	switch mode {
-	case gossip.ModeEager:
+	case dissem.ModeEager:
 		// Straight to every member, nothing relayed or repeated.
 		if a.Relayed != 0 || a.Repeats != 0 {
 			t.Errorf("eager: %d relayed and %d repeated copies, want none", a.Relayed, a.Repeats)
@@ -130,7 +130,7 @@ func checkReport(t *testing.T, r *Report) {
 			t.Errorf("eager: the simulator sent %.3f copies per change, %.3f of them direct: want all direct, at most %d",
 				r.Sim.CopiesPerChange, r.Sim.directCopies, n-1)
 		}
-	case gossip.ModeEpidemic:
+	case dissem.ModeEpidemic:
 		// Each flushed delta seeds 3 members directly; the owner's later
 		// piggybacked copies and the relays come on top.
 		if a.Disturbed == 0 {
@@ -155,7 +155,7 @@ func checkReport(t *testing.T, r *Report) {
 	if len(r.WriteDelays) == 0 {
 		t.Errorf("%s: no write delay measured", mode)
 	}
-	hops := map[gossip.Mode]int{gossip.ModeEager: n - 1, gossip.ModeEpidemic: 0}[mode]
+	hops := map[dissem.Mode]int{dissem.ModeEager: n - 1, dissem.ModeEpidemic: 0}[mode]
 	for _, w := range r.WriteDelays {
 		if len(w.Hops) != hops {
 			t.Errorf("%s: a measured write has %d hops, want %d", mode, len(w.Hops), hops)

@@ -396,7 +396,7 @@ func (rr *realRun) measure(copies uint64) *Measure {
 	m := &Measure{ConvP50: pct(conv, 50), ConvP99: pct(conv, 99), CrashP50: pct(crash, 50), CrashMax: pct(crash, 100),
 		conv: conv, crash: crash,
 		ran: ran{nodes: len(rr.nodes), writes: n, crashed: slices.Clone(rr.crashed),
-			mode: gossip.ChooseMode(len(rr.nodes), rr.sc.EagerThreshold).String()}}
+			mode: dissem.ChooseMode(len(rr.nodes), rr.sc.EagerThreshold).String()}}
 	sort.Float64s(ages)
 	total := float64(n * rr.sc.Nodes)
 	last := -1.0
