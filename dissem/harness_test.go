@@ -1,6 +1,7 @@
 package dissem
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -241,17 +242,28 @@ func (h *harness) converged() error {
 	return nil
 }
 
-// write is an owner's write on node n: PutLocal, then Publish.
+// write is an owner's write on node n: PutLocal, then Publish. A session
+// that is not active there is connected as a new epoch; ending one that is
+// not active does nothing.
 func (h *harness) write(n *hnode, user, device string, status crdt.Status, state crdt.State) error {
-	var epoch uint64 = 1
-	if s, ok := n.r.Session(crdt.Key{User: user, Device: device}); ok {
-		epoch = s.Epoch
-		if state == crdt.StateActive && s.State != crdt.StateActive {
-			epoch++
+	k := crdt.Key{User: user, Device: device}
+	cur, ok := n.r.Session(k)
+	active := ok && cur.State == crdt.StateActive && cur.Origin.Node == n.name
+	if !active && state != crdt.StateActive {
+		return nil
+	}
+	epoch := cur.Epoch
+	if !active {
+		var err error
+		if epoch, err = crdt.NextEpoch(n.r.MaxEpoch(k), 0, h.now); err != nil {
+			return err
 		}
 	}
-	d, err := n.r.PutLocal(crdt.Session{User: user, Device: device, ID: user + "-" + device, Epoch: epoch,
-		State: state, Status: status}, h.now)
+	d, err := n.r.PutLocal(crdt.Session{User: user, Device: device, ID: fmt.Sprintf("%s-%s-%d", user, device, epoch),
+		Epoch: epoch, State: state, Status: status}, h.now)
+	if errors.Is(err, crdt.ErrSuperseded) {
+		return nil // refused here, as a gateway refuses it
+	}
 	if err != nil {
 		return err
 	}

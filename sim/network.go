@@ -182,6 +182,11 @@ func (s *Sim) sendStream(st *stream, size int) bool {
 	case st.msg != nil && st.msg.antiEntropy:
 		s.stats.antiEntropyBytes += uint64(size + streamOverhead)
 	}
+	if st.msg != nil && !st.pushPull {
+		c := &s.stats.sent[st.msg.msg.Type][1]
+		c.msgs++
+		c.bytes += uint64(st.msg.size)
+	}
 	if st.msg != nil && st.msg.msg.Type == dissem.TypeDeltas {
 		s.stats.deltaCopies += uint64(len(st.msg.msg.Deltas))
 	}

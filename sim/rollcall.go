@@ -238,6 +238,9 @@ func (s *Sim) apply(n *node, a *dissem.Apply) {
 // its own packet, with the latency given (ns), or drawn from
 // Config.Latency when lat is negative.
 func (s *Sim) sendBestEffortAfter(n *node, to int32, m *umsg, lat int64) {
+	c := &s.stats.sent[m.msg.Type][0]
+	c.msgs++
+	c.bytes += uint64(m.size)
 	pkt := s.newPacket(n.id, to)
 	pkt.parts = append(pkt.parts, part{kind: pUser, msg: m, size: m.size})
 	s.sendPacketAfter(pkt, lat)

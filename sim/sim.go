@@ -81,6 +81,10 @@ type counters struct {
 	supersededWrites              uint64
 	answersDropped                uint64
 	suspicions, deaths, refutes   uint64
+	// sent counts the Rollcall messages owners and relays send
+	// themselves, by type and by packet (0) or stream (1), as gossip's
+	// Stats.Sent does: messages and their encoded bytes
+	sent [dissem.MaxType + 1][2]struct{ msgs, bytes uint64 }
 }
 
 // New validates cfg and builds a simulation ready to run.
