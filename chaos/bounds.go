@@ -7,7 +7,7 @@ import (
 )
 
 // Constants of the agent that the bounds depend on but no flag sets. They
-// are read off the agent's code (node/config.go, gossip/tick.go,
+// are read off the agent's code (node/config.go, dissem/node.go,
 // gossip/config.go, cmd/rollcall/cluster.go); if the agent changes them,
 // change them here.
 const (

@@ -38,10 +38,12 @@
 // replica that lags past another's GC floor gets a full snapshot of every
 // origin from it.
 //
-// The driving loop. node/ runs it over the wall clock (node.Node is the
-// replica's owner, gossip/ calls its Host methods), gossip.ReplicaHost does the
-// same for tests and sim/calibrate, and sim/ runs one replica per simulated
-// node in virtual time; now is always Unix nanoseconds:
+// The driving loop. node/ runs it over the wall clock: node.Node owns the
+// replica and writes it (PutLocal), and gossip.Cluster carries out what the
+// protocol core (dissem.Node) decides through the node's Host methods
+// (Apply, ApplySync, SetNodeDown, SetNodeUp, Digest, Diff). gossip.ReplicaHost
+// does the same for tests and sim/calibrate, and sim/ runs one replica per
+// simulated node in virtual time. now is always Unix nanoseconds:
 //
 //	r, err := crdt.NewReplica(crdt.Config{Self: origin})
 //	d, err := r.PutLocal(session, now)       // an owner's write: the Delta to disseminate

@@ -110,7 +110,7 @@ func (h *harness) drive(n *hnode, label string) {
 				fmt.Fprintf(&h.out, "  %s\n", l)
 			}
 		}
-		h.execute(n, &rd)
+		h.execute(n, rd)
 		n.core.Advance(h.now)
 	}
 }

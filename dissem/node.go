@@ -49,6 +49,26 @@ type Config struct {
 	Origins *OriginTable
 }
 
+// originSeen is what a node keeps per origin: the newest version it
+// received, and (for its driver) where its replica keeps the origin.
+type originSeen struct {
+	version uint64
+	ref     crdt.OriginRef
+}
+
+// OriginRef returns where the driver may keep its replica's state of the
+// origin of m's delta i (crdt.Replica.ApplyVia), beside the node's own
+// record of that origin: a driver that applies every delta at thousands
+// of replicas (the simulator) saves a lookup, and a cache miss, per delta.
+// m is a delta batch the node stepped.
+func (n *Node) OriginRef(m *Message, i int) *crdt.OriginRef {
+	w := m.originNumbers(n.origins)[i]
+	if int(w) >= len(n.seen) {
+		n.seen = append(n.seen, make([]originSeen, len(n.origins.num)-len(n.seen))...)
+	}
+	return &n.seen[w].ref
+}
+
 // OriginTable numbers origins densely, in order of first sight. It is not
 // safe for concurrent use: nodes that share one are driven from one
 // goroutine.
@@ -65,6 +85,24 @@ func (t *OriginTable) number(o crdt.Origin) int32 {
 	}
 	return k
 }
+
+// DefaultConfig returns the protocol's defaults (Name, Incarnation,
+// ClientAddr and Rand are the driver's).
+func DefaultConfig() Config {
+	return Config{
+		BatchDelay:        2 * time.Millisecond,
+		PacketBudget:      DefaultPacketBudget,
+		EagerThreshold:    64,
+		AliveInterval:     time.Second,
+		LeaseTimeout:      15 * time.Second,
+		ReconnectInterval: 10 * time.Second,
+		ReconnectTimeout:  24 * time.Hour,
+	}
+}
+
+// DefaultMaxQueue is the default bound of a node's piggyback queue (in
+// messages) that both drivers prune to.
+const DefaultMaxQueue = 4096
 
 // Members is the driver's view of memberlist's member list, which the
 // node reads to choose targets. The node keeps its own record of each
@@ -108,33 +146,41 @@ const maxSeeds = 3
 // nanoseconds on the driver's lease clock) and draws randomness only from
 // Config.Rand. It is not safe for concurrent use.
 type Node struct {
-	cfg     Config
-	self    crdt.Origin
-	members Members
-	replica Replica
-	rng     *rand.Rand
+	// What every received message reads comes first, in two cache lines:
+	// a driver of thousands of nodes (the simulator) finds the rest of a
+	// node cold.
+	members   Members
+	replica   Replica
+	name      string // cfg.Name
+	threshold int    // cfg.EagerThreshold
+	origins   *OriginTable
+	seen      []originSeen // by origin number
+	deadline  int64        // the earliest timer (Deadline)
+	ready     bool         // rd holds something
+	// set by inputs that may raise a watermark: Advance then checks the
+	// revivals the applied changes may complete
+	recheck bool
+	heardUp []revival // peers heard again in a delta batch: revived in Advance
+	rd      *Ready    // collects the outputs: one of bufs
+	bufs    [2]Ready  // the Ready being collected, and the one handed out
+	cur     int       // rd is &bufs[cur]
+
+	cfg  Config
+	self crdt.Origin
+	rng  *rand.Rand
 
 	pending []crdt.Delta
 	flushAt int64 // 0: no flush armed
 	// the periodic timers' next due times
 	aliveAt, leaseAt, reconnectAt int64
 
-	leases    *Leases
-	gaps      *GapTracker
 	peers     map[string]*peer
 	pulling   map[string]bool
 	reviving  map[string]revival // nil while empty
-	origins   *OriginTable
-	seen      []uint64 // newest version received, by origin number
 	answering int
 	leaving   bool
-
-	rd     Ready
-	handed Ready // the last Ready handed out, whose buffers Advance reuses
-	// set by inputs that may raise a watermark: Advance then checks the
-	// revivals the applied changes may complete
-	recheck bool
-	heardUp []revival // peers heard again in a delta batch: revived in Advance
+	dead      int    // peers in StateDead, not forgotten (reconnect rounds)
+	slab      []peer // records not yet handed out
 }
 
 // MemberState is a member's state as memberlist's events told this node.
@@ -153,6 +199,8 @@ func (s MemberState) String() string { return [...]string{"alive", "dead", "left
 
 // peer is what this node knows of another member.
 type peer struct {
+	lease       lease // its lease: is it up, as this node shows it
+	gap         gap   // the gap state of the origin it announces
 	incarnation uint64
 	clientAddr  string
 	sessions    int
@@ -162,6 +210,18 @@ type peer struct {
 	forgotten   bool  // dead past ReconnectTimeout
 	deadSince   int64 // when memberlist declared it dead
 	rejoinAt    int64 // last rejoin asked because it was heard while dead
+}
+
+// setState changes a peer's state, keeping the node's count of dead
+// peers (those reconnect rounds rejoin) in step.
+func (p *peer) setState(n *Node, state MemberState, forgotten bool) {
+	if p.state == StateDead && !p.forgotten {
+		n.dead--
+	}
+	p.state, p.forgotten = state, forgotten
+	if p.state == StateDead && !p.forgotten {
+		n.dead++
+	}
 }
 
 // revival is a peer heard again after it was marked down, whose writes up
@@ -176,30 +236,42 @@ type revival struct {
 // New returns a node with nothing pending. Call Start before the first
 // Tick.
 func New(cfg Config, members Members, replica Replica) (*Node, error) {
+	n := new(Node)
+	if err := n.Init(cfg, members, replica); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// Init makes n a node with nothing pending, as New does, for a driver that
+// holds its Node in a struct of its own (the simulator keeps the core
+// beside its own per-node state, in the same cache lines). A Node must not
+// be copied once initialised.
+func (n *Node) Init(cfg Config, members Members, replica Replica) error {
 	switch {
 	case cfg.Name == "":
-		return nil, errors.New("dissem: a node needs a name")
+		return errors.New("dissem: a node needs a name")
 	case cfg.Rand == nil:
-		return nil, errors.New("dissem: a node needs a random source (Config.Rand)")
+		return errors.New("dissem: a node needs a random source (Config.Rand)")
 	case cfg.AliveInterval <= 0 || cfg.LeaseTimeout <= 0 || cfg.ReconnectInterval <= 0 || cfg.BatchDelay < 0:
-		return nil, fmt.Errorf("dissem: bad intervals: alive %v, lease %v, reconnect %v, batch %v",
+		return fmt.Errorf("dissem: bad intervals: alive %v, lease %v, reconnect %v, batch %v",
 			cfg.AliveInterval, cfg.LeaseTimeout, cfg.ReconnectInterval, cfg.BatchDelay)
 	case cfg.PacketBudget <= 0:
-		return nil, fmt.Errorf("dissem: packet budget %d", cfg.PacketBudget)
+		return fmt.Errorf("dissem: packet budget %d", cfg.PacketBudget)
 	}
 	origins := cfg.Origins
 	if origins == nil {
 		origins = NewOriginTable()
 	}
-	return &Node{
+	*n = Node{
 		cfg: cfg, self: crdt.Origin{Node: cfg.Name, Incarnation: cfg.Incarnation},
-		members: members, replica: replica, rng: cfg.Rand,
-		leases:   NewLeases(cfg.LeaseTimeout),
-		gaps:     NewGapTracker(),
-		peers:    make(map[string]*peer),
-		pulling:  make(map[string]bool),
-		origins:  origins,
-	}, nil
+		members: members, replica: replica, rng: cfg.Rand, name: cfg.Name, threshold: cfg.EagerThreshold,
+		peers:   make(map[string]*peer),
+		pulling: make(map[string]bool),
+		origins: origins,
+	}
+	n.rd = &n.bufs[0]
+	return nil
 }
 
 // LeaseTick is how often leases are checked: a twentieth of the lease, at
@@ -216,67 +288,61 @@ func (n *Node) Start(now int64, stagger bool) {
 		n.aliveAt = now
 		n.leaseAt = now + int64(LeaseTick(n.cfg.LeaseTimeout))
 		n.reconnectAt = now + int64(n.cfg.ReconnectInterval)
+		n.setDeadline()
 		return
 	}
 	n.aliveAt = now + n.rng.Int64N(int64(n.cfg.AliveInterval))
 	n.leaseAt = now + n.rng.Int64N(int64(LeaseTick(n.cfg.LeaseTimeout)))
 	n.reconnectAt = now + n.rng.Int64N(int64(n.cfg.ReconnectInterval))
+	n.setDeadline()
 }
 
 // Mode is the dissemination mode now.
-func (n *Node) Mode() Mode { return ChooseMode(n.members.NumMembers(), n.cfg.EagerThreshold) }
+func (n *Node) Mode() Mode { return ChooseMode(n.members.NumMembers(), n.threshold) }
+
+// out marks that the node has something for its driver, and returns the
+// Ready it collects in.
+func (n *Node) out() *Ready {
+	n.ready = true
+	return n.rd
+}
 
 // Pending reports how many owner deltas wait for the next flush.
 func (n *Node) Pending() int { return len(n.pending) }
 
 // Deadline is when Tick next has something to do.
-func (n *Node) Deadline() int64 {
+func (n *Node) Deadline() int64 { return n.deadline }
+
+// setDeadline recomputes Deadline after a timer changed.
+func (n *Node) setDeadline() {
 	d := min(n.aliveAt, n.leaseAt, n.reconnectAt)
 	if n.flushAt != 0 {
 		d = min(d, n.flushAt)
 	}
-	return d
+	n.deadline = d
 }
 
 // HasReady reports whether Ready has anything to do.
-func (n *Node) HasReady() bool { return !n.rd.Empty() || n.recheck || len(n.heardUp) > 0 }
+func (n *Node) HasReady() bool { return n.ready || n.recheck || len(n.heardUp) > 0 }
 
 // Ready returns what the inputs since the last call ask the driver to do.
-// Its lists are the node's own buffers, valid until the next call of
-// Advance or Ready: a driver that keeps an element past that copies it
-// (the messages they point to are immutable and can be kept).
-func (n *Node) Ready() Ready {
-	rd := n.rd
-	n.rd = Ready{Sends: rd.Sends[len(rd.Sends):], Broadcasts: rd.Broadcasts[len(rd.Broadcasts):],
-		Apply: rd.Apply[len(rd.Apply):], Pulls: rd.Pulls[len(rd.Pulls):], Answers: rd.Answers[len(rd.Answers):],
-		Rejoin: rd.Rejoin[len(rd.Rejoin):], Forget: rd.Forget[len(rd.Forget):], Notes: rd.Notes[len(rd.Notes):]}
-	n.handed = rd
-	return rd
+// It is the node's own buffer, valid until the next call of Ready: a
+// driver that executes a Ready while the node goes on (or keeps an
+// element) takes a Clone. The messages its lists point to are immutable
+// and can be kept.
+func (n *Node) Ready() *Ready {
+	out := n.rd
+	n.cur ^= 1
+	n.rd = &n.bufs[n.cur]
+	n.rd.truncate()
+	n.ready = false
+	return out
 }
 
 // Advance tells the node its last Ready was executed (in particular, its
 // Apply list reached the replica): the node then shows up each peer whose
 // missed writes the replica now holds. It may leave a new Ready.
-func (n *Node) Advance(now int64) {
-	n.reuse()
-	n.advance(now)
-}
-
-// reuse takes back the buffers of the Ready handed out, if nothing was
-// added since.
-func (n *Node) reuse() {
-	h := &n.handed
-	if n.rd.Empty() {
-		clear(h.Sends)
-		clear(h.Broadcasts)
-		clear(h.Apply)
-		clear(h.Answers)
-		clear(h.Notes)
-		n.rd = Ready{Sends: h.Sends[:0], Broadcasts: h.Broadcasts[:0], Apply: h.Apply[:0], Pulls: h.Pulls[:0],
-			Answers: h.Answers[:0], Rejoin: h.Rejoin[:0], Forget: h.Forget[:0], Notes: h.Notes[:0]}
-	}
-	n.handed = Ready{}
-}
+func (n *Node) Advance(now int64) { n.advance(now) }
 
 func (n *Node) advance(now int64) {
 	heard := n.heardUp
@@ -299,6 +365,7 @@ func (n *Node) Publish(deltas []crdt.Delta, now int64) {
 	n.pending = append(n.pending, deltas...)
 	if n.flushAt == 0 {
 		n.flushAt = now + int64(n.cfg.BatchDelay)
+		n.setDeadline()
 	}
 }
 
@@ -320,6 +387,7 @@ func (n *Node) Tick(now int64) {
 		n.reconnectAt = now + int64(n.cfg.ReconnectInterval)
 		n.reconnect(now)
 	}
+	n.setDeadline()
 }
 
 // Leave flushes pending writes over streams to every live member and tells
@@ -367,13 +435,13 @@ func (n *Node) Step(m *Message, now int64) {
 	case TypeAlive:
 		n.stepAlive(m.Alive, now)
 	case TypeLeaving:
-		if name := m.Alive.Origin.Node; name != n.cfg.Name {
+		if name := m.Alive.Origin.Node; name != n.name {
 			n.peer(name).leaving = true
 		}
 	case TypePull, TypeState:
 		n.answer(m.Digest)
 	case TypeSync:
-		n.rd.Apply = append(n.rd.Apply, Apply{Kind: ApplySync, Sync: m.Sync, Msg: m})
+		n.out().Apply = append(n.rd.Apply, Apply{Kind: ApplySync, Sync: m.Sync, Msg: m})
 		n.recheck = true
 	}
 }
@@ -383,6 +451,7 @@ func (n *Node) Step(m *Message, now int64) {
 func (n *Node) flush(reliable bool) {
 	batch := n.pending
 	n.pending, n.flushAt = nil, 0
+	n.setDeadline()
 	if len(batch) == 0 {
 		return
 	}
@@ -400,10 +469,10 @@ func (n *Node) flush(reliable bool) {
 		case mode == ModeEager:
 			n.sendLive(m, false)
 		default:
-			n.rd.Broadcasts = append(n.rd.Broadcasts, Broadcast{Msg: m})
+			n.out().Broadcasts = append(n.rd.Broadcasts, Broadcast{Msg: m})
 			// Seed the epidemic at once rather than at the next gossip round.
 			for _, to := range n.randomLive(maxSeeds) {
-				n.rd.Sends = append(n.rd.Sends, Send{To: to, Msg: m})
+				n.out().Sends = append(n.rd.Sends, Send{To: to, Msg: m})
 			}
 		}
 	}
@@ -420,7 +489,7 @@ func (n *Node) announce() {
 		n.sendLive(m, false)
 		return
 	}
-	n.rd.Broadcasts = append(n.rd.Broadcasts, Broadcast{Msg: m, Name: "alive/" + n.cfg.Name})
+	n.out().Broadcasts = append(n.rd.Broadcasts, Broadcast{Msg: m, Name: "alive/" + n.name})
 }
 
 // Live reports whether a listed peer is one to send to: alive to
@@ -436,7 +505,7 @@ func (n *Node) Live(name string) bool {
 	case StateAlive:
 		return true
 	case StateDead:
-		return !p.forgotten && !n.leases.Down(name)
+		return !p.forgotten && !p.lease.down
 	}
 	return false
 }
@@ -444,8 +513,8 @@ func (n *Node) Live(name string) bool {
 // sendLive sends m to every live member.
 func (n *Node) sendLive(m *Message, reliable bool) {
 	for i, k := 0, n.members.NumPeers(); i < k; i++ {
-		if name := n.members.Peer(i); name != n.cfg.Name && n.Live(name) {
-			n.rd.Sends = append(n.rd.Sends, Send{To: name, Msg: m, Reliable: reliable})
+		if name := n.members.Peer(i); name != n.name && n.Live(name) {
+			n.out().Sends = append(n.rd.Sends, Send{To: name, Msg: m, Reliable: reliable})
 		}
 	}
 }
@@ -455,7 +524,7 @@ func (n *Node) sendLive(m *Message, reliable bool) {
 // probes of a long one.
 func (n *Node) randomLive(k int) []string {
 	total := n.members.NumPeers()
-	ok := func(name string) bool { return name != n.cfg.Name && n.Live(name) }
+	ok := func(name string) bool { return name != n.name && n.Live(name) }
 	out := make([]string, 0, k)
 	if total < 3*k {
 		for _, i := range n.rng.Perm(total) {
@@ -481,11 +550,20 @@ func (n *Node) randomLive(k int) []string {
 func (n *Node) peer(name string) *peer {
 	p := n.peers[name]
 	if p == nil {
-		p = &peer{incarnation: n.members.Incarnation(name)}
+		if len(n.slab) == 0 {
+			n.slab = make([]peer, peerSlab)
+		}
+		p = &n.slab[0]
+		n.slab = n.slab[1:]
+		p.incarnation = n.members.Incarnation(name)
 		n.peers[name] = p
 	}
 	return p
 }
+
+// peerSlab is how many peer records are allocated at once: a node that
+// hears of thousands of peers keeps their records together.
+const peerSlab = 64
 
 func (n *Node) stepDeltas(m *Message, now int64) {
 	ds := m.Deltas
@@ -494,7 +572,7 @@ func (n *Node) stepDeltas(m *Message, now int64) {
 		if len(ds) > 0 {
 			from = ds[0].Origin().Node
 		}
-		n.rd.Notes = append(n.rd.Notes, Note{Kind: NoteBadDeltas, Node: from, Err: err})
+		n.out().Notes = append(n.rd.Notes, Note{Kind: NoteBadDeltas, Node: from, Err: err})
 		return
 	}
 	epidemic := n.Mode() == ModeEpidemic
@@ -503,23 +581,23 @@ func (n *Node) stepDeltas(m *Message, now int64) {
 	nums := m.originNumbers(n.origins)
 	for i := range ds {
 		o := ds[i].Origin()
-		if o.Node == n.cfg.Name {
+		if o.Node == n.name {
 			continue
 		}
 		w := nums[i]
 		if int(w) >= len(n.seen) {
-			n.seen = append(n.seen, make([]uint64, len(n.origins.num)-len(n.seen))...)
+			n.seen = append(n.seen, make([]originSeen, len(n.origins.num)-len(n.seen))...)
 		}
-		if v := ds[i].Version(); v > n.seen[w] {
+		if v := ds[i].Version(); v > n.seen[w].version {
 			fresh = true
-			n.seen[w] = v
+			n.seen[w].version = v
 		}
 		// Eager deltas come straight from their owner: proof it is alive.
 		// Relayed epidemic deltas prove nothing about the owner now.
 		if epidemic {
 			continue
 		}
-		if n.leases.Heard(o.Node, now) {
+		if n.peer(o.Node).lease.heardAt(now) {
 			n.heardUp = append(n.heardUp, revival{node: o.Node, origin: o, target: ds[i].Version(), since: now})
 			continue
 		}
@@ -531,17 +609,17 @@ func (n *Node) stepDeltas(m *Message, now int64) {
 			}
 		}
 	}
-	n.rd.Apply = append(n.rd.Apply, Apply{Kind: ApplyDeltas, Deltas: ds, Msg: m})
+	n.out().Apply = append(n.rd.Apply, Apply{Kind: ApplyDeltas, Deltas: ds, Msg: m})
 	n.recheck = true
 	if epidemic && fresh {
 		// Epidemic relay: what was new to us goes on with a retransmit limit.
-		n.rd.Broadcasts = append(n.rd.Broadcasts, Broadcast{Msg: m})
+		n.out().Broadcasts = append(n.rd.Broadcasts, Broadcast{Msg: m})
 	}
 }
 
 func (n *Node) stepAlive(a Alive, now int64) {
 	name := a.Origin.Node
-	if name == n.cfg.Name {
+	if name == n.name {
 		return
 	}
 	// An announcement of watermark 0 (a node that has written nothing)
@@ -550,21 +628,21 @@ func (n *Node) stepAlive(a Alive, now int64) {
 	if a.Watermark > 0 {
 		local = n.replica.Watermark(a.Origin)
 	}
-	wasDown := n.leases.Heard(name, now)
 	p := n.peer(name)
+	wasDown := p.lease.heardAt(now)
 	newInc := a.Origin.Incarnation > p.incarnation
 	p.incarnation = max(p.incarnation, a.Origin.Incarnation)
 	p.sessions, p.clientAddr = a.Sessions, a.ClientAddr
-	pull := n.gaps.Observe(a.Origin, a.Watermark, local) && !n.pulling[name]
+	pull := p.gap.observe(a.Origin, a.Watermark, local) && !n.pulling[name]
 	if pull {
 		n.pulling[name] = true
 	}
 	if newInc {
-		n.rd.Apply = append(n.rd.Apply, Apply{Kind: Retire, Origin: a.Origin})
+		n.out().Apply = append(n.rd.Apply, Apply{Kind: Retire, Origin: a.Origin})
 	}
 	if pull {
-		n.rd.Pulls = append(n.rd.Pulls, name)
-		n.rd.Notes = append(n.rd.Notes, Note{Kind: NoteGapPull, Node: name, Version: a.Watermark})
+		n.out().Pulls = append(n.rd.Pulls, name)
+		n.out().Notes = append(n.rd.Notes, Note{Kind: NoteGapPull, Node: name, Version: a.Watermark})
 	}
 	if wasDown {
 		n.revive(name, a.Origin, a.Watermark, now)
@@ -574,22 +652,22 @@ func (n *Node) stepAlive(a Alive, now int64) {
 	// next reconnect round, so memberlist's view heals in one round trip.
 	if p.state == StateDead && !p.forgotten && now-p.rejoinAt >= int64(2*n.cfg.AliveInterval) {
 		p.rejoinAt = now
-		n.rd.Rejoin = append(n.rd.Rejoin, name)
+		n.out().Rejoin = append(n.rd.Rejoin, name)
 	}
 }
 
 // answer answers a peer's digest with what it lacks, within the bound on
 // answers in flight.
 func (n *Node) answer(d DigestMsg) {
-	if d.From == n.cfg.Name {
+	if d.From == n.name {
 		return
 	}
 	if n.answering >= MaxConcurrentAnswers {
-		n.rd.Notes = append(n.rd.Notes, Note{Kind: NoteAnswerDropped, Node: d.From})
+		n.out().Notes = append(n.rd.Notes, Note{Kind: NoteAnswerDropped, Node: d.From})
 		return
 	}
 	n.answering++
-	n.rd.Answers = append(n.rd.Answers, Answer{To: d.From, Digest: d.Digest})
+	n.out().Answers = append(n.rd.Answers, Answer{To: d.From, Digest: d.Digest})
 }
 
 // reviveTimeout bounds how long a peer heard again stays shown down while
@@ -606,18 +684,18 @@ func (n *Node) reviveTimeout() int64 { return int64(n.cfg.LeaseTimeout / 2) }
 // while they are pulled (checkRevivals).
 func (n *Node) revive(name string, o crdt.Origin, target uint64, now int64) {
 	if target == 0 || n.replica.Watermark(o) >= target {
-		n.rd.Apply = append(n.rd.Apply, Apply{Kind: MarkUp, Node: name})
+		n.out().Apply = append(n.rd.Apply, Apply{Kind: MarkUp, Node: name})
 		return
 	}
 	if n.reviving == nil {
 		n.reviving = make(map[string]revival)
 	}
 	n.reviving[name] = revival{node: name, origin: o, target: target, since: now}
-	n.rd.Notes = append(n.rd.Notes, Note{Kind: NoteReviving, Node: name, Version: target})
+	n.out().Notes = append(n.rd.Notes, Note{Kind: NoteReviving, Node: name, Version: target})
 	if !n.pulling[name] {
 		n.pulling[name] = true
-		n.rd.Pulls = append(n.rd.Pulls, name)
-		n.rd.Notes = append(n.rd.Notes, Note{Kind: NoteGapPull, Node: name, Version: target})
+		n.out().Pulls = append(n.rd.Pulls, name)
+		n.out().Notes = append(n.rd.Notes, Note{Kind: NoteGapPull, Node: name, Version: target})
 	}
 }
 
@@ -640,9 +718,9 @@ func (n *Node) checkRevivals(now int64) {
 		}
 		delete(n.reviving, name)
 		if !caughtUp {
-			n.rd.Notes = append(n.rd.Notes, Note{Kind: NoteRevivedEarly, Node: name})
+			n.out().Notes = append(n.rd.Notes, Note{Kind: NoteRevivedEarly, Node: name})
 		}
-		n.rd.Apply = append(n.rd.Apply, Apply{Kind: MarkUp, Node: name})
+		n.out().Apply = append(n.rd.Apply, Apply{Kind: MarkUp, Node: name})
 	}
 }
 
@@ -652,15 +730,20 @@ func (n *Node) expireLeases(now int64) {
 	if !LeasesEnforced(n.Mode()) {
 		return
 	}
-	expired := n.leases.Expire(now)
+	var expired []string
+	for name, p := range n.peers {
+		if p.lease.expire(now, n.cfg.LeaseTimeout) {
+			expired = append(expired, name)
+		}
+	}
 	slices.Sort(expired)
 	for _, name := range expired {
 		delete(n.reviving, name)
 	}
 	n.checkRevivals(now)
 	for _, name := range expired {
-		n.rd.Apply = append(n.rd.Apply, Apply{Kind: MarkDown, Node: name})
-		n.rd.Notes = append(n.rd.Notes, Note{Kind: NoteLeaseExpired, Node: name})
+		n.out().Apply = append(n.rd.Apply, Apply{Kind: MarkDown, Node: name})
+		n.out().Notes = append(n.rd.Notes, Note{Kind: NoteLeaseExpired, Node: name})
 	}
 }
 
@@ -668,28 +751,31 @@ func (n *Node) expireLeases(now int64) {
 // a healed partition would otherwise stay split, each side holding the
 // other dead. Members dead past ReconnectTimeout are forgotten.
 func (n *Node) reconnect(now int64) {
+	if n.dead == 0 {
+		return
+	}
 	var names []string
 	for name, p := range n.peers {
 		if p.state != StateDead || p.forgotten {
 			continue
 		}
 		if now-p.deadSince > int64(n.cfg.ReconnectTimeout) {
-			p.forgotten = true
-			n.rd.Forget = append(n.rd.Forget, name)
+			p.setState(n, p.state, true)
+			n.out().Forget = append(n.rd.Forget, name)
 			continue
 		}
 		names = append(names, name)
 	}
 	slices.Sort(names)
 	slices.Sort(n.rd.Forget)
-	n.rd.Rejoin = append(n.rd.Rejoin, names...)
+	n.out().Rejoin = append(n.rd.Rejoin, names...)
 }
 
 // MemberAlive is memberlist's join or update of a member, with the
 // metadata it carries: a new incarnation retires the sessions of the old
 // one at once.
 func (n *Node) MemberAlive(name string, meta Meta, now int64) {
-	if name == n.cfg.Name {
+	if name == n.name {
 		return
 	}
 	p := n.peer(name)
@@ -698,26 +784,29 @@ func (n *Node) MemberAlive(name string, meta Meta, now int64) {
 	if meta.ClientAddr != "" {
 		p.clientAddr = meta.ClientAddr
 	}
-	p.state, p.listed, p.leaving, p.forgotten = StateAlive, true, false, false
-	n.leases.Begin(name, now)
+	p.setState(n, StateAlive, false)
+	p.listed, p.leaving = true, false
+	p.lease.begin(now)
 	if newInc {
-		n.rd.Apply = append(n.rd.Apply, Apply{Kind: Retire, Origin: crdt.Origin{Node: name, Incarnation: meta.Incarnation}})
+		n.out().Apply = append(n.rd.Apply, Apply{Kind: Retire, Origin: crdt.Origin{Node: name, Incarnation: meta.Incarnation}})
 	}
 }
 
 // MemberFailed is memberlist's verdict that a member is dead, or that it
 // left (left, or the member announced its leave first).
 func (n *Node) MemberFailed(name string, left bool, now int64) {
-	if name == n.cfg.Name {
+	if name == n.name {
 		return
 	}
 	p := n.peer(name)
 	if p.leaving {
 		left = true
 	}
-	p.state, p.deadSince, p.listed = StateDead, now, true
+	p.deadSince, p.listed = now, true
 	if left {
-		p.state = StateLeft
+		p.setState(n, StateLeft, false)
+	} else {
+		p.setState(n, StateDead, false)
 	}
 	// A graceful leave is the peer's own word: it always counts. A dead
 	// verdict is overruled by proof of life heard since (VerdictOverrule).
@@ -725,8 +814,8 @@ func (n *Node) MemberFailed(name string, left bool, now int64) {
 	if !left {
 		overrule = VerdictOverrule(n.Mode(), n.cfg.AliveInterval)
 	}
-	wasUp := n.leases.Fail(name, now, overrule)
-	down := n.leases.Down(name)
+	wasUp := p.lease.fail(now, overrule)
+	down := p.lease.down
 	if down {
 		delete(n.reviving, name)
 	}
@@ -736,10 +825,10 @@ func (n *Node) MemberFailed(name string, left bool, now int64) {
 		if left {
 			kind = NoteMemberLeft
 		}
-		n.rd.Apply = append(n.rd.Apply, Apply{Kind: MarkDown, Node: name})
-		n.rd.Notes = append(n.rd.Notes, Note{Kind: kind, Node: name})
+		n.out().Apply = append(n.rd.Apply, Apply{Kind: MarkDown, Node: name})
+		n.out().Notes = append(n.rd.Notes, Note{Kind: kind, Node: name})
 	case !down:
-		n.rd.Notes = append(n.rd.Notes, Note{Kind: NoteVerdictOverruled, Node: name})
+		n.out().Notes = append(n.rd.Notes, Note{Kind: NoteVerdictOverruled, Node: name})
 	}
 }
 
@@ -747,11 +836,12 @@ func (n *Node) MemberFailed(name string, left bool, now int64) {
 // reported: a joiner learns only the members alive at its join, not those
 // its seed holds dead. It is not sent to until memberlist reports it alive.
 func (n *Node) Unlist(name string) {
-	if name == n.cfg.Name {
+	if name == n.name {
 		return
 	}
 	p := n.peer(name)
-	p.state, p.listed, p.forgotten = StateDead, false, true
+	p.setState(n, StateDead, true)
+	p.listed = false
 }
 
 // PeerInfo is what a node knows of a peer, for status pages and clients.
@@ -775,7 +865,7 @@ func (n *Node) Peers() []PeerInfo {
 	for name, p := range n.peers {
 		_, reviving := n.reviving[name]
 		out = append(out, PeerInfo{Name: name, State: p.state, Incarnation: p.incarnation, ClientAddr: p.clientAddr,
-			Sessions: p.sessions, Listed: p.listed, Leaving: p.leaving, ShownDown: n.leases.Down(name) || reviving})
+			Sessions: p.sessions, Listed: p.listed, Leaving: p.leaving, ShownDown: p.lease.down || reviving})
 	}
 	slices.SortFunc(out, func(a, b PeerInfo) int {
 		if a.Name < b.Name {
@@ -797,7 +887,7 @@ func (n *Node) Peer(name string) (PeerInfo, bool) {
 	}
 	_, reviving := n.reviving[name]
 	return PeerInfo{Name: name, State: p.state, Incarnation: p.incarnation, ClientAddr: p.clientAddr,
-		Sessions: p.sessions, Listed: p.listed, Leaving: p.leaving, ShownDown: n.leases.Down(name) || reviving}, true
+		Sessions: p.sessions, Listed: p.listed, Leaving: p.leaving, ShownDown: p.lease.down || reviving}, true
 }
 
 // Staying counts the live listed members that have not announced a leave.
@@ -805,7 +895,7 @@ func (n *Node) Staying() int {
 	c := 0
 	for i, k := 0, n.members.NumPeers(); i < k; i++ {
 		name := n.members.Peer(i)
-		if name == n.cfg.Name || !n.Live(name) {
+		if name == n.name || !n.Live(name) {
 			continue
 		}
 		if p := n.peers[name]; p == nil || !p.leaving {
@@ -817,4 +907,9 @@ func (n *Node) Staying() int {
 
 // LastHeard returns when a peer was last heard from (or its lease began),
 // and whether it ever was.
-func (n *Node) LastHeard(name string) (int64, bool) { return n.leases.LastHeard(name) }
+func (n *Node) LastHeard(name string) (int64, bool) {
+	if p := n.peers[name]; p != nil {
+		return p.lease.last, p.lease.heard
+	}
+	return 0, false
+}

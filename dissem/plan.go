@@ -117,131 +117,96 @@ func PackDeltas(deltas []crdt.Delta, budget int) (batches [][]crdt.Delta, oversi
 	return batches, oversized
 }
 
-// Leases is this node's decision of which peer gateways are up: a peer is
-// shown failed in the projection from the moment the table marks it down
-// until it marks it up again. Every input that bears on a peer's liveness
-// goes through it (direct proof of life, memberlist's verdicts and joins,
-// the passing of time), and the caller applies the transitions it reports
-// to the replica in the order they were made, from one goroutine: the table
-// and the projection never disagree, so a stale "down" can never overtake a
-// newer "up". Time is an argument; Leases is not safe for concurrent use.
-type Leases struct {
-	ttl   time.Duration
-	peers map[string]lease
-}
-
-// lease is one peer's entry: when it was last heard (Unix nanos, valid when
-// heard) and whether it is marked down. A peer can be marked down (Fail)
-// before it was ever heard.
+// lease is one peer's lease: when it was last heard (Unix nanos, valid when
+// heard) and whether it is marked down. A peer can be marked down (fail)
+// before it was ever heard. Every input that bears on a peer's liveness
+// goes through its lease (direct proof of life, memberlist's verdicts and
+// joins, the passing of time), and the driver applies the transitions the
+// node reports to the replica in the order they were made: the lease and
+// the projection never disagree, so a stale "down" can never overtake a
+// newer "up". Time is an argument.
 type lease struct {
 	last  int64
 	heard bool
 	down  bool
 }
 
-// NewLeases returns a lease table whose leases last ttl.
-func NewLeases(ttl time.Duration) *Leases {
-	return &Leases{ttl: ttl, peers: make(map[string]lease)}
-}
-
-// Heard refreshes node's lease at now (the node proved itself alive: an
-// announcement or a delta straight from it) and reports whether the node
+// heardAt refreshes the lease at now (the peer proved itself alive: an
+// announcement or a delta straight from it) and reports whether the peer
 // was down (so the caller marks it up again).
-func (l *Leases) Heard(node string, now int64) (wasDown bool) {
-	p := l.peers[node]
+func (p *lease) heardAt(now int64) (wasDown bool) {
 	wasDown = p.down
 	if !p.heard || now > p.last {
 		p.last, p.heard = now, true
 	}
 	p.down = false
-	l.peers[node] = p
 	return wasDown
 }
 
-// Begin starts node's lease at now if it has none: memberlist reported the
-// node as a member before this node heard from it (on a fresh start every
+// begin starts the lease at now if it has none: memberlist reported the
+// peer as a member before this node heard from it (on a fresh start every
 // peer is in that state). Without it a peer that fails before its first
 // announcement arrives would never expire by lease, and would wait for
 // memberlist's slower failure detector. A peer already heard or marked down
 // is unchanged.
-func (l *Leases) Begin(node string, now int64) {
-	p, ok := l.peers[node]
-	if ok && (p.heard || p.down) {
+func (p *lease) begin(now int64) {
+	if p.heard || p.down {
 		return
 	}
 	p.last, p.heard = now, true
-	l.peers[node] = p
 }
 
-// Fail applies memberlist's verdict that node is dead (or left) at now and
-// reports whether it was up (so the caller marks it down). A verdict is the
-// end of a suspicion that began seconds earlier; a node heard from within
-// heardWithin before now has proved itself alive since, and the verdict is
-// overruled (its lease goes on and expires if it really falls silent). Pass
-// heardWithin 0 when there is no lease to fall back on (epidemic mode) or
-// the node said it left: the verdict then always counts.
-func (l *Leases) Fail(node string, now int64, heardWithin time.Duration) (wasUp bool) {
-	p := l.peers[node]
+// fail applies memberlist's verdict that the peer is dead (or left) at now
+// and reports whether it was up (so the caller marks it down). A verdict is
+// the end of a suspicion that began seconds earlier; a peer heard from
+// within heardWithin before now has proved itself alive since, and the
+// verdict is overruled (its lease goes on and expires if it really falls
+// silent). heardWithin is 0 when there is no lease to fall back on
+// (epidemic mode) or the peer said it left: the verdict then always counts.
+func (p *lease) fail(now int64, heardWithin time.Duration) (wasUp bool) {
 	if heardWithin > 0 && p.heard && now-p.last <= int64(heardWithin) {
 		return false
 	}
 	wasUp = !p.down
 	p.down = true
-	l.peers[node] = p
 	return wasUp
 }
 
-// Forget drops a node from the table.
-func (l *Leases) Forget(node string) { delete(l.peers, node) }
-
-// Expire returns the nodes whose lease passed at now and were up, and marks
-// them down.
-func (l *Leases) Expire(now int64) []string {
-	var out []string
-	for node, p := range l.peers {
-		if p.heard && !p.down && now-p.last > int64(l.ttl) {
-			p.down = true
-			l.peers[node] = p
-			out = append(out, node)
-		}
+// expire marks the lease down if it passed at now (it lasts ttl) and the
+// peer was up, and reports whether it did.
+func (p *lease) expire(now int64, ttl time.Duration) bool {
+	if p.heard && !p.down && now-p.last > int64(ttl) {
+		p.down = true
+		return true
 	}
-	return out
+	return false
 }
 
-// Down reports whether node is marked down.
-func (l *Leases) Down(node string) bool { return l.peers[node].down }
-
-// LastHeard returns when node was last heard from (or its lease began), and
-// whether it ever was.
-func (l *Leases) LastHeard(node string) (at int64, ok bool) {
-	p := l.peers[node]
-	return p.last, p.heard
+// gap decides when a replica should pull from an origin whose announced
+// watermark is ahead of its own: the state of the origin one peer
+// announces (its current incarnation). A gap seen once may be deltas still
+// in flight; a gap that persists from one announcement to the next is a
+// loss, repaired by a pull.
+type gap struct {
+	incarnation uint64 // of the origin the open gap is about
+	announced   uint64 // the watermark announced with the gap open
+	open        bool
 }
 
-// GapTracker decides when a replica should pull from an origin whose
-// announced watermark is ahead of its own. A gap seen once may be deltas
-// still in flight; a gap that persists from one announcement to the next is a
-// loss, repaired by a pull. Not safe for concurrent use.
-type GapTracker struct {
-	seen map[crdt.Origin]uint64 // origin -> watermark announced with an open gap
-}
-
-// NewGapTracker returns an empty tracker.
-func NewGapTracker() *GapTracker { return &GapTracker{seen: make(map[crdt.Origin]uint64)} }
-
-// Observe records an announcement of origin o at watermark announced, when
-// the local watermark is local, and reports whether to pull now.
-func (g *GapTracker) Observe(o crdt.Origin, announced, local uint64) bool {
+// observe records an announcement of origin o at watermark announced,
+// when the local watermark is local, and reports whether to pull now. An
+// announcement of another incarnation starts afresh.
+func (g *gap) observe(o crdt.Origin, announced, local uint64) bool {
+	if g.open && g.incarnation != o.Incarnation {
+		g.open = false
+	}
 	if local >= announced {
-		delete(g.seen, o)
+		g.open = false
 		return false
 	}
-	prev, open := g.seen[o]
-	g.seen[o] = announced
+	prev, open := g.announced, g.open
+	g.incarnation, g.announced, g.open = o.Incarnation, announced, true
 	// The gap persisted since the previous announcement: whatever was below
 	// that announcement should have arrived by now.
 	return open && local < prev
 }
-
-// Forget drops the tracker's state for an origin.
-func (g *GapTracker) Forget(o crdt.Origin) { delete(g.seen, o) }

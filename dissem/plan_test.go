@@ -170,6 +170,63 @@ func TestLeasesVerdictOverruledByFreshProofOfLife(t *testing.T) {
 
 func sortedCopy(s []string) []string { return slices.Sorted(slices.Values(s)) }
 
+// Leases is a table of leases by peer name, as a Node keeps them in its
+// peer records, for the tests of the lease rules.
+type Leases struct {
+	ttl   time.Duration
+	peers map[string]*lease
+}
+
+func NewLeases(ttl time.Duration) *Leases { return &Leases{ttl: ttl, peers: make(map[string]*lease)} }
+
+func (l *Leases) entry(node string) *lease {
+	p := l.peers[node]
+	if p == nil {
+		p = new(lease)
+		l.peers[node] = p
+	}
+	return p
+}
+
+func (l *Leases) Heard(node string, now int64) bool { return l.entry(node).heardAt(now) }
+func (l *Leases) Begin(node string, now int64)      { l.entry(node).begin(now) }
+func (l *Leases) Fail(node string, now int64, within time.Duration) bool {
+	return l.entry(node).fail(now, within)
+}
+func (l *Leases) Forget(node string)    { delete(l.peers, node) }
+func (l *Leases) Down(node string) bool { p := l.peers[node]; return p != nil && p.down }
+func (l *Leases) LastHeard(node string) (int64, bool) {
+	if p := l.peers[node]; p != nil {
+		return p.last, p.heard
+	}
+	return 0, false
+}
+func (l *Leases) Expire(now int64) []string {
+	var out []string
+	for node, p := range l.peers {
+		if p.expire(now, l.ttl) {
+			out = append(out, node)
+		}
+	}
+	return out
+}
+
+// GapTracker is the gap rule for several origins, one gap each.
+type GapTracker struct{ seen map[crdt.Origin]*gap }
+
+func NewGapTracker() *GapTracker { return &GapTracker{seen: make(map[crdt.Origin]*gap)} }
+
+func (g *GapTracker) Observe(o crdt.Origin, announced, local uint64) bool {
+	e := g.seen[o]
+	if e == nil {
+		e = new(gap)
+		g.seen[o] = e
+	}
+	return e.observe(o, announced, local)
+}
+
+func (g *GapTracker) Forget(o crdt.Origin) { delete(g.seen, o) }
+
 func TestGapTrackerPullsOnlyPersistentGaps(t *testing.T) {
 	g := NewGapTracker()
 	o := crdt.Origin{Node: "n1", Incarnation: 1}

@@ -12,14 +12,14 @@ import (
 // each list: the outputs of every input since the last Ready. The driver
 // executes it, then calls Advance.
 type Ready struct {
-	// Sends are messages for one peer each: best effort (a UDP packet of
-	// its own) or, when Reliable, over a stream.
-	Sends []Send
+	// Apply changes the local replica (and what the node shows), in order.
+	Apply []Apply
 	// Broadcasts go on the piggyback queue (memberlist's
 	// TransmitLimitedQueue), which gossips them a limited number of times.
 	Broadcasts []Broadcast
-	// Apply changes the local replica (and what the node shows), in order.
-	Apply []Apply
+	// Sends are messages for one peer each: best effort (a UDP packet of
+	// its own) or, when Reliable, over a stream.
+	Sends []Send
 	// Pulls name peers to ask, over a stream, for what this replica lacks:
 	// the driver sends NewDigest(TypePull, name, its replica's digest) and
 	// calls PullDone when the send is over.
@@ -45,6 +45,17 @@ func (rd *Ready) Clone() Ready {
 	return Ready{Sends: slices.Clone(rd.Sends), Broadcasts: slices.Clone(rd.Broadcasts), Apply: slices.Clone(rd.Apply),
 		Pulls: slices.Clone(rd.Pulls), Answers: slices.Clone(rd.Answers), Rejoin: slices.Clone(rd.Rejoin),
 		Forget: slices.Clone(rd.Forget), Notes: slices.Clone(rd.Notes)}
+}
+
+// truncate empties every list, keeping its buffer.
+func (rd *Ready) truncate() {
+	clear(rd.Apply)
+	clear(rd.Broadcasts)
+	clear(rd.Sends)
+	clear(rd.Answers)
+	clear(rd.Notes)
+	*rd = Ready{Apply: rd.Apply[:0], Broadcasts: rd.Broadcasts[:0], Sends: rd.Sends[:0], Pulls: rd.Pulls[:0],
+		Answers: rd.Answers[:0], Rejoin: rd.Rejoin[:0], Forget: rd.Forget[:0], Notes: rd.Notes[:0]}
 }
 
 // Empty reports whether there is nothing to do.

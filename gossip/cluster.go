@@ -307,8 +307,7 @@ func (c *Cluster) Leave(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	c.mu.Lock()
 	c.core.Leave()
-	rd := c.core.Ready()
-	rd = rd.Clone() // executed while the loop goes on
+	rd := c.core.Ready().Clone() // executed while the loop goes on
 	c.mu.Unlock()
 	sent, failed := c.execute(rd, true)
 	told := failed == 0

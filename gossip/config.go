@@ -95,21 +95,23 @@ type Config struct {
 }
 
 // DefaultConfig returns a Config with every default filled in, except Name.
+// The protocol's own defaults are dissem's.
 func DefaultConfig() Config {
+	p := dissem.DefaultConfig()
 	return Config{
 		BindAddr:       "127.0.0.1:7946",
 		Profile:        "lan",
-		LeaseTimeout:   15 * time.Second,
-		AliveInterval:  time.Second,
-		BatchDelay:     2 * time.Millisecond,
-		EagerThreshold: 64,
-		PacketBudget:   dissem.DefaultPacketBudget,
-		MaxQueue:       4096,
+		LeaseTimeout:   p.LeaseTimeout,
+		AliveInterval:  p.AliveInterval,
+		BatchDelay:     p.BatchDelay,
+		EagerThreshold: p.EagerThreshold,
+		PacketBudget:   p.PacketBudget,
+		MaxQueue:       dissem.DefaultMaxQueue,
 		RouteTimeout:   2 * time.Second,
 		InboundQueue:   8192,
 
-		ReconnectInterval: 10 * time.Second,
-		ReconnectTimeout:  24 * time.Hour,
+		ReconnectInterval: p.ReconnectInterval,
+		ReconnectTimeout:  p.ReconnectTimeout,
 	}
 }
 

@@ -69,10 +69,9 @@ func (c *Cluster) step(input func(now int64)) {
 	now := c.leaseNow()
 	input(now)
 	for c.core.HasReady() {
-		// Executed unlocked; Leave and AnnounceDrain, which run outside
-		// the loop, execute clones, so nothing else takes these buffers
-		// back before Advance.
-		rd := c.core.Ready()
+		// Executed unlocked, while Publish, Leave and AnnounceDrain may
+		// use the core: a copy of its own.
+		rd := c.core.Ready().Clone()
 		c.mu.Unlock()
 		c.execute(rd, false)
 		c.mu.Lock()

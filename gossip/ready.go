@@ -130,8 +130,7 @@ func (c *Cluster) OtherGateways() []string {
 func (c *Cluster) AnnounceDrain() {
 	c.mu.Lock()
 	c.core.AnnounceDrain()
-	rd := c.core.Ready()
-	rd = rd.Clone() // executed while the loop goes on
+	rd := c.core.Ready().Clone() // executed while the loop goes on
 	c.mu.Unlock()
 	c.execute(rd, false)
 }

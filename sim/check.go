@@ -4,10 +4,8 @@ import (
 	"fmt"
 )
 
-// check verifies each replica's own invariants (Replica.CheckInvariants);
-// leaseTick, under Config.Check, also verifies that the lease index skips
-// only Leases.Expire calls that would expire nothing. Config.Check runs it
-// after every event.
+// check verifies each replica's own invariants (Replica.CheckInvariants).
+// Config.Check runs it after every event.
 func (s *Sim) check() error {
 	for _, n := range s.nodes {
 		if !n.up {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
-	"github.com/rollcall/rollcall/gossip"
+	"github.com/rollcall/rollcall/dissem"
 )
 
 // Config is one simulated scenario. DefaultConfig documents every default;
@@ -31,7 +31,7 @@ type Config struct {
 	// times by each node that queues it.
 	RetransmitMult int
 	// PushPullInterval is the full state exchange interval before scaling
-	// by gossip.PushPullScale.
+	// by dissem.PushPullScale.
 	PushPullInterval time.Duration
 	// ProbeInterval and ProbeTimeout drive failure detection.
 	ProbeInterval time.Duration
@@ -39,7 +39,7 @@ type Config struct {
 	// IndirectChecks is the number of members asked to ping a silent node.
 	IndirectChecks int
 	// SuspicionMult scales the minimum suspicion timeout
-	// (gossip.SuspicionTimeout); SuspicionMaxTimeoutMult the maximum.
+	// (dissem.SuspicionTimeout); SuspicionMaxTimeoutMult the maximum.
 	SuspicionMult           int
 	SuspicionMaxTimeoutMult int
 	// GossipToTheDeadTime is how long dead nodes still receive gossip.
@@ -49,7 +49,7 @@ type Config struct {
 	// DisableTCPPings turns off the TCP fallback probe.
 	DisableTCPPings bool
 
-	// Rollcall gossip settings (gossip.Config); zero keeps gossip's default.
+	// Rollcall protocol settings (dissem.Config); zero keeps dissem's default.
 	LeaseTimeout   time.Duration
 	AliveInterval  time.Duration
 	BatchDelay     time.Duration
@@ -227,13 +227,13 @@ func (c *Config) Validate() error {
 	num(&c.UDPBufferSize, ml.UDPBufferSize)
 	c.DisableTCPPings = c.DisableTCPPings || ml.DisableTcpPings
 
-	g := gossip.DefaultConfig()
+	g := dissem.DefaultConfig()
 	dur(&c.LeaseTimeout, g.LeaseTimeout)
 	dur(&c.AliveInterval, g.AliveInterval)
 	dur(&c.BatchDelay, g.BatchDelay)
 	num(&c.EagerThreshold, g.EagerThreshold)
 	num(&c.PacketBudget, g.PacketBudget)
-	num(&c.MaxQueue, g.MaxQueue)
+	num(&c.MaxQueue, dissem.DefaultMaxQueue)
 	dur(&c.ReconnectInterval, g.ReconnectInterval)
 	dur(&c.ReconnectTimeout, g.ReconnectTimeout)
 

@@ -22,6 +22,13 @@ func TestLibraryImportsNoCLI(t *testing.T) {
 	libraries := []string{module + "/sim", module + "/sim/calibrate"}
 
 	deps := goList(t, append([]string{"-deps"}, libraries...)...)
+	for _, d := range goList(t, "-deps", module+"/sim") {
+		// The simulator runs the protocol (dissem) over replicas (crdt):
+		// no gateway, no gossip wiring, no tokens, no HTTP of ours.
+		if strings.HasPrefix(d, module+"/") && d != module+"/crdt" && d != module+"/dissem" && d != module+"/sim" {
+			t.Errorf("the simulator depends on %s; it needs only crdt and dissem", d)
+		}
+	}
 	for _, d := range deps {
 		if strings.HasPrefix(d, "gonum.org/") {
 			t.Errorf("the simulator's libraries depend on %s; plotting belongs in sim/simcli", d)

@@ -4,20 +4,23 @@
 // decisions. It opens no sockets and never sleeps; the same Config (seed
 // included) gives the same Result, byte for byte.
 //
-// Every simulated gateway holds a real crdt.Replica and two piggyback queues
-// with memberlist's TransmitLimitedQueue semantics (queue.go, tested against
-// memberlist's own queue in queue_test.go), and handles messages the way
-// gossip.Cluster does: rollcall.go restates gossip's send.go (Publish,
-// flush, enqueueBroadcast), handle.go (handleDeltas, handleAlive, goPull,
-// goAnswer), tick.go (lease expiry, reconnect, announce) and delegate.go
-// (member events, push/pull state) under the same function names, calling
-// the shared pure code of gossip/plan.go (ChooseMode, PackDeltas, Leases,
-// GapTracker, PushPullScale) and the same crdt.Replica methods. Message
-// sizes come from crdt's codec and, for memberlist's own messages, from
-// sizes.go. memberlist's failure detector and membership are modelled from
-// its source (membership.go, probe.go); the network (network.go, latency.go),
-// the faults (faults.go) and the clients (clients.go, which expire sessions
-// as node/ does) are models; metrics.go and result.go say what is measured.
+// Every simulated gateway holds a real crdt.Replica, a real dissem.Node
+// (the protocol core gossip.Cluster drives too: every decision of
+// batching, packing, mode, targets, relays, leases, gap pulls, answers,
+// revivals and rejoins is the core's) and two piggyback queues with
+// memberlist's TransmitLimitedQueue semantics (queue.go, tested against
+// memberlist's own queue with gossip's broadcast types in queue_test.go).
+// rollcall.go drives the core: it feeds it owner writes, received
+// messages, memberlist's events and the passing of time, and carries out
+// its Ready over the simulated network and replica. Rollcall's messages
+// are the core's own encodings, so their sizes are the real ones
+// (fidelity_test.go checks them against real gossip.Clusters fed the same
+// writes); memberlist's own messages are sized field by field in sizes.go.
+// memberlist's failure detector and membership are modelled from its
+// source (membership.go, probe.go); the network (network.go, latency.go),
+// the faults (faults.go) and the clients (clients.go, which use crdt's
+// owner rules as node/ does) are models; metrics.go and result.go say what
+// is measured.
 //
 // The package is a library: it takes a Config and returns a Result. It
 // parses no flags and draws nothing (`rollcall sim`'s flags, table, JSON and

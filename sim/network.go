@@ -35,7 +35,8 @@ type part struct {
 // shared by every copy in flight.
 type umsg struct {
 	msg  *dissem.Message
-	size int // encoded bytes on the wire (len(msg.Bytes), but see digestMsg)
+	typ  dissem.Type // msg.Type, read by every copy without a trip to msg
+	size int         // encoded bytes on the wire (len(msg.Bytes), but see digestMsg)
 	// applied has bit n set once node n (this life of it) applied the
 	// message, a delta batch: it skips re-applying it (crdt's Apply is
 	// idempotent, so the state is the same). By message, not by node: a
@@ -44,10 +45,9 @@ type umsg struct {
 	// empty, has its bit cleared everywhere (Sim.deltaMsgList) and applies
 	// everything again.
 	applied []uint64
-	// writers and clients are, per delta, its origin's Sim.writer number
-	// and the client of its user (-1 for none): looked up once, not at
-	// every node.
-	writers, clients []int32
+	// clients are, per delta, the client of its user (-1 for none):
+	// looked up once, not at every node.
+	clients []int32
 	// pull, state: the asker
 	from int32
 	// antiEntropy marks pull, state and sync traffic for the byte counters.
@@ -131,7 +131,7 @@ func (s *Sim) sendPacketAfter(p *packet, lat int64) {
 		size += p.parts[i].size
 		if p.parts[i].kind == pUser {
 			size += userMsgFrame
-			if m := p.parts[i].msg; m.msg.Type == dissem.TypeDeltas {
+			if m := p.parts[i].msg; m.typ == dissem.TypeDeltas {
 				s.stats.deltaCopies += uint64(len(m.msg.Deltas))
 			}
 		}
@@ -183,11 +183,11 @@ func (s *Sim) sendStream(st *stream, size int) bool {
 		s.stats.antiEntropyBytes += uint64(size + streamOverhead)
 	}
 	if st.msg != nil && !st.pushPull {
-		c := &s.stats.sent[st.msg.msg.Type][1]
+		c := &s.stats.sent[st.msg.typ][1]
 		c.msgs++
 		c.bytes += uint64(st.msg.size)
 	}
-	if st.msg != nil && st.msg.msg.Type == dissem.TypeDeltas {
+	if st.msg != nil && st.msg.typ == dissem.TypeDeltas {
 		s.stats.deltaCopies += uint64(len(st.msg.msg.Deltas))
 	}
 	if s.blocked(st.from, st.to) || !s.nodes[st.to].up {

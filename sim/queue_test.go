@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/rollcall/rollcall/gossip"
 )
 
 // TestBQueueMatchesMemberlist drives the simulator's queue and memberlist's
@@ -59,10 +61,10 @@ func compareQueues(t *testing.T, seed uint64) {
 			binary.LittleEndian.PutUint32(msg, ref)
 			switch name := int32(rng.IntN(names)); {
 			case rng.IntN(4) != 0:
-				real.QueueBroadcast(&rcUnique{msg: msg})
+				real.QueueBroadcast(gossip.NewBroadcast(msg, ""))
 				model.queue(ref, size, noName)
 			case rcQueue:
-				real.QueueBroadcast(&rcBroadcast{name: fmt.Sprint("alive/", name), msg: msg})
+				real.QueueBroadcast(gossip.NewBroadcast(msg, fmt.Sprint("alive/", name)))
 				model.queue(ref, size, name)
 			default:
 				real.QueueBroadcast(&mlBroadcast{node: fmt.Sprint(name), msg: msg})
@@ -99,40 +101,10 @@ func compareQueues(t *testing.T, seed uint64) {
 	}
 }
 
-// The broadcasts the simulator queued in memberlist's own queue before
-// bqueue replaced it, as gossip and memberlist define them.
-
-// rcBroadcast is a Rollcall message in a node's piggyback queue; it behaves
-// as gossip's broadcast type: named broadcasts (alive announcements) replace
-// older ones of the same name.
-type rcBroadcast struct {
-	msg  []byte
-	name string
-}
-
-var _ memberlist.NamedBroadcast = (*rcBroadcast)(nil)
-
-func (b *rcBroadcast) Invalidates(other memberlist.Broadcast) bool {
-	o, ok := other.(*rcBroadcast)
-	return ok && b.name != "" && o.name == b.name
-}
-func (b *rcBroadcast) Name() string    { return b.name }
-func (b *rcBroadcast) Message() []byte { return b.msg }
-func (b *rcBroadcast) Finished()       {}
-
-// rcUnique is an unnamed Rollcall broadcast (a delta batch). gossip's
-// broadcast type leaves these unnamed, and memberlist then scans the whole
-// queue on every enqueue for messages to invalidate, skipping every named
-// one, which all of them are: the scan never finds anything. Declaring the
-// message unique gives the same queue without the O(queue) scan.
-type rcUnique struct{ msg []byte }
-
-var _ memberlist.UniqueBroadcast = (*rcUnique)(nil)
-
-func (b *rcUnique) Invalidates(memberlist.Broadcast) bool { return false }
-func (b *rcUnique) Message() []byte                       { return b.msg }
-func (b *rcUnique) Finished()                             {}
-func (b *rcUnique) UniqueBroadcast()                      {}
+// The Rollcall broadcasts are gossip's own (gossip.NewBroadcast): delta
+// batches that invalidate nothing, alive announcements that replace the
+// older one of the same name. memberlist's own alive, suspect and dead
+// messages are modelled by mlBroadcast.
 
 // mlBroadcast is a memberlist alive, suspect or dead message in a node's
 // memberlist queue; like memberlist's own, it replaces any older message

@@ -43,10 +43,10 @@ func (v *coreView) Incarnation(name string) uint64 {
 func (v *coreView) Watermark(o crdt.Origin) uint64 { return v.n.r.Watermark(o) }
 func (v *coreView) SessionCount() int              { return v.n.sessions }
 
-// newCore makes the core of a node's life.
-func (s *Sim) newCore(n *node) *dissem.Node {
+// initCore makes the core of a node's life.
+func (s *Sim) initCore(n *node) {
 	n.cv = coreView{s, n}
-	c, err := dissem.New(dissem.Config{
+	err := n.core.Init(dissem.Config{
 		Name: n.name, Incarnation: n.self.Incarnation, ClientAddr: clientAddr(n.id),
 		BatchDelay: s.cfg.BatchDelay, PacketBudget: s.cfg.PacketBudget, EagerThreshold: s.cfg.EagerThreshold,
 		AliveInterval: s.cfg.AliveInterval, LeaseTimeout: s.cfg.LeaseTimeout,
@@ -56,7 +56,6 @@ func (s *Sim) newCore(n *node) *dissem.Node {
 	if err != nil {
 		panic(fmt.Sprintf("sim: %v", err)) // Config.Validate checked every field
 	}
-	return c
 }
 
 // clientAddr is the client address a simulated gateway advertises, sized
@@ -90,8 +89,7 @@ func (s *Sim) tick(n *node, deadline int64) {
 // timer for its next deadline.
 func (s *Sim) drive(n *node) {
 	for n.core.HasReady() {
-		rd := n.core.Ready()
-		s.execute(n, &rd)
+		s.execute(n, n.core.Ready())
 		n.core.Advance(s.wall())
 	}
 	d := n.core.Deadline()
@@ -118,14 +116,14 @@ func (s *Sim) execute(n *node, rd *dissem.Ready) {
 		snd := &rd.Sends[i]
 		m := s.wrap(snd.Msg)
 		to := s.index(snd.To)
-		if m.msg.Type == dissem.TypeDeltas {
+		if m.typ == dissem.TypeDeltas {
 			s.stats.directCopies += uint64(len(m.msg.Deltas))
 			n.writeDelay = 0
 		}
 		switch {
 		case snd.Reliable:
 			s.sendStream(&stream{from: n.id, to: to, msg: m}, m.size)
-		case len(hops) > 0 && m.msg.Type == dissem.TypeDeltas && n.core.Mode() == dissem.ModeEager:
+		case len(hops) > 0 && m.typ == dissem.TypeDeltas && n.core.Mode() == dissem.ModeEager:
 			// The packets' latencies come from one measured write's hop
 			// delays: each in a random order, then drawn from them again
 			// if there are more members.
@@ -189,17 +187,15 @@ func (s *Sim) wrap(m *dissem.Message) *umsg {
 // newUmsg wraps a message the core made. A delta batch has its per-delta
 // lookups done once, not at every node.
 func (s *Sim) newUmsg(m *dissem.Message) *umsg {
-	u := &umsg{msg: m, size: m.Size()}
+	u := &umsg{msg: m, typ: m.Type, size: m.Size()}
 	if m.Type != dissem.TypeDeltas {
 		return u
 	}
 	ds := m.Deltas
-	u.writers, u.clients = make([]int32, len(ds)), make([]int32, len(ds))
+	u.clients = make([]int32, len(ds))
 	u.applied = make([]uint64, (s.cfg.Nodes+63)/64)
 	s.deltaMsgList = append(s.deltaMsgList, u)
 	for i := range ds {
-		o := ds[i].Origin()
-		u.writers[i] = s.writer(originKey(s.index(o.Node), o))
 		if cid, ok := s.byUser[ds[i].User()]; ok {
 			u.clients[i] = cid
 		} else {
@@ -238,7 +234,7 @@ func (s *Sim) apply(n *node, a *dissem.Apply) {
 // its own packet, with the latency given (ns), or drawn from
 // Config.Latency when lat is negative.
 func (s *Sim) sendBestEffortAfter(n *node, to int32, m *umsg, lat int64) {
-	c := &s.stats.sent[m.msg.Type][0]
+	c := &s.stats.sent[m.typ][0]
 	c.msgs++
 	c.bytes += uint64(m.size)
 	pkt := s.newPacket(n.id, to)
@@ -270,33 +266,14 @@ func (s *Sim) enqueueBroadcast(n *node, m *umsg, name int32) {
 // all seen, so nothing is fresh to relay; relayed deltas refresh no lease;
 // the apply changes nothing).
 func (s *Sim) handleUser(n *node, m *umsg) {
-	if m.msg.Type == dissem.TypeDeltas && bit(m.applied, n.id) && n.core.Mode() == dissem.ModeEpidemic {
+	if m.typ == dissem.TypeDeltas && bit(m.applied, n.id) &&
+		dissem.ChooseMode(s.numMembers(n), s.cfg.EagerThreshold) == dissem.ModeEpidemic { // the core's Mode, inlined
 		return
 	}
 	s.cur = m
 	n.core.Step(m.msg, s.wall())
 	s.drive(n)
 	s.cur = nil
-}
-
-// originKey packs an origin into a map key: its node's slot and the life
-// its incarnation encodes.
-func originKey(slot int32, o crdt.Origin) uint64 {
-	return uint64(slot)<<32 | (o.Incarnation - uint64(wallBase))
-}
-
-// writer returns the dense number of an origin (by originKey), numbering
-// it if new. newUmsg numbers the origins of a message's deltas.
-func (s *Sim) writer(k uint64) int32 {
-	w, ok := s.writers[k]
-	if !ok {
-		if s.writers == nil {
-			s.writers = make(map[uint64]int32)
-		}
-		w = int32(len(s.writers))
-		s.writers[k] = w
-	}
-	return w
 }
 
 // digestMsg builds a pull or push/pull state message carrying n's digest,
@@ -315,7 +292,7 @@ func (s *Sim) digestMsg(n *node, t dissem.Type) *umsg {
 	if extra := s.cfg.Nodes - len(d); extra > 0 {
 		size += extra * s.emptyEntry
 	}
-	return &umsg{msg: m, size: size, from: n.id, antiEntropy: true}
+	return &umsg{msg: m, typ: m.Type, size: size, from: n.id, antiEntropy: true}
 }
 
 // emptyDigestEntry is the encoded size of a digest entry of an origin
@@ -362,7 +339,7 @@ func (s *Sim) goAnswer(n *node, a *dissem.Answer) {
 		panic(fmt.Sprintf("sim: encode sync: %v", err))
 	}
 	s.stats.syncRecords += uint64(sync.Len())
-	u := &umsg{msg: m, size: m.Size(), antiEntropy: true}
+	u := &umsg{msg: m, typ: m.Type, size: m.Size(), antiEntropy: true}
 	at := s.sendStreamAt(&stream{from: n.id, to: s.index(a.To), msg: u}, u.size)
 	s.q.push(event{at: at, kind: evAnswerDone, node: n.id, life: n.life})
 }
@@ -388,13 +365,7 @@ func (s *Sim) applyDeltas(n *node, m *umsg) {
 	w := s.wall()
 	ds := m.msg.Deltas
 	for i := range ds {
-		var ref *crdt.OriginRef
-		wr := int(m.writers[i])
-		if k := wr + 1 - len(n.refs); k > 0 {
-			n.refs = append(n.refs, make([]crdt.OriginRef, k)...)
-		}
-		ref = &n.refs[wr]
-		changed, dropped, err := n.r.ApplyVia(ref, ds[i], w)
+		changed, dropped, err := n.r.ApplyVia(n.core.OriginRef(m.msg, i), ds[i], w)
 		if err != nil {
 			panic(fmt.Sprintf("sim: %s rejected a delta: %v", n.name, err))
 		}

@@ -48,11 +48,6 @@ type Sim struct {
 	// deltaMsgList holds every delta message made, for a restart to clear
 	// its node's applied bits.
 	deltaMsgList []*umsg
-	// writers numbers the origins that have written, in order of first
-	// message: node.seen is a dense table by this number (every node
-	// hears of nearly every writer, so a table is smaller than a map per
-	// node, and one load instead of a probe).
-	writers map[uint64]int32
 	// origins numbers the origins for every node's core alike
 	origins *dissem.OriginTable
 
@@ -106,7 +101,7 @@ func New(cfg Config) (*Sim, error) {
 		s.names[i] = fmt.Sprintf("n%0*d", width, i)
 		s.nameIdx[s.names[i]] = int32(i)
 	}
-	s.sizes = newMLSizes(len(s.names[0]))
+	s.sizes = newMLSizes(len(s.names[0]), clientAddr(int32(cfg.Nodes-1)))
 	s.emptyEntry = emptyDigestEntry(s.names[0])
 	s.track = newTracker(cfg.Nodes)
 	s.nodes = make([]*node, cfg.Nodes)
@@ -289,22 +284,22 @@ type node struct {
 	id      int32
 	numDown int      // memberlist: peers dead or left in view
 	cv      coreView // what the core reads, beside what it reads of the node
-	r       *crdt.Replica
-	born    int64  // virtual time this life started
-	queue   bqueue // memberlist's TransmitLimitedQueue for Rollcall messages
+	tickAt  int64    // the deadline the pending evTick is for (wall ns); 0 for none
+	// core is the protocol core (gossip.Cluster drives the same one),
+	// held here so that the part of it every message reads shares this
+	// node's cache lines
+	core  dissem.Node
+	r     *crdt.Replica
+	born  int64  // virtual time this life started
+	queue bqueue // memberlist's TransmitLimitedQueue for Rollcall messages
 
 	name string
 	life uint32 // 1 + restarts
 
-	// Rollcall: the protocol core (gossip.Cluster drives the same one)
+	// Rollcall
 	self       crdt.Origin
-	core       *dissem.Node
-	tickAt     int64 // the deadline the pending evTick is for (wall ns); 0 for none
 	writeDelay int32 // 1 + the Config.WriteDelays index of the pending flush; 0 for none
 	sessions   int   // active sessions owned (alive announcements carry it)
-	// refs is, by Sim.writers' number of an origin, where the replica
-	// keeps the origin's state (crdt.OriginRef)
-	refs []crdt.OriginRef
 
 	// memberlist
 	mlInc    uint32
@@ -332,7 +327,7 @@ func (s *Sim) newNode(id int32, life, mlInc uint32) (*node, error) {
 		view:    make(map[int32]*peerView),
 		helping: make(map[uint32]*helpState),
 	}
-	n.core = s.newCore(n)
+	s.initCore(n)
 	n.queue = newBQueue(s.cfg.RetransmitMult, &s.qpool)
 	n.mlQueue = newBQueue(s.cfg.RetransmitMult, &s.qpool)
 	return n, nil

@@ -1,10 +1,13 @@
 package sim
 
-// Encoded sizes of the messages the simulator does not build for real.
-// Rollcall's own payloads (deltas, digests, syncs) are encoded with crdt's
-// codec to get their exact size; memberlist's messages are msgpack maps with
-// field names (hashicorp/go-msgpack), sized here field by field from the
-// structs in memberlist's net.go. memberlist's LZW compression of packets is
+import "github.com/rollcall/rollcall/dissem"
+
+// Encoded sizes of memberlist's own messages, which the simulator does not
+// build for real. Rollcall's messages are the protocol core's own encodings
+// (dissem), so their sizes are len() of the real bytes; memberlist's are
+// msgpack maps with field names (hashicorp/go-msgpack), sized here field by
+// field from the structs in memberlist's net.go, with the node metadata
+// they carry encoded by dissem.EncodeMeta. memberlist's LZW compression of packets is
 // not modelled: sizes are uncompressed, an upper bound.
 
 func mpUint(v uint64) int {
@@ -52,10 +55,8 @@ const (
 	compoundHeader   = 2  // compoundMsg type + part count
 	compoundPerPart  = 2  // uint16 length per part
 	userMsgFrame     = 1  // userMsg type byte
-	rollcallHeader   = 2  // gossip wire version + message type
 	streamOverhead   = 12 // stream framing of a user message (type, msgpack header with length)
 	ipv4Addr         = 4
-	metaClientAddr   = 16 // "10.1.2.3:7400"-sized client address in node metadata
 	ackPayloadLength = 0
 )
 
@@ -68,11 +69,11 @@ type mlSizes struct {
 	meta                                            int
 }
 
-func newMLSizes(nameLen int) mlSizes {
+func newMLSizes(nameLen int, clientAddr string) mlSizes {
 	name := mpStr(nameLen)
 	seq := 5
 	inc := 5
-	meta := 1 + 9 + mpStr(metaClientAddr) // gossip meta: [incarnation, client_addr]
+	meta := len(dissem.EncodeMeta(dissem.Meta{Incarnation: incarnation(1), ClientAddr: clientAddr}))
 	var s mlSizes
 	s.meta = meta
 	s.ping = 1 + 1 + field("SeqNo", seq) + field("Node", name) + field("SourceAddr", mpBin(ipv4Addr)) +
@@ -90,15 +91,4 @@ func newMLSizes(nameLen int) mlSizes {
 		field("Meta", mpBin(meta)) + field("Incarnation", inc) + field("State", 1) + field("Vsn", 1+6)
 	s.pushHeader = 1 + 1 + field("Nodes", 5) + field("UserStateLen", 5) + field("Join", 1)
 	return s
-}
-
-// aliveMsgSize is the size of a Rollcall alive announcement:
-// header + [node, inc, watermark, sessions, client_addr].
-func aliveMsgSize(nameLen int, inc, watermark uint64, sessions int) int {
-	return rollcallHeader + 1 + mpStr(nameLen) + mpUint(inc) + mpUint(watermark) + mpUint(uint64(sessions)) + mpStr(metaClientAddr)
-}
-
-// digestEntrySize is the encoded size of one digest entry with watermark w.
-func digestEntrySize(nameLen int, inc, w uint64) int {
-	return 1 + mpStr(nameLen) + mpUint(inc) + mpUint(w)
 }
