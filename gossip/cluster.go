@@ -43,7 +43,11 @@ type Cluster struct {
 	wg     sync.WaitGroup
 
 	inbound chan []byte
-	flushCh chan struct{}
+	flushCh chan struct{} // cap 1: Publish queued deltas
+	// pubQ holds what Publish queued for run to hand the core; pubMu is a
+	// leaf lock (see Publish)
+	pubMu   sync.Mutex
+	pubQ    []crdt.Delta
 	started time.Time // real monotonic start, for stall detection
 
 	// owned by run
@@ -52,7 +56,10 @@ type Cluster struct {
 	// written by run only
 	stalled atomic.Int64
 
-	mu   sync.Mutex   // guards the fields below
+	// mu guards the fields below. Lock order: mu, then the host's locks
+	// (the core reads the host with mu held); nothing that holds a host
+	// lock may wait for mu.
+	mu   sync.Mutex
 	core *dissem.Node // every call holds mu
 	view memberView   // what the core reads of memberlist's members
 	// readiness (ready.go): a Join reached a member, and the first
@@ -306,6 +313,7 @@ func (c *Cluster) LocalAddr() string { return c.ml.LocalNode().Address() }
 func (c *Cluster) Leave(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	c.mu.Lock()
+	c.takePublishedLocked(c.leaseNow())
 	c.core.Leave()
 	rd := c.core.Ready().Clone() // executed while the loop goes on
 	c.mu.Unlock()

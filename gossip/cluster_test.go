@@ -75,7 +75,9 @@ func TestClusterRepairsLoss(t *testing.T) {
 	waitFor(t, 5*time.Second, "writes flushed", func() bool {
 		for _, c := range tc.nodes {
 			c.mu.Lock()
-			n := c.core.Pending()
+			c.pubMu.Lock()
+			n := c.core.Pending() + len(c.pubQ)
+			c.pubMu.Unlock()
 			c.mu.Unlock()
 			if n > 0 {
 				return false

@@ -30,7 +30,7 @@ func (c *Cluster) run() {
 		case b := <-c.inbound:
 			c.handle(b)
 		case <-c.flushCh:
-			// A write armed a flush: the deadline may be sooner.
+			c.step(c.takePublishedLocked)
 		case <-c.evSignal:
 			c.evMu.Lock()
 			q := c.evQueue

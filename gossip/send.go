@@ -13,18 +13,31 @@ import (
 )
 
 // Publish queues deltas of records this node wrote; they go out within
-// BatchDelay. It never blocks on the network.
+// BatchDelay. It never blocks on the network, and takes only a lock of its
+// own: the host publishes with its own locks held, while the loop holds
+// the Cluster's mutex when the core reads the host (watermarks, session
+// count), so Publish must not wait for the Cluster's mutex.
 func (c *Cluster) Publish(deltas []crdt.Delta) {
 	if len(deltas) == 0 {
 		return
 	}
-	c.mu.Lock()
-	c.core.Publish(deltas, c.leaseNow())
-	c.mu.Unlock()
+	c.pubMu.Lock()
+	c.pubQ = append(c.pubQ, deltas...)
+	c.pubMu.Unlock()
 	select {
 	case c.flushCh <- struct{}{}:
 	default:
 	}
+}
+
+// takePublished hands the deltas queued by Publish to the core. Called with
+// mu held.
+func (c *Cluster) takePublishedLocked(now int64) {
+	c.pubMu.Lock()
+	q := c.pubQ
+	c.pubQ = nil
+	c.pubMu.Unlock()
+	c.core.Publish(q, now)
 }
 
 func (c *Cluster) enqueueBroadcast(msg []byte, name string) {
