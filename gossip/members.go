@@ -4,11 +4,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/rollcall/rollcall/crdt"
 	"github.com/rollcall/rollcall/dissem"
 )
-
-func originOf(name string, inc uint64) crdt.Origin { return crdt.Origin{Node: name, Incarnation: inc} }
 
 // Member describes one cluster member as this node sees it.
 type Member struct {

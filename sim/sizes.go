@@ -7,22 +7,8 @@ import "github.com/rollcall/rollcall/dissem"
 // (dissem), so their sizes are len() of the real bytes; memberlist's are
 // msgpack maps with field names (hashicorp/go-msgpack), sized here field by
 // field from the structs in memberlist's net.go, with the node metadata
-// they carry encoded by dissem.EncodeMeta. memberlist's LZW compression of packets is
-// not modelled: sizes are uncompressed, an upper bound.
-
-func mpUint(v uint64) int {
-	switch {
-	case v < 128:
-		return 1
-	case v < 1<<8:
-		return 2
-	case v < 1<<16:
-		return 3
-	case v < 1<<32:
-		return 5
-	}
-	return 9
-}
+// they carry encoded by dissem.EncodeMeta. memberlist's LZW compression of
+// packets is not modelled: sizes are uncompressed, an upper bound.
 
 func mpStr(n int) int {
 	switch {

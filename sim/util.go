@@ -6,11 +6,6 @@ import (
 	"slices"
 )
 
-func sortedStrings(s []string) []string {
-	slices.Sort(s)
-	return s
-}
-
 func sortedKeys[K cmp.Ordered, V any](m map[K]V) []K {
 	return slices.Sorted(maps.Keys(m))
 }
