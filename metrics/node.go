@@ -130,6 +130,14 @@ func nodeDefs() []metricDef[node.Metrics] {
 				emit(float64(m.UserSubscriptions), "user")
 				emit(float64(m.GroupSubscriptions), "group")
 			}},
+		gauge("event_streams", "Open change streams (GET /v1/events).",
+			func(m *M) float64 { return float64(m.EventStreams) }),
+		counter("event_streams_opened_total", "Change streams (GET /v1/events) opened.",
+			func(m *M) uint64 { return m.EventStreamsOpened }),
+		counter("event_stream_events_total", "Events written to change streams, snapshots included.",
+			func(m *M) uint64 { return m.EventStreamEvents }),
+		counter("event_stream_slow_total", "Change streams ended because their queue overflowed (the reader was too slow).",
+			func(m *M) uint64 { return m.EventStreamsSlow }),
 		counter("events_delivered_total", "Presence events queued to subscribers' connections.",
 			func(m *M) uint64 { return m.EventsQueued }),
 		counter("events_dropped_total",

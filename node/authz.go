@@ -34,7 +34,12 @@ const maxNamedRefusals = 5
 
 // checkRead refuses reading any of users that c's token does not allow.
 func checkRead(c *conn, users []string) *requestError {
-	g, self := c.sessionGrants(), c.sess.user
+	return checkReadAs(c.sessionGrants(), c.sess.user, users)
+}
+
+// checkReadAs refuses reading any of users that grants g of user self do
+// not allow.
+func checkReadAs(g *auth.Grants, self string, users []string) *requestError {
 	var refused []string
 	n := 0
 	for _, u := range users {
@@ -59,7 +64,12 @@ func checkRead(c *conn, users []string) *requestError {
 // checkReadGroup refuses reading a group's view that c's token does not
 // allow.
 func checkReadGroup(c *conn, group string) *requestError {
-	if c.sessionGrants().MayReadGroup(group) {
+	return checkReadGroupAs(c.sessionGrants(), group)
+}
+
+// checkReadGroupAs refuses reading a group's view that g does not allow.
+func checkReadGroupAs(g *auth.Grants, group string) *requestError {
+	if g.MayReadGroup(group) {
 		return nil
 	}
 	return errorf(CodeForbidden, "the token does not allow reading group %s (grant group:%s or * in rollcall.read)", group, group)

@@ -59,7 +59,8 @@ func (n *Node) Drain(ctx context.Context) error {
 	n.draining = true
 	n.mu.Unlock()
 	defer close(n.drained)
-	n.stopFeed() // status-page streams end; the page reconnects elsewhere
+	n.stopFeed()         // status-page streams end; the page reconnects elsewhere
+	n.stopEventStreams() // so do the change streams (events.go)
 
 	if n.ln != nil {
 		n.ln.Close()

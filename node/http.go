@@ -17,6 +17,8 @@ import (
 //	GET /v1/presence/{user}   read: the user's Presence
 //	GET /v1/sessions          read: the active sessions this node owns
 //	GET /v1/stats             read: Stats
+//	GET /v1/events            read (each user, the group): a text/event-stream
+//	                          of presence events (events.go)
 //	/debug/pprof/...          admin: net/http/pprof
 //
 // plus Config.HTTPHandlers (open), ReadHTTPHandlers (read) and
@@ -30,6 +32,7 @@ func (n *Node) httpHandler() http.Handler {
 	mux.Handle("GET /v1/presence/{user}", n.requireRead(http.HandlerFunc(n.handlePresenceHTTP), pathUser))
 	mux.Handle("GET /v1/sessions", n.requireRead(http.HandlerFunc(n.handleSessionsHTTP), nodeWide))
 	mux.Handle("GET /v1/stats", n.requireRead(http.HandlerFunc(n.handleStatsHTTP), nodeWide))
+	mux.HandleFunc("GET /v1/events", n.handleEvents) // checks its own reads (events.go)
 	n.handlePprof(mux)
 	for pattern, h := range n.cfg.HTTPHandlers {
 		mux.Handle(pattern, h)

@@ -240,6 +240,8 @@ type Metrics struct {
 	Subscribers        int
 	UserSubscriptions  int
 	GroupSubscriptions int
+	// EventStreams counts the open change streams (GET /v1/events).
+	EventStreams int
 	// Replica counts the replica's session records by owner and by the
 	// state the projection shows (tombstones included), and its users,
 	// accounts and origins.
@@ -251,6 +253,11 @@ type Metrics struct {
 	// TooManyConnections counts connections refused at MaxConnectionsPerIP.
 	TooManyConnections uint64
 	SlowConsumers      uint64 // connections dropped for not reading
+
+	// Change stream counters (GET /v1/events).
+	EventStreamsOpened uint64 // streams opened
+	EventStreamEvents  uint64 // events written to streams, snapshots included
+	EventStreamsSlow   uint64 // streams ended because their queue overflowed
 
 	// Session counters.
 	SessionsOpened uint64            // successful hellos
@@ -305,7 +312,11 @@ func (n *Node) Metrics() Metrics {
 		}
 	}
 	m.Replica = n.replica.Census()
+	m.EventStreams = len(n.streams.open)
 	n.mu.Unlock()
+	m.EventStreamsOpened = n.streams.opened.Load()
+	m.EventStreamEvents = n.streams.sent.Load()
+	m.EventStreamsSlow = n.streams.slow.Load()
 
 	c := &n.stats
 	m.Accepted = c.accepted.Load()

@@ -69,6 +69,7 @@ type Node struct {
 	users      map[string]*userWatch // users someone watches, directly or through a group
 	groups     map[string]*groupWatch
 	feedLast   map[string]feedLast // the feed's view of each online user; nil when the feed is off
+	changes    changeLog           // recently dirty users by version, for event streams' resume (events.go)
 
 	pubMu sync.Mutex // orders Publish calls; see the type comment
 	fanMu sync.Mutex // orders event delivery; see the type comment
@@ -97,6 +98,8 @@ type Node struct {
 	// Config.UIRecentEvents is negative.
 	feed    *feed
 	uiCache uiSummaryCache
+
+	streams eventStreams // GET /v1/events (events.go)
 }
 
 type clusterRef struct{ c Cluster }
@@ -140,6 +143,7 @@ func New(cfg Config) (*Node, error) {
 		drained:    make(chan struct{}),
 		handedOver: make(chan struct{}, 1),
 	}
+	n.initEventStreams()
 	limits := cfg.Limits()
 	n.limits.Store(&limits)
 	n.wheel = newWheel(int64(cfg.SweepInterval), int64(cfg.Timeout), 0)
@@ -311,6 +315,7 @@ func (n *Node) Close() error {
 			n.ln.Close()
 		}
 		n.stopFeed()
+		n.stopEventStreams()
 		if n.httpSrv != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			n.httpSrv.Shutdown(ctx) //nolint:errcheck // best effort; Close follows

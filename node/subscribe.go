@@ -31,21 +31,34 @@ import (
 
 // userWatch is what the notifier knows about a watched user. Guarded by mu.
 type userWatch struct {
-	subs   map[*conn]struct{}  // connections subscribed to the user directly
+	subs   map[subscriber]struct{} // connections and event streams subscribed to the user directly
 	groups map[string]struct{} // watched groups the user was last seen online in
 	last   crdt.Presence       // the presence last emitted (or snapshotted)
 }
 
 // groupWatch is a watched group. Guarded by mu.
 type groupWatch struct {
-	subs    map[*conn]struct{}
+	subs    map[subscriber]struct{}
 	members map[string]struct{} // users whose userWatch.groups holds this group
 }
 
-// delivery is one frame for one connection.
+// subscriber is what a watch delivers events to: a protocol connection
+// (conn) or an HTTP event stream (eventStream, events.go). deliver queues
+// one encoded event frame of the given version without blocking and
+// reports whether it was queued; a subscriber that cannot keep up closes
+// itself (a slow consumer).
+type subscriber interface {
+	deliver(frame []byte, version uint64) bool
+}
+
+// deliver queues an event frame on the connection (send).
+func (c *conn) deliver(frame []byte, _ uint64) bool { return c.send(frame) }
+
+// delivery is one frame for one subscriber.
 type delivery struct {
-	c     *conn
-	frame []byte
+	c       subscriber
+	frame   []byte
+	version uint64
 }
 
 // markDirtyLocked notes that user's presence may have changed.
@@ -193,7 +206,7 @@ func (n *Node) watchUserLocked(u string) *userWatch {
 	uw := n.users[u]
 	if uw == nil {
 		uw = &userWatch{
-			subs:   make(map[*conn]struct{}),
+			subs:   make(map[subscriber]struct{}),
 			groups: make(map[string]struct{}),
 			last:   n.replica.Presence(u),
 		}
@@ -202,7 +215,7 @@ func (n *Node) watchUserLocked(u string) *userWatch {
 	return uw
 }
 
-func (n *Node) unwatchUserLocked(u string, c *conn) {
+func (n *Node) unwatchUserLocked(u string, c subscriber) {
 	uw := n.users[u]
 	if uw == nil {
 		return
@@ -222,7 +235,7 @@ func (n *Node) gcUserWatchLocked(u string, uw *userWatch) {
 func (n *Node) watchGroupLocked(g string) *groupWatch {
 	gw := n.groups[g]
 	if gw == nil {
-		gw = &groupWatch{subs: make(map[*conn]struct{}), members: make(map[string]struct{})}
+		gw = &groupWatch{subs: make(map[subscriber]struct{}), members: make(map[string]struct{})}
 		n.groups[g] = gw
 		for _, u := range n.replica.GroupOnlineUsers(g) {
 			n.watchUserLocked(u).groups[g] = struct{}{}
@@ -232,7 +245,7 @@ func (n *Node) watchGroupLocked(g string) *groupWatch {
 	return gw
 }
 
-func (n *Node) unwatchGroupLocked(g string, c *conn) {
+func (n *Node) unwatchGroupLocked(g string, c subscriber) {
 	gw := n.groups[g]
 	if gw == nil {
 		return
@@ -323,7 +336,7 @@ func (n *Node) flushEvents() {
 		if changed && len(uw.subs) > 0 {
 			f := encodeEvent(cur, version, "", nil)
 			for c := range uw.subs {
-				out = append(out, delivery{c, f})
+				out = append(out, delivery{c, f, version})
 			}
 		}
 		for _, g := range unionKeys(uw.groups, now) {
@@ -339,7 +352,7 @@ func (n *Node) flushEvents() {
 			member := is
 			f := encodeEvent(cur, version, g, &member)
 			for c := range gw.subs {
-				out = append(out, delivery{c, f})
+				out = append(out, delivery{c, f, version})
 			}
 		}
 		uw.last = cur
@@ -356,10 +369,17 @@ func (n *Node) flushEvents() {
 		uw.groups = now
 		n.gcUserWatchLocked(u, uw)
 	}
+	// Every dirty user goes in the change log, so an event stream can
+	// resume from a version (events.go); a pass that emitted nothing still
+	// takes a version for it.
+	if version == 0 {
+		version = n.nextVersionLocked()
+	}
+	n.changes.add(version, dirty)
 	n.fanMu.Lock()
 	n.mu.Unlock()
 	for _, d := range out {
-		if d.c.send(d.frame) {
+		if d.c.deliver(d.frame, d.version) {
 			n.stats.events.Add(1)
 		} else {
 			n.stats.m.eventsDropped.Add(1)

@@ -31,8 +31,14 @@ type sseStream struct {
 // openEvents opens GET /v1/ui/events and reads it in the background.
 func openEvents(t testing.TB, n *Node, header http.Header) *sseStream {
 	t.Helper()
+	return openSSE(t, "http://"+n.HTTPAddr().String()+"/v1/ui/events", header)
+}
+
+// openSSE opens an event stream at url and reads it in the background.
+func openSSE(t testing.TB, url string, header http.Header) *sseStream {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+n.HTTPAddr().String()+"/v1/ui/events", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
