@@ -32,8 +32,8 @@ import (
 // userWatch is what the notifier knows about a watched user. Guarded by mu.
 type userWatch struct {
 	subs   map[subscriber]struct{} // connections and event streams subscribed to the user directly
-	groups map[string]struct{} // watched groups the user was last seen online in
-	last   crdt.Presence       // the presence last emitted (or snapshotted)
+	groups map[string]struct{}     // watched groups the user was last seen online in
+	last   crdt.Presence           // the presence last emitted (or snapshotted)
 }
 
 // groupWatch is a watched group. Guarded by mu.
