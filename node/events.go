@@ -52,6 +52,9 @@ import (
 // snapshot.
 const changeLogSize = 4096
 
+// snapshotBatch is how many initial events one write deadline covers.
+const snapshotBatch = 256
+
 // changeLog is a ring of the users flushEvents found dirty, with the
 // version of the pass. Guarded by Node.mu.
 type changeLog struct {
@@ -337,7 +340,10 @@ func (n *Node) handleEvents(w http.ResponseWriter, r *http.Request) {
 	if resumed {
 		name = "presence"
 	}
-	for _, f := range initial {
+	for i, f := range initial {
+		if i > 0 && i%snapshotBatch == 0 {
+			sw.begin() // a large snapshot gets time in proportion, like writeFrames
+		}
 		n.writeStreamEvent(sw, name, version, f)
 		if sw.err != nil {
 			break

@@ -21,6 +21,8 @@ import (
 //	read       GET /v1/presence/{user}, /v1/sessions, /v1/stats,
 //	           /v1/ui/summary, /v1/ui/events, Config.ReadHTTPHandlers
 //	           (the agent's /v1/members): httpReadAllowed
+//	read each  GET /v1/events: the users and group it follows, as a sub
+//	           (events.go, eventsAllowed)
 //	admin      /debug/pprof/*, Config.AdminHTTPHandlers: the admin token
 //	           (Config.AdminToken); 403 when none is configured, open
 //	           under Dev when none is configured
