@@ -29,22 +29,22 @@ type Client struct {
 
 	stateMu sync.Mutex // serialises OnState calls
 
-	mu        sync.Mutex
-	cur       *conn         // the connection in use, nil while reconnecting
-	ready     chan struct{} // closed when cur is set; replaced when it is cleared
-	device    string
-	status    string
-	groups    []string
-	lastEpoch uint64
-	hints     []string // gateways named by a shutting_down, tried first
-	next      int      // index into cfg.Addrs of the next address to dial
-	subUsers  map[string]int
-	subGroups map[string]int
-	subs      map[*Subscription]struct{}
-	lastVer   map[string]uint64 // subject key -> version last delivered
-	closing   bool
+	mu         sync.Mutex
+	cur        *conn         // the connection in use, nil while reconnecting
+	ready      chan struct{} // closed when cur is set; replaced when it is cleared
+	device     string
+	status     string
+	groups     []string
+	lastEpoch  uint64
+	hints      []string // gateways named by a shutting_down, tried first
+	next       int      // index into cfg.Addrs of the next address to dial
+	subUsers   map[string]int
+	subGroups  map[string]int
+	subs       map[*Subscription]struct{}
+	lastVer    map[string]uint64 // subject key -> version last delivered
+	closing    bool
 	msgsClosed bool
-	err       error // why the client stopped
+	err        error // why the client stopped
 }
 
 // Dial connects to one of cfg.Addrs and returns a Client once a gateway has

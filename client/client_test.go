@@ -276,3 +276,41 @@ func TestStaleEventDropped(t *testing.T) {
 		t.Fatalf("after two stale events and a newer one, got %+v", ev)
 	}
 }
+
+// TestDrainHints: a draining gateway names the others in shutting_down; a
+// client configured with the draining gateway alone follows the hint.
+func TestDrainHints(t *testing.T) {
+	ms := startCluster(t, 2)
+	ctx := ctxT(t)
+	states := make(chan State, 16)
+	c := dialT(t, Config{Addrs: []string{ms[0].gw.ClientAddr().String()}, User: "alice", Device: "laptop",
+		OnState: func(s State) { states <- s }})
+	<-states
+	sub, err := c.Subscribe(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := map[string]uint64{}
+	eventUntil(t, sub, last, func(ev Event) bool { return ev.Online })
+	waitFor(t, "g0 to know g1's client address", func() bool {
+		for _, m := range ms[0].cl.Members() {
+			if m.Name == "g1" && m.ClientAddr != "" {
+				return true
+			}
+		}
+		return false
+	})
+	go func() { _ = ms[0].gw.Drain(context.Background()) }()
+	for s := range states {
+		if s.Connected {
+			if s.Gateway != "g1" || !HasCode(s.Err, CodeShuttingDown) {
+				t.Fatalf("after the drain: %+v", s)
+			}
+			break
+		}
+	}
+	p, err := c.Get(ctx, "alice")
+	if err != nil || !p.Online || len(p.Sessions) != 1 || p.Sessions[0].Gateway != "g1" {
+		t.Fatalf("after the drain: %+v, %v", p, err)
+	}
+}

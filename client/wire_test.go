@@ -1,6 +1,7 @@
 package client
 
 import (
+	"maps"
 	"reflect"
 	"strings"
 	"testing"
@@ -30,24 +31,24 @@ func jsonNames(t reflect.Type) map[string]bool {
 // TestWireMatchesNode: every field this package reads or writes is one the
 // gateway's protocol types have, under the same JSON name.
 func TestWireMatchesNode(t *testing.T) {
-	pairs := []struct{ ours, theirs any }{
-		{request{}, node.Request{}},
-		{welcomeFrame{}, node.Welcome{}},
-		{okFrame{}, struct {
-			node.OK
-			node.RefreshReply
-		}{}},
-		{presenceFrame{}, node.PresenceReply{}},
-		{groupFrame{}, node.GroupReply{}},
-		{locateFrame{}, node.LocateReply{}},
-		{eventFrame{}, node.Event{}},
-		{messageFrame{}, node.MessageFrame{}},
-		{head{}, node.ErrorFrame{}},
-		{SessionInfo{}, node.SessionInfo{}},
-		{Presence{}, node.Presence{}},
+	pairs := []struct{ ours, theirs, also any }{
+		{request{}, node.Request{}, nil},
+		{welcomeFrame{}, node.Welcome{}, nil},
+		{okFrame{}, node.OK{}, node.RefreshReply{}},
+		{presenceFrame{}, node.PresenceReply{}, nil},
+		{groupFrame{}, node.GroupReply{}, nil},
+		{locateFrame{}, node.LocateReply{}, nil},
+		{eventFrame{}, node.Event{}, nil},
+		{messageFrame{}, node.MessageFrame{}, nil},
+		{head{}, node.ErrorFrame{}, nil},
+		{SessionInfo{}, node.SessionInfo{}, nil},
+		{Presence{}, node.Presence{}, nil},
 	}
 	for _, p := range pairs {
 		ours, theirs := jsonNames(reflect.TypeOf(p.ours)), jsonNames(reflect.TypeOf(p.theirs))
+		if p.also != nil {
+			maps.Copy(theirs, jsonNames(reflect.TypeOf(p.also)))
+		}
 		for n := range ours {
 			if !theirs[n] {
 				t.Errorf("%T has field %q that %T lacks", p.ours, n, p.theirs)
