@@ -137,7 +137,7 @@ func (c *Client) run(cn *conn) {
 // stop ends the client with err as Err().
 func (c *Client) stop(err error) {
 	c.mu.Lock()
-	if c.err == nil {
+	if c.err == nil && !c.closing {
 		c.err = err
 	}
 	subs := make([]*Subscription, 0, len(c.subs))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 )
 
@@ -113,6 +114,18 @@ func (s *Subscription) release(ctx context.Context, unsub bool) error {
 		if c.subGroups[s.group]--; c.subGroups[s.group] <= 0 {
 			delete(c.subGroups, s.group)
 			dropGroup = true
+		}
+	}
+	// what a later subscribe brings is its subjects' current presence,
+	// with fresh versions: no need to remember these
+	for _, u := range drop {
+		delete(c.lastVer, subjectKey("", u))
+	}
+	if dropGroup {
+		for k := range c.lastVer {
+			if strings.HasPrefix(k, s.group+"\x00") {
+				delete(c.lastVer, k)
+			}
 		}
 	}
 	running := !c.closing && c.ctx.Err() == nil
