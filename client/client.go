@@ -1,0 +1,604 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Client is a session with a Rollcall cluster that survives the loss of its
+// connection: it reconnects, fails over between gateways and restores its
+// status, groups and subscriptions. Its methods are safe for concurrent use.
+type Client struct {
+	cfg     Config
+	log     *zap.Logger
+	backoff Backoff
+	dial    DialFunc
+
+	ctx    context.Context // the client's lifetime; cancelled by Close or a stop
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the run loop has stopped
+	msgs   chan Message
+
+	stateMu sync.Mutex // serialises OnState calls
+
+	mu         sync.Mutex
+	cur        *conn         // the connection in use, nil while reconnecting
+	ready      chan struct{} // closed when cur is set; replaced when it is cleared
+	device     string
+	status     string
+	groups     []string
+	lastEpoch  uint64
+	hints      []string // gateways named by a shutting_down, tried first
+	next       int      // index into cfg.Addrs of the next address to dial
+	subUsers   map[string]int
+	subGroups  map[string]int
+	subs       map[*Subscription]struct{}
+	lastVer    map[string]uint64 // subject key -> version last delivered
+	closing    bool
+	msgsClosed bool
+	err        error // why the client stopped
+}
+
+// Dial connects to one of cfg.Addrs and returns a Client once a gateway has
+// welcomed the session. It retries with backoff until ctx is done, except
+// when the gateway refuses the session itself (a bad token, a refused
+// group, ...), which it returns at once as an *Error.
+func Dial(ctx context.Context, cfg Config) (*Client, error) {
+	if len(cfg.Addrs) == 0 {
+		return nil, errors.New("rollcall: Config.Addrs is empty")
+	}
+	if cfg.User == "" {
+		return nil, errors.New("rollcall: Config.User is empty")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.Dial == nil {
+		cfg.Dial = DialTCP
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = 10 * time.Second
+	}
+	if cfg.EventBuffer <= 0 {
+		cfg.EventBuffer = 64
+	}
+	if cfg.MessageBuffer <= 0 {
+		cfg.MessageBuffer = 256
+	}
+	c := &Client{
+		cfg: cfg, log: cfg.Logger, backoff: cfg.Backoff.withDefaults(), dial: cfg.Dial,
+		done: make(chan struct{}), msgs: make(chan Message, cfg.MessageBuffer),
+		ready: make(chan struct{}), device: cfg.Device, status: cfg.Status,
+		groups:   slices.Compact(slices.Sorted(slices.Values(cfg.Groups))),
+		subUsers: map[string]int{}, subGroups: map[string]int{},
+		subs: map[*Subscription]struct{}{}, lastVer: map[string]uint64{},
+	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	stop := context.AfterFunc(ctx, c.cancel)
+	cn, err := c.reconnect(ctx, nil, true)
+	stop()
+	if err != nil {
+		c.cancel()
+		return nil, err
+	}
+	go c.run(cn)
+	return c, nil
+}
+
+// run watches the connection in use and replaces it when it ends, until the
+// client stops.
+func (c *Client) run(cn *conn) {
+	defer close(c.done)
+	defer c.cancel()
+	for {
+		select {
+		case <-cn.dead:
+		case <-c.ctx.Done():
+			cn.close()
+			return
+		}
+		cause := cn.err()
+		c.mu.Lock()
+		c.cur = nil
+		c.ready = make(chan struct{})
+		closing := c.closing
+		var e *Error
+		if errors.As(cause, &e) && e.Code == CodeShuttingDown {
+			c.hints = e.Gateways
+		}
+		c.mu.Unlock()
+		if closing {
+			return
+		}
+		if HasCode(cause, CodeSuperseded) {
+			c.log.Warn("rollcall session superseded by a newer connection; stopping", zap.String("gateway", cn.gateway))
+			c.stop(cause)
+			return
+		}
+		c.log.Info("rollcall connection lost; reconnecting", zap.String("gateway", cn.gateway), zap.Error(cause))
+		c.setState(State{Err: cause})
+		next, err := c.reconnect(c.ctx, cause, false)
+		if err != nil {
+			c.stop(err)
+			return
+		}
+		cn = next
+	}
+}
+
+// stop ends the client with err as Err().
+func (c *Client) stop(err error) {
+	c.mu.Lock()
+	if c.err == nil && !c.closing {
+		c.err = err
+	}
+	subs := make([]*Subscription, 0, len(c.subs))
+	for s := range c.subs {
+		subs = append(subs, s)
+	}
+	if !c.msgsClosed {
+		c.msgsClosed = true
+		close(c.msgs)
+	}
+	c.mu.Unlock()
+	c.cancel()
+	for _, s := range subs {
+		s.end()
+	}
+}
+
+// reconnect dials until a gateway welcomes the session and the session's
+// subscriptions are back, or ctx ends. first makes a refused hello fatal.
+func (c *Client) reconnect(ctx context.Context, cause error, first bool) (*conn, error) {
+	var lastErr error
+	for attempt := 0; ; {
+		c.mu.Lock()
+		var addr string
+		hinted := len(c.hints) > 0
+		if hinted {
+			addr, c.hints = c.hints[0], c.hints[1:]
+		}
+		c.mu.Unlock()
+		// A draining gateway's hints are tried at once; every other
+		// attempt, the first after a loss included, waits its backoff.
+		if !hinted && (!first || attempt > 0) {
+			t := time.NewTimer(c.backoff.delay(attempt))
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+			}
+			attempt++
+		} else if !hinted {
+			attempt++
+		}
+		if ctx.Err() != nil {
+			if c.ctx.Err() != nil && !first {
+				return nil, ErrClosed
+			}
+			return nil, fmt.Errorf("rollcall: connect: %w (last attempt: %v)", ctx.Err(), lastErr)
+		}
+		if !hinted {
+			c.mu.Lock()
+			addr = c.cfg.Addrs[c.next%len(c.cfg.Addrs)]
+			c.next++
+			c.mu.Unlock()
+		}
+		cn, err := c.connect(ctx, addr)
+		if err == nil {
+			c.mu.Lock()
+			c.cur = cn
+			close(c.ready)
+			c.mu.Unlock()
+			c.log.Info("rollcall connected", zap.String("addr", addr), zap.String("gateway", cn.gateway), zap.Uint64("epoch", cn.epoch))
+			c.setState(State{Connected: true, Gateway: cn.gateway, Addr: addr, Epoch: cn.epoch, Err: cause})
+			return cn, nil
+		}
+		lastErr = err
+		if first && fatalAtHello(err) {
+			return nil, err
+		}
+		if HasCode(err, CodeSuperseded) {
+			return nil, err
+		}
+		c.log.Info("rollcall connect failed", zap.String("addr", addr), zap.Int("attempt", attempt), zap.Error(err))
+	}
+}
+
+// connect opens one connection: dial, hello, welcome, resubscribe.
+func (c *Client) connect(ctx context.Context, addr string) (*conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.DialTimeout)
+	defer cancel()
+	var token string
+	if c.cfg.Token != nil {
+		t, err := c.cfg.Token(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("rollcall: token: %w", err)
+		}
+		token = t
+	}
+	t, err := c.dial(ctx, addr, c.cfg.TLS)
+	if err != nil {
+		return nil, err
+	}
+	stop := context.AfterFunc(ctx, func() { t.Close() })
+	defer stop()
+	c.mu.Lock()
+	hello := request{Op: opHello, User: c.cfg.User, Device: c.device, Token: token, Status: c.status,
+		LastEpoch: c.lastEpoch, Groups: slices.Clone(c.groups)}
+	c.mu.Unlock()
+	b, _ := json.Marshal(hello)
+	if err := t.WriteLine(b); err != nil {
+		t.Close()
+		return nil, err
+	}
+	var w welcomeFrame
+	for {
+		line, err := t.ReadLine()
+		if err != nil {
+			t.Close()
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, err
+		}
+		if len(line) == 0 {
+			continue
+		}
+		var h head
+		if err := json.Unmarshal(line, &h); err != nil {
+			t.Close()
+			return nil, fmt.Errorf("rollcall: bad line from the gateway: %w", err)
+		}
+		if h.Op == opWelcome {
+			if err := json.Unmarshal(line, &w); err != nil {
+				t.Close()
+				return nil, fmt.Errorf("rollcall: bad welcome: %w", err)
+			}
+			break
+		}
+		if h.Op == opError {
+			t.Close()
+			e := &Error{Code: Code(h.Code), Message: h.Message, Gateways: h.Gateways}
+			if e.Code == CodeShuttingDown {
+				c.mu.Lock()
+				c.hints = e.Gateways
+				c.mu.Unlock()
+			}
+			return nil, e
+		}
+	}
+	if !stop() {
+		t.Close()
+		return nil, ctx.Err()
+	}
+	c.mu.Lock()
+	c.lastEpoch = w.Epoch
+	if c.device == "" {
+		c.device = w.Device
+	}
+	users := make([]string, 0, len(c.subUsers))
+	for u := range c.subUsers {
+		users = append(users, u)
+	}
+	groups := make([]string, 0, len(c.subGroups))
+	for g := range c.subGroups {
+		groups = append(groups, g)
+	}
+	c.mu.Unlock()
+	cn := newConn(c, t, w, addr)
+	go cn.readLoop()
+	go cn.heartbeat(time.Duration(w.HeartbeatMS) * time.Millisecond)
+	if w.TokenExpiresAt != "" && c.cfg.Token != nil {
+		go cn.refreshLoop(w.TokenExpiresAt)
+	}
+	// Re-establish subscriptions before anyone else uses the connection.
+	slices.Sort(users)
+	for chunk := range slices.Chunk(users, maxUsersPerRequest) {
+		if _, err := cn.roundTrip(ctx, request{Op: opSub, Users: chunk}); err != nil {
+			cn.close()
+			return nil, fmt.Errorf("rollcall: resubscribe: %w", err)
+		}
+	}
+	for _, g := range groups {
+		if _, err := cn.roundTrip(ctx, request{Op: opSub, Group: g}); err != nil {
+			cn.close()
+			return nil, fmt.Errorf("rollcall: resubscribe group %s: %w", g, err)
+		}
+	}
+	return cn, nil
+}
+
+func (c *Client) setState(s State) {
+	if c.cfg.OnState == nil {
+		return
+	}
+	c.stateMu.Lock()
+	defer c.stateMu.Unlock()
+	c.cfg.OnState(s)
+}
+
+// conn waits for the connection in use.
+func (c *Client) conn(ctx context.Context) (*conn, error) {
+	for {
+		c.mu.Lock()
+		cn, ready, closing := c.cur, c.ready, c.closing
+		c.mu.Unlock()
+		if closing {
+			return nil, ErrClosed
+		}
+		if cn != nil {
+			return cn, nil
+		}
+		select {
+		case <-ready:
+		case <-c.ctx.Done():
+			return nil, c.stoppedErr()
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (c *Client) stoppedErr() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return c.err
+	}
+	return ErrClosed
+}
+
+// call sends req and returns its reply; an error line comes back as *Error.
+// When the connection breaks first, an idempotent request is sent again on
+// the next connection.
+func (c *Client) call(ctx context.Context, req request, idempotent bool, reply any) error {
+	for {
+		cn, err := c.conn(ctx)
+		if err != nil {
+			return err
+		}
+		line, err := cn.roundTrip(ctx, req)
+		if errors.Is(err, errLost) {
+			if idempotent {
+				continue
+			}
+			return ErrConnectionLost
+		}
+		if err != nil {
+			return err
+		}
+		if reply != nil {
+			if err := json.Unmarshal(line, reply); err != nil {
+				return fmt.Errorf("rollcall: bad %s reply: %w", req.Op, err)
+			}
+		}
+		return nil
+	}
+}
+
+// Status sets this device's status: available, away or busy. It is kept
+// across reconnects.
+func (c *Client) Status(ctx context.Context, status string) error {
+	if err := c.call(ctx, request{Op: opStatus, Status: status}, true, nil); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.status = status
+	c.mu.Unlock()
+	return nil
+}
+
+// Join joins a group; it is rejoined at every reconnect.
+func (c *Client) Join(ctx context.Context, group string) error {
+	if err := c.call(ctx, request{Op: opJoin, Group: group}, true, nil); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	if !slices.Contains(c.groups, group) {
+		c.groups = append(c.groups, group)
+	}
+	c.mu.Unlock()
+	return nil
+}
+
+// Leave leaves a group.
+func (c *Client) Leave(ctx context.Context, group string) error {
+	c.mu.Lock()
+	c.groups = slices.DeleteFunc(c.groups, func(g string) bool { return g == group })
+	c.mu.Unlock()
+	return c.call(ctx, request{Op: opLeave, Group: group}, true, nil)
+}
+
+// Get returns the presence of a user.
+func (c *Client) Get(ctx context.Context, user string) (Presence, error) {
+	ps, err := c.GetMany(ctx, user)
+	if err != nil {
+		return Presence{}, err
+	}
+	if len(ps) != 1 {
+		return Presence{}, fmt.Errorf("rollcall: get returned %d users", len(ps))
+	}
+	return ps[0], nil
+}
+
+// GetMany returns the presence of users (at most 1000), in order.
+func (c *Client) GetMany(ctx context.Context, users ...string) ([]Presence, error) {
+	var r presenceFrame
+	if err := c.call(ctx, request{Op: opGet, Users: users}, true, &r); err != nil {
+		return nil, err
+	}
+	return r.Users, nil
+}
+
+// GroupInfo is a group's online members.
+type GroupInfo struct {
+	Group   string
+	Online  int
+	Members []Presence
+}
+
+// Group returns the online members of a group.
+func (c *Client) Group(ctx context.Context, group string) (GroupInfo, error) {
+	var r groupFrame
+	if err := c.call(ctx, request{Op: opGroup, Group: group}, true, &r); err != nil {
+		return GroupInfo{}, err
+	}
+	return GroupInfo(r), nil
+}
+
+// Locate returns the active sessions of a user, with the client address
+// of each one's gateway when known.
+func (c *Client) Locate(ctx context.Context, user string) ([]SessionInfo, error) {
+	var r locateFrame
+	if err := c.call(ctx, request{Op: opLocate, User: user}, true, &r); err != nil {
+		return nil, err
+	}
+	return r.Sessions, nil
+}
+
+// Send messages every active session of a user; body is any JSON value
+// (json.RawMessage, or a value json.Marshal accepts). It returns how many
+// sessions received it. It is not retried: if the connection breaks before
+// the reply it returns ErrConnectionLost.
+func (c *Client) Send(ctx context.Context, to string, body any) (int, error) {
+	raw, ok := body.(json.RawMessage)
+	if !ok {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return 0, err
+		}
+		raw = b
+	}
+	var r okFrame
+	if err := c.call(ctx, request{Op: opSend, To: to, Body: raw}, false, &r); err != nil {
+		return 0, err
+	}
+	if r.Delivered == nil {
+		return 0, nil
+	}
+	return *r.Delivered, nil
+}
+
+// Message is a message sent to this user.
+type Message struct {
+	From, FromDevice string
+	Body             json.RawMessage
+}
+
+// Messages delivers the messages sent to this user. It is closed when the
+// client stops.
+func (c *Client) Messages() <-chan Message { return c.msgs }
+
+// Session describes the current connection.
+type Session struct {
+	Session, Device, Gateway, Addr string
+	Epoch                          uint64
+}
+
+// Session returns the current connection's session, and false while
+// reconnecting.
+func (c *Client) Session() (Session, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cur == nil {
+		return Session{}, false
+	}
+	return Session{Session: c.cur.session, Device: c.device, Gateway: c.cur.gateway, Addr: c.cur.addr, Epoch: c.cur.epoch}, true
+}
+
+// Done is closed when the client has stopped: after Close, or when the
+// session was superseded (see Err).
+func (c *Client) Done() <-chan struct{} { return c.done }
+
+// Err is why the client stopped: nil while it runs and after Close; an
+// *Error with CodeSuperseded when another connection took this (user,
+// device) (the client does not fight it).
+func (c *Client) Err() error {
+	select {
+	case <-c.done:
+	default:
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Close ends the session cleanly (bye: it shows offline at once) and stops
+// the client. Subscription channels and Messages are closed.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
+		<-c.done
+		return nil
+	}
+	c.closing = true
+	cn := c.cur
+	c.mu.Unlock()
+	var err error
+	if cn != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err = cn.roundTrip(ctx, request{Op: opBye})
+		cancel()
+		if errors.Is(err, errLost) {
+			err = nil // the gateway closes right after its ok
+		}
+		cn.close()
+	}
+	c.stop(nil)
+	<-c.done
+	return err
+}
+
+// subject keys: a user subscription's events, and a group's.
+func subjectKey(group, user string) string { return group + "\x00" + user }
+
+// dispatch delivers an event frame to the subscriptions it concerns, unless
+// its version is not newer than the last delivered for its subject.
+func (c *Client) dispatch(f *eventFrame) {
+	key := subjectKey(f.Group, f.User)
+	c.mu.Lock()
+	if f.Version <= c.lastVer[key] {
+		c.mu.Unlock()
+		c.log.Debug("rollcall stale event dropped", zap.String("user", f.User), zap.Uint64("version", f.Version))
+		return
+	}
+	c.lastVer[key] = f.Version
+	var targets []*Subscription
+	for s := range c.subs {
+		if s.wants(f.Group, f.User) {
+			targets = append(targets, s)
+		}
+	}
+	c.mu.Unlock()
+	ev := Event{Presence: f.Presence, Group: f.Group, Member: f.Member == nil || *f.Member}
+	for _, s := range targets {
+		s.push(key, ev)
+	}
+}
+
+func (c *Client) deliverMessage(f *messageFrame) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.msgsClosed {
+		return
+	}
+	select {
+	case c.msgs <- Message{From: f.From, FromDevice: f.FromDevice, Body: f.Body}:
+	default:
+		c.log.Warn("rollcall message dropped: Messages channel full", zap.String("from", f.From))
+	}
+}
+
+// idString is the JSON form of a request id, as echoed.
+func idString(id uint64) string { return strconv.FormatUint(id, 10) }
