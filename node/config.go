@@ -31,6 +31,14 @@ type Config struct {
 	// 127.0.0.1:7401.
 	HTTPAddr string
 
+	// WSAllowedOrigins lists the origins whose pages may open the
+	// WebSocket endpoint (GET /ws on HTTPAddr), as host patterns
+	// (path.Match, e.g. "app.example.com", "*.example.com"). Empty: the
+	// page's own origin only (a request without an Origin header, from a
+	// program rather than a browser, is always accepted). "*" allows every
+	// origin. Default empty; on a Dev node, empty allows every origin.
+	WSAllowedOrigins []string
+
 	// Heartbeat is the interval the node tells clients to heartbeat at
 	// (welcome.heartbeat_ms). Shorter detects dead clients sooner but costs
 	// more traffic. Default 5s.

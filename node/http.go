@@ -17,6 +17,8 @@ import (
 //	GET /v1/presence/{user}   read: the user's Presence
 //	GET /v1/sessions          read: the active sessions this node owns
 //	GET /v1/stats             read: Stats
+//	GET /ws                   the client protocol over WebSocket (ws.go);
+//	                          authenticated by hello, as on TCP
 //	/debug/pprof/...          admin: net/http/pprof
 //
 // plus Config.HTTPHandlers (open), ReadHTTPHandlers (read) and
@@ -30,6 +32,7 @@ func (n *Node) httpHandler() http.Handler {
 	mux.Handle("GET /v1/presence/{user}", n.requireRead(http.HandlerFunc(n.handlePresenceHTTP), pathUser))
 	mux.Handle("GET /v1/sessions", n.requireRead(http.HandlerFunc(n.handleSessionsHTTP), nodeWide))
 	mux.Handle("GET /v1/stats", n.requireRead(http.HandlerFunc(n.handleStatsHTTP), nodeWide))
+	mux.HandleFunc("GET /ws", n.handleWS)
 	n.handlePprof(mux)
 	for pattern, h := range n.cfg.HTTPHandlers {
 		mux.Handle(pattern, h)

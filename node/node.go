@@ -14,6 +14,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/coder/websocket"
+
 	"github.com/rollcall/rollcall/auth"
 	"github.com/rollcall/rollcall/crdt"
 )
@@ -89,7 +91,8 @@ type Node struct {
 	ln        net.Listener
 	httpLn    net.Listener
 	httpSrv   *http.Server
-	drained   chan struct{} // closed when Drain has run
+	wsAccept  *websocket.AcceptOptions // GET /ws's upgrade options (ws.go)
+	drained   chan struct{}            // closed when Drain has run
 
 	stats counters
 
@@ -224,6 +227,7 @@ func (n *Node) start() error {
 		n.httpLn = hl
 		// ReadHeaderTimeout also bounds the TLS handshake (net/http runs it
 		// on the connection's goroutine, not the accept loop).
+		n.wsAccept = n.wsAcceptOptions()
 		n.httpSrv = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 10 * time.Second,
 			ErrorLog: n.httpErrorLog()}
 		served := hl
@@ -243,6 +247,9 @@ func (n *Node) start() error {
 		if n.httpLn != nil && len(n.cfg.AdminToken) == 0 {
 			n.log.Warn("DEV MODE: the admin API (POST /v1/leave, /v1/keys, /debug/pprof) is open to anyone who reaches the HTTP port; give an admin token to close it")
 		}
+	}
+	if n.httpLn != nil && n.wsAccept.InsecureSkipVerify {
+		n.log.Warn("WebSocket (GET /ws) accepts every origin: any web page can open sessions through a visitor's browser; list the allowed origins (--ws-allowed-origins) in production")
 	}
 	n.started.Store(true)
 	n.loops.Add(4)
