@@ -317,7 +317,6 @@ func (r wsRaw) Close() error { return r.closeNow() }
 // deadline is a net.Conn deadline: a channel closed when it passes.
 type deadline struct {
 	mu    sync.Mutex
-	t     time.Time
 	timer *time.Timer
 	ch    chan struct{}
 	fired bool
@@ -348,7 +347,6 @@ func (d *deadline) fireLocked() {
 func (d *deadline) set(t time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.t = t
 	d.gen++
 	if d.timer != nil {
 		d.timer.Stop()
@@ -382,10 +380,4 @@ func (d *deadline) wait() <-chan struct{} {
 		d.ch = make(chan struct{})
 	}
 	return d.ch
-}
-
-func (d *deadline) get() time.Time {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.t
 }
