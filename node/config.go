@@ -39,6 +39,12 @@ type Config struct {
 	// origin. Default empty; on a Dev node, empty allows every origin.
 	WSAllowedOrigins []string
 
+	// WSAddr, when set, is the address of a listener of its own for the
+	// WebSocket endpoint (GET /ws and nothing else), for a gateway whose
+	// HTTP port is kept private. GET /ws on HTTPAddr is served either way.
+	// Default empty: none.
+	WSAddr string
+
 	// Heartbeat is the interval the node tells clients to heartbeat at
 	// (welcome.heartbeat_ms). Shorter detects dead clients sooner but costs
 	// more traffic. Default 5s.

@@ -92,7 +92,9 @@ type Node struct {
 	httpLn    net.Listener
 	httpSrv   *http.Server
 	wsAccept  *websocket.AcceptOptions // GET /ws's upgrade options (ws.go)
-	drained   chan struct{}            // closed when Drain has run
+	wsLn      net.Listener             // Config.WSAddr's, or nil
+	wsSrv     *http.Server
+	drained   chan struct{} // closed when Drain has run
 
 	stats counters
 
@@ -218,6 +220,7 @@ func (n *Node) start() error {
 		return fmt.Errorf("node: listen for clients on %s: %w", n.cfg.ClientAddr, err)
 	}
 	n.ln = ln
+	n.wsAccept = n.wsAcceptOptions()
 	if n.cfg.HTTPAddr != "" {
 		hl, err := net.Listen("tcp", n.cfg.HTTPAddr)
 		if err != nil {
@@ -227,7 +230,6 @@ func (n *Node) start() error {
 		n.httpLn = hl
 		// ReadHeaderTimeout also bounds the TLS handshake (net/http runs it
 		// on the connection's goroutine, not the accept loop).
-		n.wsAccept = n.wsAcceptOptions()
 		n.httpSrv = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 10 * time.Second,
 			ErrorLog: n.httpErrorLog()}
 		served := hl
@@ -242,13 +244,20 @@ func (n *Node) start() error {
 			}
 		}()
 	}
+	if err := n.startWS(); err != nil {
+		ln.Close()
+		if n.httpSrv != nil {
+			n.httpSrv.Close()
+		}
+		return err
+	}
 	if n.cfg.Dev {
 		n.log.Warn("DEV MODE: clients are NOT authenticated; any user may connect as anyone. Never run this in production.")
 		if n.httpLn != nil && len(n.cfg.AdminToken) == 0 {
 			n.log.Warn("DEV MODE: the admin API (POST /v1/leave, /v1/keys, /debug/pprof) is open to anyone who reaches the HTTP port; give an admin token to close it")
 		}
 	}
-	if n.httpLn != nil && n.wsAccept.InsecureSkipVerify {
+	if (n.httpLn != nil || n.wsLn != nil) && n.wsAccept.InsecureSkipVerify {
 		n.log.Warn("WebSocket (GET /ws) accepts every origin: any web page can open sessions through a visitor's browser; list the allowed origins (--ws-allowed-origins) in production")
 	}
 	n.started.Store(true)
@@ -260,6 +269,7 @@ func (n *Node) start() error {
 	n.log.Info("gateway started",
 		zap.Stringer("client_addr", ln.Addr()),
 		zap.String("http_addr", n.addrString(n.httpLn)),
+		zap.String("ws_addr", n.addrString(n.wsLn)),
 		zap.Bool("tls", n.tls != nil),
 		zap.Duration("heartbeat", n.cfg.Heartbeat),
 		zap.Duration("timeout", n.cfg.Timeout),
@@ -323,6 +333,9 @@ func (n *Node) Close() error {
 			n.httpSrv.Shutdown(ctx) //nolint:errcheck // best effort; Close follows
 			cancel()
 			n.httpSrv.Close()
+		}
+		if n.wsSrv != nil {
+			n.wsSrv.Close() // its WebSockets are hijacked: aborted below
 		}
 		n.mu.Lock()
 		conns := make([]*conn, 0, len(n.conns))

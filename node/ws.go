@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -62,6 +63,43 @@ func (n *Node) wsAcceptOptions() *websocket.AcceptOptions {
 		opts.OriginPatterns = origins
 	}
 	return opts
+}
+
+// startWS starts the dedicated WebSocket listener (Config.WSAddr), which
+// serves GET /ws and nothing else; TLS as on the other ports.
+func (n *Node) startWS() error {
+	if n.cfg.WSAddr == "" {
+		return nil
+	}
+	l, err := net.Listen("tcp", n.cfg.WSAddr)
+	if err != nil {
+		return fmt.Errorf("node: listen for WebSocket clients on %s: %w", n.cfg.WSAddr, err)
+	}
+	n.wsLn = l
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /ws", n.handleWS)
+	n.wsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: n.httpErrorLog()}
+	served := l
+	if n.tls != nil {
+		served = tls.NewListener(l, n.tls)
+	}
+	n.loops.Add(1)
+	go func() {
+		defer n.loops.Done()
+		if err := n.wsSrv.Serve(served); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			n.log.Error("websocket server stopped", zap.Error(err))
+		}
+	}()
+	return nil
+}
+
+// WSAddr returns the bound address of the dedicated WebSocket listener, or
+// nil when there is none (Config.WSAddr empty) or before Start.
+func (n *Node) WSAddr() net.Addr {
+	if n.wsLn == nil {
+		return nil
+	}
+	return n.wsLn.Addr()
 }
 
 // handleWS upgrades GET /ws and serves the WebSocket as a client

@@ -307,3 +307,25 @@ func TestWSOverTLS(t *testing.T) {
 		t.Fatal("plain ws accepted on the TLS port")
 	}
 }
+
+// TestWSDedicatedListener: Config.WSAddr serves /ws and nothing else, on
+// a gateway without an HTTP port.
+func TestWSDedicatedListener(t *testing.T) {
+	n := newTestNode(t, func(c *Config) {
+		c.HTTPAddr = ""
+		c.WSAddr = "127.0.0.1:0"
+	})
+	c := dialWS(t, "ws://"+n.WSAddr().String()+"/ws", nil)
+	c.hello("alice", "web")
+	if f := c.call(map[string]any{"op": "get", "users": []string{"alice"}}); f.str("op") != OpPresence {
+		t.Fatalf("get: %v", f)
+	}
+	resp, err := http.Get("http://" + n.WSAddr().String() + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("/healthz on the WebSocket listener: %d, want 404", resp.StatusCode)
+	}
+}
