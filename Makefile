@@ -30,8 +30,10 @@ build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/rollcall
 
 # All packages, race detector on. Property tests run 1,000 cases per law.
+# The gateway's protocol suite runs again over WebSocket (-transport=ws).
 test:
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	$(GO) test -race -count=1 -timeout 20m ./node -args -transport=ws
 
 test-short:
 	$(GO) test -short -count=1 $(PKGS)

@@ -31,6 +31,20 @@ type Config struct {
 	// 127.0.0.1:7401.
 	HTTPAddr string
 
+	// WSAllowedOrigins lists the origins whose pages may open the
+	// WebSocket endpoint (GET /ws on HTTPAddr), as host patterns
+	// (path.Match, e.g. "app.example.com", "*.example.com"). Empty: the
+	// page's own origin only (a request without an Origin header, from a
+	// program rather than a browser, is always accepted). "*" allows every
+	// origin. Default empty; on a Dev node, empty allows every origin.
+	WSAllowedOrigins []string
+
+	// WSAddr, when set, is the address of a listener of its own for the
+	// WebSocket endpoint (GET /ws and nothing else), for a gateway whose
+	// HTTP port is kept private. GET /ws on HTTPAddr is served either way.
+	// Default empty: none.
+	WSAddr string
+
 	// Heartbeat is the interval the node tells clients to heartbeat at
 	// (welcome.heartbeat_ms). Shorter detects dead clients sooner but costs
 	// more traffic. Default 5s.

@@ -50,6 +50,9 @@ type conn struct {
 	id     uint64
 	remote string
 	ip     netip.Addr // the source address counted in n.perIP; zero when not counted
+	// upgradeToken is the token of a WebSocket upgrade request (ws.go),
+	// used by a hello that carries none.
+	upgradeToken string
 
 	// Hot path, lock-free.
 	state      atomic.Int32
@@ -113,6 +116,12 @@ type outQueue struct {
 
 func (n *Node) newConn(raw net.Conn) *conn {
 	nc, tc := n.wrapTLS(raw)
+	return n.newConnOver(raw, nc, tc)
+}
+
+// newConnOver returns a connection served on nc, whose raw socket (closed
+// at once by abort) is raw; tc is nc when it is a TLS server connection.
+func (n *Node) newConnOver(raw, nc net.Conn, tc *tls.Conn) *conn {
 	c := &conn{
 		n:      n,
 		nc:     nc,

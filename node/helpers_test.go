@@ -118,6 +118,9 @@ func newStallTestNode(t testing.TB, mut func(*Config)) (*Node, *fakeStallClock) 
 		EventCoalesce: time.Millisecond,
 		Logger:        zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)),
 	}
+	if testTransport == "ws" {
+		cfg.HTTPAddr = "127.0.0.1:0" // dial connects to GET /ws
+	}
 	if mut != nil {
 		mut(&cfg)
 	}
@@ -168,8 +171,17 @@ type client struct {
 	r  *bufio.Reader
 }
 
+// dial connects a test client to n over the transport under test
+// (-transport, ws_test.go): TCP to the client address, or a WebSocket to
+// GET /ws on the HTTP address.
 func dial(t testing.TB, n *Node) *client {
 	t.Helper()
+	if testTransport == "ws" {
+		if n.HTTPAddr() == nil {
+			t.Fatal("-transport=ws: the node serves no HTTP")
+		}
+		return dialWS(t, "ws://"+n.HTTPAddr().String()+"/ws", nil)
+	}
 	return dialAddr(t, n.ClientAddr().String())
 }
 

@@ -19,6 +19,8 @@ import (
 //	GET /v1/stats             read: Stats
 //	GET /v1/events            read (each user, the group): a text/event-stream
 //	                          of presence events (events.go)
+//	GET /ws                   the client protocol over WebSocket (ws.go);
+//	                          authenticated by hello, as on TCP
 //	/debug/pprof/...          admin: net/http/pprof
 //
 // plus Config.HTTPHandlers (open), ReadHTTPHandlers (read) and
@@ -33,6 +35,7 @@ func (n *Node) httpHandler() http.Handler {
 	mux.Handle("GET /v1/sessions", n.requireRead(http.HandlerFunc(n.handleSessionsHTTP), nodeWide))
 	mux.Handle("GET /v1/stats", n.requireRead(http.HandlerFunc(n.handleStatsHTTP), nodeWide))
 	mux.HandleFunc("GET /v1/events", n.handleEvents) // checks its own reads (events.go)
+	mux.HandleFunc("GET /ws", n.handleWS)
 	n.handlePprof(mux)
 	for pattern, h := range n.cfg.HTTPHandlers {
 		mux.Handle(pattern, h)

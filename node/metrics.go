@@ -82,13 +82,13 @@ func errorCodes() [numCodes]ErrorCode {
 	return [numCodes]ErrorCode{CodeBadJSON, CodeLineTooLong, CodeUnknownOp, CodeBadRequest, CodeAuthFailed,
 		CodeHandshakeTimeout, CodeNotAuthenticated, CodeSuperseded, CodeShuttingDown, CodeSlowConsumer,
 		CodeExpired, CodeInternal, CodeOverloaded, CodeEpochExhausted, CodeRateLimited,
-		CodeTooManySessions, CodeTooManyConnections, CodeForbidden, CodeTokenExpired}
+		CodeTooManySessions, CodeTooManyConnections, CodeForbidden, CodeTokenExpired, CodeUnsupportedProtocol}
 }
 
 // numCodes is the number of error codes counted apart; codeOther counts
 // the rest.
 const (
-	numCodes  = 19
+	numCodes  = 20
 	codeOther = numCodes
 )
 

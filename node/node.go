@@ -14,6 +14,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/coder/websocket"
+
 	"github.com/rollcall/rollcall/auth"
 	"github.com/rollcall/rollcall/crdt"
 )
@@ -90,6 +92,9 @@ type Node struct {
 	ln        net.Listener
 	httpLn    net.Listener
 	httpSrv   *http.Server
+	wsAccept  *websocket.AcceptOptions // GET /ws's upgrade options (ws.go)
+	wsLn      net.Listener             // Config.WSAddr's, or nil
+	wsSrv     *http.Server
 	drained   chan struct{} // closed when Drain has run
 
 	stats counters
@@ -219,6 +224,7 @@ func (n *Node) start() error {
 		return fmt.Errorf("node: listen for clients on %s: %w", n.cfg.ClientAddr, err)
 	}
 	n.ln = ln
+	n.wsAccept = n.wsAcceptOptions()
 	if n.cfg.HTTPAddr != "" {
 		hl, err := net.Listen("tcp", n.cfg.HTTPAddr)
 		if err != nil {
@@ -242,11 +248,21 @@ func (n *Node) start() error {
 			}
 		}()
 	}
+	if err := n.startWS(); err != nil {
+		ln.Close()
+		if n.httpSrv != nil {
+			n.httpSrv.Close()
+		}
+		return err
+	}
 	if n.cfg.Dev {
 		n.log.Warn("DEV MODE: clients are NOT authenticated; any user may connect as anyone. Never run this in production.")
 		if n.httpLn != nil && len(n.cfg.AdminToken) == 0 {
 			n.log.Warn("DEV MODE: the admin API (POST /v1/leave, /v1/keys, /debug/pprof) is open to anyone who reaches the HTTP port; give an admin token to close it")
 		}
+	}
+	if (n.httpLn != nil || n.wsLn != nil) && n.wsAccept.InsecureSkipVerify {
+		n.log.Warn("WebSocket (GET /ws) accepts every origin: any web page can open sessions through a visitor's browser; list the allowed origins (--ws-allowed-origins) in production")
 	}
 	n.started.Store(true)
 	n.loops.Add(4)
@@ -257,6 +273,7 @@ func (n *Node) start() error {
 	n.log.Info("gateway started",
 		zap.Stringer("client_addr", ln.Addr()),
 		zap.String("http_addr", n.addrString(n.httpLn)),
+		zap.String("ws_addr", n.addrString(n.wsLn)),
 		zap.Bool("tls", n.tls != nil),
 		zap.Duration("heartbeat", n.cfg.Heartbeat),
 		zap.Duration("timeout", n.cfg.Timeout),
@@ -321,6 +338,9 @@ func (n *Node) Close() error {
 			n.httpSrv.Shutdown(ctx) //nolint:errcheck // best effort; Close follows
 			cancel()
 			n.httpSrv.Close()
+		}
+		if n.wsSrv != nil {
+			n.wsSrv.Close() // its WebSockets are hijacked: aborted below
 		}
 		n.mu.Lock()
 		conns := make([]*conn, 0, len(n.conns))

@@ -140,6 +140,9 @@ const (
 	// from an address that already holds MaxConnectionsPerIP connections
 	// to this gateway; closes at once.
 	CodeTooManyConnections ErrorCode = "too_many_connections"
+	// CodeUnsupportedProtocol refuses a hello that asks for a protocol
+	// version other than ProtocolVersion; closes.
+	CodeUnsupportedProtocol ErrorCode = "unsupported_protocol"
 )
 
 // Closes reports whether the gateway closes the connection after sending
@@ -149,7 +152,7 @@ func (c ErrorCode) Closes() bool {
 	switch c {
 	case CodeAuthFailed, CodeHandshakeTimeout, CodeLineTooLong, CodeSuperseded,
 		CodeShuttingDown, CodeSlowConsumer, CodeExpired, CodeTokenExpired,
-		CodeTooManySessions, CodeTooManyConnections:
+		CodeTooManySessions, CodeTooManyConnections, CodeUnsupportedProtocol:
 		return true
 	}
 	return false
@@ -170,6 +173,9 @@ type Request struct {
 	Token     string   `json:"token,omitempty"`
 	LastEpoch uint64   `json:"last_epoch,omitempty"`
 	Groups    []string `json:"groups,omitempty"`
+	// Protocol is the protocol version the client speaks (absent or 0:
+	// ProtocolVersion).
+	Protocol int `json:"protocol,omitempty"`
 
 	// hello, status
 	Status string `json:"status,omitempty"`

@@ -144,3 +144,22 @@ func TestShuttingDown(t *testing.T) {
 		t.Fatalf("second Drain: %v", err)
 	}
 }
+
+// TestHelloProtocolVersion: hello may name the protocol version it speaks;
+// the gateway speaks ProtocolVersion and refuses any other, closing.
+func TestHelloProtocolVersion(t *testing.T) {
+	n := newTestNode(t, nil)
+	c := dial(t, n)
+	if w := c.hello("alice", "a", map[string]any{"protocol": ProtocolVersion}); w.num("protocol") != ProtocolVersion {
+		t.Fatalf("welcome %v", w)
+	}
+	c = dial(t, n)
+	c.send(map[string]any{"op": "hello", "user": "bob", "protocol": ProtocolVersion + 1, "id": 1})
+	if f := c.expectError(CodeUnsupportedProtocol); f.num("id") != 1 {
+		t.Fatalf("error %v", f)
+	}
+	c.expectClosed()
+	if p := presenceOf(n, "bob"); len(p.Sessions) != 0 {
+		t.Fatalf("a session for a refused hello: %+v", p)
+	}
+}

@@ -30,39 +30,48 @@ func (n *Node) acceptLoop(ln net.Listener) {
 		}
 		backoff = 0
 		n.stats.accepted.Add(1)
-		n.mu.Lock()
-		if n.draining {
-			n.mu.Unlock()
-			// Drain closed the listener, but a connection may have been
-			// accepted just before.
-			if n.tls == nil {
-				nc.SetWriteDeadline(time.Now().Add(time.Second))    //nolint:errcheck // best effort
-				nc.Write(shuttingDownFrame(nil, n.otherGateways())) //nolint:errcheck // best effort
-			}
-			nc.Close()
-			continue
-		}
-		ip := remoteIP(nc)
-		if code, msg := n.admitLocked(ip); code != "" {
-			n.mu.Unlock()
-			n.refuse(nc, code, msg)
-			continue
-		}
-		c := n.newConn(nc)
-		c.ip = ip
-		n.conns[c] = struct{}{}
-		n.countConnLocked(c, true)
-		n.connWG.Add(2)
-		n.mu.Unlock()
-		c.serve()
+		n.serveClient(nc, n.tls == nil, func() *conn { return n.newConn(nc) })
 	}
+}
+
+// serveClient admits and serves an established client connection (a TCP
+// socket from the accept loop, or a WebSocket from GET /ws): the same
+// drain check, connection limits and accounting for both. plain reports
+// whether a refusal may write its error line now (not before a TLS
+// handshake). newc builds the conn.
+func (n *Node) serveClient(nc net.Conn, plain bool, newc func() *conn) {
+	n.mu.Lock()
+	if n.draining {
+		n.mu.Unlock()
+		// Drain closed the listener, but a connection may have been
+		// accepted just before.
+		if plain {
+			nc.SetWriteDeadline(time.Now().Add(time.Second))    //nolint:errcheck // best effort
+			nc.Write(shuttingDownFrame(nil, n.otherGateways())) //nolint:errcheck // best effort
+		}
+		nc.Close()
+		return
+	}
+	ip := remoteIP(nc)
+	if code, msg := n.admitLocked(ip); code != "" {
+		n.mu.Unlock()
+		n.refuse(nc, plain, code, msg)
+		return
+	}
+	c := newc()
+	c.ip = ip
+	n.conns[c] = struct{}{}
+	n.countConnLocked(c, true)
+	n.connWG.Add(2)
+	n.mu.Unlock()
+	c.serve()
 }
 
 // refuse closes a connection the accept loop will not serve, after a
 // best-effort error line on plain TCP (over TLS it would need a handshake in
 // the accept loop; see tls.go).
-func (n *Node) refuse(nc net.Conn, code ErrorCode, msg string) {
-	if n.tls == nil {
+func (n *Node) refuse(nc net.Conn, plain bool, code ErrorCode, msg string) {
+	if plain {
 		nc.SetWriteDeadline(time.Now().Add(time.Second)) //nolint:errcheck // best effort
 		nc.Write(encodeError(nil, code, msg))            //nolint:errcheck // best effort
 	}

@@ -47,6 +47,11 @@ func (n *Node) handleHello(c *conn, req *Request) {
 		c.sendError(req.ID, CodeBadRequest, "already authenticated")
 		return
 	}
+	if req.Token == "" {
+		// A WebSocket upgrade's token (ws.go), checked and verified as one
+		// in hello.
+		req.Token = c.upgradeToken
+	}
 	if rerr := checkHello(req); rerr != nil {
 		n.stats.badRequests.Add(1)
 		c.sendError(req.ID, rerr.code, rerr.msg)
@@ -164,6 +169,9 @@ func (n *Node) handleHello(c *conn, req *Request) {
 
 // checkHello validates a hello's fields.
 func checkHello(req *Request) *requestError {
+	if req.Protocol != 0 && req.Protocol != ProtocolVersion {
+		return errorf(CodeUnsupportedProtocol, "protocol %d is not supported: this gateway speaks protocol %d", req.Protocol, ProtocolVersion)
+	}
 	if rerr := checkName("user", req.User); rerr != nil {
 		return rerr
 	}

@@ -135,7 +135,7 @@ func TestTLSRefusesOldVersionsAndPlainClients(t *testing.T) {
 		}
 	}
 	n, _ := f.start(t, nil)
-	plain := dial(t, n)
+	plain := dialAddr(t, n.ClientAddr().String()) // plain TCP to the TLS client port
 	plain.sendRaw(`{"op":"hello","user":"alice"}`)
 	if f, err := plain.tryRecv(5 * time.Second); err == nil {
 		t.Fatalf("a plain-text hello on the TLS port was answered: %v", f)

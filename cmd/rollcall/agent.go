@@ -27,6 +27,8 @@ type agentFlags struct {
 	name         string
 	clientAddr   string
 	httpAddr     string
+	wsOrigins    string // --ws-allowed-origins: node.Config.WSAllowedOrigins, comma-separated
+	wsAddr       string // --ws-addr: node.Config.WSAddr
 	heartbeat    time.Duration
 	timeout      time.Duration
 	drainTimeout time.Duration
@@ -84,6 +86,8 @@ func agentFlagSet(af *agentFlags, stderr io.Writer) (*flag.FlagSet, *string) {
 	fs.StringVar(&af.name, "name", host, "node name, unique in the cluster")
 	fs.StringVar(&af.clientAddr, "client-addr", node.DefaultClientAddr, "TCP address for clients")
 	fs.StringVar(&af.httpAddr, "http-addr", "127.0.0.1:7401", "HTTP address for /healthz and /v1/...; empty disables")
+	fs.StringVar(&af.wsOrigins, "ws-allowed-origins", "", "comma-separated origin host patterns (app.example.com, *.example.com) whose pages may open WebSockets on --http-addr's /ws; * allows any; default: the same origin only (any with --dev)")
+	fs.StringVar(&af.wsAddr, "ws-addr", "", "address of a listener of its own serving only the WebSocket client endpoint /ws (default: none; /ws is on --http-addr either way)")
 	fs.DurationVar(&af.heartbeat, "heartbeat", node.DefaultHeartbeat, "heartbeat interval told to clients")
 	fs.DurationVar(&af.timeout, "timeout", node.DefaultTimeout, "silence after which a session expires")
 	fs.DurationVar(&af.drainTimeout, "drain-timeout", node.DefaultDrainTimeout, "graceful shutdown bound on SIGTERM/SIGINT")
@@ -313,6 +317,8 @@ func (af *agentFlags) nodeConfig(log *zap.Logger) (node.Config, error) {
 	cfg.Name = af.name
 	cfg.ClientAddr = af.clientAddr
 	cfg.HTTPAddr = af.httpAddr
+	cfg.WSAllowedOrigins = splitList(af.wsOrigins)
+	cfg.WSAddr = af.wsAddr
 	cfg.Heartbeat = af.heartbeat
 	cfg.Timeout = af.timeout
 	cfg.DrainTimeout = af.drainTimeout
