@@ -62,7 +62,7 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 		cfg.Logger = zap.NewNop()
 	}
 	if cfg.Dial == nil {
-		cfg.Dial = DialTCP
+		cfg.Dial = DialAny
 	}
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = 10 * time.Second

@@ -314,3 +314,42 @@ func TestDrainHints(t *testing.T) {
 		t.Fatalf("after the drain: %+v, %v", p, err)
 	}
 }
+
+// The same session over WebSocket: a ws:// address dials the gateway's
+// /ws endpoint, and the client works as over TCP.
+func TestOverWebSocket(t *testing.T) {
+	gw := startNodeHTTP(t, "g0")
+	ctx := ctxT(t)
+	url := "ws://" + gw.HTTPAddr().String() + "/ws"
+	c := dialT(t, Config{Addrs: []string{url}, User: "wendy", Device: "browser", Status: "away"})
+	watcher := dialT(t, Config{Addrs: []string{url}, User: "walt", Device: "browser"})
+	sub, err := watcher.Subscribe(ctx, "wendy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	awaitEvent(t, sub, "wendy online and away", func(ev Event) bool { return ev.Online && ev.Status == "away" })
+	if err := c.Status(ctx, "busy"); err != nil {
+		t.Fatal(err)
+	}
+	awaitEvent(t, sub, "wendy's device busy", func(ev Event) bool {
+		return len(ev.Sessions) == 1 && ev.Sessions[0].Status == "busy"
+	})
+	c.Close()
+	// The closed socket is a clean close: offline at once.
+	awaitEvent(t, sub, "wendy offline", func(ev Event) bool { return !ev.Online })
+}
+
+func awaitEvent(t *testing.T, sub *Subscription, what string, ok func(Event) bool) {
+	t.Helper()
+	timeout := time.After(5 * time.Second)
+	for {
+		select {
+		case ev := <-sub.Events():
+			if ok(ev) {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("no event: %s", what)
+		}
+	}
+}

@@ -36,7 +36,8 @@ type Config struct {
 	Logger *zap.Logger
 	// Backoff paces reconnects; zero fields take DefaultBackoff's.
 	Backoff Backoff
-	// Dial opens connections; nil is DialTCP.
+	// Dial opens connections; nil is DialAny: ws:// and wss:// addresses over
+	// WebSocket, host:port over TCP (or TLS with TLS set).
 	Dial DialFunc
 	// DialTimeout bounds one connect: dial, TLS and hello. Default 10s.
 	DialTimeout time.Duration

@@ -36,6 +36,27 @@ func startNode(t testing.TB, name string) *node.Node {
 	return gw
 }
 
+// startNodeHTTP starts a --dev gateway that also serves HTTP (and /ws).
+func startNodeHTTP(t testing.TB, name string) *node.Node {
+	t.Helper()
+	cfg := node.DefaultConfig()
+	cfg.Name = name
+	cfg.ClientAddr = "127.0.0.1:0"
+	cfg.HTTPAddr = "127.0.0.1:0"
+	cfg.Dev = true
+	cfg.Timeout = 2 * time.Second
+	cfg.Heartbeat = 200 * time.Millisecond
+	gw, err := node.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gw.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = gw.Close() })
+	return gw
+}
+
 // member is one gateway of an in-process cluster joined by real gossip.
 type member struct {
 	gw *node.Node
