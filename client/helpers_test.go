@@ -16,33 +16,17 @@ import (
 )
 
 // startNode starts a --dev gateway on loopback.
-func startNode(t testing.TB, name string) *node.Node {
-	t.Helper()
-	cfg := node.DefaultConfig()
-	cfg.Name = name
-	cfg.ClientAddr = "127.0.0.1:0"
-	cfg.HTTPAddr = ""
-	cfg.Dev = true
-	cfg.Timeout = 2 * time.Second
-	cfg.Heartbeat = 200 * time.Millisecond
-	gw, err := node.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := gw.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = gw.Close() })
-	return gw
-}
+func startNode(t testing.TB, name string) *node.Node { return startGateway(t, name, "") }
 
 // startNodeHTTP starts a --dev gateway that also serves HTTP (and /ws).
-func startNodeHTTP(t testing.TB, name string) *node.Node {
+func startNodeHTTP(t testing.TB, name string) *node.Node { return startGateway(t, name, "127.0.0.1:0") }
+
+func startGateway(t testing.TB, name, httpAddr string) *node.Node {
 	t.Helper()
 	cfg := node.DefaultConfig()
 	cfg.Name = name
 	cfg.ClientAddr = "127.0.0.1:0"
-	cfg.HTTPAddr = "127.0.0.1:0"
+	cfg.HTTPAddr = httpAddr
 	cfg.Dev = true
 	cfg.Timeout = 2 * time.Second
 	cfg.Heartbeat = 200 * time.Millisecond
