@@ -21,6 +21,7 @@ import (
 //	                          of presence events (events.go)
 //	GET /ws                   the client protocol over WebSocket (ws.go);
 //	                          authenticated by hello, as on TCP
+//	GET /client.js, /demo/    open: the browser client and its demo (jsclient.go)
 //	/debug/pprof/...          admin: net/http/pprof
 //
 // plus Config.HTTPHandlers (open), ReadHTTPHandlers (read) and
@@ -36,6 +37,7 @@ func (n *Node) httpHandler() http.Handler {
 	mux.Handle("GET /v1/stats", n.requireRead(http.HandlerFunc(n.handleStatsHTTP), nodeWide))
 	mux.HandleFunc("GET /v1/events", n.handleEvents) // checks its own reads (events.go)
 	mux.HandleFunc("GET /ws", n.handleWS)
+	handleJSClient(mux) // GET /client.js and GET /demo/, open (jsclient.go)
 	n.handlePprof(mux)
 	for pattern, h := range n.cfg.HTTPHandlers {
 		mux.Handle(pattern, h)

@@ -1,0 +1,420 @@
+// Rollcall browser client: the client protocol (docs/protocol.md) over a
+// gateway's WebSocket endpoint /ws. One ES module, no dependencies; served
+// by every gateway at GET /client.js.
+//
+//   import {RollcallClient} from "http://gw1:7401/client.js";
+//   const c = new RollcallClient({urls: ["ws://gw1:7401/ws", "ws://gw2:7401/ws"],
+//                                 token: async () => fetchToken(), user: "alice", device: "laptop"});
+//   c.onstate = (state, info) => console.log(state, info);
+//   await c.connect();
+//   const sub = c.subscribe(["bob"], ev => console.log(ev.user, ev.status));
+//   const team = c.subscribeGroup("team-7", ev => ...);   // ev.member says in or out
+//   await c.setStatus("away");
+//   sub.close(); c.close();
+//
+// Behaviour as docs/protocol.md "Client behaviour" and the Go client
+// (client/): heartbeat every welcome.heartbeat_ms; on a lost connection
+// reconnect with jittered exponential backoff (the n-th consecutive failure
+// waits a random time in [d/2, d], d = min(10 s, 100 ms × 2^n)), round-robin
+// over urls, carrying the device and last_epoch; after shutting_down try its
+// gateways hints first (mapped to WebSocket URLs by opts.gatewayURL, since
+// hints are TCP client addresses); hello carries the current status and
+// groups, then every subscription is sent again; an event whose version is
+// not newer than the last delivered for its subject is dropped; superseded
+// stops the client; token refresh at two thirds of its remaining lifetime.
+
+const PROTOCOL = 1;
+const SUB_CHUNK = 1000;
+const BACKOFF_BASE_MS = 100;
+const BACKOFF_MAX_MS = 10000;
+// Hello refusals that are configuration errors on the first connect.
+const REFUSED = new Set(["auth_failed", "bad_request", "forbidden", "epoch_exhausted", "too_many_sessions"]);
+// Requests whose effect the client restores itself after a reconnect.
+const RESTORED = new Set(["status", "sub", "unsub", "join", "leave"]);
+
+/** An error reply from the gateway, or a client-side failure (code "disconnected", "closed"). */
+export class RollcallError extends Error {
+  constructor(code, message, reply) {
+    super(`${code}: ${message}`);
+    this.name = "RollcallError";
+    this.code = code;
+    this.reply = reply;
+  }
+}
+
+/** backoffDelay is the wait before the attempt after n consecutive failures. */
+export function backoffDelay(n, random = Math.random) {
+  const d = Math.min(BACKOFF_MAX_MS, BACKOFF_BASE_MS * 2 ** Math.min(n, 30));
+  return d / 2 + random() * (d / 2);
+}
+
+/** A subscription: to users or one group. close() unsubscribes. */
+class Subscription {
+  constructor(client, users, group, handler) {
+    this.client = client;
+    this.users = users;
+    this.group = group;
+    this.handler = handler;
+    this.closed = false;
+  }
+  close() {
+    if (this.closed) return Promise.resolve();
+    this.closed = true;
+    return this.client._unsubscribe(this);
+  }
+}
+
+export class RollcallClient {
+  /**
+   * opts: urls (WebSocket URLs of gateways' /ws), user, device (optional;
+   * otherwise the first welcome's), token (async function returning a
+   * token; optional on a --dev gateway), status ("available"), groups ([]),
+   * gatewayURL (addr => URL or null, for shutting_down hints),
+   * onstate, onmessage, WebSocket (constructor, default globalThis.WebSocket).
+   */
+  constructor(opts) {
+    if (!opts || !opts.user) throw new TypeError("RollcallClient: user is required");
+    const urls = typeof opts.urls === "string" ? [opts.urls] : opts.urls || (opts.url ? [opts.url] : []);
+    if (urls.length === 0) throw new TypeError("RollcallClient: urls is required");
+    this.urls = urls.slice();
+    this.user = opts.user;
+    this.device = opts.device || "";
+    this.tokenSource = opts.token || null;
+    this.status = opts.status || "available";
+    this.groups = new Set(opts.groups || []);
+    this.gatewayURL = opts.gatewayURL || (addr => (/^wss?:\/\//.test(addr) ? addr : null));
+    this.onstate = opts.onstate || null;
+    this.onmessage = opts.onmessage || null;
+    this.WebSocket = opts.WebSocket || globalThis.WebSocket;
+    this.state = "idle";
+    this.epoch = 0;
+    this.gateway = "";
+    this.session = "";
+    this.ws = null;
+    this._next = 0; // index into urls
+    this._hints = [];
+    this._failures = 0;
+    this._id = 0;
+    this._pending = new Map();
+    this._subs = new Set();
+    this._versions = new Map(); // subject key => last delivered version
+    this._timers = new Set();
+    this._hb = null;
+    this._live = null; // the welcomed WebSocket
+    this._closing = false;
+  }
+
+  _setState(state, info) {
+    this.state = state;
+    if (this.onstate) {
+      try { this.onstate(state, info || {}); } catch (e) { setTimeout(() => { throw e; }); }
+    }
+  }
+
+  _timer(ms, fn) {
+    const t = setTimeout(() => { this._timers.delete(t); fn(); }, ms);
+    this._timers.add(t);
+    return t;
+  }
+
+  /**
+   * connect resolves with the first welcome. It rejects when every URL
+   * failed once, or when the first hello is refused (auth_failed,
+   * bad_request, forbidden, epoch_exhausted, too_many_sessions).
+   */
+  connect() {
+    if (this._connectPromise) return this._connectPromise;
+    this._connectPromise = new Promise((resolve, reject) => {
+      this._first = {resolve, reject, tries: 0};
+    });
+    this._dial();
+    return this._connectPromise;
+  }
+
+  _pickURL() {
+    while (this._hints.length > 0) {
+      const url = this.gatewayURL(this._hints.shift());
+      if (url) return url;
+    }
+    const url = this.urls[this._next % this.urls.length];
+    this._next++;
+    return url;
+  }
+
+  async _dial() {
+    if (this._closing) return;
+    this._setState(this._first ? "connecting" : "reconnecting", {attempt: this._failures});
+    const url = this._pickURL();
+    let token;
+    try {
+      token = this.tokenSource ? await this.tokenSource() : undefined;
+    } catch (e) {
+      this._lost(null, new RollcallError("token", String(e && e.message || e)));
+      return;
+    }
+    if (this._closing) return;
+    let ws;
+    try {
+      ws = new this.WebSocket(url);
+    } catch (e) {
+      this._lost(null, new RollcallError("dial", String(e && e.message || e)));
+      return;
+    }
+    this.ws = ws;
+    this.url = url;
+    let welcomed = false;
+    let ended = false;
+    const end = err => {
+      if (ended) return;
+      ended = true;
+      this._stopConn(ws);
+      this._lost(ws, err, welcomed);
+    };
+    ws.onopen = () => {
+      const hello = {op: "hello", user: this.user, status: this.status, protocol: PROTOCOL};
+      if (this.device) hello.device = this.device;
+      if (token) hello.token = token;
+      if (this.epoch) hello.last_epoch = this.epoch;
+      if (this.groups.size) hello.groups = [...this.groups];
+      ws.send(JSON.stringify(hello));
+    };
+    ws.onmessage = e => {
+      let m;
+      try { m = JSON.parse(e.data); } catch { return; }
+      if (!welcomed) {
+        if (m.op === "welcome") {
+          welcomed = true;
+          this._welcome(ws, m);
+        } else if (m.op === "error") {
+          ws.onclose = null;
+          try { ws.close(); } catch { /* already closing */ }
+          end(new RollcallError(m.code, m.message, m));
+        }
+        return;
+      }
+      this._dispatch(ws, m, end);
+    };
+    ws.onerror = () => {}; // onclose follows
+    ws.onclose = e => end(new RollcallError("disconnected", `connection closed (${e.code}${e.reason ? " " + e.reason : ""})`));
+  }
+
+  _welcome(ws, m) {
+    this.epoch = m.epoch;
+    this.device = m.device;
+    this.gateway = m.gateway;
+    this.session = m.session;
+    this._failures = 0;
+    this._live = ws;
+    this._hb = setInterval(() => { if (this.ws === ws && ws.readyState === 1) ws.send('{"op":"hb"}'); }, m.heartbeat_ms || 5000);
+    if (m.token_expires_at) this._scheduleRefresh(ws, m.token_expires_at);
+    // Restore: subscriptions again, in chunks.
+    for (const sub of this._subs) this._sendSub(sub);
+    this._setState("connected", {gateway: m.gateway, url: this.url, epoch: m.epoch, session: m.session});
+    if (this._first) {
+      const f = this._first;
+      this._first = null;
+      f.resolve(m);
+    }
+  }
+
+  _scheduleRefresh(ws, expiresAt) {
+    const left = Date.parse(expiresAt) - Date.now();
+    if (!(left > 0) || !this.tokenSource) return;
+    this._timer(Math.max(1000, left * 2 / 3), async () => {
+      if (this.ws !== ws || this._closing) return;
+      try {
+        const token = await this.tokenSource();
+        const r = await this.request({op: "refresh", token});
+        if (r.token_expires_at) this._scheduleRefresh(ws, r.token_expires_at);
+      } catch { /* the session ends with token_expired and the client reconnects */ }
+    });
+  }
+
+  _dispatch(ws, m, end) {
+    switch (m.op) {
+      case "event": this._event(m); return;
+      case "message": if (this.onmessage) this.onmessage(m); return;
+      case "error":
+        if (m.id !== undefined && this._pending.has(m.id)) {
+          this._settle(m.id, null, new RollcallError(m.code, m.message, m));
+          return;
+        }
+        if (m.code === "superseded") {
+          this._superseded = true;
+        } else if (m.code === "shutting_down" && Array.isArray(m.gateways)) {
+          this._hints = m.gateways.slice();
+          this._shutdown = true;
+        }
+        this._lastError = new RollcallError(m.code, m.message, m);
+        return;
+      default:
+        if (m.id !== undefined && this._pending.has(m.id)) this._settle(m.id, m, null);
+    }
+  }
+
+  _settle(id, reply, err) {
+    const p = this._pending.get(id);
+    this._pending.delete(id);
+    if (err) p.reject(err); else p.resolve(reply);
+  }
+
+  _event(ev) {
+    const key = ev.group !== undefined ? `g\u0000${ev.group}\u0000${ev.user}` : `u\u0000${ev.user}`;
+    const last = this._versions.get(key);
+    if (last !== undefined && !(ev.version > last)) return; // never go back in time
+    this._versions.set(key, ev.version);
+    for (const sub of this._subs) {
+      const mine = ev.group !== undefined ? sub.group === ev.group : sub.users && sub.users.includes(ev.user);
+      if (mine) {
+        try { sub.handler(ev); } catch (e) { setTimeout(() => { throw e; }); }
+      }
+    }
+  }
+
+  _stopConn(ws) {
+    if (this._hb) clearInterval(this._hb);
+    this._hb = null;
+    if (this.ws === ws) this.ws = null;
+    if (this._live === ws) this._live = null;
+    for (const [id, p] of this._pending) {
+      this._pending.delete(id);
+      if (RESTORED.has(p.op)) p.resolve({op: "ok", restored: true});
+      else p.reject(new RollcallError("disconnected", "the connection ended before the reply"));
+    }
+  }
+
+  _lost(ws, err, welcomed) {
+    if (ws) this._stopConn(ws);
+    if (this._closing) return;
+    const why = this._lastError || err;
+    this._lastError = null;
+    if (this._superseded) {
+      this._stop("superseded", why);
+      return;
+    }
+    if (this._first) {
+      this._first.tries++;
+      const code = err && err.code;
+      if (REFUSED.has(code) || this._first.tries >= this.urls.length) {
+        const f = this._first;
+        this._first = null;
+        this._stop("closed", why);
+        f.reject(why);
+        return;
+      }
+    }
+    if (this._shutdown && this._hints.length > 0) {
+      this._shutdown = false;
+      this._setState("reconnecting", {error: why, delay: 0});
+      this._timer(0, () => this._dial());
+      return;
+    }
+    this._shutdown = false;
+    const delay = welcomed ? backoffDelay(0) : backoffDelay(this._failures);
+    this._failures++;
+    this._setState("reconnecting", {error: why, delay});
+    this._timer(delay, () => this._dial());
+  }
+
+  _stop(state, err) {
+    this._closing = true;
+    for (const t of this._timers) clearTimeout(t);
+    this._timers.clear();
+    this._setState(state, {error: err});
+  }
+
+  /** request sends one request and resolves with its reply (rejects with a RollcallError). */
+  request(req) {
+    const ws = this.ws;
+    if (!ws || ws.readyState !== 1 || this._live !== ws) {
+      if (RESTORED.has(req.op)) return Promise.resolve({op: "ok", restored: true});
+      return Promise.reject(new RollcallError("disconnected", "not connected"));
+    }
+    const id = ++this._id;
+    return new Promise((resolve, reject) => {
+      this._pending.set(id, {resolve, reject, op: req.op});
+      ws.send(JSON.stringify({...req, id}));
+    });
+  }
+
+  /** setStatus sets this device's status ("available", "away", "busy"); kept across reconnects. */
+  setStatus(status) {
+    this.status = status;
+    return this.request({op: "status", status});
+  }
+
+  join(group) { this.groups.add(group); return this.request({op: "join", group}); }
+  leave(group) { this.groups.delete(group); return this.request({op: "leave", group}); }
+  get(users) { return this.request({op: "get", users}); }
+  groupMembers(group) { return this.request({op: "group", group}); }
+  send(to, body) { return this.request({op: "send", to, body}); }
+  account(settings) { return this.request({op: "account", ...settings}); }
+
+  /** subscribe calls handler with every event of the users, restored after reconnects. */
+  subscribe(users, handler) {
+    const sub = new Subscription(this, users.slice(), undefined, handler);
+    this._subs.add(sub);
+    if (this._live) this._sendSub(sub);
+    return sub;
+  }
+
+  /** subscribeGroup calls handler with every event of the group's members (ev.member: in or out). */
+  subscribeGroup(group, handler) {
+    const sub = new Subscription(this, null, group, handler);
+    this._subs.add(sub);
+    if (this._live) this._sendSub(sub);
+    return sub;
+  }
+
+  _sendSub(sub) {
+    if (sub.group !== undefined) {
+      this.request({op: "sub", group: sub.group}).catch(e => this._subError(sub, e));
+      return;
+    }
+    for (let i = 0; i < sub.users.length; i += SUB_CHUNK) {
+      this.request({op: "sub", users: sub.users.slice(i, i + SUB_CHUNK)}).catch(e => this._subError(sub, e));
+    }
+  }
+
+  _subError(sub, e) {
+    if (sub.onerror) sub.onerror(e);
+  }
+
+  _unsubscribe(sub) {
+    this._subs.delete(sub);
+    if (sub.group !== undefined) {
+      if ([...this._subs].some(s => s.group === sub.group)) return Promise.resolve();
+      return this.request({op: "unsub", group: sub.group}).catch(() => {});
+    }
+    const still = new Set();
+    for (const s of this._subs) if (s.users) for (const u of s.users) still.add(u);
+    const gone = sub.users.filter(u => !still.has(u));
+    if (gone.length === 0) return Promise.resolve();
+    for (const u of gone) this._versions.delete(`u\u0000${u}`);
+    return this.request({op: "unsub", users: gone}).catch(() => {});
+  }
+
+  /** close says bye, waits for its reply or the connection's end (at most 2 s), and stops. */
+  async close() {
+    if (this._closing) return;
+    const ws = this.ws;
+    const first = this._first;
+    this._first = null;
+    if (ws && this._live === ws) {
+      const done = new Promise(resolve => {
+        const prev = ws.onclose;
+        ws.onclose = e => { if (prev) prev(e); resolve(); };
+        this.request({op: "bye"}).then(resolve, resolve);
+        setTimeout(resolve, 2000);
+      });
+      this._closing = true;
+      await done;
+    }
+    this._stop("closed", null);
+    if (ws) {
+      this._stopConn(ws);
+      try { ws.close(1000); } catch { /* already closed */ }
+    }
+    if (first) first.reject(new RollcallError("closed", "closed before connecting"));
+  }
+}

@@ -1,0 +1,32 @@
+// One client of the JavaScript client's end-to-end test
+// (jsclient_e2e_test.go), as a browser tab would run it: node
+// --experimental-websocket tab_test.mjs CLIENT_MJS USER GROUP URL[,URL...]
+// Prints one JSON line per state change and per delivered event; reads
+// commands from stdin: "status S", "close".
+import {createInterface} from "node:readline";
+import {pathToFileURL} from "node:url";
+
+const [modPath, user, group, urls] = process.argv.slice(2);
+const {RollcallClient} = await import(pathToFileURL(modPath).href);
+const out = o => process.stdout.write(JSON.stringify(o) + "\n");
+const c = new RollcallClient({
+  urls: urls.split(","), user, device: "web", groups: [group],
+  onstate: (state, info) => out({state, gateway: info.gateway || ""}),
+});
+c.subscribeGroup(group, ev => out({user: ev.user, status: ev.member ? ev.status : "offline", version: ev.version}));
+try {
+  await c.connect();
+} catch (e) {
+  out({error: e.message});
+  process.exit(1);
+}
+for await (const line of createInterface({input: process.stdin})) {
+  const [cmd, arg] = line.split(" ");
+  if (cmd === "status") {
+    c.setStatus(arg).then(() => out({ok: "status"}), e => out({error: e.message}));
+  } else if (cmd === "close") {
+    await c.close();
+    out({closed: true});
+    process.exit(0);
+  }
+}

@@ -1,0 +1,269 @@
+package node_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/rollcall/rollcall/gossip"
+	"github.com/rollcall/rollcall/node"
+)
+
+// The JavaScript client (jsclient/client.js) end to end, run by Node.js
+// (its WebSocket is the browser's API) against two --dev gateways joined
+// by real gossip. Skips where no node is installed.
+
+const jsWait = 10 * time.Second
+
+type jsGateway struct {
+	gw *node.Node
+	cl *gossip.Cluster
+}
+
+func (g *jsGateway) ws() string { return "ws://" + g.gw.HTTPAddr().String() + "/ws" }
+
+func (g *jsGateway) kill() {
+	_ = g.cl.Shutdown()
+	_ = g.gw.Close()
+}
+
+func startJSCluster(t *testing.T, n int) []*jsGateway {
+	t.Helper()
+	var gs []*jsGateway
+	for i := range n {
+		cfg := node.DefaultConfig()
+		cfg.Name = fmt.Sprintf("g%d", i)
+		cfg.ClientAddr = "127.0.0.1:0"
+		cfg.HTTPAddr = "127.0.0.1:0"
+		cfg.Dev = true
+		cfg.Timeout = 3 * time.Second
+		cfg.Heartbeat = 300 * time.Millisecond
+		gw, err := node.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := gw.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = gw.Close() })
+		gc := gossip.DefaultConfig()
+		gc.Name = gw.Name()
+		gc.Incarnation = gw.Origin().Incarnation
+		gc.BindAddr = "127.0.0.1:0"
+		gc.Profile = "local"
+		gc.LeaseTimeout = 2 * time.Second
+		gc.AliveInterval = 100 * time.Millisecond
+		gc.ReconnectInterval = 300 * time.Millisecond
+		gc.ClientAddr = gw.ClientAddr().String()
+		gc.Memberlist = func(mlc *memberlist.Config) {
+			mlc.ProbeInterval = 100 * time.Millisecond
+			mlc.ProbeTimeout = 50 * time.Millisecond
+			mlc.SuspicionMult = 2
+			mlc.GossipInterval = 20 * time.Millisecond
+			mlc.PushPullInterval = time.Second
+			mlc.TCPTimeout = time.Second
+			mlc.DeadNodeReclaimTime = 10 * time.Millisecond
+		}
+		if len(gs) > 0 {
+			gc.Join = []string{gs[0].cl.LocalAddr()}
+		}
+		cl, err := gossip.New(gc, gw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gw.SetCluster(cl)
+		t.Cleanup(func() { _ = cl.Shutdown() })
+		gs = append(gs, &jsGateway{gw: gw, cl: cl})
+	}
+	jsWaitFor(t, "cluster membership", func() bool {
+		for _, g := range gs {
+			alive := 0
+			for _, m := range g.cl.Members() {
+				if m.State == "alive" {
+					alive++
+				}
+			}
+			if alive != n {
+				return false
+			}
+		}
+		return true
+	})
+	return gs
+}
+
+func jsWaitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(jsWait)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(20 * time.Millisecond) // polling a condition, bounded by deadline
+	}
+	t.Fatalf("timed out after %v waiting for %s", jsWait, what)
+}
+
+// jsTab is one client process: its output lines and its stdin.
+type jsTab struct {
+	t     *testing.T
+	name  string
+	stdin io.WriteCloser
+	lines chan map[string]any
+	seen  []map[string]any
+}
+
+func startJSTab(t *testing.T, nodeExe, module, user, group string, urls ...string) *jsTab {
+	t.Helper()
+	args := []string{"--experimental-websocket", "--no-warnings", filepath.Join("jsclient", "tab_test.mjs"), module, user, group}
+	args = append(args, joinComma(urls))
+	cmd := exec.Command(nodeExe, args...)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	tab := &jsTab{t: t, name: user, stdin: stdin, lines: make(chan map[string]any, 1000)}
+	go func() {
+		defer close(tab.lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			var m map[string]any
+			if json.Unmarshal(sc.Bytes(), &m) == nil {
+				tab.lines <- m
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return tab
+}
+
+func joinComma(s []string) string {
+	out := ""
+	for i, x := range s {
+		if i > 0 {
+			out += ","
+		}
+		out += x
+	}
+	return out
+}
+
+func (tab *jsTab) send(line string) {
+	tab.t.Helper()
+	if _, err := io.WriteString(tab.stdin, line+"\n"); err != nil {
+		tab.t.Fatal(err)
+	}
+}
+
+// waitLine reads the tab's output until a line has every field of want.
+func (tab *jsTab) waitLine(what string, want map[string]any) {
+	tab.t.Helper()
+	timeout := time.After(jsWait)
+	for {
+		select {
+		case m, ok := <-tab.lines:
+			if !ok {
+				tab.t.Fatalf("%s: the client exited before %s; it said %v", tab.name, what, tab.seen)
+			}
+			tab.seen = append(tab.seen, m)
+			if e, ok := m["error"]; ok {
+				tab.t.Fatalf("%s: %v (waiting for %s)", tab.name, e, what)
+			}
+			match := true
+			for k, v := range want {
+				if m[k] != v {
+					match = false
+				}
+			}
+			if match {
+				return
+			}
+		case <-timeout:
+			tab.t.Fatalf("%s: no %s within %v; it said %v", tab.name, what, jsWait, tab.seen)
+		}
+	}
+}
+
+// online reports whether the gateway sees user online with a session on gateway.
+func online(t *testing.T, gw *node.Node, user, gateway string) bool {
+	t.Helper()
+	resp, err := http.Get("http://" + gw.HTTPAddr().String() + "/v1/presence/" + user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var p struct {
+		Online   bool `json:"online"`
+		Sessions []struct {
+			Gateway string `json:"gateway"`
+		} `json:"sessions"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&p); err != nil {
+		t.Fatal(err)
+	}
+	return p.Online && len(p.Sessions) == 1 && p.Sessions[0].Gateway == gateway
+}
+
+// TestJSClientFailover: two clients of the JavaScript module on two
+// gateways of a cluster. A's status reaches B; A's close shows A offline
+// in B; when B's gateway goes, B reconnects to the other one and stays
+// online there.
+func TestJSClientFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("SKIP: -short: the JavaScript client test starts Node.js and a gossip cluster")
+	}
+	nodeExe, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("SKIP: no node (Node.js 20 or newer) in PATH to run the JavaScript client")
+	}
+	src, err := os.ReadFile(filepath.Join("jsclient", "client.js"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	module := filepath.Join(t.TempDir(), "client.mjs")
+	if err := os.WriteFile(module, src, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gs := startJSCluster(t, 2)
+	g0, g1 := gs[0], gs[1]
+
+	b := startJSTab(t, nodeExe, module, "bob", "team", g1.ws(), g0.ws())
+	b.waitLine("connected to g1", map[string]any{"state": "connected", "gateway": "g1"})
+	b.waitLine("bob in the roster", map[string]any{"user": "bob", "status": "available"})
+
+	a := startJSTab(t, nodeExe, module, "alice", "team", g0.ws())
+	a.waitLine("connected to g0", map[string]any{"state": "connected", "gateway": "g0"})
+	b.waitLine("alice online", map[string]any{"user": "alice", "status": "available"})
+
+	a.send("status away")
+	a.waitLine("the status ok", map[string]any{"ok": "status"})
+	b.waitLine("alice away", map[string]any{"user": "alice", "status": "away"})
+
+	a.send("close")
+	a.waitLine("closed", map[string]any{"closed": true})
+	b.waitLine("alice offline", map[string]any{"user": "alice", "status": "offline"})
+
+	g1.kill()
+	b.waitLine("reconnected to g0", map[string]any{"state": "connected", "gateway": "g0"})
+	jsWaitFor(t, "bob online on g0, seen from g0", func() bool { return online(t, g0.gw, "bob", "g0") })
+}
