@@ -156,7 +156,7 @@ func TestReconnectKeepsState(t *testing.T) {
 func TestFailover(t *testing.T) {
 	ms := startCluster(t, 2)
 	ctx := ctxT(t)
-	addrs := []string{ms[0].gw.ClientAddr().String(), ms[1].gw.ClientAddr().String()}
+	addrs := []string{ms[0].GW.ClientAddr().String(), ms[1].GW.ClientAddr().String()}
 	states := make(chan State, 16)
 	c := dialT(t, Config{Addrs: addrs, User: "alice", Device: "laptop",
 		Backoff: Backoff{Min: 20 * time.Millisecond, Max: 200 * time.Millisecond},
@@ -175,7 +175,7 @@ func TestFailover(t *testing.T) {
 	last := map[string]uint64{}
 	eventUntil(t, sub, last, func(ev Event) bool { return ev.Online })
 
-	ms[0].kill()
+	ms[0].Kill()
 	for s := range states {
 		if s.Connected {
 			if s.Gateway != "g1" {
@@ -283,7 +283,7 @@ func TestDrainHints(t *testing.T) {
 	ms := startCluster(t, 2)
 	ctx := ctxT(t)
 	states := make(chan State, 16)
-	c := dialT(t, Config{Addrs: []string{ms[0].gw.ClientAddr().String()}, User: "alice", Device: "laptop",
+	c := dialT(t, Config{Addrs: []string{ms[0].GW.ClientAddr().String()}, User: "alice", Device: "laptop",
 		OnState: func(s State) { states <- s }})
 	<-states
 	sub, err := c.Subscribe(ctx, "alice")
@@ -293,14 +293,14 @@ func TestDrainHints(t *testing.T) {
 	last := map[string]uint64{}
 	eventUntil(t, sub, last, func(ev Event) bool { return ev.Online })
 	waitFor(t, "g0 to know g1's client address", func() bool {
-		for _, m := range ms[0].cl.Members() {
+		for _, m := range ms[0].CL.Members() {
 			if m.Name == "g1" && m.ClientAddr != "" {
 				return true
 			}
 		}
 		return false
 	})
-	go func() { _ = ms[0].gw.Drain(context.Background()) }()
+	go func() { _ = ms[0].GW.Drain(context.Background()) }()
 	for s := range states {
 		if s.Connected {
 			if s.Gateway != "g1" || !HasCode(s.Err, CodeShuttingDown) {

@@ -3,15 +3,12 @@ package client
 import (
 	"context"
 	"crypto/tls"
-	"fmt"
 	"net"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/memberlist"
-
-	"github.com/rollcall/rollcall/gossip"
+	"github.com/rollcall/rollcall/internal/testcluster"
 	"github.com/rollcall/rollcall/node"
 )
 
@@ -41,69 +38,10 @@ func startGateway(t testing.TB, name, httpAddr string) *node.Node {
 	return gw
 }
 
-// member is one gateway of an in-process cluster joined by real gossip.
-type member struct {
-	gw *node.Node
-	cl *gossip.Cluster
-}
-
-func (m *member) kill() {
-	_ = m.cl.Shutdown()
-	_ = m.gw.Close()
-}
-
 // startCluster starts n --dev gateways joined by gossip over loopback and
 // waits until they see each other.
-func startCluster(t testing.TB, n int) []*member {
-	t.Helper()
-	var ms []*member
-	for i := range n {
-		gw := startNode(t, fmt.Sprintf("g%d", i))
-		cfg := gossip.DefaultConfig()
-		cfg.Name = gw.Name()
-		cfg.Incarnation = gw.Origin().Incarnation
-		cfg.BindAddr = "127.0.0.1:0"
-		cfg.Profile = "local"
-		cfg.LeaseTimeout = 2 * time.Second
-		cfg.AliveInterval = 100 * time.Millisecond
-		cfg.ReconnectInterval = 300 * time.Millisecond
-		cfg.ClientAddr = gw.ClientAddr().String()
-		cfg.Memberlist = func(mlc *memberlist.Config) {
-			mlc.ProbeInterval = 100 * time.Millisecond
-			mlc.ProbeTimeout = 50 * time.Millisecond
-			mlc.SuspicionMult = 2
-			mlc.GossipInterval = 20 * time.Millisecond
-			mlc.PushPullInterval = time.Second
-			mlc.TCPTimeout = time.Second
-			mlc.DeadNodeReclaimTime = 10 * time.Millisecond
-		}
-		if len(ms) > 0 {
-			cfg.Join = []string{ms[0].cl.LocalAddr()}
-		}
-		cl, err := gossip.New(cfg, gw)
-		if err != nil {
-			t.Fatal(err)
-		}
-		gw.SetCluster(cl)
-		m := &member{gw: gw, cl: cl}
-		t.Cleanup(func() { _ = cl.Shutdown() })
-		ms = append(ms, m)
-	}
-	waitFor(t, "cluster membership", func() bool {
-		for _, m := range ms {
-			alive := 0
-			for _, mb := range m.cl.Members() {
-				if mb.State == "alive" {
-					alive++
-				}
-			}
-			if alive != n {
-				return false
-			}
-		}
-		return true
-	})
-	return ms
+func startCluster(t testing.TB, n int) []*testcluster.Gateway {
+	return testcluster.Start(t, n, testcluster.Options{})
 }
 
 func waitFor(t testing.TB, what string, cond func() bool) {

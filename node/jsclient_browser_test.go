@@ -88,14 +88,14 @@ func TestJSClientInBrowser(t *testing.T) {
 	gs := startJSCluster(t, 2)
 	g0, g1 := gs[0], gs[1]
 	demo := func(g *jsGateway, user, urls string) string {
-		return fmt.Sprintf("http://%s/demo/?user=%s&group=team&device=web&url=%s", g.gw.HTTPAddr(), user, urls)
+		return fmt.Sprintf("http://%s/demo/?user=%s&group=team&device=web&url=%s", g.GW.HTTPAddr(), user, urls)
 	}
 
-	b := openDemo(t, browser, demo(g1, "bob", g1.ws()+","+g0.ws()))
+	b := openDemo(t, browser, demo(g1, "bob", g1.WS()+","+g0.WS()))
 	b.waitUntil("bob connected to g1", jsConnectedTo("g1"))
 	b.waitUntil("bob in his roster", jsRosterStatus("bob", "available"))
 
-	a := openDemo(t, browser, demo(g0, "alice", g0.ws()))
+	a := openDemo(t, browser, demo(g0, "alice", g0.WS()))
 	a.waitUntil("alice connected to g0", jsConnectedTo("g0"))
 	b.waitUntil("alice online in bob's roster", jsRosterStatus("alice", "available"))
 
@@ -105,8 +105,8 @@ func TestJSClientInBrowser(t *testing.T) {
 	a.cancel() // closes the tab
 	b.waitUntil("alice offline in bob's roster", jsRosterStatus("alice", "offline"))
 
-	g1.kill()
+	g1.Kill()
 	b.waitUntil("bob reconnected to g0", jsConnectedTo("g0"))
-	jsWaitFor(t, "bob online on g0, seen from g0", func() bool { return online(t, g0.gw, "bob", "g0") })
+	jsWaitFor(t, "bob online on g0, seen from g0", func() bool { return online(t, g0.GW, "bob", "g0") })
 	b.waitUntil("bob still in his roster", jsRosterStatus("bob", "available"))
 }

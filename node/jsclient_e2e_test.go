@@ -3,7 +3,6 @@ package node_test
 import (
 	"bufio"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -12,9 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/memberlist"
-
-	"github.com/rollcall/rollcall/gossip"
+	"github.com/rollcall/rollcall/internal/testcluster"
 	"github.com/rollcall/rollcall/node"
 )
 
@@ -24,81 +21,11 @@ import (
 
 const jsWait = 10 * time.Second
 
-type jsGateway struct {
-	gw *node.Node
-	cl *gossip.Cluster
-}
+type jsGateway = testcluster.Gateway
 
-func (g *jsGateway) ws() string { return "ws://" + g.gw.HTTPAddr().String() + "/ws" }
-
-func (g *jsGateway) kill() {
-	_ = g.cl.Shutdown()
-	_ = g.gw.Close()
-}
-
+// startJSCluster starts n gateways serving /ws, joined by gossip.
 func startJSCluster(t *testing.T, n int) []*jsGateway {
-	t.Helper()
-	var gs []*jsGateway
-	for i := range n {
-		cfg := node.DefaultConfig()
-		cfg.Name = fmt.Sprintf("g%d", i)
-		cfg.ClientAddr = "127.0.0.1:0"
-		cfg.HTTPAddr = "127.0.0.1:0"
-		cfg.Dev = true
-		cfg.Timeout = 3 * time.Second
-		cfg.Heartbeat = 300 * time.Millisecond
-		gw, err := node.New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := gw.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = gw.Close() })
-		gc := gossip.DefaultConfig()
-		gc.Name = gw.Name()
-		gc.Incarnation = gw.Origin().Incarnation
-		gc.BindAddr = "127.0.0.1:0"
-		gc.Profile = "local"
-		gc.LeaseTimeout = 2 * time.Second
-		gc.AliveInterval = 100 * time.Millisecond
-		gc.ReconnectInterval = 300 * time.Millisecond
-		gc.ClientAddr = gw.ClientAddr().String()
-		gc.Memberlist = func(mlc *memberlist.Config) {
-			mlc.ProbeInterval = 100 * time.Millisecond
-			mlc.ProbeTimeout = 50 * time.Millisecond
-			mlc.SuspicionMult = 2
-			mlc.GossipInterval = 20 * time.Millisecond
-			mlc.PushPullInterval = time.Second
-			mlc.TCPTimeout = time.Second
-			mlc.DeadNodeReclaimTime = 10 * time.Millisecond
-		}
-		if len(gs) > 0 {
-			gc.Join = []string{gs[0].cl.LocalAddr()}
-		}
-		cl, err := gossip.New(gc, gw)
-		if err != nil {
-			t.Fatal(err)
-		}
-		gw.SetCluster(cl)
-		t.Cleanup(func() { _ = cl.Shutdown() })
-		gs = append(gs, &jsGateway{gw: gw, cl: cl})
-	}
-	jsWaitFor(t, "cluster membership", func() bool {
-		for _, g := range gs {
-			alive := 0
-			for _, m := range g.cl.Members() {
-				if m.State == "alive" {
-					alive++
-				}
-			}
-			if alive != n {
-				return false
-			}
-		}
-		return true
-	})
-	return gs
+	return testcluster.Start(t, n, testcluster.Options{HTTP: true, Timeout: 3 * time.Second, Heartbeat: 300 * time.Millisecond})
 }
 
 func jsWaitFor(t *testing.T, what string, cond func() bool) {
@@ -247,11 +174,11 @@ func TestJSClientFailover(t *testing.T) {
 	gs := startJSCluster(t, 2)
 	g0, g1 := gs[0], gs[1]
 
-	b := startJSTab(t, nodeExe, module, "bob", "team", g1.ws(), g0.ws())
+	b := startJSTab(t, nodeExe, module, "bob", "team", g1.WS(), g0.WS())
 	b.waitLine("connected to g1", map[string]any{"state": "connected", "gateway": "g1"})
 	b.waitLine("bob in the roster", map[string]any{"user": "bob", "status": "available"})
 
-	a := startJSTab(t, nodeExe, module, "alice", "team", g0.ws())
+	a := startJSTab(t, nodeExe, module, "alice", "team", g0.WS())
 	a.waitLine("connected to g0", map[string]any{"state": "connected", "gateway": "g0"})
 	b.waitLine("alice online", map[string]any{"user": "alice", "status": "available"})
 
@@ -263,7 +190,7 @@ func TestJSClientFailover(t *testing.T) {
 	a.waitLine("closed", map[string]any{"closed": true})
 	b.waitLine("alice offline", map[string]any{"user": "alice", "status": "offline"})
 
-	g1.kill()
+	g1.Kill()
 	b.waitLine("reconnected to g0", map[string]any{"state": "connected", "gateway": "g0"})
-	jsWaitFor(t, "bob online on g0, seen from g0", func() bool { return online(t, g0.gw, "bob", "g0") })
+	jsWaitFor(t, "bob online on g0, seen from g0", func() bool { return online(t, g0.GW, "bob", "g0") })
 }

@@ -1,0 +1,125 @@
+// Package testcluster starts in-process Rollcall gateways joined by real
+// gossip over loopback, for the tests of packages that drive a whole
+// cluster from outside (client, node's external tests).
+package testcluster
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/rollcall/rollcall/gossip"
+	"github.com/rollcall/rollcall/node"
+)
+
+// Gateway is one gateway of a test cluster: the node and its gossip.
+type Gateway struct {
+	GW *node.Node
+	CL *gossip.Cluster
+}
+
+// Kill stops the gateway without a goodbye, as a crash does.
+func (g *Gateway) Kill() {
+	_ = g.CL.Shutdown()
+	_ = g.GW.Close()
+}
+
+// WS is the gateway's WebSocket endpoint URL (it needs an HTTP address).
+func (g *Gateway) WS() string { return "ws://" + g.GW.HTTPAddr().String() + "/ws" }
+
+// Options tune the gateways.
+type Options struct {
+	HTTP      bool          // serve HTTP (and /ws) on a loopback port
+	Timeout   time.Duration // session timeout; default 2s
+	Heartbeat time.Duration // default 200ms
+}
+
+// Start starts n --dev gateways named g0..gN-1, joins them by gossip with
+// fast memberlist timings, and waits (up to 15s) until each sees all n
+// alive. Everything is stopped at the test's end.
+func Start(t testing.TB, n int, o Options) []*Gateway {
+	t.Helper()
+	if o.Timeout == 0 {
+		o.Timeout = 2 * time.Second
+	}
+	if o.Heartbeat == 0 {
+		o.Heartbeat = 200 * time.Millisecond
+	}
+	var gs []*Gateway
+	for i := range n {
+		cfg := node.DefaultConfig()
+		cfg.Name = fmt.Sprintf("g%d", i)
+		cfg.ClientAddr = "127.0.0.1:0"
+		cfg.HTTPAddr = ""
+		if o.HTTP {
+			cfg.HTTPAddr = "127.0.0.1:0"
+		}
+		cfg.Dev = true
+		cfg.Timeout = o.Timeout
+		cfg.Heartbeat = o.Heartbeat
+		gw, err := node.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := gw.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = gw.Close() })
+		gc := gossip.DefaultConfig()
+		gc.Name = gw.Name()
+		gc.Incarnation = gw.Origin().Incarnation
+		gc.BindAddr = "127.0.0.1:0"
+		gc.Profile = "local"
+		gc.LeaseTimeout = 2 * time.Second
+		gc.AliveInterval = 100 * time.Millisecond
+		gc.ReconnectInterval = 300 * time.Millisecond
+		gc.ClientAddr = gw.ClientAddr().String()
+		gc.Memberlist = FastMemberlist
+		if len(gs) > 0 {
+			gc.Join = []string{gs[0].CL.LocalAddr()}
+		}
+		cl, err := gossip.New(gc, gw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gw.SetCluster(cl)
+		t.Cleanup(func() { _ = cl.Shutdown() })
+		gs = append(gs, &Gateway{GW: gw, CL: cl})
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for !allAlive(gs, n) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %d gateways to see each other", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return gs
+}
+
+func allAlive(gs []*Gateway, n int) bool {
+	for _, g := range gs {
+		alive := 0
+		for _, m := range g.CL.Members() {
+			if m.State == "alive" {
+				alive++
+			}
+		}
+		if alive != n {
+			return false
+		}
+	}
+	return true
+}
+
+// FastMemberlist sets memberlist's timings for tests on loopback.
+func FastMemberlist(mlc *memberlist.Config) {
+	mlc.ProbeInterval = 100 * time.Millisecond
+	mlc.ProbeTimeout = 50 * time.Millisecond
+	mlc.SuspicionMult = 2
+	mlc.GossipInterval = 20 * time.Millisecond
+	mlc.PushPullInterval = time.Second
+	mlc.TCPTimeout = time.Second
+	mlc.DeadNodeReclaimTime = 10 * time.Millisecond
+}
