@@ -45,13 +45,17 @@ type Client struct {
 	closing    bool
 	msgsClosed bool
 	err        error // why the client stopped
+
+	raw *rawStream // set for a RawClient: every line goes to it unparsed
 }
 
 // Dial connects to one of cfg.Addrs and returns a Client once a gateway has
 // welcomed the session. It retries with backoff until ctx is done, except
 // when the gateway refuses the session itself (a bad token, a refused
 // group, ...), which it returns at once as an *Error.
-func Dial(ctx context.Context, cfg Config) (*Client, error) {
+func Dial(ctx context.Context, cfg Config) (*Client, error) { return dial(ctx, cfg, nil) }
+
+func dial(ctx context.Context, cfg Config, raw *rawStream) (*Client, error) {
 	if len(cfg.Addrs) == 0 {
 		return nil, errors.New("rollcall: Config.Addrs is empty")
 	}
@@ -80,6 +84,7 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 		groups:   slices.Compact(slices.Sorted(slices.Values(cfg.Groups))),
 		subUsers: map[string]int{}, subGroups: map[string]int{},
 		subs: map[*Subscription]struct{}{}, lastVer: map[string]uint64{},
+		raw: raw,
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	stop := context.AfterFunc(ctx, c.cancel)
@@ -97,6 +102,9 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 // client stops.
 func (c *Client) run(cn *conn) {
 	defer close(c.done)
+	if c.raw != nil {
+		defer func() { c.raw.finish(cn) }()
+	}
 	defer c.cancel()
 	for {
 		select {
@@ -106,6 +114,9 @@ func (c *Client) run(cn *conn) {
 			return
 		}
 		cause := cn.err()
+		if c.raw != nil {
+			<-cn.readDone // the connection's lines come before its end
+		}
 		c.mu.Lock()
 		c.cur = nil
 		c.ready = make(chan struct{})
@@ -125,6 +136,9 @@ func (c *Client) run(cn *conn) {
 		}
 		c.log.Info("rollcall connection lost; reconnecting", zap.String("gateway", cn.gateway), zap.Error(cause))
 		c.setState(State{Err: cause})
+		if c.raw != nil {
+			c.raw.deliver(c.ctx, RawLine{Lost: cause})
+		}
 		next, err := c.reconnect(c.ctx, cause, false)
 		if err != nil {
 			c.stop(err)
@@ -159,6 +173,7 @@ func (c *Client) stop(err error) {
 // subscriptions are back, or ctx ends. first makes a refused hello fatal.
 func (c *Client) reconnect(ctx context.Context, cause error, first bool) (*conn, error) {
 	var lastErr error
+	tries := 0
 	for attempt := 0; ; {
 		c.mu.Lock()
 		var addr string
@@ -203,8 +218,12 @@ func (c *Client) reconnect(ctx context.Context, cause error, first bool) (*conn,
 			return cn, nil
 		}
 		lastErr = err
+		tries++
 		if first && fatalAtHello(err) {
 			return nil, err
+		}
+		if first && c.cfg.DialAttempts > 0 && tries >= c.cfg.DialAttempts {
+			return nil, fmt.Errorf("rollcall: connect %s: %w", addr, err)
 		}
 		if HasCode(err, CodeSuperseded) {
 			return nil, err
@@ -248,10 +267,14 @@ func (c *Client) connect(ctx context.Context, addr string) (*conn, error) {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
-			return nil, err
+			return nil, fmt.Errorf("rollcall: the gateway closed the connection before its welcome: %w", err)
 		}
 		if len(line) == 0 {
 			continue
+		}
+		if c.raw != nil && !c.raw.deliver(ctx, RawLine{Data: line}) {
+			t.Close()
+			return nil, ctx.Err()
 		}
 		var h head
 		if err := json.Unmarshal(line, &h); err != nil {
@@ -297,7 +320,7 @@ func (c *Client) connect(ctx context.Context, addr string) (*conn, error) {
 	cn := newConn(c, t, w, addr)
 	go cn.readLoop()
 	go cn.heartbeat(time.Duration(w.HeartbeatMS) * time.Millisecond)
-	if w.TokenExpiresAt != "" && c.cfg.Token != nil {
+	if w.TokenExpiresAt != "" && c.cfg.Token != nil && c.raw == nil {
 		go cn.refreshLoop(w.TokenExpiresAt)
 	}
 	// Re-establish subscriptions before anyone else uses the connection.

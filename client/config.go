@@ -36,6 +36,11 @@ type Config struct {
 	Logger *zap.Logger
 	// Backoff paces reconnects; zero fields take DefaultBackoff's.
 	Backoff Backoff
+	// DialAttempts bounds the connects Dial makes (each to the next
+	// address) before it gives up and returns the last one's error. 0, the
+	// default, retries until Dial's ctx is done. Reconnects after the first
+	// welcome are never bounded.
+	DialAttempts int
 	// Dial opens connections; nil is DialAny: ws:// and wss:// addresses over
 	// WebSocket, host:port over TCP (or TLS with TLS set).
 	Dial DialFunc

@@ -23,6 +23,7 @@ type conn struct {
 	epoch   uint64
 
 	dead      chan struct{} // closed when the connection has ended
+	readDone  chan struct{} // closed when readLoop has returned
 	closeOnce sync.Once
 
 	mu      sync.Mutex
@@ -38,7 +39,7 @@ type reply struct {
 
 func newConn(c *Client, t Conn, w welcomeFrame, addr string) *conn {
 	return &conn{c: c, t: t, addr: addr, session: w.Session, gateway: w.Gateway, epoch: w.Epoch,
-		dead: make(chan struct{}), pending: map[string]chan reply{}}
+		dead: make(chan struct{}), readDone: make(chan struct{}), pending: map[string]chan reply{}}
 }
 
 // end records why the connection ended (the first cause wins) and closes it.
@@ -109,6 +110,7 @@ func (cn *conn) roundTrip(ctx context.Context, req request) ([]byte, error) {
 // readLoop reads lines until the connection ends: replies go to their
 // requests, events to subscriptions, messages to Messages.
 func (cn *conn) readLoop() {
+	defer close(cn.readDone)
 	for {
 		line, err := cn.t.ReadLine()
 		if err != nil {
@@ -116,6 +118,10 @@ func (cn *conn) readLoop() {
 			return
 		}
 		if len(line) == 0 {
+			continue
+		}
+		if cn.c.raw != nil {
+			cn.rawLine(line)
 			continue
 		}
 		var h head

@@ -38,7 +38,28 @@
 //     client: Done closes and Err reports it. It does not reconnect, which
 //     would take the session back and start a fight.
 //
+// A caller that speaks the protocol itself (a terminal client such as
+// `rollcall connect`, a protocol test, a bridge) uses DialRaw instead: a
+// RawClient writes the caller's request lines as they are (Send) and hands
+// back every line the gateways send, unparsed and in order (Lines), while
+// the library still does hello, heartbeats, reconnects and failover. Lines
+// marks each lost connection with a RawLine whose Lost says why; the next
+// connection's welcome follows. The library sends nothing else on a
+// RawClient's connections (no ids of its own, no token refresh), so what
+// the caller changes with its lines is its own to restore after a
+// reconnect.
+//
+//	r, err := client.DialRaw(ctx, cfg)
+//	go func() {
+//		for l := range r.Lines() {
+//			fmt.Printf("%s\n", l.Data) // or l.Lost: reconnecting
+//		}
+//	}()
+//	err = r.Send(ctx, []byte(`{"op":"get","users":["bob"],"id":1}`))
+//
 // Refused requests return *Error carrying the gateway's code (HasCode,
-// errors.As). Config.Dial is the transport seam: a DialFunc returns a Conn
-// of protocol lines, DialTCP (TCP or TLS) by default.
+// errors.As). Dial (and DialRaw) retries the first connect until its ctx
+// is done; Config.DialAttempts bounds it instead. Config.Dial is the
+// transport seam: a DialFunc returns a Conn of protocol lines, DialAny
+// (TCP, TLS or WebSocket) by default.
 package client

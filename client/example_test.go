@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"strings"
 	"time"
 
 	"github.com/rollcall/rollcall/client"
@@ -111,4 +112,42 @@ func ExampleHasCode() {
 	err = c.Status(ctx, "sleepy")
 	fmt.Println(client.HasCode(err, client.CodeBadRequest))
 	// Output: true
+}
+
+// A RawClient for a caller that writes request lines itself and reads the
+// gateway's lines as they come; the library still says hello, heartbeats
+// and reconnects.
+func ExampleDialRaw() {
+	addr, stop := devGateway()
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	r, err := client.DialRaw(ctx, client.Config{Addrs: []string{addr}, User: "alice", Device: "laptop"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	welcome := <-r.Lines() // the first line is the gateway's welcome
+	fmt.Println(strings.HasPrefix(string(welcome.Data), `{"op":"welcome",`))
+
+	if err := r.Send(ctx, []byte(`{"op":"status","status":"away","id":"s1"}`)); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(string((<-r.Lines()).Data))
+	if err := r.Send(ctx, []byte(`{"op":"nope"}`)); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(string((<-r.Lines()).Data))
+
+	if err := r.Close(); err != nil { // bye
+		log.Fatal(err)
+	}
+	for l := range r.Lines() { // the bye's reply, then Lines closes
+		fmt.Println(string(l.Data))
+	}
+	// Output:
+	// true
+	// {"op":"ok","id":"s1"}
+	// {"op":"error","code":"unknown_op","message":"unknown op \"nope\""}
+	// {"op":"ok"}
 }
