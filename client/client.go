@@ -223,7 +223,7 @@ func (c *Client) reconnect(ctx context.Context, cause error, first bool) (*conn,
 			return nil, err
 		}
 		if first && c.cfg.DialAttempts > 0 && tries >= c.cfg.DialAttempts {
-			return nil, fmt.Errorf("rollcall: connect %s: %w", addr, err)
+			return nil, fmt.Errorf("rollcall: connect to %s: %w", addr, err)
 		}
 		if HasCode(err, CodeSuperseded) {
 			return nil, err
@@ -267,7 +267,7 @@ func (c *Client) connect(ctx context.Context, addr string) (*conn, error) {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
-			return nil, fmt.Errorf("rollcall: the gateway closed the connection before its welcome: %w", err)
+			return nil, fmt.Errorf("the gateway closed the connection before its welcome: %w", err)
 		}
 		if len(line) == 0 {
 			continue

@@ -2,19 +2,21 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
+	"github.com/rollcall/rollcall/client"
 	"github.com/rollcall/rollcall/internal/tlsconf"
 	"github.com/rollcall/rollcall/node"
 )
@@ -52,7 +54,7 @@ func connectFlagSet(stderr io.Writer) (*flag.FlagSet, connectFlags) {
 	fs := flag.NewFlagSet("connect", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	return fs, connectFlags{
-		addr:   fs.String("addr", node.DefaultClientAddr, "gateway client address"),
+		addr:   fs.String("addr", node.DefaultClientAddr, "gateway client address, or comma-separated addresses to fail over between; ws:// and wss:// URLs of a gateway's /ws go over WebSocket"),
 		user:   fs.String("user", "", "user to connect as"),
 		device: fs.String("device", "", "device name (default: the gateway assigns one)"),
 		token:  fs.String("token", "", "client token (see 'rollcall token'); not needed by a --dev gateway"),
@@ -63,34 +65,58 @@ func connectFlagSet(stderr io.Writer) (*flag.FlagSet, connectFlags) {
 	}
 }
 
-// connectClient runs the interactive client with explicit streams.
+// connectClient runs the interactive client with explicit streams. The
+// session is the client library's (client.RawClient): it says hello,
+// heartbeats, and reconnects and fails over between the --addr gateways;
+// this prints the lines the gateway sends and sends the requests typed.
 func connectClient(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs, cf := connectFlagSet(stderr)
-	addr, user, device, token, status, groups, raw, tlsFiles := cf.addr, cf.user, cf.device, cf.token, cf.status, cf.groups, cf.raw, cf.tls
 	if err := parseFlags(fs, args, os.Environ()); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
 		return err
 	}
-	if *user == "" {
+	if *cf.user == "" {
 		return errors.New("need --user")
 	}
-	tlsConfig, err := tlsFiles.Config()
+	addrs := splitList(*cf.addr)
+	if len(addrs) == 0 {
+		return errors.New("need --addr")
+	}
+	tlsConfig, err := cf.tls.Config()
 	if err != nil {
 		return err
 	}
-	nc, err := dialGateway(ctx, *addr, tlsConfig)
+	cl := &interactive{out: stdout, raw: *cf.raw, token: *cf.token}
+	r, err := client.DialRaw(ctx, client.Config{
+		Addrs: addrs, TLS: tlsConfig, Token: cl.currentToken,
+		User: *cf.user, Device: *cf.device, Status: *cf.status, Groups: splitList(*cf.groups),
+		// Give up at once when no gateway takes the first hello; once
+		// welcomed, the session reconnects until it ends.
+		DialAttempts: len(addrs),
+	})
 	if err != nil {
-		return fmt.Errorf("connect: %w", err)
+		return connectError(err, tlsConfig != nil)
 	}
-	defer nc.Close()
-	cl := &interactive{nc: nc, out: stdout, raw: *raw, done: make(chan struct{})}
-	hello := node.Request{Op: node.OpHello, User: *user, Device: *device, Token: *token, Status: *status, Groups: splitList(*groups)}
-	if err := cl.sendJSON(hello); err != nil {
-		return err
+	cl.r = r
+	printed := make(chan struct{})
+	go func() {
+		defer close(printed)
+		for l := range r.Lines() {
+			cl.show(ctx, l)
+		}
+		cl.printf("-- connection closed")
+	}()
+	// end waits for the last line to be printed and returns the exit error:
+	// why the session ended, when the gateway ended it.
+	end := func(closeErr error) error {
+		<-printed
+		if err := r.Err(); err != nil {
+			return exitError(err)
+		}
+		return closeErr
 	}
-	go cl.readLoop()
 
 	lines := make(chan string)
 	go func() {
@@ -100,65 +126,76 @@ func connectClient(ctx context.Context, args []string, stdin io.Reader, stdout, 
 		for sc.Scan() {
 			select {
 			case lines <- sc.Text():
-			case <-cl.done:
+			case <-r.Done():
 				return
 			}
 		}
 	}()
 	for {
 		select {
-		case <-cl.done:
-			return cl.result()
+		case <-r.Done():
+			return end(nil)
 		case <-ctx.Done():
-			return cl.bye()
+			return end(r.Close())
 		case line, ok := <-lines:
 			if !ok {
-				return cl.bye()
+				return end(r.Close())
 			}
 			req, quit, err := parseCommand(line)
 			switch {
 			case err != nil:
 				cl.printf("? %v (try 'help')", err)
 			case quit:
-				return cl.bye()
+				return end(r.Close())
 			case req == nil && strings.TrimSpace(line) == "help":
 				cl.printf("%s", connectHelp)
 			case req != nil:
-				if err := cl.sendRaw(req); err != nil {
-					return err
+				if _, ok := r.Session(); !ok {
+					cl.printf("? not sent: reconnecting")
+					continue
+				}
+				cl.note(req)
+				if err := r.Send(ctx, req); err != nil && !errors.Is(err, client.ErrClosed) && ctx.Err() == nil {
+					cl.printf("? not sent: %v", err)
 				}
 			}
 		}
 	}
 }
 
-// dialGateway connects to a gateway's client port within 10 seconds: over
-// TLS, handshake included, when tlsConfig is set.
-func dialGateway(ctx context.Context, addr string, tlsConfig *tls.Config) (net.Conn, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if tlsConfig != nil {
-		d := tls.Dialer{Config: tlsConfig}
-		return d.DialContext(ctx, "tcp", addr)
+// connectError explains a first connect that failed.
+func connectError(err error, tls bool) error {
+	var e *client.Error
+	if errors.As(err, &e) {
+		return exitError(e)
 	}
-	var d net.Dialer
-	return d.DialContext(ctx, "tcp", addr)
+	if !tls && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)) {
+		return fmt.Errorf("%w (if it serves TLS, give --tls or --tls-ca)", err)
+	}
+	return err
+}
+
+// exitError is the exit error of a session the gateway ended or refused.
+func exitError(err error) error {
+	var e *client.Error
+	if errors.As(err, &e) {
+		return fmt.Errorf("gateway closed the session: %s: %s", e.Code, e.Message)
+	}
+	return err
 }
 
 // interactive is the state of one `rollcall connect` session.
 type interactive struct {
-	nc  net.Conn
-	raw bool
-
-	wmu sync.Mutex // serialises writes to nc (commands and heartbeats)
+	r   *client.RawClient
+	raw bool // --json
 
 	omu sync.Mutex // serialises writes to out
 	out io.Writer
 
-	done     chan struct{} // closed when the gateway closed the connection
-	closeErr error         // the closing error the gateway sent, if any; set before done closes
-	welcomed bool          // a welcome arrived; owned by readLoop
-	hbOnce   sync.Once
+	mu      sync.Mutex
+	token   string   // for the next hello: --token, or the last refresh sent
+	restore [][]byte // the distinct state-changing requests sent, oldest first
+	lost    bool     // a connection was lost; the next welcome is a reconnect's
 }
 
 func (cl *interactive) printf(format string, args ...any) {
@@ -167,58 +204,72 @@ func (cl *interactive) printf(format string, args ...any) {
 	fmt.Fprintf(cl.out, format+"\n", args...)
 }
 
-func (cl *interactive) sendRaw(line []byte) error {
-	cl.wmu.Lock()
-	defer cl.wmu.Unlock()
-	cl.nc.SetWriteDeadline(time.Now().Add(10 * time.Second)) //nolint:errcheck // shows as a write error
-	if _, err := cl.nc.Write(append(line, '\n')); err != nil {
-		return fmt.Errorf("send: %w", err)
-	}
-	return nil
+func (cl *interactive) currentToken(context.Context) (string, error) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return cl.token, nil
 }
 
-func (cl *interactive) sendJSON(v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	return cl.sendRaw(b)
-}
+// restoredOps are the requests whose effect a reconnect loses: connect
+// sends them again, in order, after the new welcome.
+var restoredOps = map[string]bool{node.OpStatus: true, node.OpAccount: true, node.OpJoin: true,
+	node.OpLeave: true, node.OpSub: true, node.OpUnsub: true}
 
-// bye ends the session cleanly and waits for the gateway to close.
-func (cl *interactive) bye() error {
-	if err := cl.sendJSON(node.Request{Op: node.OpBye}); err != nil {
-		<-cl.done // the connection is gone already
-		return cl.result()
+// note remembers a request line about to be sent: a refresh's token for
+// the next hello, a state change to send again after a reconnect.
+func (cl *interactive) note(req []byte) {
+	var r node.Request
+	if json.Unmarshal(req, &r) != nil {
+		return
 	}
-	select {
-	case <-cl.done:
-		return cl.result()
-	case <-time.After(5 * time.Second):
-		return errors.New("the gateway did not close the connection after bye")
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	switch {
+	case r.Op == node.OpRefresh && r.Token != "":
+		cl.token = r.Token
+	case restoredOps[r.Op]:
+		cl.restore = slices.DeleteFunc(cl.restore, func(b []byte) bool { return bytes.Equal(b, req) })
+		cl.restore = append(cl.restore, slices.Clone(req))
 	}
 }
 
-func (cl *interactive) result() error { return cl.closeErr }
-
-// readLoop prints what the gateway sends until it closes the connection.
-func (cl *interactive) readLoop() {
-	defer close(cl.done)
-	r := bufio.NewReaderSize(cl.nc, 64<<10)
-	for {
-		line, err := r.ReadBytes('\n')
-		if len(line) > 0 {
-			cl.show(line)
+// show prints one item of the session's lines.
+func (cl *interactive) show(ctx context.Context, l client.RawLine) {
+	if l.Data == nil {
+		var e *client.Error
+		if errors.As(l.Lost, &e) {
+			cl.printf("-- connection lost; reconnecting") // the error line said why
+		} else {
+			cl.printf("-- connection lost (%v); reconnecting", l.Lost)
 		}
-		if err != nil {
-			if cl.closeErr == nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-				cl.closeErr = err
-			}
-			if cl.closeErr == nil && !cl.welcomed {
-				cl.closeErr = errors.New("the gateway closed the connection before its welcome (if it serves TLS, give --tls or --tls-ca)")
-			}
-			cl.printf("-- connection closed")
-			return
+		cl.mu.Lock()
+		cl.lost = true
+		cl.mu.Unlock()
+		return
+	}
+	line := bytes.TrimSpace(l.Data)
+	m, err := decodeReply(line)
+	switch {
+	case err != nil, cl.raw:
+		cl.printf("%s", line)
+	default:
+		cl.printf("%s", formatReply(m))
+	}
+	if _, ok := m.(*node.Welcome); ok {
+		cl.mu.Lock()
+		again := cl.lost
+		cl.lost = false
+		reqs := slices.Clone(cl.restore)
+		cl.mu.Unlock()
+		if again && len(reqs) > 0 {
+			cl.printf("-- sending again the %d request(s) that changed status, groups or subscriptions", len(reqs))
+			go func() {
+				for _, req := range reqs {
+					if cl.r.Send(ctx, req) != nil {
+						return
+					}
+				}
+			}()
 		}
 	}
 }
@@ -276,47 +327,6 @@ func decodeReply(line []byte) (any, error) {
 type okReply struct {
 	OK      node.OK
 	Refresh node.RefreshReply
-}
-
-func (cl *interactive) show(line []byte) {
-	line = []byte(strings.TrimSpace(string(line)))
-	m, err := decodeReply(line)
-	if err != nil {
-		cl.printf("%s", line)
-		return
-	}
-	switch m := m.(type) {
-	case *node.Welcome:
-		cl.welcomed = true
-		if m.HeartbeatMS > 0 {
-			cl.hbOnce.Do(func() { go cl.heartbeat(time.Duration(m.HeartbeatMS) * time.Millisecond) })
-		}
-	case *node.ErrorFrame:
-		if m.Code.Closes() {
-			cl.closeErr = fmt.Errorf("gateway closed the session: %s: %s", m.Code, m.Message)
-		}
-	}
-	if cl.raw {
-		cl.printf("%s", line)
-		return
-	}
-	cl.printf("%s", formatReply(m))
-}
-
-// heartbeat sends hb every interval until the connection closes.
-func (cl *interactive) heartbeat(every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-cl.done:
-			return
-		case <-t.C:
-			if cl.sendJSON(node.Request{Op: node.OpHB}) != nil {
-				return
-			}
-		}
-	}
 }
 
 // formatReply renders a reply from decodeReply for people.

@@ -1,8 +1,14 @@
 package main
 
 import (
+	"fmt"
+	"io"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/rollcall/rollcall/client"
+	"github.com/rollcall/rollcall/internal/testcluster"
 )
 
 // renderLine is how `rollcall connect` prints one line from the gateway.
@@ -58,23 +64,146 @@ func TestConnectPrintsEveryReply(t *testing.T) {
 	}
 }
 
-// TestConnectExitsWithEveryClosingError: every error code after which the
-// gateway closes the connection becomes the client's exit error, so
-// `rollcall connect` says why it ended.
-func TestConnectExitsWithEveryClosingError(t *testing.T) {
-	for _, code := range []string{"auth_failed", "handshake_timeout", "line_too_long", "superseded", "shutting_down",
-		"slow_consumer", "expired", "token_expired", "too_many_sessions", "too_many_connections"} {
-		cl := &interactive{out: &strings.Builder{}}
-		cl.show([]byte(`{"op":"error","code":"` + code + `","message":"m"}`))
-		if cl.closeErr == nil || cl.closeErr.Error() != "gateway closed the session: "+code+": m" {
-			t.Errorf("%s: exit error %v", code, cl.closeErr)
-		}
+// connectSession is a `rollcall connect` running against test gateways.
+type connectSession struct {
+	in   *io.PipeWriter
+	out  *syncBuffer
+	done chan error
+}
+
+func startConnect(t *testing.T, args ...string) *connectSession {
+	t.Helper()
+	s := &connectSession{out: &syncBuffer{}, done: make(chan error, 1)}
+	r, w := io.Pipe()
+	s.in = w
+	go func() { s.done <- connectClient(t.Context(), args, r, s.out, io.Discard) }()
+	t.Cleanup(func() { w.Close() })
+	return s
+}
+
+// quit types bye and returns the exit error.
+func (s *connectSession) quit(t *testing.T) error {
+	t.Helper()
+	fmt.Fprintln(s.in, "bye")
+	select {
+	case err := <-s.done:
+		return err
+	case <-time.After(15 * time.Second):
+		t.Fatalf("connect did not exit after bye:\n%s", s.out.String())
 	}
-	for _, code := range []string{"forbidden", "rate_limited", "bad_request"} {
-		cl := &interactive{out: &strings.Builder{}}
-		cl.show([]byte(`{"op":"error","code":"` + code + `","message":"m"}`))
-		if cl.closeErr != nil {
-			t.Errorf("%s ends the client: %v", code, cl.closeErr)
+	return nil
+}
+
+// waitCount waits until want occurs n times in buf.
+func waitCount(t *testing.T, what string, buf *syncBuffer, want string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for strings.Count(buf.String(), want) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %q not %d times in:\n%s", what, want, n, buf.String())
 		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestConnectFailsOver: the gateway `rollcall connect` is on dies; it says
+// so, reconnects to the next --addr, and sends again the subscriptions and
+// status typed since connecting.
+func TestConnectFailsOver(t *testing.T) {
+	gs := testcluster.Start(t, 2, testcluster.Options{})
+	addrs := gs[0].GW.ClientAddr().String() + "," + gs[1].GW.ClientAddr().String()
+	alice := startConnect(t, "--addr", addrs, "--user", "alice", "--device", "phone", "--groups", "team")
+	waitOutput(t, "welcome", alice.out, "connected to g0 as alice/phone")
+	fmt.Fprintln(alice.in, "sub bob")
+	waitOutput(t, "bob's snapshot", alice.out, "* bob: offline")
+	fmt.Fprintln(alice.in, "status away")
+	fmt.Fprintln(alice.in, "status away") // a repeat is sent again once
+	waitCount(t, "the replies", alice.out, "ok\n", 3)
+
+	gs[0].Kill()
+	waitOutput(t, "the loss", alice.out, "-- connection lost (")
+	waitOutput(t, "the failover", alice.out, "connected to g1 as alice/phone")
+	waitOutput(t, "the requests sent again", alice.out, "-- sending again the 2 request(s) that changed")
+	// The subscription is back: its snapshot comes again, from g1.
+	waitCount(t, "the snapshot after the failover", alice.out, "* bob: offline", 2)
+	fmt.Fprintln(alice.in, "get alice")
+	waitOutput(t, "alice's status and group on g1", alice.out, "alice: away (phone away @g1)")
+	fmt.Fprintln(alice.in, "group team")
+	waitOutput(t, "the group on g1", alice.out, "group team: 1 online")
+	if err := alice.quit(t); err != nil {
+		t.Fatalf("exit: %v\n%s", err, alice.out.String())
+	}
+	if !strings.HasSuffix(alice.out.String(), "ok\n-- connection closed\n") {
+		t.Fatalf("the end of the output:\n%s", alice.out.String())
+	}
+}
+
+// TestConnectJSON: with --json every line the gateway sends is printed as
+// it came, and a raw request line goes out as typed (its id echoed).
+func TestConnectJSON(t *testing.T) {
+	gs := testcluster.Start(t, 1, testcluster.Options{})
+	s := startConnect(t, "--addr", gs[0].GW.ClientAddr().String(), "--user", "alice", "--device", "phone", "--json")
+	waitOutput(t, "welcome", s.out, `{"op":"welcome","session":"`)
+	fmt.Fprintln(s.in, `{"op":"locate","user":"alice","id":"q"}`)
+	waitOutput(t, "the reply", s.out, `{"op":"locate","id":"q","user":"alice","sessions":[{"session":"`)
+	fmt.Fprintln(s.in, "status busy")
+	waitOutput(t, "ok", s.out, "\n{\"op\":\"ok\"}\n")
+	fmt.Fprintln(s.in, `{"op":"nope"}`)
+	waitOutput(t, "error", s.out, `{"op":"error","code":"unknown_op","message":"unknown op \"nope\""}`)
+	if err := s.quit(t); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestConnectOverWebSocket: a ws:// --addr is a gateway's /ws endpoint.
+func TestConnectOverWebSocket(t *testing.T) {
+	gs := testcluster.Start(t, 1, testcluster.Options{HTTP: true})
+	s := startConnect(t, "--addr", gs[0].WS(), "--user", "wendy", "--device", "browser")
+	waitOutput(t, "welcome", s.out, "connected to g0 as wendy/browser")
+	fmt.Fprintln(s.in, "get wendy")
+	waitOutput(t, "get", s.out, "wendy: available (browser available @g0)")
+	if err := s.quit(t); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestConnectSuperseded: another connection of the same user and device
+// takes the session; connect exits with that reason instead of taking it
+// back.
+func TestConnectSuperseded(t *testing.T) {
+	gs := testcluster.Start(t, 1, testcluster.Options{})
+	args := []string{"--addr", gs[0].GW.ClientAddr().String(), "--user", "alice", "--device", "phone"}
+	first := startConnect(t, args...)
+	waitOutput(t, "welcome", first.out, "connected to g0 as alice/phone")
+	second := startConnect(t, args...)
+	waitOutput(t, "welcome", second.out, "connected to g0 as alice/phone")
+	select {
+	case err := <-first.done:
+		if err == nil || !strings.HasPrefix(err.Error(), "gateway closed the session: superseded: ") {
+			t.Fatalf("exit error %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("the superseded connect did not exit:\n%s", first.out.String())
+	}
+	if out := first.out.String(); !strings.HasSuffix(out, "-- connection closed\n") || !strings.Contains(out, "error superseded: ") {
+		t.Fatalf("output:\n%s", out)
+	}
+	if err := second.quit(t); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestConnectExitError: what connect exits with when the gateway refuses
+// or ends the session.
+func TestConnectExitError(t *testing.T) {
+	err := exitError(fmt.Errorf("wrapped: %w", &client.Error{Code: client.CodeSuperseded, Message: "m"}))
+	if err.Error() != "gateway closed the session: superseded: m" {
+		t.Fatal(err)
+	}
+	if err := connectError(fmt.Errorf("x: %w", io.EOF), false); !strings.Contains(err.Error(), "--tls") {
+		t.Fatalf("a connection closed before the welcome, without TLS: %v", err)
+	}
+	if err := connectError(fmt.Errorf("x: %w", io.EOF), true); strings.Contains(err.Error(), "--tls") {
+		t.Fatalf("with TLS: %v", err)
 	}
 }
