@@ -286,6 +286,9 @@ func (c *Client) connect(ctx context.Context, addr string) (*conn, error) {
 				t.Close()
 				return nil, fmt.Errorf("rollcall: bad welcome: %w", err)
 			}
+			if c.raw != nil {
+				c.raw.started.Store(true)
+			}
 			break
 		}
 		if h.Op == opError {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"sync/atomic"
 	"time"
 )
 
@@ -48,13 +49,19 @@ const rawBuffer = 256
 // rawStream carries a RawClient's lines from its connections to Lines.
 type rawStream struct {
 	lines chan RawLine
+	// started is set at the first welcome: before, while DialRaw has not
+	// returned and no one reads Lines, the oldest lines give way to the
+	// newest.
+	started atomic.Bool
 }
 
 // DialRaw connects as Dial does and returns a RawClient once a gateway has
 // welcomed the session; the lines of that handshake (the welcome, and
-// those of refused attempts before it) are the first on Lines.
+// those of refused attempts before it, as many as Lines holds) are the
+// first on Lines.
 func DialRaw(ctx context.Context, cfg Config) (*RawClient, error) {
-	c, err := dial(ctx, cfg, &rawStream{lines: make(chan RawLine, rawBuffer)})
+	s := &rawStream{lines: make(chan RawLine, rawBuffer)}
+	c, err := dial(ctx, cfg, s)
 	if err != nil {
 		return nil, err
 	}
@@ -153,6 +160,20 @@ func (r *RawClient) close(bye []byte) error {
 
 // deliver queues l on Lines, unless ctx ends while Lines is full.
 func (s *rawStream) deliver(ctx context.Context, l RawLine) bool {
+	if !s.started.Load() {
+		// DialRaw's goroutine alone writes lines until the first welcome.
+		for {
+			select {
+			case s.lines <- l:
+				return true
+			default:
+			}
+			select {
+			case <-s.lines:
+			default:
+			}
+		}
+	}
 	select {
 	case s.lines <- l:
 		return true

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"strings"
 	"sync"
@@ -318,5 +319,47 @@ func TestClosesConnMatchesNode(t *testing.T) {
 	}
 	if !closesConn(CodeOverloaded) {
 		t.Error("overloaded")
+	}
+}
+
+// refusingConn is a gateway that refuses every connection with overloaded.
+type refusingConn struct{ sent bool }
+
+func (c *refusingConn) ReadLine() ([]byte, error) {
+	if c.sent {
+		return nil, io.EOF
+	}
+	c.sent = true
+	return []byte(`{"op":"error","code":"overloaded","message":"full"}`), nil
+}
+func (c *refusingConn) WriteLine([]byte) error { return nil }
+func (c *refusingConn) Close() error           { return nil }
+
+// TestRawDialKeepsTheWelcome: the lines of refused attempts before the
+// first welcome are on Lines, the oldest dropped when there are more than
+// it holds, and the welcome never.
+func TestRawDialKeepsTheWelcome(t *testing.T) {
+	gw := startNode(t, "g0")
+	refusals := rawBuffer + 50
+	dials := 0
+	dial := func(ctx context.Context, addr string, tlsConfig *tls.Config) (Conn, error) {
+		if dials++; dials <= refusals {
+			return &refusingConn{}, nil
+		}
+		return DialTCP(ctx, addr, tlsConfig)
+	}
+	r := dialRawT(t, Config{Addrs: []string{gw.ClientAddr().String()}, User: "alice", Dial: dial,
+		Backoff: Backoff{Min: time.Microsecond, Max: time.Microsecond}})
+	for n := 0; ; n++ {
+		l := nextRaw(t, r)
+		if rawOp(l.Data) == opWelcome {
+			if n != rawBuffer-1 {
+				t.Fatalf("%d refusals before the welcome, want %d", n, rawBuffer-1)
+			}
+			return
+		}
+		if !bytes.Contains(l.Data, []byte(`"overloaded"`)) {
+			t.Fatalf("line %d: %q", n, l.Data)
+		}
 	}
 }
