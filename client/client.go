@@ -50,9 +50,10 @@ type Client struct {
 }
 
 // Dial connects to one of cfg.Addrs and returns a Client once a gateway has
-// welcomed the session. It retries with backoff until ctx is done, except
-// when the gateway refuses the session itself (a bad token, a refused
-// group, ...), which it returns at once as an *Error.
+// welcomed the session. It retries with backoff until ctx is done (or
+// Config.DialAttempts connects have failed), except when the gateway
+// refuses the session itself (a bad token, a refused group, ...), which it
+// returns at once as an *Error.
 func Dial(ctx context.Context, cfg Config) (*Client, error) { return dial(ctx, cfg, nil) }
 
 func dial(ctx context.Context, cfg Config, raw *rawStream) (*Client, error) {

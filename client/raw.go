@@ -19,8 +19,9 @@ import (
 // TLS, and ws:// and wss:// addresses.
 //
 // The library sends no request of its own besides hello, plain heartbeats
-// (which get no reply) and bye, so every reply on Lines answers a line the
-// caller sent, whatever ids it chose. What the caller changes with its own
+// (which get no reply unless refused, e.g. rate_limited) and bye, so every
+// other reply on Lines answers a line the caller sent, whatever ids it
+// chose. What the caller changes with its own
 // lines (status, groups, subscriptions, a refreshed token) is not restored
 // on a reconnect: hello carries Config's Status and Groups and a token from
 // Config.Token, and the new connection's welcome on Lines is the caller's
@@ -58,7 +59,8 @@ type rawStream struct {
 // DialRaw connects as Dial does and returns a RawClient once a gateway has
 // welcomed the session; the lines of that handshake (the welcome, and
 // those of refused attempts before it, as many as Lines holds) are the
-// first on Lines.
+// first on Lines. Config.OnState is called as for a Client;
+// Config.EventBuffer and MessageBuffer do not apply.
 func DialRaw(ctx context.Context, cfg Config) (*RawClient, error) {
 	s := &rawStream{lines: make(chan RawLine, rawBuffer)}
 	c, err := dial(ctx, cfg, s)
