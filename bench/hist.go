@@ -85,7 +85,8 @@ func (h *Histogram) Mean() time.Duration {
 
 // Quantile returns the value at quantile q (0..1): the midpoint of the
 // bucket holding the ceil(q*n)-th smallest value, clamped to the exact
-// minimum and maximum. 0 when empty.
+// minimum and maximum; the smallest and largest values are exact. 0 when
+// empty.
 func (h *Histogram) Quantile(q float64) time.Duration {
 	if h.n == 0 {
 		return 0
@@ -93,6 +94,12 @@ func (h *Histogram) Quantile(q float64) time.Duration {
 	q = math.Min(math.Max(q, 0), 1)
 	rank := uint64(math.Ceil(q * float64(h.n)))
 	rank = max(rank, 1)
+	switch rank {
+	case h.n:
+		return time.Duration(h.max)
+	case 1:
+		return time.Duration(h.min)
+	}
 	var cum uint64
 	for i, c := range h.counts {
 		cum += c

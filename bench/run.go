@@ -337,6 +337,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	for _, m := range conns {
 		rep.addConnected(m.Connected)
 	}
+	if t := time.Duration(rep.Offline.TimeoutMS) * time.Millisecond; c.SilentFailures > 0 && c.SilentAfter+t >= c.Duration {
+		log.Warn("the window ends before the silent sessions can expire: give a --duration past --silent-after plus the server timeout",
+			zap.Duration("silent_after", c.SilentAfter), zap.Duration("server_timeout", t), zap.Duration("duration", c.Duration))
+	}
 	after, _ := sampleAll(c.ProcRoot, pids)
 	hc := &http.Client{Timeout: 5 * time.Second}
 	var m0 Scraped
