@@ -84,6 +84,8 @@ func TestWorkerReportsBadInput(t *testing.T) {
 	}
 }
 
+// FuzzDecodeMsg: seed corpus testdata/fuzz/FuzzDecodeMsg (bench/testdata
+// links to testdata/bench).
 func FuzzDecodeMsg(f *testing.F) {
 	for _, m := range []Msg{{Type: MsgStart}, {Type: MsgConfig, Config: validConfig()}, {Type: MsgError, Error: "x"}} {
 		b, _ := EncodeMsg(m)

@@ -60,6 +60,7 @@ func TestScrapeAll(t *testing.T) {
 	}
 }
 
+// FuzzParseMetrics: seed corpus testdata/fuzz/FuzzParseMetrics.
 func FuzzParseMetrics(f *testing.F) {
 	f.Add(sampleMetrics)
 	f.Add("x{a=\"}\"} 1\n")
