@@ -80,10 +80,11 @@ func (c *wireConn) WriteLine(line []byte) error {
 	if c.st.muted.Load() {
 		return nil
 	}
+	// the send time: before the write, so the gateway's receipt is after it
+	c.st.lastWrite.Store(c.w.now())
 	if err := c.Conn.WriteLine(line); err != nil {
 		return err
 	}
-	c.st.lastWrite.Store(c.w.now())
 	if bytes.Equal(line, hbLine) {
 		c.w.heartbeats.Add(1)
 	}

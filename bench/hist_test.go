@@ -16,7 +16,7 @@ func exactQuantile(sorted []time.Duration, q float64) time.Duration {
 	return sorted[r-1]
 }
 
-func TestHistogramQuantilesWithinPrecision(t *testing.T) {
+func TestBenchHistogramQuantilesWithinPrecision(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for _, dist := range []struct {
 		name string
@@ -46,7 +46,7 @@ func TestHistogramQuantilesWithinPrecision(t *testing.T) {
 	}
 }
 
-func TestHistogramEdgeValues(t *testing.T) {
+func TestBenchHistogramEdgeValues(t *testing.T) {
 	var h Histogram
 	if h.Quantile(0.5) != 0 || h.Mean() != 0 || h.Count() != 0 {
 		t.Fatal("empty histogram not zero")
@@ -64,7 +64,7 @@ func TestHistogramEdgeValues(t *testing.T) {
 	}
 }
 
-func TestHistogramMergeAndJSON(t *testing.T) {
+func TestBenchHistogramMergeAndJSON(t *testing.T) {
 	var a, b, all Histogram
 	for i := range 1000 {
 		d := time.Duration(i*i) * time.Microsecond
@@ -99,7 +99,7 @@ func TestHistogramMergeAndJSON(t *testing.T) {
 	}
 }
 
-func TestHistogramDecodeRefusesBadInput(t *testing.T) {
+func TestBenchHistogramDecodeRefusesBadInput(t *testing.T) {
 	for _, in := range []string{
 		`[1,2]`,
 		`{"b":[[99999999,1]]}`,

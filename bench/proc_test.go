@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-func TestParseStatCPU(t *testing.T) {
+func TestBenchParseStatCPU(t *testing.T) {
 	// a command name with spaces and a parenthesis; utime 250, stime 50
 	stat := []byte("1234 (my (odd) cmd) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 8 0 100 1000000 500 18446744073709551615\n")
 	cpu, err := ParseStatCPU(stat)
@@ -21,7 +21,7 @@ func TestParseStatCPU(t *testing.T) {
 	}
 }
 
-func TestParseStatusRSS(t *testing.T) {
+func TestBenchParseStatusRSS(t *testing.T) {
 	rss, err := ParseStatusRSS([]byte("Name:\tx\nVmPeak:\t 9 kB\nVmRSS:\t    2048 kB\n"))
 	if err != nil || rss != 2<<20 {
 		t.Fatalf("rss %d %v", rss, err)
@@ -33,7 +33,7 @@ func TestParseStatusRSS(t *testing.T) {
 	}
 }
 
-func TestFindListenersFindsThisProcess(t *testing.T) {
+func TestBenchFindListenersFindsThisProcess(t *testing.T) {
 	if _, err := os.Stat("/proc/net/tcp"); err != nil {
 		t.Skip("no /proc")
 	}
@@ -54,7 +54,7 @@ func TestFindListenersFindsThisProcess(t *testing.T) {
 	}
 }
 
-func TestSourceAddr(t *testing.T) {
+func TestBenchSourceAddr(t *testing.T) {
 	for _, tc := range []struct {
 		addr string
 		g    int

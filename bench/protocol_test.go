@@ -11,7 +11,7 @@ func validConfig() *WorkerConfig {
 		StatusRate: 1, Subscribers: 2, Watch: 5, Silent: 1, SilentAfter: time.Second}
 }
 
-func TestMsgRoundTrip(t *testing.T) {
+func TestBenchMsgRoundTrip(t *testing.T) {
 	var h Histogram
 	h.Record(3 * time.Millisecond)
 	h.Record(5 * time.Millisecond)
@@ -37,7 +37,7 @@ func TestMsgRoundTrip(t *testing.T) {
 	}
 }
 
-func TestDecodeMsgRefusesBadInput(t *testing.T) {
+func TestBenchDecodeMsgRefusesBadInput(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
 		{``, "empty"},
 		{`not json`, "bad protocol line"},
@@ -65,7 +65,7 @@ func TestDecodeMsgRefusesBadInput(t *testing.T) {
 	}
 }
 
-func TestWorkerReportsBadInput(t *testing.T) {
+func TestBenchWorkerReportsBadInput(t *testing.T) {
 	var out strings.Builder
 	err := RunWorker(t.Context(), strings.NewReader("{\"type\":\"start\"}\n"), &out, nil)
 	if err == nil || !strings.Contains(err.Error(), "expected config") {

@@ -15,7 +15,7 @@ import (
 // TestRunAgainstTwoGateways runs a short bench, in-process generators
 // included, against two gossip-joined gateways and checks that what it
 // reports holds together.
-func TestRunAgainstTwoGateways(t *testing.T) {
+func TestBenchRunAgainstTwoGateways(t *testing.T) {
 	gs := testcluster.Start(t, 2, testcluster.Options{Timeout: time.Second, Heartbeat: 100 * time.Millisecond})
 	cfg := Config{
 		Addrs:       []string{gs[0].GW.ClientAddr().String(), gs[1].GW.ClientAddr().String()},
@@ -98,7 +98,7 @@ func TestRunAgainstTwoGateways(t *testing.T) {
 	}
 }
 
-func TestReportFromWorkerReports(t *testing.T) {
+func TestBenchReportFromWorkerReports(t *testing.T) {
 	var conn, req, prop, off Histogram
 	for i := 1; i <= 100; i++ {
 		conn.Record(time.Duration(i) * time.Millisecond)
@@ -138,7 +138,7 @@ func TestReportFromWorkerReports(t *testing.T) {
 	}
 }
 
-func TestConfigChecks(t *testing.T) {
+func TestBenchConfigChecks(t *testing.T) {
 	ok := Config{Addrs: []string{"127.0.0.1:1"}, Spawn: InProcess(nil)}
 	for name, mod := range map[string]func(*Config){
 		"no addrs":       func(c *Config) { c.Addrs = nil },

@@ -19,7 +19,7 @@ rollcall_requests_total_other 99
 go_goroutines 12 1700000000000
 `
 
-func TestParseMetricsSumsWantedSeries(t *testing.T) {
+func TestBenchParseMetricsSumsWantedSeries(t *testing.T) {
 	s, err := ParseMetrics(strings.NewReader(sampleMetrics), scrapedMetrics)
 	if err != nil {
 		t.Fatal(err)
@@ -33,7 +33,7 @@ func TestParseMetricsSumsWantedSeries(t *testing.T) {
 	}
 }
 
-func TestParseMetricsRefusesBadLines(t *testing.T) {
+func TestBenchParseMetricsRefusesBadLines(t *testing.T) {
 	for _, in := range []string{"novalue\n", "x{a=\"b\" 3\n", "x{a=\"b\"} three\n", "x 1 2 3\n", "{a=\"b\"} 1\n"} {
 		if _, err := ParseMetrics(strings.NewReader(in), scrapedMetrics); err == nil {
 			t.Errorf("%q accepted", in)
@@ -41,7 +41,7 @@ func TestParseMetricsRefusesBadLines(t *testing.T) {
 	}
 }
 
-func TestScrapeAll(t *testing.T) {
+func TestBenchScrapeAll(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/metrics" {
 			http.NotFound(w, r)
