@@ -231,6 +231,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		pids = found
 	}
 	rep.Server.PIDs = pids
+	if c.Subscribers > 0 && c.Subscribers < c.Procs {
+		log.Warn("fewer subscribers than generators: the generators without one measure no propagation or offline detection",
+			zap.Int("subscribers", c.Subscribers), zap.Int("procs", c.Procs))
+	}
 	before, procOK := sampleAll(c.ProcRoot, pids)
 
 	run := fmt.Sprintf("bench%x", time.Now().UnixNano()&0xffffffffff)
