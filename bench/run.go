@@ -32,8 +32,8 @@ type Config struct {
 	// StatusRate is status changes per second in total (default 100; a
 	// negative value sends none).
 	StatusRate float64
-	// Subscribers is how many sessions subscribe (default 10; negative:
-	// none), each to Watch users (default 1000) of its own generator,
+	// Subscribers is how many sessions subscribe (default 10, at most
+	// half the sessions that are not silent; negative: none), each to Watch users (default 1000) of its own generator,
 	// homed on other gateways than its own when there are several.
 	Subscribers int
 	Watch       int
@@ -120,7 +120,10 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	o.StatusRate = max(o.StatusRate, 0)
 	if o.Subscribers == 0 {
-		o.Subscribers = 10
+		o.Subscribers = min(10, (o.Sessions-o.SilentFailures)/2)
+		if o.Subscribers <= 0 {
+			o.Subscribers = -1
+		}
 	}
 	o.Subscribers = max(o.Subscribers, 0)
 	if o.Watch == 0 {

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -166,3 +167,28 @@ func TestBenchConfigChecks(t *testing.T) {
 		t.Fatalf("split %+v", ws)
 	}
 }
+
+// A generator that answers its configuration with a bad line ends the
+// run with an error naming it, not a hang or a crash.
+func TestBenchRunRefusesBadGeneratorOutput(t *testing.T) {
+	for _, out := range []string{
+		"not json\n",
+		`{"type":"connected","connected":{"established":1,"connect":{}}}` + "\n",
+		`{"type":"error","error":"cannot dial"}` + "\n",
+		"",
+	} {
+		cfg := Config{Addrs: []string{"127.0.0.1:1"}, Sessions: 1, ProcRoot: t.TempDir(),
+			Spawn: func(ctx context.Context, i int) (*Worker, error) {
+				return &Worker{In: nopWriteCloser{}, Out: strings.NewReader(out), Wait: func() error { return nil }, Kill: func() {}}, nil
+			}}
+		_, err := Run(t.Context(), cfg)
+		if err == nil || !strings.Contains(err.Error(), "generator 0") {
+			t.Errorf("output %q: %v", out, err)
+		}
+	}
+}
+
+type nopWriteCloser struct{}
+
+func (nopWriteCloser) Write(b []byte) (int, error) { return len(b), nil }
+func (nopWriteCloser) Close() error                { return nil }

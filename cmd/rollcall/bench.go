@@ -41,7 +41,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&cfg.Procs, "procs", 0, fmt.Sprintf("generator processes to spread the sessions over (default: one per %d sessions)", sessionsPerProc))
 	fs.DurationVar(&cfg.Heartbeat, "heartbeat", 0, "heartbeat interval (default: the one the gateways tell clients)")
 	fs.Float64Var(&cfg.StatusRate, "status-rate", 100, "status changes per second, in total (0: none)")
-	fs.IntVar(&cfg.Subscribers, "subscribers", 10, "sessions that subscribe to other sessions' users, measuring propagation (0: none)")
+	fs.IntVar(&cfg.Subscribers, "subscribers", 10, "sessions that subscribe to other sessions' users, measuring propagation (0: none; by default at most half the sessions)")
 	fs.IntVar(&cfg.Watch, "watch", 1000, "users each subscriber subscribes to")
 	fs.IntVar(&cfg.SilentFailures, "silent-failures", 0, "sessions that stop writing without closing, measuring offline detection")
 	fs.DurationVar(&cfg.SilentAfter, "silent-after", time.Second, "when, into the measured window, the silent failures go quiet")
@@ -78,7 +78,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if cfg.StatusRate == 0 {
 		cfg.StatusRate = -1
 	}
-	if cfg.Subscribers == 0 {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	switch {
+	case !given["subscribers"]:
+		cfg.Subscribers = 0 // the default: 10, at most half the sessions
+	case cfg.Subscribers == 0:
 		cfg.Subscribers = -1
 	}
 	cfg.Addrs = splitList(*addrs)
