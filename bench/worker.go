@@ -52,6 +52,11 @@ type pendingChange struct {
 	seen   map[int]bool // subscribers that recorded it
 }
 
+type subUser struct {
+	sub  int
+	user string
+}
+
 // worker is one generator.
 type worker struct {
 	cfg   WorkerConfig
@@ -74,6 +79,7 @@ type worker struct {
 	pending     map[string]*pendingChange
 	silentUsers map[string]*session
 	offlineSeen map[string]bool
+	onlineSeen  map[subUser]bool // a subscriber has seen a user online
 	request     Histogram
 	propagation Histogram
 	offline     Histogram
@@ -163,7 +169,7 @@ func runWorker(ctx context.Context, in io.Reader, mw *msgWriter, log *zap.Logger
 	}
 	cfg := *(<-cmds).Config
 	w := &worker{cfg: cfg, log: log, epoch: time.Now(), out: mw, pending: map[string]*pendingChange{},
-		silentUsers: map[string]*session{}, offlineSeen: map[string]bool{}}
+		silentUsers: map[string]*session{}, offlineSeen: map[string]bool{}, onlineSeen: map[subUser]bool{}}
 	token, err := tokenFunc(cfg.SecretFile)
 	if err != nil {
 		return err
@@ -407,13 +413,20 @@ func (w *worker) dialSession(ctx context.Context, s *session, token func(context
 
 // readEvents records, for subscriber sub, the propagation of status
 // changes (an online event carrying the status last sent for its user)
-// and the detection of silent sessions (their user's offline event).
+// and the detection of silent sessions (their user's offline event, after
+// an online one: a subscription's first event, read late, may be an
+// offline from before the user's session reached the subscriber's
+// gateway).
 func (w *worker) readEvents(sub int, s *client.Subscription) {
 	for ev := range s.Events() {
 		now := w.now()
 		w.mu.Lock()
+		su := subUser{sub, ev.User}
+		if ev.Online {
+			w.onlineSeen[su] = true
+		}
 		if !ev.Online {
-			if ss := w.silentUsers[ev.User]; ss != nil && ss.st.muted.Load() && !w.offlineSeen[ev.User] {
+			if ss := w.silentUsers[ev.User]; ss != nil && ss.st.muted.Load() && w.onlineSeen[su] && !w.offlineSeen[ev.User] {
 				w.offlineSeen[ev.User] = true
 				w.offline.Record(time.Duration(now - ss.st.lastWrite.Load()))
 			}

@@ -52,7 +52,7 @@ func TestBenchAgainstTwoAgents(t *testing.T) {
 		t.Errorf("propagation %+v", rep.Propagation)
 	}
 	if rep.Offline.Silent != 2 || rep.Offline.TimeoutMS != 1000 ||
-		(rep.Offline.Detected > 0 && rep.Offline.Detection.P50 < 1000) {
+		(rep.Offline.Detected > 0 && rep.Offline.Detection.Max < 1000) {
 		t.Errorf("offline %+v", rep.Offline)
 	}
 	var pids []int
