@@ -19,6 +19,7 @@ type command struct {
 func commands() map[string]command {
 	return map[string]command{
 		"version": {"print the version", runVersion},
+		"bench":   {"generate client load against running gateways and report throughput, latency and server cost", runBench},
 		"sim":     {"simulate cluster convergence and failure detection (sim calibrate: check it against a real cluster)", runSim},
 		"agent":   {"run a gateway node", runAgent},
 		"token":   {"print a client token (a JWT with grants)", runToken},

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rollcall/rollcall/bench"
+)
+
+// TestBenchAgainstTwoAgents runs `rollcall bench` over two generator
+// processes against two gossip-joined --dev agent processes for a 2s
+// window, and checks that its JSON report holds together: every session
+// established, heartbeats sent and counted by the servers, propagation
+// measured, the agents found as the server processes.
+func TestBenchAgainstTwoAgents(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and runs four processes")
+	}
+	bin := buildBinary(t)
+	agents := startAgents(t, bin, 2, "--timeout", "1s", "--heartbeat", "200ms")
+	waitAlive(t, agents, 10*time.Second)
+	cmd := exec.Command(bin, "bench", "--dev", "--addrs", agents[0].client+","+agents[1].client,
+		"--http-addrs", agents[0].http+","+agents[1].http, "--sessions", "50", "--procs", "2", "--connect-rate", "500",
+		"--status-rate", "50", "--subscribers", "4", "--silent-failures", "2", "--silent-after", "1ms",
+		"--duration", "2s", "--format", "json")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("rollcall bench: %v\n%s", err, stderr.String())
+	}
+	var rep bench.Report
+	d := json.NewDecoder(&stdout)
+	if err := d.Decode(&rep); err != nil {
+		t.Fatalf("report: %v", err)
+	}
+	if rep.Sessions.Established != 50 || rep.Sessions.Failed != 0 || rep.Connect.Count != 50 {
+		t.Errorf("sessions %+v", rep.Sessions)
+	}
+	if rep.Heartbeats.Sent == 0 || rep.Heartbeats.ServerPerSec == nil || *rep.Heartbeats.ServerPerSec <= 0 {
+		t.Errorf("heartbeats %+v", rep.Heartbeats)
+	}
+	if rep.StatusChanges.OK == 0 || rep.Request.Count != rep.StatusChanges.OK {
+		t.Errorf("status changes %+v, request %+v", rep.StatusChanges, rep.Request)
+	}
+	if rep.Propagation.Count == 0 || rep.Propagation.P50 <= 0 {
+		t.Errorf("propagation %+v", rep.Propagation)
+	}
+	if rep.Offline.Silent != 2 || rep.Offline.TimeoutMS != 1000 ||
+		(rep.Offline.Detected > 0 && rep.Offline.Detection.Max < 1000) {
+		t.Errorf("offline %+v", rep.Offline)
+	}
+	var pids []int
+	for _, a := range agents {
+		pids = append(pids, a.cmd.Process.Pid)
+	}
+	slices.Sort(rep.Server.PIDs)
+	slices.Sort(pids)
+	if !slices.Equal(rep.Server.PIDs, pids) || rep.Server.CPUCoreSeconds == nil || rep.Server.RSSAfterConnectBytes <= 0 {
+		t.Errorf("server %+v, want the agents %v", rep.Server, pids)
+	}
+	if rep.Gossip.Bytes == nil || *rep.Gossip.Bytes <= 0 {
+		t.Errorf("gossip %+v", rep.Gossip)
+	}
+	if rest, _ := io.ReadAll(d.Buffered()); len(bytes.TrimSpace(rest)) > 0 {
+		t.Errorf("more than the report on stdout: %q", rest)
+	}
+}
+
+func TestBenchFlagErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--addrs", "127.0.0.1:1"}, "--secret-file"},
+		{[]string{"--dev", "--format", "xml"}, "--format"},
+		{[]string{"--dev", "--sessions", "0"}, "--sessions"},
+		{[]string{"--dev", "--pids", "abc"}, "--pids"},
+		{[]string{"--dev", "--transport", "udp"}, "transport"},
+		{[]string{"--dev", "stray"}, "unexpected"},
+	} {
+		err := runBench(t.Context(), tc.args, io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want an error mentioning %s", tc.args, err, tc.want)
+		}
+	}
+}
