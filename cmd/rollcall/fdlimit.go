@@ -53,7 +53,7 @@ func connectionCap(n *node.Node, want int) string {
 func logConnectionCap(log *zap.Logger, n *node.Node, want int) {
 	limit, _ := n.FileLimit()
 	if msg := connectionCap(n, want); msg != "" {
-		log.Warn(msg, zap.Int("max_connections", n.MaxConnections()), zap.Int("file_limit", limit), zap.Int("flag", want))
+		log.Warn(msg, zap.Int("max_connections", n.MaxConnections()), zap.Int("file_limit", limit), zap.Int("max_connections_flag", want))
 		return
 	}
 	log.Info("connection cap", zap.Int("max_connections", n.MaxConnections()), zap.Int("file_limit", limit))
