@@ -225,3 +225,54 @@ func newBenchNode(b *testing.B, mut ...func(*Config)) *Node {
 		}
 	})
 }
+
+// BenchmarkHeartbeatConns heartbeats as real clients do: conns TCP
+// connections (loopback, from this process), each with a session, and in
+// each round every connection sends one plain heartbeat; a round ends when
+// the node has counted all of them. So each heartbeat is one read the
+// node's reader goroutine wakes for, as at the default 5s interval, not
+// one of a pipelined batch (BenchmarkHeartbeatTCP). ns/op is per
+// heartbeat, writes of the client side and the end-of-round wait
+// included; allocs/op is the process's: the node's, the clients' writes
+// (none) and the end-of-round checks (Node.Metrics, a few per round).
+func BenchmarkHeartbeatConns(b *testing.B) {
+	for _, conns := range []int{100, 1000, 5000} {
+		b.Run(strconv.Itoa(conns), func(b *testing.B) {
+			n := newBenchNode(b, func(c *Config) { c.Timeout = time.Hour; c.Heartbeat = time.Minute })
+			clients := make([]net.Conn, conns)
+			for i := range clients {
+				c := dialAddr(b, n.ClientAddr().String())
+				c.hello("u"+strconv.Itoa(i), "d")
+				c.nc.SetWriteDeadline(time.Time{}) //nolint:errcheck // hello's; a round may outlast it
+				clients[i] = c.nc
+			}
+			seen := func() uint64 { return n.Metrics().Requests[OpHB] }
+			base := seen()
+			hb := []byte("{\"op\":\"hb\"}\n")
+			var sent uint64
+			var writing time.Duration
+			b.ReportAllocs()
+			b.ResetTimer()
+			for sent < uint64(b.N) {
+				round := min(uint64(conns), uint64(b.N)-sent)
+				start := time.Now()
+				for _, nc := range clients[:round] {
+					if _, err := nc.Write(hb); err != nil {
+						b.Fatal(err)
+					}
+				}
+				writing += time.Since(start)
+				sent += round
+				for seen()-base < sent {
+					time.Sleep(50 * time.Microsecond) // each look walks every connection
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/heartbeat")
+			// The clients' share: their write calls (on loopback the
+			// sender's call also carries the segment to the receiving
+			// socket).
+			b.ReportMetric(float64(writing.Nanoseconds())/float64(b.N), "write-ns/heartbeat")
+		})
+	}
+}
