@@ -4,6 +4,13 @@ PKGS      := ./...
 BIN       := bin/rollcall
 FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
+# make bench: the hot paths' micro-benchmarks (heartbeat, request decoding,
+# fan-out, merge, encoding, token checks; a few minutes). BENCH=. runs every
+# benchmark of every package (the cluster, simulator and memory ones take
+# long), BENCH=<regexp> those it matches.
+BENCH      ?=
+BENCH_HOT  := ^Benchmark(Heartbeat|DecodeRequest|StatusChangeFanout|RemoteChurnFlush|Apply|Codec|Wire|Verify)
+BENCH_PKGS := $(if $(BENCH),$(PKGS),./node ./crdt ./dissem ./auth)
 # make chaos: seconds per seed, seeds (1..20, 3,7; empty: one from the
 # clock), agents per run; CHAOS_NETNS=1 adds network faults (root).
 CHAOS_DURATION ?= 60s
@@ -39,7 +46,7 @@ test-short:
 	$(GO) test -short -count=1 $(PKGS)
 
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
+	$(GO) test -run '^$$' -bench '$(or $(BENCH),$(BENCH_HOT))' -benchmem -benchtime $(BENCHTIME) $(BENCH_PKGS)
 
 lint:
 	@echo "== gofmt"

@@ -50,11 +50,19 @@ func nodeDefs() []metricDef[node.Metrics] {
 		counter("connections_accepted_total", "Client connections accepted.",
 			func(m *M) uint64 { return m.Accepted }),
 		{name: "connections_rejected_total", typ: prometheus.CounterValue, labels: []string{"reason"},
-			help: "Client connections refused at once, by reason (overloaded: the gateway held MaxConnections; too_many_connections: the source address held MaxConnectionsPerIP).",
+			help: "Client connections refused at once, by reason (overloaded: the gateway held its connection cap, " +
+				"rollcall_max_connections; out_of_files: accept found no file descriptor left, the client was told overloaded; " +
+				"too_many_connections: the source address held MaxConnectionsPerIP).",
 			collect: func(m *M, emit func(float64, ...string)) {
-				emit(float64(m.Overloaded), "overloaded")
+				emit(float64(m.Overloaded-m.OutOfFiles), "overloaded")
+				emit(float64(m.OutOfFiles), "out_of_files")
 				emit(float64(m.TooManyConnections), "too_many_connections")
 			}},
+		gauge("max_connections", "The client connections this gateway holds at most: --max-connections, or less when "+
+			"the open-file limit (rollcall_open_file_limit) holds fewer; -1: no cap.",
+			func(m *M) float64 { return float64(m.MaxConnections) }),
+		gauge("open_file_limit", "The open-file limit (RLIMIT_NOFILE) the gateway keeps its connections under; 0: none known.",
+			func(m *M) float64 { return float64(m.FileLimit) }),
 		counter("slow_consumer_disconnects_total",
 			"Connections dropped because the client did not read: its outbound queue overflowed or a write timed out.",
 			func(m *M) uint64 { return m.SlowConsumers }),

@@ -225,3 +225,108 @@ func newBenchNode(b *testing.B, mut ...func(*Config)) *Node {
 		}
 	})
 }
+
+// BenchmarkHeartbeatConns heartbeats as real clients do: conns TCP
+// connections to the node, from a child process (this test binary again,
+// TestHeartbeatClientsHelper), each with a session; in each round every
+// connection sends one plain heartbeat, and the round ends when the node
+// has counted all of them. So each heartbeat is one read the node's reader
+// goroutine wakes for, as at the default 5s interval, not one of a
+// pipelined batch (BenchmarkHeartbeatTCP). ns/op is wall time per
+// heartbeat; cpu-ns/heartbeat is this process's CPU time (user and
+// system) per heartbeat: the node's server path, plus the end-of-round
+// checks (Node.Metrics, a few per round); allocs/op are this process's
+// too. The clients' CPU (on loopback, their writes also carry each segment
+// to the node's socket) is the child's, not counted.
+func BenchmarkHeartbeatConns(b *testing.B) {
+	for _, conns := range []int{100, 1000, 5000} {
+		b.Run(strconv.Itoa(conns), func(b *testing.B) {
+			n := newBenchNode(b, func(c *Config) { c.Timeout = time.Hour; c.Heartbeat = time.Minute })
+			cmd := exec.Command(os.Args[0], "-test.run=^TestHeartbeatClientsHelper$")
+			cmd.Env = append(os.Environ(), "ROLLCALL_HB_CLIENTS="+n.ClientAddr().String()+","+strconv.Itoa(conns))
+			stdin, _ := cmd.StdinPipe()
+			stdout, _ := cmd.StdoutPipe()
+			cmd.Stderr = os.Stderr
+			if err := cmd.Start(); err != nil {
+				b.Fatal(err)
+			}
+			defer func() {
+				stdin.Close()
+				io.Copy(io.Discard, stdout) //nolint:errcheck // until the helper exits
+				cmd.Wait()                  //nolint:errcheck // its failures are on stderr
+			}()
+			r := bufio.NewReader(stdout)
+			if line, err := r.ReadString('\n'); err != nil || line != "ready\n" {
+				b.Fatalf("client process: %q %v", line, err)
+			}
+			seen := func() uint64 { return n.Metrics().Requests[OpHB] }
+			base := seen()
+			var sent uint64
+			b.ReportAllocs()
+			cpu0 := cpuTime(b)
+			b.ResetTimer()
+			for sent < uint64(b.N) {
+				round := min(uint64(conns), uint64(b.N)-sent)
+				if _, err := fmt.Fprintln(stdin, round); err != nil {
+					b.Fatal(err)
+				}
+				sent += round
+				for seen()-base < sent {
+					time.Sleep(50 * time.Microsecond) // each look walks every connection
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N), "cpu-ns/heartbeat")
+		})
+	}
+}
+
+// TestHeartbeatClientsHelper is BenchmarkHeartbeatConns's child process: it
+// connects the clients, prints "ready", and for each number k read from
+// stdin sends one plain heartbeat on each of the first k connections.
+func TestHeartbeatClientsHelper(t *testing.T) {
+	spec := os.Getenv("ROLLCALL_HB_CLIENTS")
+	if spec == "" {
+		t.Skip("helper process for BenchmarkHeartbeatConns")
+	}
+	addr, count, _ := strings.Cut(spec, ",")
+	total, _ := strconv.Atoi(count)
+	conns := make([]net.Conn, 0, total)
+	buf := make([]byte, 4096)
+	for i := range total {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(nc, `{"op":"hello","user":"u%d","device":"d"}`+"\n", i)
+		nc.SetReadDeadline(time.Now().Add(time.Minute))
+		if _, err := nc.Read(buf); err != nil { // the welcome
+			t.Fatal(err)
+		}
+		conns = append(conns, nc)
+	}
+	fmt.Println("ready")
+	hb := []byte("{\"op\":\"hb\"}\n")
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		k, _ := strconv.Atoi(sc.Text())
+		for _, nc := range conns[:min(k, len(conns))] {
+			if _, err := nc.Write(hb); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, nc := range conns {
+		nc.Close()
+	}
+}
+
+// cpuTime returns the process's CPU time so far (user and system), in
+// nanoseconds.
+func cpuTime(b *testing.B) int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}

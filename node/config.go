@@ -103,8 +103,16 @@ type Config struct {
 	// handshakes in progress). A connection past the cap is sent
 	// "overloaded" and closed before it costs anything more, so a flood
 	// cannot exhaust memory or file descriptors for the sessions already
-	// here. Default 100,000; negative means no cap.
+	// here. Default 100,000; negative means no cap. Either way the node
+	// holds no more than the open-file limit allows (FileLimit).
 	MaxConnections int
+
+	// FileLimit is the open-file limit the node's client connections must
+	// fit under: MaxConnections is capped at ConnectionsForFileLimit
+	// (FileLimit), which keeps FileReserve descriptors for listeners,
+	// gossip, HTTP and files (fdlimit.go). Default (0): the process's
+	// soft RLIMIT_NOFILE, read by New; negative: no cap from it.
+	FileLimit int
 
 	// WriteTimeout bounds one write to a client socket, of at most
 	// OutboundQueueBytes. A client that does not read for this long while

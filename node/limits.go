@@ -215,10 +215,12 @@ func remoteIP(nc net.Conn) netip.Addr {
 
 // admitLocked decides whether an accepted connection from ip may stay,
 // under the gateway's and the address's connection caps, and returns the
-// code and message to refuse it with otherwise. The caller holds n.mu.
+// code and message to refuse it with otherwise. The gateway's cap is
+// MaxConnections, or less under the open-file limit (capMaxConnections).
+// The caller holds n.mu.
 func (n *Node) admitLocked(ip netip.Addr) (refuse ErrorCode, msg string) {
 	lim := n.limits.Load()
-	if max := lim.MaxConnections; max > 0 && len(n.conns) >= max {
+	if max := n.capMaxConnections(lim.MaxConnections); max > 0 && len(n.conns) >= max {
 		n.stats.overloaded.Add(1)
 		return CodeOverloaded, "the gateway is at its connection limit; try another gateway"
 	}

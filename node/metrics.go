@@ -242,6 +242,12 @@ type Metrics struct {
 	GroupSubscriptions int
 	// EventStreams counts the open change streams (GET /v1/events).
 	EventStreams int
+	// MaxConnections is the connection cap the node enforces now
+	// (Node.MaxConnections: MaxConnections, or less under the open-file
+	// limit; negative: none), FileLimit the open-file limit it keeps its
+	// connections under (0: none known).
+	MaxConnections int
+	FileLimit      int
 	// Replica counts the replica's session records by owner and by the
 	// state the projection shows (tombstones included), and its users,
 	// accounts and origins.
@@ -253,6 +259,9 @@ type Metrics struct {
 	// TooManyConnections counts connections refused at MaxConnectionsPerIP.
 	TooManyConnections uint64
 	SlowConsumers      uint64 // connections dropped for not reading
+	// OutOfFiles counts the connections refused overloaded because accept
+	// ran out of file descriptors (also counted in Overloaded).
+	OutOfFiles uint64
 
 	// Change stream counters (GET /v1/events).
 	EventStreamsOpened uint64 // streams opened
@@ -322,6 +331,8 @@ func (n *Node) Metrics() Metrics {
 	m.Accepted = c.accepted.Load()
 	m.Overloaded = c.overloaded.Load()
 	m.TooManyConnections = c.tooManyConnections.Load()
+	m.OutOfFiles = c.outOfFiles.Load()
+	m.MaxConnections, m.FileLimit = n.MaxConnections(), n.files
 	m.SlowConsumers = c.slowConsumers.Load()
 	m.SessionsOpened = c.sessionsOpened.Load()
 	m.Expired = c.expired.Load()

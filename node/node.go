@@ -41,6 +41,11 @@ type Node struct {
 	tls    *tls.Config    // the listeners' TLS configuration (serverTLS(cfg.TLS)); nil serves plain TCP
 	tokens *auth.Verifier // nil only on a --dev gateway without keys
 
+	// The open-file limit (Config.FileLimit, resolved; 0: none known) and
+	// the cap it puts on MaxConnections (ConnectionsForFileLimit; -1:
+	// none). Static after New.
+	files, fileConns int
+
 	// stallNow reads the real monotonic clock for the sweeper's stall
 	// detector (nanoseconds since New). Tests in this package replace it
 	// before Start.
@@ -151,6 +156,8 @@ func New(cfg Config) (*Node, error) {
 	n.initEventStreams()
 	limits := cfg.Limits()
 	n.limits.Store(&limits)
+	n.files = cfg.fileLimit()
+	n.fileConns = ConnectionsForFileLimit(n.files)
 	n.wheel = newWheel(int64(cfg.SweepInterval), int64(cfg.Timeout), 0)
 	start := time.Now()
 	n.stallNow = func() int64 { return int64(time.Since(start)) }

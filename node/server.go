@@ -11,12 +11,20 @@ import (
 // acceptLoop accepts client connections until the listener closes.
 func (n *Node) acceptLoop(ln net.Listener) {
 	defer n.loops.Done()
+	spare := openSpareFD() // for refuseWithoutFDs (fdlimit.go)
+	defer spare.close()
 	var backoff time.Duration
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
+			}
+			// Out of file descriptors: answer one client overloaded
+			// with the spare descriptor, rather than leave it waiting.
+			if n.refuseWithoutFDs(ln, spare, err) {
+				backoff = 0
+				continue
 			}
 			// Out of file descriptors and the like: back off, never spin.
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)

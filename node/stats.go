@@ -29,6 +29,7 @@ type counters struct {
 	tlsHandshakeFailures atomic.Uint64 // client connections closed for a failed or timed-out TLS handshake
 	tooManySessions      atomic.Uint64 // hellos refused at MaxSessionsPerUser
 	tooManyConnections   atomic.Uint64 // connections refused at MaxConnectionsPerIP
+	outOfFiles           atomic.Uint64 // connections refused overloaded because accept ran out of descriptors (also in overloaded)
 
 	// heartbeats counts the heartbeats of closed connections (open ones
 	// count their own: conn.heartbeats); metrics.go reports the sum as the

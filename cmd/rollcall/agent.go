@@ -219,6 +219,9 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	// Every client connection holds a file descriptor: the node keeps
+	// --max-connections below the open-file limit (fdlimit.go).
+	cfg.FileLimit = openFileLimit(log)
 	// POST /v1/leave (rollcall leave) ends the run like SIGTERM does.
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -251,6 +254,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	logConnectionCap(log, n, n.Limits().MaxConnections)
 	if err := reg.Register(metrics.NewNodeCollector(n)); err != nil {
 		return fmt.Errorf("register node metrics: %w", err)
 	}

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/hashicorp/memberlist"
@@ -309,6 +311,13 @@ func limitsReloader(live *liveConfig, n *node.Node) reloadFunc {
 		if err != nil {
 			return nil, err
 		}
-		return n.SetLimits(cfg.Limits())
+		changed, err := n.SetLimits(cfg.Limits())
+		// A new --max-connections past the open-file limit says so.
+		if err == nil && slices.ContainsFunc(changed, func(c string) bool { return strings.HasPrefix(c, "MaxConnections ") }) {
+			if msg := connectionCap(n, n.Limits().MaxConnections); msg != "" {
+				changed = append(changed, msg)
+			}
+		}
+		return changed, err
 	}
 }
