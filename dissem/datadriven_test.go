@@ -17,6 +17,8 @@ import (
 //
 //	nodes n0 n1 n2 [eager-threshold=N] [lease=D] [alive=D]
 //	publish n0 user=u [device=d] [status=away] [state=disconnected]
+//	                    a write: sent at once (its Ready printed), or pending
+//	                    until the open write window ends
 //	tick [D]            advance time by D (default 1ms) and tick every node
 //	deliver [from=X] [to=Y] [type=T] [n=K]   deliver matching messages in flight
 //	drop [from=X] [to=Y] [type=T] [n=K]      lose them
@@ -114,8 +116,14 @@ func runCmd(hp **harness, c *datadriven.Cmd) (string, error) {
 		if err := h.write(n, user, device, status, state); err != nil {
 			return "", err
 		}
-		return fmt.Sprintf("%s pending %d, flush at +%v", n.name, n.core.Pending(),
-			time.Duration(n.core.flushAt-h.now)), nil
+		h.drive(n, "publish") // a write outside a window goes out at once
+		if n.core.flushAt == 0 {
+			fmt.Fprintf(&h.out, "%s pending %d\n", n.name, n.core.Pending())
+		} else {
+			fmt.Fprintf(&h.out, "%s pending %d, flush at +%v\n", n.name, n.core.Pending(),
+				time.Duration(n.core.flushAt-h.now))
+		}
+		return h.out.String(), nil
 	case "tick":
 		d := time.Millisecond
 		if len(pos) > 0 {
