@@ -20,6 +20,7 @@ import (
 //	                    a write: sent at once (its Ready printed), or pending
 //	                    until the open write window ends
 //	tick [D]            advance time by D (default 1ms) and tick every node
+//	leave n0            the node leaves (Node.Leave)
 //	deliver [from=X] [to=Y] [type=T] [n=K]   deliver matching messages in flight
 //	drop [from=X] [to=Y] [type=T] [n=K]      lose them
 //	gossip              one round: every piggyback queue to every member
@@ -133,6 +134,13 @@ func runCmd(hp **harness, c *datadriven.Cmd) (string, error) {
 			}
 		}
 		h.advance(d)
+	case "leave":
+		n, err := h.node(pos)
+		if err != nil {
+			return "", err
+		}
+		n.core.Leave()
+		h.drive(n, "leave")
 	case "deliver", "drop":
 		idx, err := h.match(c)
 		if err != nil {
