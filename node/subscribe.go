@@ -18,10 +18,10 @@ import (
 // notifier goroutine wakes and flushes, Nagle-style (eventWindow): at once
 // when no flush happened in the last EventCoalesce, else at the end of the
 // window the last flush opened, so a burst collapses into one pass per
-// window and an isolated change waits for nothing. A flush, for each dirty user, in sorted order, it compares the
-// presence with the last one it emitted and the user's membership of watched
-// groups with the last it emitted, and queues an event for each subscriber
-// that should see a difference. Nothing is emitted for a change that made no
+// window and an isolated change waits for nothing. A flush takes each dirty
+// user in sorted order, compares the presence with the last one it emitted
+// and the user's membership of watched groups with the last it emitted,
+// and queues an event for each subscriber that should see a difference. Nothing is emitted for a change that made no
 // visible difference (a heartbeat never even marks a user dirty).
 //
 // Versions come from one node-wide counter, taken under mu at the moment a
@@ -275,7 +275,7 @@ type eventWindow struct {
 }
 
 // wait is how long a change noticed at now waits for its flush: 0 outside a
-// window, never more than one window (a clock stepped back shortens it).
+// window, never more than one window (even after the clock stepped back).
 func (w *eventWindow) wait(now time.Time) time.Duration {
 	if w.length <= 0 || w.quietAt.IsZero() {
 		return 0
