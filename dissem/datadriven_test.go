@@ -17,7 +17,10 @@ import (
 //
 //	nodes n0 n1 n2 [eager-threshold=N] [lease=D] [alive=D]
 //	publish n0 user=u [device=d] [status=away] [state=disconnected]
+//	                    a write: sent at once (its Ready printed), or pending
+//	                    until the open write window ends
 //	tick [D]            advance time by D (default 1ms) and tick every node
+//	leave n0            the node leaves (Node.Leave)
 //	deliver [from=X] [to=Y] [type=T] [n=K]   deliver matching messages in flight
 //	drop [from=X] [to=Y] [type=T] [n=K]      lose them
 //	gossip              one round: every piggyback queue to every member
@@ -114,8 +117,14 @@ func runCmd(hp **harness, c *datadriven.Cmd) (string, error) {
 		if err := h.write(n, user, device, status, state); err != nil {
 			return "", err
 		}
-		return fmt.Sprintf("%s pending %d, flush at +%v", n.name, n.core.Pending(),
-			time.Duration(n.core.flushAt-h.now)), nil
+		h.drive(n, "publish") // a write outside a window goes out at once
+		if n.core.flushAt == 0 {
+			fmt.Fprintf(&h.out, "%s pending %d\n", n.name, n.core.Pending())
+		} else {
+			fmt.Fprintf(&h.out, "%s pending %d, flush at +%v\n", n.name, n.core.Pending(),
+				time.Duration(n.core.flushAt-h.now))
+		}
+		return h.out.String(), nil
 	case "tick":
 		d := time.Millisecond
 		if len(pos) > 0 {
@@ -125,6 +134,13 @@ func runCmd(hp **harness, c *datadriven.Cmd) (string, error) {
 			}
 		}
 		h.advance(d)
+	case "leave":
+		n, err := h.node(pos)
+		if err != nil {
+			return "", err
+		}
+		n.core.Leave()
+		h.drive(n, "leave")
 	case "deliver", "drop":
 		idx, err := h.match(c)
 		if err != nil {

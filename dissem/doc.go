@@ -11,7 +11,9 @@
 //
 // A Node decides:
 //
-//   - batching: an owner's writes wait BatchDelay, are coalesced
+//   - batching, Nagle-style: an owner's write goes out at once when no
+//     flush happened in the last BatchDelay; writes within BatchDelay of a
+//     flush wait for that window's end and go out together, coalesced
 //     (crdt.Coalesce) and packed into packets under the budget (PackDeltas);
 //     a batch too big for one goes over a stream
 //   - the mode: eager (straight to every member) up to EagerThreshold

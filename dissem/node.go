@@ -3,6 +3,7 @@ package dissem
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -20,8 +21,11 @@ type Config struct {
 	// ClientAddr is the client address this gateway advertises (alive
 	// announcements carry it).
 	ClientAddr string
-	// BatchDelay is how long an owner's first write waits for more to
-	// share its packets.
+	// BatchDelay is the owner's write window, Nagle-style: a write that
+	// finds no flush within the last BatchDelay goes out at once, and the
+	// writes that follow within BatchDelay of a flush wait for the window's
+	// end and go out together (coalesced, sharing packets). Zero: every
+	// write goes out at once.
 	BatchDelay time.Duration
 	// PacketBudget is the payload budget of one best-effort packet; a batch
 	// that alone exceeds it goes over a stream.
@@ -171,6 +175,15 @@ type Node struct {
 
 	pending []crdt.Delta
 	flushAt int64 // 0: no flush armed
+	// quietAt is the end of the write window opened by the last flush
+	// (that flush plus BatchDelay): a write before it waits for it, a
+	// write at or after it goes out at once.
+	quietAt int64
+	// lastSent is what the last flush sent best effort, as written
+	// (uncoalesced): Leave sends it again over streams, so the writes made
+	// within a window of leaving are never left to lost packets, whether
+	// they went out at once or waited.
+	lastSent []crdt.Delta
 	// the periodic timers' next due times
 	aliveAt, leaseAt, reconnectAt int64
 
@@ -269,6 +282,7 @@ func (n *Node) Init(cfg Config, members Members, replica Replica) error {
 		peers:   make(map[string]*peer),
 		pulling: make(map[string]bool),
 		origins: origins,
+		quietAt: math.MinInt64, // no window open: the first write goes at once
 	}
 	n.rd = &n.bufs[0]
 	return nil
@@ -356,24 +370,36 @@ func (n *Node) advance(now int64) {
 	}
 }
 
-// Publish queues deltas of records this node wrote; they go out at the
-// flush BatchDelay after the first of them.
+// Publish hands the node deltas of records this node wrote. Outside a
+// write window they go out at once (in this call's Ready); within one
+// (less than BatchDelay after the last flush) they wait for its end, with
+// every other write made meanwhile, and go out together at that Tick.
 func (n *Node) Publish(deltas []crdt.Delta, now int64) {
 	if len(deltas) == 0 {
 		return
 	}
 	n.pending = append(n.pending, deltas...)
-	if n.flushAt == 0 {
-		n.flushAt = now + int64(n.cfg.BatchDelay)
+	switch {
+	case n.flushAt != 0: // a window is open: the writes wait for its end
+	case now >= n.quietAt:
+		n.flushWindow(now)
+	default:
+		n.flushAt = n.quietAt
 		n.setDeadline()
 	}
+}
+
+// flushWindow sends everything pending and opens a write window at now.
+func (n *Node) flushWindow(now int64) {
+	n.flush(false)
+	n.quietAt = now + int64(n.cfg.BatchDelay)
 }
 
 // Tick runs what is due at now: the flush of pending writes, the lease
 // check, the alive announcement and the reconnect round.
 func (n *Node) Tick(now int64) {
 	if n.flushAt != 0 && now >= n.flushAt {
-		n.flush(false)
+		n.flushWindow(now)
 	}
 	if now >= n.leaseAt {
 		n.leaseAt = now + int64(LeaseTick(n.cfg.LeaseTimeout))
@@ -390,8 +416,9 @@ func (n *Node) Tick(now int64) {
 	n.setDeadline()
 }
 
-// Leave flushes pending writes over streams to every live member and tells
-// each, over a stream, that this node is leaving.
+// Leave flushes pending writes, and those of the last flush again, over
+// streams to every live member, and tells each, over a stream, that this
+// node is leaving.
 func (n *Node) Leave() {
 	n.leaving = true
 	n.flush(true)
@@ -447,11 +474,18 @@ func (n *Node) Step(m *Message, now int64) {
 }
 
 // flush sends everything pending. reliable sends over streams to every
-// member (on leave, when packets must not be lost).
+// member (on leave, when packets must not be lost), together with what the
+// last flush sent best effort.
 func (n *Node) flush(reliable bool) {
 	batch := n.pending
 	n.pending, n.flushAt = nil, 0
 	n.setDeadline()
+	if reliable {
+		batch = append(slices.Clip(n.lastSent), batch...)
+		n.lastSent = nil
+	} else if len(batch) > 0 {
+		n.lastSent = batch
+	}
 	if len(batch) == 0 {
 		return
 	}

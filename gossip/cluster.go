@@ -145,7 +145,7 @@ func New(cfg Config, host Host) (*Cluster, error) {
 		nodes: make(map[string]*memberlist.Node), state: make(map[string]string)}
 	core, err := dissem.New(dissem.Config{
 		Name: cfg.Name, Incarnation: cfg.Incarnation, ClientAddr: cfg.ClientAddr,
-		BatchDelay: cfg.BatchDelay, PacketBudget: cfg.PacketBudget, EagerThreshold: cfg.EagerThreshold,
+		BatchDelay: max(cfg.BatchDelay, 0), PacketBudget: cfg.PacketBudget, EagerThreshold: cfg.EagerThreshold,
 		AliveInterval: cfg.AliveInterval, LeaseTimeout: cfg.LeaseTimeout,
 		ReconnectInterval: cfg.ReconnectInterval, ReconnectTimeout: cfg.ReconnectTimeout,
 		Rand: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),

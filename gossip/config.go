@@ -51,7 +51,11 @@ type Config struct {
 	// watermark for loss detection). Detection of a lost delta takes about
 	// two intervals. Default 1s.
 	AliveInterval time.Duration
-	// BatchDelay is how long writes wait to share a packet. Default 2ms.
+	// BatchDelay is the write window (dissem.Config.BatchDelay), Nagle-style:
+	// a write with no flush in the last BatchDelay goes out at once, and the
+	// writes within BatchDelay of a flush wait for that window's end and go
+	// out together, sharing packets. Default 2ms; negative: no window, every
+	// write goes out at once.
 	BatchDelay time.Duration
 	// EagerThreshold is the cluster size up to which deltas go straight to
 	// every member (N-1 copies a change, one hop); beyond it, epidemic

@@ -12,11 +12,12 @@ import (
 	"github.com/rollcall/rollcall/crdt"
 )
 
-// Publish queues deltas of records this node wrote; they go out within
-// BatchDelay. It never blocks on the network, and takes only a lock of its
-// own: the host publishes with its own locks held, while the loop holds
-// the Cluster's mutex when the core reads the host (watermarks, session
-// count), so Publish must not wait for the Cluster's mutex.
+// Publish queues deltas of records this node wrote; they go out at once,
+// or within BatchDelay when a flush opened a write window (see
+// Config.BatchDelay). It never blocks on the network, and takes only a
+// lock of its own: the host publishes with its own locks held, while the
+// loop holds the Cluster's mutex when the core reads the host (watermarks,
+// session count), so Publish must not wait for the Cluster's mutex.
 func (c *Cluster) Publish(deltas []crdt.Delta) {
 	if len(deltas) == 0 {
 		return

@@ -119,11 +119,16 @@ type Config struct {
 	// the node has data for it is treated as a slow consumer. Default 10s.
 	WriteTimeout time.Duration
 
-	// EventCoalesce is how long the node gathers presence changes before it
-	// fans events out: changes to one user within the window produce one
-	// event with the final state, and a flap that returns to the same state
-	// produces none. Larger saves work under churn, smaller lowers latency.
-	// Default 10ms; negative disables the wait (each batch flushes at once).
+	// EventCoalesce is the event-coalescing window, Nagle-style: a presence
+	// change with no event flush in the last EventCoalesce is fanned out at
+	// once, and the changes that follow within EventCoalesce of a flush
+	// wait for that window's end and go out together: changes to one user
+	// within the window produce one event with the final state, and a flap
+	// within it that returns to the state last sent produces none. So an
+	// isolated change waits for nothing, and under churn the node flushes
+	// at most once per window. Larger saves work under churn, smaller
+	// bounds the wait. Default 10ms; negative disables the window (each
+	// change flushes at once).
 	EventCoalesce time.Duration
 
 	// The status page at /ui/ on the HTTP endpoint (ui.go).

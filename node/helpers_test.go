@@ -110,6 +110,13 @@ func newTestNode(t testing.TB, mut func(*Config)) *Node {
 // detector reads when the node has a fake Clock (nil otherwise).
 func newStallTestNode(t testing.TB, mut func(*Config)) (*Node, *fakeStallClock) {
 	t.Helper()
+	return newHookedTestNode(t, mut, nil)
+}
+
+// newHookedTestNode is newStallTestNode that calls hook, if set, between
+// New and Start (to replace a seam such as eventAfter).
+func newHookedTestNode(t testing.TB, mut func(*Config), hook func(*Node)) (*Node, *fakeStallClock) {
+	t.Helper()
 	cfg := Config{
 		Name:          "n1",
 		ClientAddr:    "127.0.0.1:0",
@@ -132,6 +139,9 @@ func newStallTestNode(t testing.TB, mut func(*Config)) (*Node, *fakeStallClock) 
 	if _, fake := cfg.Clock.(*fakeClock); fake {
 		stalls = &fakeStallClock{}
 		n.stallNow = stalls.now
+	}
+	if hook != nil {
+		hook(n)
 	}
 	if err := n.Start(); err != nil {
 		t.Fatalf("Start: %v", err)

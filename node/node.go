@@ -50,6 +50,9 @@ type Node struct {
 	// detector (nanoseconds since New). Tests in this package replace it
 	// before Start.
 	stallNow func() int64
+	// eventAfter waits out the rest of an event-coalescing window
+	// (notifyLoop); tests in this package replace it before Start.
+	eventAfter func(time.Duration) <-chan time.Time
 
 	// Written by the sweeper, read anywhere.
 	stalled atomic.Int64  // nanoseconds of gateway stalls detected; mono subtracts them
@@ -161,6 +164,7 @@ func New(cfg Config) (*Node, error) {
 	n.wheel = newWheel(int64(cfg.SweepInterval), int64(cfg.Timeout), 0)
 	start := time.Now()
 	n.stallNow = func() int64 { return int64(time.Since(start)) }
+	n.eventAfter = time.After
 	if cfg.UIRecentEvents >= 0 {
 		n.feed = newFeed(cfg.UIRecentEvents, cfg.UIStreamQueue, cfg.UIMaxStreams)
 		n.feedLast = make(map[string]feedLast)

@@ -15,11 +15,13 @@ import (
 //
 // Every change to the replica marks its users dirty (markDirtyLocked): local
 // writes, remote deltas, anti-entropy, gateways marked down or up. The
-// notifier goroutine wakes, waits EventCoalesce so a burst collapses into one
-// pass, then flushes: for each dirty user, in sorted order, it compares the
-// presence with the last one it emitted and the user's membership of watched
-// groups with the last it emitted, and queues an event for each subscriber
-// that should see a difference. Nothing is emitted for a change that made no
+// notifier goroutine wakes and flushes, Nagle-style (eventWindow): at once
+// when no flush happened in the last EventCoalesce, else at the end of the
+// window the last flush opened, so a burst collapses into one pass per
+// window and an isolated change waits for nothing. A flush takes each dirty
+// user in sorted order, compares the presence with the last one it emitted
+// and the user's membership of watched groups with the last it emitted,
+// and queues an event for each subscriber that should see a difference. Nothing is emitted for a change that made no
 // visible difference (a heartbeat never even marks a user dirty).
 //
 // Versions come from one node-wide counter, taken under mu at the moment a
@@ -263,38 +265,69 @@ func (n *Node) unwatchGroupLocked(g string, c subscriber) {
 	}
 }
 
-// notifyLoop flushes presence changes to subscribers.
+// eventWindow is the event-coalescing window, Nagle-style: a flush opens a
+// window of EventCoalesce, a change noticed outside every window is
+// flushed at once, and the changes noticed within one wait for its end and
+// are flushed together. Times are the node's Clock.
+type eventWindow struct {
+	length  time.Duration
+	quietAt time.Time // the end of the window the last flush opened; zero: none
+}
+
+// wait is how long a change noticed at now waits for its flush: 0 outside a
+// window, never more than one window (even after the clock stepped back).
+func (w *eventWindow) wait(now time.Time) time.Duration {
+	if w.length <= 0 || w.quietAt.IsZero() {
+		return 0
+	}
+	return min(max(w.quietAt.Sub(now), 0), w.length)
+}
+
+// flushed opens a window at now.
+func (w *eventWindow) flushed(now time.Time) { w.quietAt = now.Add(w.length) }
+
+// notifyLoop flushes presence changes to subscribers: at once when no flush
+// opened a window in the last EventCoalesce, else at that window's end.
 func (n *Node) notifyLoop() {
 	defer n.loops.Done()
-	var timer *time.Timer
-	if n.cfg.EventCoalesce > 0 {
-		timer = time.NewTimer(time.Hour)
-		timer.Stop()
-	}
+	win := eventWindow{length: n.cfg.EventCoalesce}
 	for {
 		select {
 		case <-n.done:
 			return
 		case <-n.notify:
 		}
-		if timer != nil {
-			timer.Reset(n.cfg.EventCoalesce)
+		if !n.hasDirty() {
+			continue // a wake-up for changes a flush already took
+		}
+		if d := win.wait(n.clock.Now()); d > 0 {
 			select {
 			case <-n.done:
 				return
-			case <-timer.C:
+			case <-n.eventAfter(d):
 			}
 		}
-		n.flushEvents()
+		at := n.clock.Now()
+		if n.flushEvents() {
+			win.flushed(at)
+		}
 	}
 }
 
-// flushEvents emits the events for every dirty user.
-func (n *Node) flushEvents() {
+// hasDirty reports whether presence changes wait for a flush.
+func (n *Node) hasDirty() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.dirty) > 0
+}
+
+// flushEvents emits the events for every dirty user, and reports whether
+// there were any.
+func (n *Node) flushEvents() bool {
 	n.mu.Lock()
 	if len(n.dirty) == 0 {
 		n.mu.Unlock()
-		return
+		return false
 	}
 	dirty := slices.Sorted(maps.Keys(n.dirty))
 	clear(n.dirty)
@@ -396,6 +429,7 @@ func (n *Node) flushEvents() {
 	if len(out) > 0 {
 		n.log.Debug("events flushed", zap.Int("users", len(dirty)), zap.Int("frames", len(out)))
 	}
+	return true
 }
 
 // watchedGroupsOfLocked returns the watched groups u is online in now.

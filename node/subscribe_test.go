@@ -1,6 +1,7 @@
 package node
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -129,35 +130,51 @@ func TestSubGroup(t *testing.T) {
 	checkInvariants(t, n)
 }
 
+// Changes within an event window give one event with the newest state, a
+// flap within one that returns to the state last sent gives none, and
+// versions increase. The window (an hour) ends only when the test says so.
 func TestEventVersionsIncreaseAndCoalesce(t *testing.T) {
-	n := newTestNode(t, func(c *Config) { c.EventCoalesce = 50 * time.Millisecond })
-	w, _ := connect(t, n, "watcher", "w")
+	ends := make(chan time.Time)
+	n, _ := newHookedTestNode(t, func(c *Config) { c.EventCoalesce = time.Hour },
+		func(n *Node) { n.eventAfter = func(time.Duration) <-chan time.Time { return ends } })
+	endWindow := func() { ends <- time.Now() } // returns once the notifier took it
+	w, _ := connect(t, n, "watcher", "w")      // flushed at once: opens a window
 	a, _ := connect(t, n, "alice", "phone")
+	endWindow()
 	w.ok(map[string]any{"op": "sub", "users": []string{"alice"}})
 	last := w.expectEvent("alice").num("version")
-	// A burst of flapping inside the coalescing window: one event with the
-	// final state (or none, if it ends where it started).
-	// One write, so the burst lands well inside the window.
+	// A burst of flapping inside the window: one event with the final state.
 	a.sendRaw(joinLines(`{"op":"status","status":"away"}`, `{"op":"status","status":"busy"}`,
 		`{"op":"status","status":"available"}`, `{"op":"status","status":"away"}`))
 	for range 4 {
 		a.expect(OpOK)
 	}
+	w.expectQuiet(50 * time.Millisecond) // the window is open
+	endWindow()
 	e := w.expectEvent("alice")
 	if e["status"] != "away" || e.num("version") <= last {
 		t.Fatalf("event %v", e)
 	}
 	w.expectQuiet(100 * time.Millisecond)
 	last = e.num("version")
+	// A flap that ends where it started: none.
 	a.sendRaw(joinLines(`{"op":"status","status":"available"}`, `{"op":"status","status":"away"}`))
 	a.expect(OpOK)
 	a.expect(OpOK)
+	endWindow()
 	w.expectQuiet(150 * time.Millisecond)
 	// Versions keep increasing across many changes.
 	a2, _ := connect(t, n, "alice", "desktop")
+	endWindow()
+	if v := w.expectEvent("alice").num("version"); v <= last {
+		t.Fatalf("version %v after %v", v, last)
+	} else {
+		last = v
+	}
 	for i := range 20 {
 		st := []string{"away", "available"}[i%2]
 		a2.ok(map[string]any{"op": "status", "status": st})
+		endWindow()
 		e := w.expectEvent("alice")
 		if v := e.num("version"); v <= last {
 			t.Fatalf("version %v after %v", v, last)
@@ -180,4 +197,117 @@ func TestSubLimits(t *testing.T) {
 	if f := w.call(map[string]any{"op": "get", "users": users}); f.str("code") != string(CodeBadRequest) {
 		t.Fatalf("over-long get: %v", f)
 	}
+}
+
+// The event window is Nagle-style: a change with no flush in the last
+// EventCoalesce is fanned out at once, without waiting for the window; the
+// changes that follow within a window of a flush wait for its end and give
+// one event with the newest state. Time is the node's fake Clock, and a
+// window ends only when the test says so.
+func TestEventWindowSendsAnIsolatedChangeAtOnce(t *testing.T) {
+	const window = 10 * time.Second
+	clock := newFakeClock()
+	waits := make(chan time.Duration, 16) // what the notifier waited for
+	ends := make(chan time.Time)          // a window ends when the test sends
+	n, _ := newHookedTestNode(t, func(c *Config) {
+		c.Clock, c.EventCoalesce, c.Timeout = clock, window, time.Hour
+	}, func(n *Node) {
+		n.eventAfter = func(d time.Duration) <-chan time.Time { waits <- d; return ends }
+	})
+	noWait := func(what string) {
+		t.Helper()
+		select {
+		case d := <-waits:
+			t.Fatalf("%s waited %v for the window", what, d)
+		default:
+		}
+	}
+	w, _ := connect(t, n, "watcher", "w")
+	clock.Advance(2 * window)
+	a, _ := connect(t, n, "alice", "phone")
+	w.ok(map[string]any{"op": "sub", "users": []string{"alice"}})
+	w.expectEvent("alice")
+
+	// Isolated: the change is delivered at once, with no wait (the window
+	// never ends here, so a change that waited would never come).
+	clock.Advance(2 * window)
+	a.ok(map[string]any{"op": "status", "status": "away"})
+	if e := w.expectEvent("alice"); deviceStatus(e) != "away" {
+		t.Fatalf("isolated change: %v", e)
+	}
+	noWait("an isolated change")
+
+	// A burst 1s into the window that flush opened waits for the window's
+	// end, then gives one event with the newest state.
+	clock.Advance(time.Second)
+	a.ok(map[string]any{"op": "status", "status": "busy"})
+	if d := <-waits; d != window-time.Second {
+		t.Fatalf("a change 1s into the window waited %v, want %v", d, window-time.Second)
+	}
+	a.ok(map[string]any{"op": "status", "status": "available"})
+	w.expectQuiet(50 * time.Millisecond) // nothing before the window's end
+	clock.Advance(window - time.Second)
+	ends <- clock.Now()
+	if e := w.expectEvent("alice"); deviceStatus(e) != "available" {
+		t.Fatalf("burst: %v, want one event with the newest state", e)
+	}
+	w.expectQuiet(50 * time.Millisecond)
+	noWait("the burst's flush")
+
+	// That flush opened a window too: a flap within it back to the state
+	// last sent gives no event at the window's end.
+	clock.Advance(time.Second)
+	a.ok(map[string]any{"op": "status", "status": "away"})
+	<-waits
+	a.ok(map[string]any{"op": "status", "status": "available"})
+	clock.Advance(window)
+	ends <- clock.Now()
+	w.expectQuiet(50 * time.Millisecond)
+
+	// Quiet past the window: the next change goes at once again.
+	clock.Advance(2 * window)
+	a.ok(map[string]any{"op": "status", "status": "busy"})
+	if e := w.expectEvent("alice"); deviceStatus(e) != "busy" {
+		t.Fatalf("change after a quiet window: %v", e)
+	}
+	noWait("a change after a quiet window")
+}
+
+func TestEventWindowWait(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	w := eventWindow{length: 10 * time.Millisecond}
+	for _, c := range []struct {
+		flushed bool
+		at      time.Duration // after t0
+		want    time.Duration
+	}{
+		{false, 0, 0},                    // no flush yet: at once
+		{true, 0, 10 * time.Millisecond}, // just flushed: the whole window
+		{true, 3 * time.Millisecond, 7 * time.Millisecond},
+		{true, 10 * time.Millisecond, 0},          // the window's end
+		{true, time.Second, 0},                    // long quiet
+		{true, -time.Hour, 10 * time.Millisecond}, // the clock stepped back: one window at most
+	} {
+		w.quietAt = time.Time{}
+		if c.flushed {
+			w.flushed(t0)
+		}
+		if got := w.wait(t0.Add(c.at)); got != c.want {
+			t.Errorf("flushed %v, change at +%v: wait %v, want %v", c.flushed, c.at, got, c.want)
+		}
+	}
+	if got := (&eventWindow{length: -1}).wait(t0); got != 0 {
+		t.Errorf("no window: wait %v", got)
+	}
+}
+
+// deviceStatus is the status of an event's one session.
+func deviceStatus(e frame) string {
+	ss, _ := e["sessions"].([]any)
+	if len(ss) != 1 {
+		return fmt.Sprintf("%d sessions", len(ss))
+	}
+	m, _ := ss[0].(map[string]any)
+	st, _ := m["status"].(string)
+	return st
 }

@@ -74,9 +74,10 @@ type Config struct {
 
 	// WriteDelays, if set, are delays of single writes measured on real
 	// hosts (sim/calibrate measures them on its in-process cluster), and
-	// they time each owner's flush and eager fan-out in place of BatchDelay
-	// alone and Latency: each flush draws one write, waits BatchDelay plus
-	// its Flush, and gives the fan-out's packets its Hops, one each in a
+	// they time each owner's flush and eager fan-out in place of Latency:
+	// the first write of each batch draws one measured write and reaches
+	// the core its Flush later (then flushes at once, or at the end of an
+	// open write window), and the fan-out's packets get its Hops, one each in a
 	// random order (drawn again from the same write past its count). A
 	// write's delays stay together because on a shared host they are not
 	// independent: a stall of the host (its cores taken by other processes,
@@ -142,8 +143,8 @@ type Partition struct {
 	half *int
 }
 
-// WriteDelay is how one write was delayed on a real host: Flush from the end
-// of BatchDelay to the owner's first packet of the write, and Hops from that
+// WriteDelay is how one write was delayed on a real host: Flush from the
+// write (alone: no write window open) to the owner's first packet of it, and Hops from that
 // packet to each receiver's replica change (the receiver's place in the send
 // loop, the wire, the receive path and the apply).
 type WriteDelay struct {

@@ -24,12 +24,13 @@ const (
 	evHeal                        // partition a heals
 	evPullDone                    // node: pull to a sent (clears the in-flight mark)
 	evAnswerDone                  // node: an anti-entropy answer finished sending
+	evPublish                     // node: writes delayed by a measured flush delay reach the core
 )
 
 func (k evKind) String() string {
 	names := [...]string{"change", "expire", "tick", "gossip", "probe", "probe-timeout", "probe-deadline",
 		"helper-timeout", "packet", "stream", "push-pull", "suspicion", "crash", "restart",
-		"split", "heal", "pull-done", "answer-done"}
+		"split", "heal", "pull-done", "answer-done", "publish"}
 	if int(k) < len(names) {
 		return names[k]
 	}

@@ -62,16 +62,25 @@ func (s *Sim) initCore(n *node) {
 // like a real one.
 func clientAddr(id int32) string { return fmt.Sprintf("10.1.%d.%d:7400", id/256, id%256) }
 
-// publish is Cluster.Publish of an owner's delta. A write of
-// Config.WriteDelays reaches the core its measured flush delay later.
+// publish is Cluster.Publish of an owner's delta. With Config.WriteDelays
+// the first write of a batch draws a measured write, whose hops time the
+// batch's fan-out, and reaches the core its flush delay later (evPublish);
+// the writes made meanwhile go with it.
 func (s *Sim) publish(n *node, d crdt.Delta) {
-	at := s.wall()
+	if len(n.delayed) > 0 {
+		n.delayed = append(n.delayed, d)
+		return
+	}
 	if wd := s.cfg.WriteDelays; len(wd) > 0 && n.core.Pending() == 0 {
 		i := s.rng.IntN(len(wd))
 		n.writeDelay = int32(i) + 1
-		at += int64(wd[i].Flush)
+		if f := wd[i].Flush; f > 0 {
+			n.delayed = append(n.delayed, d)
+			s.after(n, f, evPublish, 0, 0)
+			return
+		}
 	}
-	n.core.Publish([]crdt.Delta{d}, at)
+	n.core.Publish([]crdt.Delta{d}, s.wall())
 	s.drive(n)
 }
 

@@ -231,6 +231,11 @@ func (s *Sim) dispatch(e *event) {
 	case evAnswerDone:
 		n.core.AnswerDone()
 		s.drive(n)
+	case evPublish:
+		ds := n.delayed
+		n.delayed = nil
+		n.core.Publish(ds, s.wall())
+		s.drive(n)
 	}
 }
 
@@ -299,7 +304,9 @@ type node struct {
 	// Rollcall
 	self       crdt.Origin
 	writeDelay int32 // 1 + the Config.WriteDelays index of the pending flush; 0 for none
-	sessions   int   // active sessions owned (alive announcements carry it)
+	// delayed are writes waiting out a measured flush delay (evPublish)
+	delayed  []crdt.Delta
+	sessions int // active sessions owned (alive announcements carry it)
 
 	// memberlist
 	mlInc    uint32

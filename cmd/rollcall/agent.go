@@ -76,6 +76,7 @@ type clusterFlags struct {
 	GossipKeyFile   string        // --gossip-key-file: file holding the base64 gossip key
 	KeyringFile     string        // --keyring-file: file of base64 keys, primary first
 	GossipAdvertise string        // --gossip-advertise: address peers should use
+	GossipBatch     time.Duration // --gossip-batch: gossip.Config.BatchDelay (0: no window)
 	PurgeHorizon    time.Duration // --purge-horizon: drop a dead gateway's sessions after this (also node.Config.PurgeHorizon)
 }
 
@@ -115,6 +116,7 @@ func agentFlagSet(af *agentFlags, stderr io.Writer) (*flag.FlagSet, *string) {
 	fs.StringVar(&cf.GossipKeyFile, "gossip-key-file", "", "file holding the base64 gossip key (the form not visible in ps)")
 	fs.StringVar(&cf.KeyringFile, "keyring-file", "", "file of base64 gossip keys, one per line, primary first")
 	fs.StringVar(&cf.GossipAdvertise, "gossip-advertise", "", "gossip address to advertise to peers (default: the bind address)")
+	fs.DurationVar(&cf.GossipBatch, "gossip-batch", gossip.DefaultConfig().BatchDelay, "write window of the gossip: a change with no flush in the last window goes to the other gateways at once, changes within a window of a flush wait for its end and go together (0: no window)")
 	fs.DurationVar(&cf.PurgeHorizon, "purge-horizon", 30*time.Minute, "how long a dead gateway's sessions stay (shown expired) before they are purged")
 	fs.StringVar(&af.tlsCert, "tls-cert", "", "PEM certificate (chain, leaf first) serving TLS on the client and HTTP ports; reloaded with the key on SIGHUP; empty: plain TCP")
 	fs.StringVar(&af.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
@@ -169,6 +171,8 @@ func (cf clusterFlags) check() error {
 		return fmt.Errorf("--gossip-profile: %w", err)
 	}
 	switch {
+	case cf.GossipBatch < 0:
+		return fmt.Errorf("--gossip-batch %v: must not be negative (0: no window)", cf.GossipBatch)
 	case cf.GossipKey != "" && cf.KeyringFile != "":
 		return errors.New("give --gossip-key or --keyring-file, not both")
 	case cf.GossipKey != "":

@@ -52,6 +52,10 @@ func startCluster(_ context.Context, cf clusterFlags, n *node.Node, log *zap.Log
 	cfg.AdvertiseAddr = cf.GossipAdvertise
 	cfg.Join = cf.Join
 	cfg.Profile = cf.GossipProfile
+	cfg.BatchDelay = cf.GossipBatch
+	if cfg.BatchDelay == 0 {
+		cfg.BatchDelay = -1 // gossip.Config's "no window"; its zero is the default
+	}
 	cfg.LeaseTimeout = n.Config().Timeout
 	cfg.AliveInterval = min(time.Second, cfg.LeaseTimeout/5)
 	cfg.Logger = log

@@ -251,6 +251,26 @@ func TestGossipProfileCheckedStandalone(t *testing.T) {
 	}
 }
 
+// --gossip-batch comes from the command line or the config file; a
+// negative window is refused before anything listens.
+func TestGossipBatch(t *testing.T) {
+	path := writeConfigFile(t, "gossip-batch: 500us\n")
+	af, _, _, err := loadAgentFlags([]string{"--config", path}, nil, io.Discard)
+	if err != nil || af.cluster.GossipBatch != 500*time.Microsecond {
+		t.Fatalf("gossip-batch from the config file: %v, %v", af.cluster.GossipBatch, err)
+	}
+	if af, _, _, err := loadAgentFlags(nil, nil, io.Discard); err != nil || af.cluster.GossipBatch != 2*time.Millisecond {
+		t.Fatalf("gossip-batch default: %v, %v", af.cluster.GossipBatch, err)
+	}
+	af, _, _, err = loadAgentFlags([]string{"--dev", "--gossip-batch", "-1ms"}, nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := af.check(); err == nil || !strings.Contains(err.Error(), "--gossip-batch") {
+		t.Fatalf("negative --gossip-batch: %v", err)
+	}
+}
+
 // --print-config shows the effective configuration as YAML a config file
 // can hold, with the gossip key redacted and file paths shown.
 func TestPrintConfigRedactsSecrets(t *testing.T) {

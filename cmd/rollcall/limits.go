@@ -43,7 +43,7 @@ func (lf *limitFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&lf.outboundQueueBytes, "outbound-queue-bytes", node.DefaultOutboundQueueBytes, "bytes that may wait for one client (must exceed --max-line-bytes)")
 	fs.DurationVar(&lf.writeTimeout, "write-timeout", node.DefaultWriteTimeout, "bound on one write to a client; a client that reads nothing for this long is dropped slow_consumer")
 	fs.DurationVar(&lf.handshakeTimeout, "handshake-timeout", node.DefaultHandshakeTimeout, "time from connect to hello; a client slower than this is closed handshake_timeout")
-	fs.DurationVar(&lf.eventCoalesce, "event-coalesce", node.DefaultEventCoalesce, "window in which presence changes are gathered into one event per user (0: no wait)")
+	fs.DurationVar(&lf.eventCoalesce, "event-coalesce", node.DefaultEventCoalesce, "event-coalescing window: a presence change with no event flush in the last window goes out at once, changes within a window of a flush wait for its end and give one event per user (0: no window)")
 }
 
 // apply checks the flags and sets them on cfg, whose Heartbeat is already

@@ -203,12 +203,12 @@ func TestAgentAndConnect(t *testing.T) {
 
 	// Heartbeats are automatic: well past the 1s timeout, alice is online.
 	time.Sleep(1500 * time.Millisecond)
+	if strings.Count(bob.out.String(), "* alice: offline") != 1 {
+		t.Fatalf("alice expired while heartbeating?\n%s", bob.out.String())
+	}
 	fmt.Fprintln(alice.in, "bye")
 	if err := <-alice.done; err != nil {
 		t.Fatalf("alice: %v", err)
-	}
-	if strings.Count(bob.out.String(), "* alice: offline") != 1 {
-		t.Fatalf("alice expired while heartbeating?\n%s", bob.out.String())
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for strings.Count(bob.out.String(), "* alice: offline") != 2 {

@@ -34,6 +34,10 @@ type Options struct {
 	HTTP      bool          // serve HTTP (and /ws) on a loopback port
 	Timeout   time.Duration // session timeout; default 2s
 	Heartbeat time.Duration // default 200ms
+	// EventCoalesce and GossipBatch, when non-zero, set node.Config's
+	// EventCoalesce and gossip.Config's BatchDelay (negative: no wait).
+	EventCoalesce time.Duration
+	GossipBatch   time.Duration
 }
 
 // Start starts n --dev gateways named g0..gN-1, joins them by gossip with
@@ -59,6 +63,9 @@ func Start(t testing.TB, n int, o Options) []*Gateway {
 		cfg.Dev = true
 		cfg.Timeout = o.Timeout
 		cfg.Heartbeat = o.Heartbeat
+		if o.EventCoalesce != 0 {
+			cfg.EventCoalesce = o.EventCoalesce
+		}
 		gw, err := node.New(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -77,6 +84,9 @@ func Start(t testing.TB, n int, o Options) []*Gateway {
 		gc.ReconnectInterval = 300 * time.Millisecond
 		gc.ClientAddr = gw.ClientAddr().String()
 		gc.Memberlist = FastMemberlist
+		if o.GossipBatch != 0 {
+			gc.BatchDelay = o.GossipBatch
+		}
 		if len(gs) > 0 {
 			gc.Join = []string{gs[0].CL.LocalAddr()}
 		}

@@ -71,12 +71,13 @@ type Report struct {
 // Warmup single writes at random, WarmupSpacing apart on average, half
 // before the scenario and half after it, each split at its owner's first
 // packet, which the transport timestamps as it sends it: the flush delay,
-// from the write plus BatchDelay to that packet, and each receiver's hop
+// from the write to that packet (a write alone waits for no write
+// window), and each receiver's hop
 // delay, from that packet to the receiver's replica change.
 //
 // Unless sc.Latency is set, a lognormal fitted to each receiver's delay
-// from the write, less BatchDelay (the median, and the spread within a
-// write), is the simulator's latency for every packet.
+// from the write (the median, and the spread within a write), is the
+// simulator's latency for every packet.
 // That leaves out what one write's receivers share, and the tail of
 // eager convergence is exactly that: on a shared host the slow writes are
 // slow at most of their receivers at once (a stall of the whole host: its

@@ -11,8 +11,8 @@ import (
 // warmDelays is what the warm-up measured (see Run).
 type warmDelays struct {
 	// hops are per write: each receiver's delay (ns) from the write to its
-	// replica change, less BatchDelay (in epidemic mode, the three
-	// fastest: the seeds).
+	// replica change (in epidemic mode, the three fastest: the seeds); a
+	// warm-up write, alone, waits for no write window.
 	hops [][]float64
 	// writes are the writes split at the owner's first packet.
 	writes []sim.WriteDelay

@@ -178,7 +178,6 @@ func (rr *realRun) warmup(ctx context.Context, rng *rand.Rand, from, to int) (*w
 	}
 	rr.sends.on.Store(false)
 	end := time.Now()
-	batch := gossip.DefaultConfig().BatchDelay
 	epidemic := dissem.ChooseMode(rr.sc.Nodes, rr.sc.EagerThreshold) == dissem.ModeEpidemic
 	rr.mu.Lock()
 	defer rr.mu.Unlock()
@@ -187,7 +186,7 @@ func (rr *realRun) warmup(ctx context.Context, rng *rand.Rand, from, to int) (*w
 		var ds []float64
 		for i, t := range ch.reached {
 			if i != ch.reachedOwner {
-				ds = append(ds, float64(t.Sub(ch.at)-batch))
+				ds = append(ds, float64(t.Sub(ch.at)))
 			}
 		}
 		if epidemic {
@@ -200,7 +199,9 @@ func (rr *realRun) warmup(ctx context.Context, rng *rand.Rand, from, to int) (*w
 		if !ok {
 			continue // never flushed (the owner failed): nothing to split
 		}
-		wd := sim.WriteDelay{Flush: max(0, flushed.Sub(ch.at)-batch)}
+		// A warm-up write, alone, goes out at once (no write window is
+		// open): its flush delay is all the host's.
+		wd := sim.WriteDelay{Flush: max(0, flushed.Sub(ch.at))}
 		if !epidemic {
 			// A receiver still without the write (an overloaded machine:
 			// the packet was dropped, or is waiting in a queue) counts as
