@@ -13,10 +13,10 @@ import (
 const (
 	// eventCoalesce is the node's event-coalescing window
 	// (node.DefaultEventCoalesce).
-	eventCoalesce = 10 * time.Millisecond
+	eventCoalesce = time.Millisecond
 	// batchDelay is how long a write waits to share a gossip packet
 	// (gossip.DefaultConfig().BatchDelay).
-	batchDelay = 2 * time.Millisecond
+	batchDelay = 500 * time.Microsecond
 	// loopbackRTT is a TCP round trip on loopback with the host busy,
 	// for a gap pull.
 	loopbackRTT = 50 * time.Millisecond

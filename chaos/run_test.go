@@ -61,8 +61,8 @@ func TestBounds(t *testing.T) {
 	} {
 		want := map[string]time.Duration{
 			"sweep": 200 * time.Millisecond, "lease check": 100 * time.Millisecond, "alive": 400 * time.Millisecond,
-			"propagation": 1862 * time.Millisecond, "silent": 4062 * time.Millisecond, "crash": 3110 * time.Millisecond,
-			"recovery": 2260 * time.Millisecond, "convergence": 4960 * time.Millisecond,
+			"propagation": 1851500 * time.Microsecond, "silent": 4051500 * time.Microsecond, "crash": 3101 * time.Millisecond,
+			"recovery": 2251 * time.Millisecond, "convergence": 4951 * time.Millisecond,
 		}[name]
 		if got != want {
 			t.Errorf("%s = %v, want %v (docs/chaos.md states it)", name, got, want)

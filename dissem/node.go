@@ -94,7 +94,7 @@ func (t *OriginTable) number(o crdt.Origin) int32 {
 // ClientAddr and Rand are the driver's).
 func DefaultConfig() Config {
 	return Config{
-		BatchDelay:        2 * time.Millisecond,
+		BatchDelay:        500 * time.Microsecond,
 		PacketBudget:      DefaultPacketBudget,
 		EagerThreshold:    64,
 		AliveInterval:     time.Second,

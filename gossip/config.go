@@ -54,7 +54,7 @@ type Config struct {
 	// BatchDelay is the write window (dissem.Config.BatchDelay), Nagle-style:
 	// a write with no flush in the last BatchDelay goes out at once, and the
 	// writes within BatchDelay of a flush wait for that window's end and go
-	// out together, sharing packets. Default 2ms; negative: no window, every
+	// out together, sharing packets. Default 500µs; negative: no window, every
 	// write goes out at once.
 	BatchDelay time.Duration
 	// EagerThreshold is the cluster size up to which deltas go straight to

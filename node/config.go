@@ -127,7 +127,7 @@ type Config struct {
 	// within it that returns to the state last sent produces none. So an
 	// isolated change waits for nothing, and under churn the node flushes
 	// at most once per window. Larger saves work under churn, smaller
-	// bounds the wait. Default 10ms; negative disables the window (each
+	// bounds the wait. Default 1ms; negative disables the window (each
 	// change flushes at once).
 	EventCoalesce time.Duration
 
@@ -321,7 +321,7 @@ const (
 	DefaultOutboundQueueBytes = 4 << 20
 	DefaultMaxConnections     = 100_000
 	DefaultWriteTimeout       = 10 * time.Second
-	DefaultEventCoalesce      = 10 * time.Millisecond
+	DefaultEventCoalesce      = time.Millisecond
 	DefaultRouteTimeout       = 2 * time.Second
 	DefaultSendRate           = 50  // sends per second per session
 	DefaultSendBurst          = 100 // sends at once per session
