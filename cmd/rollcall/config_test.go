@@ -15,6 +15,8 @@ import (
 
 	"github.com/knadh/koanf/parsers/yaml"
 	"go.uber.org/zap"
+
+	"github.com/rollcall/rollcall/gossip"
 )
 
 // writeConfigFile writes a YAML config file and returns its path.
@@ -254,12 +256,12 @@ func TestGossipProfileCheckedStandalone(t *testing.T) {
 // --gossip-batch comes from the command line or the config file; a
 // negative window is refused before anything listens.
 func TestGossipBatch(t *testing.T) {
-	path := writeConfigFile(t, "gossip-batch: 500us\n")
+	path := writeConfigFile(t, "gossip-batch: 3ms\n")
 	af, _, _, err := loadAgentFlags([]string{"--config", path}, nil, io.Discard)
-	if err != nil || af.cluster.GossipBatch != 500*time.Microsecond {
+	if err != nil || af.cluster.GossipBatch != 3*time.Millisecond {
 		t.Fatalf("gossip-batch from the config file: %v, %v", af.cluster.GossipBatch, err)
 	}
-	if af, _, _, err := loadAgentFlags(nil, nil, io.Discard); err != nil || af.cluster.GossipBatch != 2*time.Millisecond {
+	if af, _, _, err := loadAgentFlags(nil, nil, io.Discard); err != nil || af.cluster.GossipBatch != gossip.DefaultConfig().BatchDelay {
 		t.Fatalf("gossip-batch default: %v, %v", af.cluster.GossipBatch, err)
 	}
 	af, _, _, err = loadAgentFlags([]string{"--dev", "--gossip-batch", "-1ms"}, nil, io.Discard)
