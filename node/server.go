@@ -62,7 +62,7 @@ func (n *Node) serveClient(nc net.Conn, plain bool, newc func() *conn) {
 	c.ip = ip
 	n.conns[c] = struct{}{}
 	n.countConnLocked(c, true)
-	n.connWG.Add(2)
+	n.connWG.Add(1)
 	n.mu.Unlock()
 	c.serve()
 }
