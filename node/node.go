@@ -90,15 +90,15 @@ type Node struct {
 	connWG    sync.WaitGroup // one per connection (its reader side), one per writer and paused reader goroutine
 	// polls is the event loop serving plain TCP clients (netpoll_linux.go);
 	// nil when goroutines serve them (TLS, Config.GoroutineIO, not Linux).
-	polls *pollerSet
-	nextConn  atomic.Uint64
-	ln        net.Listener
-	httpLn    net.Listener
-	httpSrv   *http.Server
-	wsAccept  *websocket.AcceptOptions // GET /ws's upgrade options (ws.go)
-	wsLn      net.Listener             // Config.WSAddr's, or nil
-	wsSrv     *http.Server
-	drained   chan struct{} // closed when Drain has run
+	polls    *pollerSet
+	nextConn atomic.Uint64
+	ln       net.Listener
+	httpLn   net.Listener
+	httpSrv  *http.Server
+	wsAccept *websocket.AcceptOptions // GET /ws's upgrade options (ws.go)
+	wsLn     net.Listener             // Config.WSAddr's, or nil
+	wsSrv    *http.Server
+	drained  chan struct{} // closed when Drain has run
 
 	stats counters
 
