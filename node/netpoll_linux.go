@@ -24,11 +24,13 @@ import (
 // the frame, without blocking (conn.wakeWriter); a writer goroutine runs
 // only while a socket does not take everything at once.
 //
-// The socket stays a *net.TCPConn: reads, writes and shutdown go through
-// its syscall.RawConn, which holds the descriptor open while in use, so a
-// descriptor closed and reused meanwhile is never read or written. The
-// socket is closed only by its poller (finishEvent), which removes it from
-// the epoll set first; abort shuts it down, which wakes the poller.
+// The socket stays a *net.TCPConn. It is closed only by its poller
+// (finishEvent, under conn.rmu), which removes it from the epoll set
+// first; abort shuts it down instead, which wakes the poller. So the
+// poller reads the descriptor directly under conn.rmu; writes and shutdown,
+// made elsewhere, go through its syscall.RawConn, which holds the
+// descriptor open while in use, so a descriptor closed and reused meanwhile
+// is never written.
 
 // readChunk is a poller's read buffer: one read per readiness event.
 const readChunk = 64 << 10
@@ -51,10 +53,9 @@ type poller struct {
 	conns []*conn // by slot; the epoll data names the slot and the conn id's low bits
 	free  []uint32
 
-	// The read in progress (readFn writes them; the poller goroutine only).
-	rn     int
-	rerr   error
-	readFn func(fd uintptr) bool
+	// The read in progress (the poller goroutine only).
+	rn   int
+	rerr error
 }
 
 // startPollers starts the event loop's pollers, or returns nil when the
@@ -94,10 +95,6 @@ func newPoller(n *Node) (*poller, error) {
 		return nil, fmt.Errorf("node: epoll_ctl: %w", err)
 	}
 	p := &poller{n: n, epfd: epfd, wake: wake, buf: make([]byte, readChunk)}
-	p.readFn = func(fd uintptr) bool {
-		p.rn, p.rerr = unix.Read(int(fd), p.buf)
-		return true
-	}
 	return p, nil
 }
 
@@ -239,11 +236,8 @@ func (p *poller) ready(c *conn, events uint32) {
 		}
 		return
 	}
-	p.rn, p.rerr = 0, nil
-	if err := c.rc.Read(p.readFn); err != nil {
-		c.finishEvent() // closed under us
-		return
-	}
+	// c.fd is open: only finishEvent closes it, under c.rmu.
+	p.rn, p.rerr = unix.Read(c.fd, p.buf)
 	switch {
 	case p.rerr == nil && p.rn > 0:
 		c.consume(p.buf[:p.rn])
