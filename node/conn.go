@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -93,12 +92,22 @@ type conn struct {
 	requests tokenBucket // the connection's allowance of requests (Config.RequestRate)
 
 	// The event loop (netpoll_linux.go); poll is nil for a connection
-	// served by goroutines. Static after newConn, but for fd and slot, set
-	// before the poller sees c.
+	// served by goroutines. Static after newConn, but fd, which closing
+	// sets to -1 under wmu.
 	poll *poller
-	rc   syscall.RawConn
-	fd   int
-	slot uint32
+	fd   int    // the socket, a duplicate owned by the event loop (nc is closed)
+	slot uint32 // in poll's table
+	// wmu guards fd (its writes, shutdown, epoll interest and close) and
+	// the writer's state below; it is taken last, after rmu and q.mu are
+	// released or held.
+	wmu     sync.Mutex
+	pend    [][]byte    // frames taken but not yet written, the first maybe cut
+	batch   [][]byte    // the batch pend is part of, to recycle
+	wtimer  *time.Timer // the write timeout, while pend waits for room
+	wgen    uint64      // counts arms of wtimer: a stale firing does nothing
+	wantOut bool        // pend waits for room: the poller flushes it
+	readOff bool        // reading is paused
+	closed  bool        // closing: the session is ended, the final frames go out
 	// rmu serializes the handling of c's input on the event loop: the
 	// poller, the goroutine resuming c after a pause, and the handshake
 	// timer hold it. It guards the fields below. Lock order: rmu before
@@ -150,7 +159,12 @@ func (n *Node) newConn(raw net.Conn) *conn {
 	nc, tc := n.wrapTLS(raw)
 	c := n.newConnOver(raw, nc, tc)
 	if tc == nil {
-		c.poll, c.rc = n.polls.pollFor(raw)
+		if p, fd, ok := n.polls.pollFor(raw); ok {
+			// The event loop owns a duplicate of the socket; the
+			// net.Conn is closed, so the runtime's poller forgets it.
+			c.poll, c.fd = p, fd
+			raw.Close()
+		}
 	}
 	return c
 }
@@ -285,30 +299,6 @@ func (c *conn) lineTooLong() {
 	}
 }
 
-// pause stops reading c until room is closed (roomWait): the poller never
-// blocks on one connection's backpressure. A goroutine waits meanwhile and
-// then handles the input held and turns reading back on. The caller holds
-// c.rmu.
-func (c *conn) pause(room <-chan struct{}) {
-	c.paused = true
-	c.poll.setReading(c, false)
-	c.n.connWG.Add(1) // c is not finished: its reader side holds connWG
-	go func() {
-		defer c.n.connWG.Done()
-		<-room
-		c.rmu.Lock()
-		defer c.rmu.Unlock()
-		if c.finished {
-			return
-		}
-		c.paused = false
-		c.consume(nil)
-		if !c.paused && !c.finished {
-			c.poll.setReading(c, true)
-		}
-	}()
-}
-
 // handshakeExpired is an event-loop connection's handshake timeout.
 func (c *conn) handshakeExpired() {
 	c.rmu.Lock()
@@ -333,28 +323,6 @@ func (c *conn) handshakeDone() {
 		c.hsTimer.Stop()
 		c.hsTimer = nil
 	}
-}
-
-// finishEvent is finish on the event loop: the session, if still live, is
-// disconnected at once, the socket closed and c forgotten. The caller holds
-// c.rmu.
-func (c *conn) finishEvent() {
-	if c.finished {
-		return
-	}
-	c.finished = true
-	c.in = nil
-	if c.hsTimer != nil {
-		c.hsTimer.Stop()
-		c.hsTimer = nil
-	}
-	c.poll.remove(c)
-	c.n.connLost(c)
-	c.markDead()
-	// Close removes the descriptor from the epoll set (it is the only
-	// reference to the socket).
-	c.raw.Close()
-	c.n.connWG.Done()
 }
 
 // drainInput discards input after a closing error until the client closes
@@ -470,7 +438,7 @@ func (c *conn) abort() {
 	c.markDead()
 	if c.poll != nil {
 		// The poller closes the socket, when it sees the hangup.
-		c.shutdownSocket()
+		c.shutdownEvent()
 		return
 	}
 	// The raw socket: a TLS close would first try to send close_notify
@@ -489,9 +457,10 @@ func (c *conn) markDead() {
 }
 
 // wakeWriter has the queue written unless someone is writing it: on the
-// event loop by the caller itself, without blocking, while the socket
-// takes it (writeDirect); otherwise, and for a closing queue, by a writer
-// goroutine (writeLoop).
+// event loop by the caller itself, without blocking, and by the poller
+// when the socket has room again (flushEvent), or, closing, by a goroutine
+// that ends the session first (closeEvent); otherwise by a writer
+// goroutine (writeLoop) that runs while frames are pending.
 func (c *conn) wakeWriter() {
 	q := &c.q
 	q.mu.Lock()
@@ -502,99 +471,16 @@ func (c *conn) wakeWriter() {
 	q.writing = true
 	if c.poll != nil && !q.closing {
 		q.mu.Unlock()
-		c.writeDirect()
+		c.flushEvent(false)
 		return
 	}
 	c.n.connWG.Add(1) // not dead: c's reader side holds connWG
 	q.mu.Unlock()
-	go c.writeLoop(nil)
-}
-
-// writeDirect writes the queue on the caller's goroutine while the socket
-// takes it without blocking, and leaves the rest to a writer goroutine. The
-// caller set q.writing.
-func (c *conn) writeDirect() {
-	q := &c.q
-	for {
-		frames, closing, dead := q.take()
-		if dead {
-			return
-		}
-		if closing {
-			c.startWriter(frames)
-			return
-		}
-		rest, err := c.writeNow(frames)
-		if err != nil {
-			if !errors.Is(err, net.ErrClosed) && !errors.Is(err, syscall.EPIPE) && !errors.Is(err, syscall.ECONNRESET) {
-				c.n.log.Debug("write failed", zap.Uint64("conn", c.id), zap.Error(err))
-			}
-			c.abort()
-			return
-		}
-		if len(rest) > 0 {
-			c.startWriter(rest)
-			return
-		}
-		q.recycle(frames)
-		if q.doneWriting() {
-			return
-		}
-	}
-}
-
-// startWriter hands frames already taken from the queue, and the queue, to
-// a writer goroutine.
-func (c *conn) startWriter(frames [][]byte) {
-	q := &c.q
-	q.mu.Lock()
-	if q.dead {
-		q.mu.Unlock()
+	if c.poll != nil {
+		go c.closeEvent(nil)
 		return
 	}
-	c.n.connWG.Add(1) // not dead: c's reader side holds connWG
-	q.mu.Unlock()
-	go c.writeLoop(frames)
-}
-
-// writeNow writes frames with non-blocking writes while the socket takes
-// them, and returns what it did not take (its first frame cut where the
-// socket stopped).
-func (c *conn) writeNow(frames [][]byte) ([][]byte, error) {
-	for len(frames) > 0 {
-		iov := frames[:min(len(frames), 1024)] // IOV_MAX
-		var k int
-		var werr error
-		if err := c.rc.Write(func(fd uintptr) bool {
-			k, werr = writev(int(fd), iov)
-			return true
-		}); err != nil {
-			return frames, err
-		}
-		if werr != nil {
-			if errors.Is(werr, syscall.EAGAIN) || errors.Is(werr, syscall.EINTR) {
-				return frames, nil
-			}
-			return frames, werr
-		}
-		size := 0
-		for _, f := range iov {
-			size += len(f)
-		}
-		full := k < size
-		for k > 0 {
-			if k < len(frames[0]) {
-				frames[0] = frames[0][k:]
-				break
-			}
-			k -= len(frames[0])
-			frames = frames[1:]
-		}
-		if full {
-			return frames, nil // the socket's buffer is full
-		}
-	}
-	return frames, nil
+	go c.writeLoop()
 }
 
 // doneWriting clears q.writing and reports true unless frames are pending
@@ -631,7 +517,11 @@ func (c *conn) send(frame []byte) bool {
 		c.n.stats.slowConsumers.Add(1)
 		c.n.log.Info("slow consumer dropped", zap.Uint64("conn", c.id), zap.String("remote", c.remote))
 		// Unblock a writer stuck on the full socket soon.
-		c.nc.SetWriteDeadline(time.Now().Add(time.Second)) //nolint:errcheck // best effort
+		if c.poll != nil {
+			c.writeSoonEvent()
+		} else {
+			c.nc.SetWriteDeadline(time.Now().Add(time.Second)) //nolint:errcheck // best effort
+		}
 		c.wakeWriter()
 		return false
 	}
@@ -715,18 +605,12 @@ func (q *outQueue) recycle(frames [][]byte) {
 	q.mu.Unlock()
 }
 
-// writeLoop writes the queue, after frames already taken from it, until
-// the queue is empty (then clears q.writing and exits), the connection
-// closes, or a write fails. The caller set q.writing and added 1 to connWG.
-func (c *conn) writeLoop(pending [][]byte) {
+// writeLoop writes the queue until it is empty (then clears q.writing and
+// exits), the connection closes, or a write fails: the writer of a
+// connection served by goroutines. The caller set q.writing and added 1 to
+// connWG.
+func (c *conn) writeLoop() {
 	defer c.n.connWG.Done()
-	if len(pending) > 0 {
-		if err := c.writeFrames(pending, c.n.cfg.WriteTimeout); err != nil {
-			c.writeFailed(err)
-			return
-		}
-		c.q.recycle(pending)
-	}
 	ended := false
 	for {
 		frames, closing, dead := c.q.take()
@@ -769,13 +653,7 @@ func (c *conn) writeLoop(pending [][]byte) {
 		// A TCP half-close, or TLS's close_notify (which needs the
 		// handshake done).
 		if cw, ok := c.nc.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
-			if c.poll != nil {
-				time.AfterFunc(lingerTimeout, c.abort)
-			} else {
-				c.nc.SetReadDeadline(time.Now().Add(lingerTimeout)) //nolint:errcheck // best effort
-			}
-		} else if c.poll != nil {
-			c.abort()
+			c.nc.SetReadDeadline(time.Now().Add(lingerTimeout)) //nolint:errcheck // best effort
 		} else {
 			c.nc.Close()
 		}

@@ -4,10 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"syscall"
+	"time"
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
@@ -15,22 +16,24 @@ import (
 
 // The event loop for plain TCP clients (docs/performance.md). A few poller
 // goroutines (one per CPU) each wait on an epoll set of client sockets,
-// level-triggered, for input. When one is readable its poller reads it once
-// into the poller's own buffer and hands the complete lines to the shared
-// protocol code (conn.consume, then handleLine) on that goroutine; only a
-// partial line, or lines held back while the connection is paused
-// (backpressure), are copied into the connection. So an idle connection
-// owns no goroutine and no read buffer. Writes are made by whoever queues
-// the frame, without blocking (conn.wakeWriter); a writer goroutine runs
-// only while a socket does not take everything at once.
+// level-triggered. When one is readable its poller reads it once into the
+// poller's own buffer and hands the complete lines to the shared protocol
+// code (conn.consume, then handleLine) on that goroutine; only a partial
+// line, or lines held back while the connection is paused (backpressure),
+// are copied into the connection. So an idle connection owns no goroutine
+// and no buffer. Frames are written by whoever queues them, without
+// blocking (flushEvent); what the socket does not take waits for the
+// poller to see room (EPOLLOUT), within the write timeout. A goroutine
+// runs only to end the session of a closing connection (closeEvent, which
+// takes the node's lock) and while a paused connection waits for room.
 //
-// The socket stays a *net.TCPConn. It is closed only by its poller
-// (finishEvent, under conn.rmu), which removes it from the epoll set
-// first; abort shuts it down instead, which wakes the poller. So the
-// poller reads the descriptor directly under conn.rmu; writes and shutdown,
-// made elsewhere, go through its syscall.RawConn, which holds the
-// descriptor open while in use, so a descriptor closed and reused meanwhile
-// is never written.
+// The event loop owns its socket: a duplicate of the accepted one, whose
+// net.Conn is closed so the runtime's own poller does not wake for it too.
+// The descriptor is closed only by finishEvent, under conn.rmu and
+// conn.wmu, after it leaves the epoll set: the poller reads it under rmu,
+// everyone else writes or shuts it down under wmu, so a descriptor closed
+// and reused meanwhile is never touched. abort shuts it down, which the
+// poller sees as a hangup.
 
 // readChunk is a poller's read buffer: one read per readiness event.
 const readChunk = 64 << 10
@@ -116,21 +119,31 @@ func (s *pollerSet) close() {
 	}
 }
 
-// pollFor returns the poller to serve raw on, with raw's RawConn, or nil
-// when raw is served by goroutines (not a TCP socket).
-func (s *pollerSet) pollFor(raw net.Conn) (*poller, syscall.RawConn) {
+// pollFor returns the poller to serve raw on and the event loop's duplicate
+// of its socket, or false when raw is served by goroutines (not a TCP
+// socket, or no descriptor for the duplicate).
+func (s *pollerSet) pollFor(raw net.Conn) (*poller, int, bool) {
 	if s == nil {
-		return nil, nil
+		return nil, -1, false
 	}
 	tc, ok := raw.(*net.TCPConn)
 	if !ok {
-		return nil, nil
+		return nil, -1, false
 	}
 	rc, err := tc.SyscallConn()
 	if err != nil {
-		return nil, nil
+		return nil, -1, false
 	}
-	return s.ps[int(s.next.Add(1))%len(s.ps)], rc
+	fd := -1
+	cerr := rc.Control(func(sfd uintptr) {
+		fd, err = unix.FcntlInt(sfd, unix.F_DUPFD_CLOEXEC, 0)
+	})
+	if cerr != nil || err != nil {
+		p := s.ps[0]
+		p.n.log.Debug("no event loop for a client connection; serving it with goroutines", zap.Error(errors.Join(cerr, err)))
+		return nil, -1, false
+	}
+	return s.ps[int(s.next.Add(1))%len(s.ps)], fd, true
 }
 
 func (p *poller) run(wg *sync.WaitGroup) {
@@ -188,14 +201,10 @@ func (p *poller) add(c *conn) error {
 	p.conns[slot] = c
 	c.slot = slot
 	p.mu.Unlock()
-	var err error
-	cerr := c.rc.Control(func(fd uintptr) {
-		c.fd = int(fd)
-		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(slot), Pad: int32(uint32(c.id))}
-		err = unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, c.fd, &ev)
-	})
-	if err = errors.Join(cerr, err); err != nil {
-		p.remove(c)
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(slot), Pad: int32(uint32(c.id))}
+	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, c.fd, &ev); err != nil {
 		return fmt.Errorf("node: epoll_ctl add: %w", err)
 	}
 	return nil
@@ -203,37 +212,59 @@ func (p *poller) add(c *conn) error {
 
 func (p *poller) remove(c *conn) {
 	p.mu.Lock()
-	if p.conns[c.slot] == c {
+	if int(c.slot) < len(p.conns) && p.conns[c.slot] == c {
 		p.conns[c.slot] = nil
 		p.free = append(p.free, c.slot)
 	}
 	p.mu.Unlock()
 }
 
-// setReading turns c's readiness events on or off (pause). The caller holds
-// c.rmu and c is not finished, so the descriptor is open.
+// setReading turns c's read interest on or off (pause). The caller holds
+// c.rmu.
 func (p *poller) setReading(c *conn, on bool) {
-	ev := unix.EpollEvent{Fd: int32(c.slot), Pad: int32(uint32(c.id))}
-	if on {
-		ev.Events = unix.EPOLLIN
+	c.wmu.Lock()
+	c.readOff = !on
+	c.setInterestLocked()
+	c.wmu.Unlock()
+}
+
+// setInterestLocked tells the epoll set what c waits for: input unless
+// paused, room while frames wait. The caller holds c.wmu.
+func (c *conn) setInterestLocked() {
+	if c.fd < 0 {
+		return
 	}
-	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_MOD, c.fd, &ev); err != nil {
-		p.n.log.Debug("epoll_ctl mod failed", zap.Uint64("conn", c.id), zap.Error(err))
+	ev := unix.EpollEvent{Fd: int32(c.slot), Pad: int32(uint32(c.id))}
+	if !c.readOff {
+		ev.Events |= unix.EPOLLIN
+	}
+	if c.wantOut {
+		ev.Events |= unix.EPOLLOUT
+	}
+	if err := unix.EpollCtl(c.poll.epfd, unix.EPOLL_CTL_MOD, c.fd, &ev); err != nil {
+		c.n.log.Debug("epoll_ctl mod failed", zap.Uint64("conn", c.id), zap.Error(err))
 	}
 }
 
-// ready handles a readiness event of c: one read, then its lines.
+// ready handles a readiness event of c: frames waiting for room first,
+// then one read and its lines.
 func (p *poller) ready(c *conn, events uint32) {
+	if events&(unix.EPOLLOUT|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+		c.flushEvent(true)
+	}
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
 	if c.finished {
 		return
 	}
 	if c.paused {
-		// Only a hangup or error is reported while paused.
+		// Input waits; a hangup or error ends c.
 		if events&(unix.EPOLLHUP|unix.EPOLLERR) != 0 {
 			c.finishEvent()
 		}
+		return
+	}
+	if events&(unix.EPOLLIN|unix.EPOLLHUP|unix.EPOLLERR) == 0 {
 		return
 	}
 	// c.fd is open: only finishEvent closes it, under c.rmu.
@@ -250,13 +281,260 @@ func (p *poller) ready(c *conn, events uint32) {
 	}
 }
 
-// shutdown ends both directions of c's socket at once without closing the
-// descriptor: a blocked writer fails, and c's poller sees the hangup and
-// finishes c.
-func (c *conn) shutdownSocket() {
-	c.rc.Control(func(fd uintptr) { //nolint:errcheck // closed already: nothing to do
-		unix.Shutdown(int(fd), unix.SHUT_RDWR) //nolint:errcheck // best effort
-	})
+// pause stops reading c until room is closed (roomWait): the poller never
+// blocks on one connection's backpressure. A goroutine waits meanwhile and
+// then handles the input held and turns reading back on. The caller holds
+// c.rmu.
+func (c *conn) pause(room <-chan struct{}) {
+	c.paused = true
+	c.poll.setReading(c, false)
+	c.n.connWG.Add(1) // c is not finished: its reader side holds connWG
+	go func() {
+		defer c.n.connWG.Done()
+		<-room
+		c.rmu.Lock()
+		defer c.rmu.Unlock()
+		if c.finished {
+			return
+		}
+		c.paused = false
+		c.consume(nil)
+		if !c.paused && !c.finished {
+			c.poll.setReading(c, true)
+		}
+	}()
 }
 
-func writev(fd int, iov [][]byte) (int, error) { return unix.Writev(fd, iov) }
+// finishEvent is finish on the event loop: the session, if still live, is
+// disconnected at once, the socket closed and c forgotten. The caller holds
+// c.rmu.
+func (c *conn) finishEvent() {
+	if c.finished {
+		return
+	}
+	c.finished = true
+	c.in = nil
+	if c.hsTimer != nil {
+		c.hsTimer.Stop()
+		c.hsTimer = nil
+	}
+	c.poll.remove(c)
+	c.n.connLost(c)
+	c.markDead()
+	c.wmu.Lock()
+	c.stopWaitLocked()
+	c.pend, c.batch = nil, nil
+	if c.fd >= 0 {
+		unix.EpollCtl(c.poll.epfd, unix.EPOLL_CTL_DEL, c.fd, nil) //nolint:errcheck // closing removes it anyway
+		unix.Close(c.fd)                                           //nolint:errcheck // nothing to do
+		c.fd = -1
+	}
+	c.wmu.Unlock()
+	c.n.connWG.Done()
+}
+
+// shutdownEvent is abort on the event loop: both directions of the socket
+// end at once, without closing the descriptor; the poller sees the hangup
+// and finishes c.
+func (c *conn) shutdownEvent() {
+	c.wmu.Lock()
+	if c.fd >= 0 {
+		unix.Shutdown(c.fd, unix.SHUT_RDWR) //nolint:errcheck // best effort
+	}
+	c.wmu.Unlock()
+}
+
+// writeSoonEvent shortens the write timeout of frames waiting for room to
+// a second (a slow consumer's queue was replaced by its error line).
+func (c *conn) writeSoonEvent() {
+	c.wmu.Lock()
+	if c.wtimer != nil {
+		c.wtimer.Reset(time.Second)
+	}
+	c.wmu.Unlock()
+}
+
+// flushEvent writes the queue without blocking: by a producer that set
+// q.writing (wakeWriter), or by the poller when frames wait for room
+// (fromPoller).
+func (c *conn) flushEvent(fromPoller bool) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if fromPoller && !c.wantOut {
+		return
+	}
+	c.flushLocked()
+}
+
+// flushLocked writes pending frames and then the queue while the socket
+// takes them; what it does not take waits for room (EPOLLOUT) within the
+// write timeout. q.writing stays set until the queue is empty, and for good
+// once the connection closes. The caller holds c.wmu and q.writing.
+func (c *conn) flushLocked() {
+	q := &c.q
+	for {
+		if len(c.pend) == 0 {
+			frames, closing, dead := q.take()
+			if dead {
+				c.stopWaitLocked()
+				return
+			}
+			if closing && !c.closed {
+				// Ending the session takes the node's lock: on a
+				// goroutine, as the caller may hold it.
+				c.stopWaitLocked()
+				q.mu.Lock()
+				if !q.dead {
+					c.n.connWG.Add(1) // not dead: c's reader side holds connWG
+					go c.closeEvent(frames)
+				}
+				q.mu.Unlock()
+				return
+			}
+			c.pend, c.batch = frames, frames
+		}
+		if len(c.pend) > 0 {
+			rest, err := c.writeNowLocked(c.pend)
+			if err != nil {
+				if !errors.Is(err, unix.EPIPE) && !errors.Is(err, unix.ECONNRESET) && !errors.Is(err, net.ErrClosed) {
+					c.n.log.Debug("write failed", zap.Uint64("conn", c.id), zap.Error(err))
+				}
+				c.pend, c.batch = nil, nil
+				c.stopWaitLocked()
+				c.markDead()
+				if c.fd >= 0 {
+					unix.Shutdown(c.fd, unix.SHUT_RDWR) //nolint:errcheck // best effort
+				}
+				return
+			}
+			c.pend = rest
+			if len(rest) > 0 {
+				c.waitRoomLocked()
+				return
+			}
+			c.stopWaitLocked()
+			q.recycle(c.batch)
+			c.pend, c.batch = nil, nil
+		}
+		if c.closed {
+			// Everything queued is written (frames queued after take
+			// would have been refused). Half-close so the final line
+			// arrives; the poller reads until the client closes or the
+			// linger passes.
+			q.mu.Lock()
+			pending := len(q.frames) > 0
+			q.mu.Unlock()
+			if pending {
+				continue
+			}
+			if c.fd >= 0 {
+				unix.Shutdown(c.fd, unix.SHUT_WR) //nolint:errcheck // a failure shows up as a hangup
+			}
+			time.AfterFunc(lingerTimeout, c.abort)
+			return
+		}
+		if q.doneWriting() {
+			return
+		}
+	}
+}
+
+// closeEvent ends the session of a closing connection, as writeLoop does,
+// then writes its final frames (those already taken first). The caller
+// added 1 to connWG.
+func (c *conn) closeEvent(frames [][]byte) {
+	defer c.n.connWG.Done()
+	c.n.endConnSession(c, false)
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.closed = true
+	c.pend, c.batch = frames, frames
+	c.flushLocked()
+}
+
+// waitRoomLocked has the poller flush c.pend when the socket has room, and
+// arms the write timeout: WriteTimeout per OutboundQueueBytes pending (a
+// final frame: the linger at most). The caller holds c.wmu.
+func (c *conn) waitRoomLocked() {
+	if !c.wantOut {
+		c.wantOut = true
+		c.setInterestLocked()
+	}
+	if c.wtimer != nil {
+		return
+	}
+	timeout := c.n.cfg.WriteTimeout
+	if c.closed {
+		timeout = min(timeout, lingerTimeout) // a final frame is best effort
+	} else {
+		size := 0
+		for _, f := range c.pend {
+			size += len(f)
+		}
+		timeout *= time.Duration(1 + size/max(c.n.cfg.OutboundQueueBytes, 1))
+	}
+	c.wgen++
+	gen := c.wgen
+	c.wtimer = time.AfterFunc(timeout, func() { c.writeTimedOut(gen) })
+}
+
+// stopWaitLocked ends a wait for room. The caller holds c.wmu.
+func (c *conn) stopWaitLocked() {
+	if c.wantOut {
+		c.wantOut = false
+		c.setInterestLocked()
+	}
+	if c.wtimer != nil {
+		c.wtimer.Stop()
+		c.wtimer = nil
+		c.wgen++
+	}
+}
+
+// writeTimedOut drops a client whose socket took nothing of a batch within
+// its write timeout, as writeLoop's deadline does.
+func (c *conn) writeTimedOut(gen uint64) {
+	c.wmu.Lock()
+	stale := c.wgen != gen || c.wtimer == nil
+	c.wmu.Unlock()
+	if stale {
+		return
+	}
+	c.writeFailed(os.ErrDeadlineExceeded)
+}
+
+// writeNowLocked writes frames with non-blocking writes while the socket
+// takes them, and returns what it did not take (its first frame cut where
+// the socket stopped). The caller holds c.wmu.
+func (c *conn) writeNowLocked(frames [][]byte) ([][]byte, error) {
+	for len(frames) > 0 {
+		if c.fd < 0 {
+			return frames, net.ErrClosed
+		}
+		iov := frames[:min(len(frames), 1024)] // IOV_MAX
+		k, err := unix.Writev(c.fd, iov)
+		if err != nil {
+			if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
+				return frames, nil
+			}
+			return frames, err
+		}
+		size := 0
+		for _, f := range iov {
+			size += len(f)
+		}
+		full := k < size
+		for k > 0 {
+			if k < len(frames[0]) {
+				frames[0] = frames[0][k:]
+				break
+			}
+			k -= len(frames[0])
+			frames = frames[1:]
+		}
+		if full {
+			return frames, nil // the socket's buffer is full
+		}
+	}
+	return frames, nil
+}
