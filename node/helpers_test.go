@@ -121,6 +121,9 @@ func newStallTestNode(t testing.TB, mut func(*Config)) (*Node, *fakeStallClock) 
 	if testTransport == "ws" {
 		cfg.HTTPAddr = "127.0.0.1:0" // dial connects to GET /ws
 	}
+	if testTransport == "tcpgo" {
+		cfg.GoroutineIO = true
+	}
 	if mut != nil {
 		mut(&cfg)
 	}
