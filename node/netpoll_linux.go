@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -48,7 +49,9 @@ type pollerSet struct {
 type poller struct {
 	n    *Node
 	epfd int
-	wake int // an eventfd: written to stop the poller
+	file *os.File        // epfd, for the runtime's poller to wait on
+	rc   syscall.RawConn // file's
+	wake int             // an eventfd: written to stop the poller
 	buf  []byte
 	stop atomic.Bool
 
@@ -97,8 +100,21 @@ func newPoller(n *Node) (*poller, error) {
 		unix.Close(wake)
 		return nil, fmt.Errorf("node: epoll_ctl: %w", err)
 	}
-	p := &poller{n: n, epfd: epfd, wake: wake, buf: make([]byte, readChunk)}
-	return p, nil
+	// The runtime's poller waits on a non-blocking descriptor of an
+	// os.File (run).
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		unix.Close(epfd)
+		unix.Close(wake)
+		return nil, fmt.Errorf("node: epoll set non-blocking: %w", err)
+	}
+	f := os.NewFile(uintptr(epfd), "epoll")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		unix.Close(wake)
+		return nil, fmt.Errorf("node: epoll descriptor: %w", err)
+	}
+	return &poller{n: n, epfd: epfd, file: f, rc: rc, wake: wake, buf: make([]byte, readChunk)}, nil
 }
 
 // close stops the pollers and waits for them. The caller has finished
@@ -114,7 +130,7 @@ func (s *pollerSet) close() {
 	}
 	s.wg.Wait()
 	for _, p := range s.ps {
-		unix.Close(p.epfd)
+		p.file.Close() // and epfd
 		unix.Close(p.wake)
 	}
 }
@@ -146,16 +162,30 @@ func (s *pollerSet) pollFor(raw net.Conn) (*poller, int, bool) {
 	return s.ps[int(s.next.Add(1))%len(s.ps)], fd, true
 }
 
+// run handles readiness events until the set closes. It waits on the epoll
+// set through the runtime's own poller (an epoll descriptor is readable
+// while events are ready), so a waiting poller blocks no thread and wakes
+// as cheaply as a goroutine reading a socket; then it takes the events
+// without blocking.
 func (p *poller) run(wg *sync.WaitGroup) {
 	defer wg.Done()
 	events := make([]unix.EpollEvent, 256)
+	var k int
+	var werr error
+	take := func(fd uintptr) bool {
+		k, werr = unix.EpollWait(int(fd), events, 0)
+		return k > 0 || (werr != nil && !errors.Is(werr, unix.EINTR))
+	}
 	for {
-		k, err := unix.EpollWait(p.epfd, events, -1)
-		if err != nil {
-			if errors.Is(err, unix.EINTR) {
+		if err := p.rc.Read(take); err != nil {
+			// The runtime's poller cannot wait on it: block a thread.
+			k, werr = unix.EpollWait(p.epfd, events, -1)
+		}
+		if werr != nil {
+			if errors.Is(werr, unix.EINTR) {
 				continue
 			}
-			p.n.log.Error("epoll_wait failed; client connections on this poller stall", zap.Error(err))
+			p.n.log.Error("epoll_wait failed; client connections on this poller stall", zap.Error(werr))
 			return
 		}
 		for i := range k {
@@ -326,7 +356,7 @@ func (c *conn) finishEvent() {
 	c.pend, c.batch = nil, nil
 	if c.fd >= 0 {
 		unix.EpollCtl(c.poll.epfd, unix.EPOLL_CTL_DEL, c.fd, nil) //nolint:errcheck // closing removes it anyway
-		unix.Close(c.fd)                                           //nolint:errcheck // nothing to do
+		unix.Close(c.fd)                                          //nolint:errcheck // nothing to do
 		c.fd = -1
 	}
 	c.wmu.Unlock()
