@@ -241,28 +241,61 @@ func (c *conn) readLoop() {
 }
 
 // consume handles the input data read on the event loop (the poller's
-// buffer, valid only during the call) after any input c holds, line by
-// line, as readLoop does: it keeps a partial line, and the rest of the
-// input when it pauses c for backpressure. The caller holds c.rmu.
+// buffer, valid only during the call; nil when a pause ends) line by line,
+// as readLoop does, after the input c holds: a partial line, completed from
+// data, or the lines held while c was paused. What is left (a partial line,
+// or the rest of the input when c pauses for backpressure) is copied into
+// c. The caller holds c.rmu.
 func (c *conn) consume(data []byte) {
-	max := c.n.cfg.MaxLineBytes
-	buf := data
 	if len(c.in) > 0 {
-		c.in = append(c.in, data...)
-		buf = c.in
+		if i := bytes.IndexByte(data, '\n'); i < 0 {
+			c.in = append(c.in, data...)
+			data = nil
+		} else {
+			c.in = append(c.in, data[:i+1]...)
+			data = data[i+1:]
+		}
+		rest := c.lines(c.in)
+		// rest is the tail of c.in: append moves it down.
+		c.in = append(c.in[:0], rest...)
+		if c.finished || c.paused || len(c.in) > 0 {
+			c.hold(data)
+			return
+		}
+		if cap(c.in) > keepInput {
+			c.in = nil
+		}
 	}
+	c.hold(c.lines(data))
+}
+
+// hold keeps input for later, unless c is finished.
+func (c *conn) hold(rest []byte) {
+	if c.finished {
+		c.in = nil
+		return
+	}
+	if len(rest) > 0 {
+		c.in = append(c.in, rest...)
+	}
+}
+
+// lines handles the complete lines of buf and returns the rest: a partial
+// line, or all that follows a line after which c paused; nil when the input
+// is discarded (closing).
+func (c *conn) lines(buf []byte) []byte {
+	max := c.n.cfg.MaxLineBytes
 	for !c.paused && !c.finished && len(buf) > 0 {
 		if c.state.Load() == stateClosing {
-			buf = nil // discard input until the client or the writer closes
-			break
+			return nil // discard input until the client or the writer closes
 		}
 		i := bytes.IndexByte(buf, '\n')
 		if i < 0 {
 			if len(buf) > max+2 {
 				c.lineTooLong()
-				buf = nil
+				return nil
 			}
-			break
+			return buf
 		}
 		line := buf[:i]
 		buf = buf[i+1:]
@@ -271,8 +304,7 @@ func (c *conn) consume(data []byte) {
 		}
 		if len(line) > max {
 			c.lineTooLong()
-			buf = nil
-			break
+			return nil
 		}
 		if c.handleLine(line) {
 			if room := c.roomWait(); room != nil {
@@ -280,15 +312,7 @@ func (c *conn) consume(data []byte) {
 			}
 		}
 	}
-	if c.finished {
-		c.in = nil
-		return
-	}
-	// buf may be the tail of c.in: append moves it down.
-	c.in = append(c.in[:0], buf...)
-	if len(c.in) == 0 && cap(c.in) > keepInput {
-		c.in = nil
-	}
+	return buf
 }
 
 // lineTooLong closes an event-loop connection with line_too_long; the input
