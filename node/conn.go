@@ -117,6 +117,10 @@ type conn struct {
 	paused   bool        // reading is off until the queue has room (roomWait)
 	finished bool        // the socket is closed and c forgotten
 	hsTimer  *time.Timer // the handshake timeout, until welcome
+	// await, set by a handler, is closed once the request it handles on a
+	// goroutine has queued its reply (handleSend): the reader handles the
+	// next request only then.
+	await <-chan struct{}
 
 	// reqOp is the op index (metrics.go) of the request being handled, for
 	// counting error replies; written by the reader.
@@ -307,7 +311,11 @@ func (c *conn) lines(buf []byte) []byte {
 			return nil
 		}
 		if c.handleLine(line) {
-			if room := c.roomWait(); room != nil {
+			if c.await != nil {
+				// The request is still being handled on a goroutine.
+				c.pause(c.await)
+				c.await = nil
+			} else if room := c.roomWait(); room != nil {
 				c.pause(room)
 			}
 		}

@@ -121,7 +121,11 @@ func (n *Node) dispatch(c *conn, req *Request) {
 	case OpUnsub:
 		reply, rerr = n.handleUnsub(c, req)
 	case OpSend:
-		reply, rerr = n.handleSend(c, req)
+		// A send routed to other gateways on the event loop queues its
+		// reply itself (handleSend): reply and rerr are both nil.
+		if reply, rerr = n.handleSend(c, req); reply == nil && rerr == nil {
+			return
+		}
 	case OpRefresh:
 		reply, rerr = n.handleRefresh(c, req)
 	case OpBye:
