@@ -12,10 +12,11 @@ per=${2:-9990}
 port=${3:-17400}
 gen=${HBGEN:-/tmp/hbgen}
 addr=127.0.0.1:$port
+g1= g2=
 $bin agent --dev --name hbbench --client-addr "$addr" --http-addr "" --gossip-addr "" \
 	--max-connections 30000 --max-connections-per-ip 1000 --log-level error &
 agent=$!
-trap 'kill $agent 2>/dev/null; kill $g1 $g2 2>/dev/null' EXIT
+trap 'kill $agent $g1 $g2 2>/dev/null' EXIT
 sleep 2
 rss() { awk '/VmRSS/ {print $2}' /proc/$agent/status; }
 cpu() { awk '{print $14 + $15}' /proc/$agent/stat; }
