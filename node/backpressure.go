@@ -44,21 +44,20 @@ func (c *conn) sendMessage(frame []byte) bool {
 }
 
 // sendSnapshot queues the reply and initial events of a sub outside the
-// bound, and returns a channel closed once they have left the queue (the
-// writer took them, or the connection died), or nil when the connection is
-// closing and nothing was queued. The caller, the connection's reader,
-// waits on it before it reads the next request: so the snapshot's size is
-// paid by backpressure on this client's own requests (as TCP pushes back
-// on a client that sends faster than it reads), one snapshot at a time,
-// and never by dropping a client that reads promptly. A client that does
-// not read at all is still dropped: its writer times out (WriteTimeout),
-// and replies and events queued meanwhile count against the bound.
-func (c *conn) sendSnapshot(frames [][]byte) <-chan struct{} {
+// bound. The connection's reader handles no further request until they
+// have left the queue (the writer took them, or the connection died;
+// roomWait): so the snapshot's size is paid by backpressure on this
+// client's own requests (as TCP pushes back on a client that sends faster
+// than it reads), one snapshot at a time, and never by dropping a client
+// that reads promptly. A client that does not read at all is still
+// dropped: its writer times out (WriteTimeout), and replies and events
+// queued meanwhile count against the bound.
+func (c *conn) sendSnapshot(frames [][]byte) {
 	q := &c.q
 	q.mu.Lock()
 	if q.closing {
 		q.mu.Unlock()
-		return nil
+		return
 	}
 	for _, f := range frames {
 		q.frames = append(q.frames, f)
@@ -66,37 +65,33 @@ func (c *conn) sendSnapshot(frames [][]byte) <-chan struct{} {
 		q.snapBytes += len(f)
 	}
 	q.snapFrames += len(frames)
-	if q.snapTaken == nil {
-		q.snapTaken = make(chan struct{})
-	}
-	taken := q.snapTaken
 	q.mu.Unlock()
 	c.wakeWriter()
-	return taken
 }
 
-// awaitRoom holds the connection's reader, before it reads the next
-// request, while the outbound queue holds half its bound or more: until the
-// writer takes the queue (or the connection closes). A client that
+// roomWait returns a channel the connection's reader waits on, before it
+// handles the next request, while the outbound queue holds a sub's snapshot
+// (sendSnapshot) or half its bound or more: it is closed once the writer
+// takes the queue (or the connection closes); nil when there is room. The
+// reader goroutine blocks on it; the event loop pauses the connection
+// instead (conn.pause), so its poller never waits. A client that
 // pipelines requests faster than it reads their replies is slowed, as TCP
 // slows a sender faster than its receiver, instead of being cut as a slow
 // consumer for its own replies; one that reads nothing is still dropped by
 // its writer's timeout. Events and messages pushed meanwhile from other
 // sessions still count against the bound.
-func (c *conn) awaitRoom() {
+func (c *conn) roomWait() <-chan struct{} {
 	q := &c.q
 	q.mu.Lock()
+	defer q.mu.Unlock()
 	frames, bytes := len(q.frames)-q.snapFrames, q.bytes-q.snapBytes
-	if q.closing || (2*frames < c.n.cfg.OutboundQueue && 2*bytes < c.n.cfg.OutboundQueueBytes) {
-		q.mu.Unlock()
-		return
+	if q.closing || (q.snapFrames == 0 && 2*frames < c.n.cfg.OutboundQueue && 2*bytes < c.n.cfg.OutboundQueueBytes) {
+		return nil
 	}
 	if q.snapTaken == nil {
 		q.snapTaken = make(chan struct{})
 	}
-	taken := q.snapTaken
-	q.mu.Unlock()
-	<-taken
+	return q.snapTaken
 }
 
 // releaseSnapLocked notes that the snapshot frames have left the queue

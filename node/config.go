@@ -99,6 +99,15 @@ type Config struct {
 	// much. Must exceed MaxLineBytes. Default 4 MiB.
 	OutboundQueueBytes int
 
+	// GoroutineIO serves plain TCP clients with a reader goroutine per
+	// connection (and a writer goroutine while frames are pending) instead
+	// of the event loop, which on Linux reads every plain TCP client from
+	// one epoll poller per CPU and holds no goroutine or read buffer per
+	// idle connection (docs/performance.md). TLS and WebSocket clients are
+	// always served by goroutines. Default false: the event loop on Linux;
+	// other systems always use goroutines.
+	GoroutineIO bool
+
 	// MaxConnections caps the client connections held at once (sessions and
 	// handshakes in progress). A connection past the cap is sent
 	// "overloaded" and closed before it costs anything more, so a flood

@@ -2,6 +2,7 @@ package node
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
@@ -26,10 +27,16 @@ const (
 	stateClosing                 // a final frame is queued or the socket is gone
 )
 
-// readBufferSize is the per-connection read buffer. Requests are small, so
-// it is small too, to keep idle sessions cheap; longer lines (up to
-// MaxLineBytes) are assembled in a separate buffer that is released after.
+// readBufferSize is the read buffer of a connection served by goroutines
+// (TLS, WebSocket, Config.GoroutineIO). Requests are small, so it is small
+// too, to keep idle sessions cheap; longer lines (up to MaxLineBytes) are
+// assembled in a separate buffer that is released after. A connection on
+// the event loop has no read buffer of its own (netpoll_linux.go).
 const readBufferSize = 2048
+
+// keepInput is the largest capacity of a held partial line an event-loop
+// connection keeps once the line is complete.
+const keepInput = 256
 
 // lingerTimeout bounds how long a closing connection waits for the client
 // to close its side after the final frame, so the frame is not lost to a
@@ -38,9 +45,14 @@ const lingerTimeout = 2 * time.Second
 
 var errLineTooLong = errors.New("line too long")
 
-// conn is one client connection: one reader goroutine (readLoop, which
-// handles requests in order) and one writer goroutine (writeLoop, which
-// drains the bounded outbound queue).
+// conn is one client connection. Its requests are read and handled in
+// order by one of two drivers: a reader goroutine (readLoop) for TLS,
+// WebSocket and Config.GoroutineIO connections, or the event loop's poller
+// (poller.ready, then consume) for plain TCP on Linux. Either hands each
+// line to handleLine. Its bounded outbound queue is written by whoever
+// queues a frame, without blocking, on the event loop, and otherwise (or
+// when the socket does not take it all) by a writer goroutine (writeLoop)
+// that runs only while frames are pending.
 type conn struct {
 	// Static after newConn.
 	n      *Node
@@ -74,10 +86,41 @@ type conn struct {
 	// deadline wheel.
 	wheelGen uint64
 
-	// Owned by the reader goroutine.
-	br       *bufio.Reader
+	// Owned by the reader (the reader goroutine, or whoever holds rmu).
+	br       *bufio.Reader // readLoop's, made when it starts
 	long     []byte
 	requests tokenBucket // the connection's allowance of requests (Config.RequestRate)
+
+	// The event loop (netpoll_linux.go); poll is nil for a connection
+	// served by goroutines. Static after newConn, but fd, which closing
+	// sets to -1 under wmu.
+	poll *poller
+	fd   int    // the socket, a duplicate owned by the event loop (nc is closed)
+	slot uint32 // in poll's table
+	// wmu guards fd (its writes, shutdown, epoll interest and close) and
+	// the writer's state below; it is taken last, after rmu and q.mu are
+	// released or held.
+	wmu     sync.Mutex
+	pend    [][]byte    // frames taken but not yet written, the first maybe cut
+	batch   [][]byte    // the batch pend is part of, to recycle
+	wtimer  *time.Timer // the write timeout, while pend waits for room
+	wgen    uint64      // counts arms of wtimer: a stale firing does nothing
+	wantOut bool        // pend waits for room: the poller flushes it
+	readOff bool        // reading is paused
+	closed  bool        // closing: the session is ended, the final frames go out
+	// rmu serializes the handling of c's input on the event loop: the
+	// poller, the goroutine resuming c after a pause, and the handshake
+	// timer hold it. It guards the fields below. Lock order: rmu before
+	// n.mu and q.mu.
+	rmu      sync.Mutex
+	in       []byte      // input not yet handled: a partial line, or lines held while paused
+	paused   bool        // reading is off until the queue has room (roomWait)
+	finished bool        // the socket is closed and c forgotten
+	hsTimer  *time.Timer // the handshake timeout, until welcome
+	// await, set by a handler, is closed once the request it handles on a
+	// goroutine has queued its reply (handleSend): the reader handles the
+	// next request only then.
+	await <-chan struct{}
 
 	// reqOp is the op index (metrics.go) of the request being handled, for
 	// counting error replies; written by the reader.
@@ -100,7 +143,9 @@ type outQueue struct {
 	bytes   int
 	closing bool // accept no more frames; the writer flushes and closes
 	dead    bool // the socket is gone; the writer exits without writing
-	wake    chan struct{}
+	// writing is set while someone writes the queue (a producer on the
+	// event loop, or writeLoop); it stays set once closing is.
+	writing bool
 
 	// closeCode is the error code the connection is closing with, if
 	// any: the reason its session ended, for the disconnect counters.
@@ -116,7 +161,16 @@ type outQueue struct {
 
 func (n *Node) newConn(raw net.Conn) *conn {
 	nc, tc := n.wrapTLS(raw)
-	return n.newConnOver(raw, nc, tc)
+	c := n.newConnOver(raw, nc, tc)
+	if tc == nil {
+		if p, fd, ok := n.polls.pollFor(raw); ok {
+			// The event loop owns a duplicate of the socket; the
+			// net.Conn is closed, so the runtime's poller forgets it.
+			c.poll, c.fd = p, fd
+			raw.Close()
+		}
+	}
+	return c
 }
 
 // newConnOver returns a connection served on nc, whose raw socket (closed
@@ -129,22 +183,34 @@ func (n *Node) newConnOver(raw, nc net.Conn, tc *tls.Conn) *conn {
 		tls:    tc,
 		id:     n.nextConn.Add(1),
 		remote: raw.RemoteAddr().String(),
-		br:     bufio.NewReaderSize(nc, readBufferSize),
 	}
-	c.q.wake = make(chan struct{}, 1)
 	return c
 }
 
-// serve runs the connection's two goroutines. The caller has registered c
-// in n.conns and added 2 to n.connWG.
+// serve starts reading c: on its poller, or with a reader goroutine. The
+// caller has registered c in n.conns and added 1 to n.connWG, which c's
+// reader side releases once c is finished (a writer or a paused reader's
+// goroutine adds its own).
 func (c *conn) serve() {
-	go c.writeLoop()
+	if c.poll != nil {
+		c.rmu.Lock()
+		c.hsTimer = time.AfterFunc(c.n.cfg.HandshakeTimeout, c.handshakeExpired)
+		c.rmu.Unlock()
+		if err := c.poll.add(c); err != nil {
+			c.n.log.Warn("serving a client connection failed", zap.Uint64("conn", c.id), zap.Error(err))
+			c.rmu.Lock()
+			c.finishEvent()
+			c.rmu.Unlock()
+		}
+		return
+	}
 	go c.readLoop()
 }
 
 func (c *conn) readLoop() {
 	defer c.n.connWG.Done()
 	defer c.finish()
+	c.br = bufio.NewReaderSize(c.nc, readBufferSize)
 	handshakeDeadline := time.Now().Add(c.n.cfg.HandshakeTimeout)
 	c.nc.SetReadDeadline(handshakeDeadline) //nolint:errcheck // a failed deadline shows up as a read error
 	if c.tls != nil && !c.handshakeTLS(handshakeDeadline) {
@@ -171,8 +237,123 @@ func (c *conn) readLoop() {
 			continue // discard input until the client or the writer closes
 		}
 		if c.handleLine(line) {
-			c.awaitRoom()
+			if room := c.roomWait(); room != nil {
+				<-room
+			}
 		}
+	}
+}
+
+// consume handles the input data read on the event loop (the poller's
+// buffer, valid only during the call; nil when a pause ends) line by line,
+// as readLoop does, after the input c holds: a partial line, completed from
+// data, or the lines held while c was paused. What is left (a partial line,
+// or the rest of the input when c pauses for backpressure) is copied into
+// c. The caller holds c.rmu.
+func (c *conn) consume(data []byte) {
+	if len(c.in) > 0 {
+		if i := bytes.IndexByte(data, '\n'); i < 0 {
+			c.in = append(c.in, data...)
+			data = nil
+		} else {
+			c.in = append(c.in, data[:i+1]...)
+			data = data[i+1:]
+		}
+		rest := c.lines(c.in)
+		// rest is the tail of c.in: append moves it down.
+		c.in = append(c.in[:0], rest...)
+		if c.finished || c.paused || len(c.in) > 0 {
+			c.hold(data)
+			return
+		}
+		if cap(c.in) > keepInput {
+			c.in = nil
+		}
+	}
+	c.hold(c.lines(data))
+}
+
+// hold keeps input for later, unless c is finished.
+func (c *conn) hold(rest []byte) {
+	if c.finished {
+		c.in = nil
+		return
+	}
+	if len(rest) > 0 {
+		c.in = append(c.in, rest...)
+	}
+}
+
+// lines handles the complete lines of buf and returns the rest: a partial
+// line, or all that follows a line after which c paused; nil when the input
+// is discarded (closing).
+func (c *conn) lines(buf []byte) []byte {
+	max := c.n.cfg.MaxLineBytes
+	for !c.paused && !c.finished && len(buf) > 0 {
+		if c.state.Load() == stateClosing {
+			return nil // discard input until the client or the writer closes
+		}
+		i := bytes.IndexByte(buf, '\n')
+		if i < 0 {
+			if len(buf) > max+2 {
+				c.lineTooLong()
+				return nil
+			}
+			return buf
+		}
+		line := buf[:i]
+		buf = buf[i+1:]
+		if n := len(line); n > 0 && line[n-1] == '\r' {
+			line = line[:n-1]
+		}
+		if len(line) > max {
+			c.lineTooLong()
+			return nil
+		}
+		if c.handleLine(line) {
+			if c.await != nil {
+				// The request is still being handled on a goroutine.
+				c.pause(c.await)
+				c.await = nil
+			} else if room := c.roomWait(); room != nil {
+				c.pause(room)
+			}
+		}
+	}
+	return buf
+}
+
+// lineTooLong closes an event-loop connection with line_too_long; the input
+// that follows is discarded until the client closes or the linger passes.
+func (c *conn) lineTooLong() {
+	if c.state.Load() != stateClosing {
+		c.closeWithError(nil, CodeLineTooLong, "line longer than "+strconv.Itoa(c.n.cfg.MaxLineBytes)+" bytes")
+	}
+}
+
+// handshakeExpired is an event-loop connection's handshake timeout.
+func (c *conn) handshakeExpired() {
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	if c.finished || c.hsTimer == nil {
+		return
+	}
+	c.hsTimer = nil
+	if c.state.Load() == stateConnecting {
+		c.closeWithError(nil, CodeHandshakeTimeout, "no hello within "+c.n.cfg.HandshakeTimeout.String())
+	}
+}
+
+// handshakeDone stops the handshake timeout once the session is welcomed;
+// the sweeper takes over. It runs on c's reader.
+func (c *conn) handshakeDone() {
+	if c.poll == nil {
+		c.nc.SetReadDeadline(time.Time{}) //nolint:errcheck // best effort
+		return
+	}
+	if c.hsTimer != nil {
+		c.hsTimer.Stop()
+		c.hsTimer = nil
 	}
 }
 
@@ -282,25 +463,68 @@ func (c *conn) finish() {
 	c.abort()
 }
 
-// abort closes the socket at once; the goroutines finish on their own.
+// abort closes the connection at once; its reader and writer finish on
+// their own. It never blocks and takes no lock but q.mu, so it may be
+// called anywhere.
 func (c *conn) abort() {
+	c.markDead()
+	if c.poll != nil {
+		// The poller closes the socket, when it sees the hangup.
+		c.shutdownEvent()
+		return
+	}
+	// The raw socket: a TLS close would first try to send close_notify
+	// to a client that may not be reading.
+	c.raw.Close()
+}
+
+// markDead marks the queue dead: nothing more is written.
+func (c *conn) markDead() {
 	c.q.mu.Lock()
 	c.q.dead = true
 	c.q.closing = true
 	c.q.releaseSnapLocked()
 	c.q.mu.Unlock()
 	c.state.Store(stateClosing)
-	c.wakeWriter()
-	// The raw socket: a TLS close would first try to send close_notify
-	// to a client that may not be reading.
-	c.raw.Close()
 }
 
+// wakeWriter has the queue written unless someone is writing it: on the
+// event loop by the caller itself, without blocking, and by the poller
+// when the socket has room again (flushEvent), or, closing, by a goroutine
+// that ends the session first (closeEvent); otherwise by a writer
+// goroutine (writeLoop) that runs while frames are pending.
 func (c *conn) wakeWriter() {
-	select {
-	case c.q.wake <- struct{}{}:
-	default:
+	q := &c.q
+	q.mu.Lock()
+	if q.writing || q.dead || (len(q.frames) == 0 && !q.closing) {
+		q.mu.Unlock()
+		return
 	}
+	q.writing = true
+	if c.poll != nil && !q.closing {
+		q.mu.Unlock()
+		c.flushEvent(false)
+		return
+	}
+	c.n.connWG.Add(1) // not dead: c's reader side holds connWG
+	q.mu.Unlock()
+	if c.poll != nil {
+		go c.closeEvent(nil)
+		return
+	}
+	go c.writeLoop()
+}
+
+// doneWriting clears q.writing and reports true unless frames are pending
+// or the queue is closing (the caller writes on).
+func (q *outQueue) doneWriting() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.frames) > 0 || q.closing {
+		return false
+	}
+	q.writing = false
+	return true
 }
 
 // send queues a frame without blocking and reports whether it was queued.
@@ -325,7 +549,11 @@ func (c *conn) send(frame []byte) bool {
 		c.n.stats.slowConsumers.Add(1)
 		c.n.log.Info("slow consumer dropped", zap.Uint64("conn", c.id), zap.String("remote", c.remote))
 		// Unblock a writer stuck on the full socket soon.
-		c.nc.SetWriteDeadline(time.Now().Add(time.Second)) //nolint:errcheck // best effort
+		if c.poll != nil {
+			c.writeSoonEvent()
+		} else {
+			c.nc.SetWriteDeadline(time.Now().Add(time.Second)) //nolint:errcheck // best effort
+		}
 		c.wakeWriter()
 		return false
 	}
@@ -409,10 +637,14 @@ func (q *outQueue) recycle(frames [][]byte) {
 	q.mu.Unlock()
 }
 
+// writeLoop writes the queue until it is empty (then clears q.writing and
+// exits), the connection closes, or a write fails: the writer of a
+// connection served by goroutines. The caller set q.writing and added 1 to
+// connWG.
 func (c *conn) writeLoop() {
 	defer c.n.connWG.Done()
 	ended := false
-	for range c.q.wake {
+	for {
 		frames, closing, dead := c.q.take()
 		if dead {
 			return
@@ -431,36 +663,44 @@ func (c *conn) writeLoop() {
 			err := c.writeFrames(frames, timeout)
 			c.q.recycle(frames)
 			if err != nil {
-				if errors.Is(err, os.ErrDeadlineExceeded) {
-					c.q.setCloseCode(CodeSlowConsumer)
-					c.n.stats.slowConsumers.Add(1)
-					c.n.log.Info("write timed out; dropping client", zap.Uint64("conn", c.id), zap.String("remote", c.remote))
-				}
-				c.abort()
+				c.writeFailed(err)
 				return
 			}
 		}
-		if closing {
-			// Everything queued is written (frames queued after take would
-			// have been refused). Half-close so the final line arrives, and
-			// let the reader drain until the client closes.
-			c.q.mu.Lock()
-			pending := len(c.q.frames) > 0
-			c.q.mu.Unlock()
-			if pending {
-				c.wakeWriter()
-				continue
+		if !closing {
+			if c.q.doneWriting() {
+				return
 			}
-			// A TCP half-close, or TLS's close_notify (which needs the
-			// handshake done).
-			if cw, ok := c.nc.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
-				c.nc.SetReadDeadline(time.Now().Add(lingerTimeout)) //nolint:errcheck // best effort
-			} else {
-				c.nc.Close()
-			}
-			return
+			continue
 		}
+		// Everything queued is written (frames queued after take would
+		// have been refused). Half-close so the final line arrives, and
+		// let the reader drain until the client closes.
+		c.q.mu.Lock()
+		pending := len(c.q.frames) > 0
+		c.q.mu.Unlock()
+		if pending {
+			continue
+		}
+		// A TCP half-close, or TLS's close_notify (which needs the
+		// handshake done).
+		if cw, ok := c.nc.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+			c.nc.SetReadDeadline(time.Now().Add(lingerTimeout)) //nolint:errcheck // best effort
+		} else {
+			c.nc.Close()
+		}
+		return
 	}
+}
+
+// writeFailed drops the connection after a failed write.
+func (c *conn) writeFailed(err error) {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		c.q.setCloseCode(CodeSlowConsumer)
+		c.n.stats.slowConsumers.Add(1)
+		c.n.log.Info("write timed out; dropping client", zap.Uint64("conn", c.id), zap.String("remote", c.remote))
+	}
+	c.abort()
 }
 
 // sendValue encodes v as a line and queues it.

@@ -119,7 +119,7 @@ func (n *Node) Drain(ctx context.Context) error {
 		}
 	}
 	for _, c := range conns {
-		c.raw.Close()
+		c.abort()
 	}
 	return err
 }

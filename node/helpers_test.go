@@ -128,6 +128,9 @@ func newHookedTestNode(t testing.TB, mut func(*Config), hook func(*Node)) (*Node
 	if testTransport == "ws" {
 		cfg.HTTPAddr = "127.0.0.1:0" // dial connects to GET /ws
 	}
+	if testTransport == "tcpgo" {
+		cfg.GoroutineIO = true
+	}
 	if mut != nil {
 		mut(&cfg)
 	}

@@ -95,15 +95,18 @@ type Node struct {
 	closeOnce sync.Once
 	done      chan struct{} // closed by Close: background loops stop
 	loops     sync.WaitGroup
-	connWG    sync.WaitGroup // two per connection: reader and writer
-	nextConn  atomic.Uint64
-	ln        net.Listener
-	httpLn    net.Listener
-	httpSrv   *http.Server
-	wsAccept  *websocket.AcceptOptions // GET /ws's upgrade options (ws.go)
-	wsLn      net.Listener             // Config.WSAddr's, or nil
-	wsSrv     *http.Server
-	drained   chan struct{} // closed when Drain has run
+	connWG    sync.WaitGroup // one per connection (its reader side), one per writer and paused reader goroutine
+	// polls is the event loop serving plain TCP clients (netpoll_linux.go);
+	// nil when goroutines serve them (TLS, Config.GoroutineIO, not Linux).
+	polls    *pollerSet
+	nextConn atomic.Uint64
+	ln       net.Listener
+	httpLn   net.Listener
+	httpSrv  *http.Server
+	wsAccept *websocket.AcceptOptions // GET /ws's upgrade options (ws.go)
+	wsLn     net.Listener             // Config.WSAddr's, or nil
+	wsSrv    *http.Server
+	drained  chan struct{} // closed when Drain has run
 
 	stats counters
 
@@ -275,6 +278,18 @@ func (n *Node) start() error {
 	if (n.httpLn != nil || n.wsLn != nil) && n.wsAccept.InsecureSkipVerify {
 		n.log.Warn("WebSocket (GET /ws) accepts every origin: any web page can open sessions through a visitor's browser; list the allowed origins (--ws-allowed-origins) in production")
 	}
+	if n.tls == nil {
+		if n.polls, err = n.startPollers(); err != nil {
+			ln.Close()
+			if n.httpSrv != nil {
+				n.httpSrv.Close()
+			}
+			if n.wsSrv != nil {
+				n.wsSrv.Close()
+			}
+			return err
+		}
+	}
 	n.started.Store(true)
 	n.loops.Add(4)
 	go n.acceptLoop(ln)
@@ -363,6 +378,7 @@ func (n *Node) Close() error {
 			c.abort()
 		}
 		n.connWG.Wait()
+		n.polls.close()
 		n.loops.Wait()
 	})
 	return nil

@@ -52,6 +52,21 @@ func (n *Node) handleSend(c *conn, req *Request) (any, *requestError) {
 
 	delivered := n.DeliverLocal(msg)
 	if len(remote) > 0 {
+		if c.poll != nil {
+			// Routing waits for the other gateways (up to RouteTimeout),
+			// which must not hold up the poller and every connection on
+			// it: route on a goroutine, which queues the reply, and have
+			// the reader handle c's next request only after it (c.await).
+			done := make(chan struct{})
+			id := req.ID
+			go func() {
+				defer close(done)
+				total := delivered + n.route(msg, remote)
+				c.sendValue(OK{Op: OpOK, ID: id, Delivered: &total})
+			}()
+			c.await = done
+			return nil, nil
+		}
 		delivered += n.route(msg, remote)
 	}
 	return OK{Op: OpOK, ID: req.ID, Delivered: &delivered}, nil

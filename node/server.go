@@ -70,7 +70,7 @@ func (n *Node) serveClient(nc net.Conn, plain bool, newc func() *conn) {
 	c.ip = ip
 	n.conns[c] = struct{}{}
 	n.countConnLocked(c, true)
-	n.connWG.Add(2)
+	n.connWG.Add(1)
 	n.mu.Unlock()
 	c.serve()
 }
@@ -129,7 +129,11 @@ func (n *Node) dispatch(c *conn, req *Request) {
 	case OpUnsub:
 		reply, rerr = n.handleUnsub(c, req)
 	case OpSend:
-		reply, rerr = n.handleSend(c, req)
+		// A send routed to other gateways on the event loop queues its
+		// reply itself (handleSend): reply and rerr are both nil.
+		if reply, rerr = n.handleSend(c, req); reply == nil && rerr == nil {
+			return
+		}
 	case OpRefresh:
 		reply, rerr = n.handleRefresh(c, req)
 	case OpBye:

@@ -150,7 +150,7 @@ func (n *Node) handleHello(c *conn, req *Request) {
 	n.unlockAndPublish([]crdt.Delta{d})
 
 	n.stats.sessionsOpened.Add(1)
-	c.nc.SetReadDeadline(time.Time{}) //nolint:errcheck // the sweeper takes over from the handshake deadline
+	c.handshakeDone() // the sweeper takes over from the handshake deadline
 	n.wheel.add(c, c.deadline(int64(n.cfg.Timeout)))
 	c.sendValue(Welcome{
 		Op: OpWelcome, ID: req.ID, Session: sess.id, User: sess.user, Device: sess.device,

@@ -78,7 +78,7 @@ func (n *Node) nextVersionLocked() uint64 {
 // handleSub subscribes the connection to users and/or a group. It queues the
 // ok and then one event per current subject itself, so that no change event
 // can overtake them, outside the queue's bound (sendSnapshot), and returns
-// once they have left the queue.
+// its reader reads on once they have left the queue.
 func (n *Node) handleSub(c *conn, req *Request) *requestError {
 	if rerr := checkSubjects(req); rerr != nil {
 		return rerr
@@ -136,14 +136,12 @@ func (n *Node) handleSub(c *conn, req *Request) *requestError {
 	}
 	n.fanMu.Lock()
 	n.mu.Unlock()
-	taken := c.sendSnapshot(frames)
+	// The reader handles the next request only once this snapshot is on
+	// its way (roomWait): a snapshot may exceed the queue's bound, so it is
+	// paced by this connection's own reads, never by dropping a prompt
+	// reader.
+	c.sendSnapshot(frames)
 	n.fanMu.Unlock()
-	if taken != nil {
-		// Read the next request only once this snapshot is on its way:
-		// a snapshot may exceed the queue's bound, so it is paced by this
-		// connection's own reads, never by dropping a prompt reader.
-		<-taken
-	}
 	return nil
 }
 

@@ -19,8 +19,9 @@ import (
 // The protocol suite runs over either transport: -transport=ws (or
 // ROLLCALL_TEST_TRANSPORT=ws) makes dial connect over a WebSocket to GET
 // /ws on the node's HTTP address instead of TCP to its client address
-// (make test runs both).
-var transportFlag = flag.String("transport", "", "transport the protocol tests dial: tcp (default) or ws; also ROLLCALL_TEST_TRANSPORT")
+// (make test runs both). -transport=tcpgo dials TCP to a node that serves
+// it with goroutines (Config.GoroutineIO) instead of the event loop.
+var transportFlag = flag.String("transport", "", "transport the protocol tests dial: tcp (default), ws, or tcpgo (TCP served by goroutines); also ROLLCALL_TEST_TRANSPORT")
 
 // testTransport is the transport under test, set by TestMain.
 var testTransport = "tcp"
@@ -33,8 +34,8 @@ func TestMain(m *testing.M) {
 	if *transportFlag != "" {
 		testTransport = *transportFlag
 	}
-	if testTransport != "tcp" && testTransport != "ws" {
-		fmt.Fprintf(os.Stderr, "unknown -transport %q: tcp or ws\n", testTransport)
+	if testTransport != "tcp" && testTransport != "ws" && testTransport != "tcpgo" {
+		fmt.Fprintf(os.Stderr, "unknown -transport %q: tcp, ws or tcpgo\n", testTransport)
 		os.Exit(2)
 	}
 	os.Exit(m.Run())
