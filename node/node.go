@@ -292,7 +292,9 @@ func (n *Node) start() error {
 	}
 	n.started.Store(true)
 	n.loops.Add(4)
-	go n.acceptLoop(ln)
+	// The spare descriptor is taken before Start returns, so a process
+	// that runs out of descriptors right after still has it.
+	go n.acceptLoop(ln, openSpareFD())
 	go n.sweepLoop()
 	go n.notifyLoop()
 	go n.gcLoop()

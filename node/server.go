@@ -8,10 +8,11 @@ import (
 	"go.uber.org/zap"
 )
 
-// acceptLoop accepts client connections until the listener closes.
-func (n *Node) acceptLoop(ln net.Listener) {
+// acceptLoop accepts client connections until the listener closes. spare
+// is the descriptor refuseWithoutFDs (fdlimit.go) frees to answer a client
+// when the process is out of them; acceptLoop closes it on return.
+func (n *Node) acceptLoop(ln net.Listener, spare *spareFD) {
 	defer n.loops.Done()
-	spare := openSpareFD() // for refuseWithoutFDs (fdlimit.go)
 	defer spare.close()
 	var backoff time.Duration
 	for {
