@@ -37,10 +37,13 @@ build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/rollcall
 
 # All packages, race detector on. Property tests run 1,000 cases per law.
-# The gateway's protocol suite runs again over WebSocket (-transport=ws).
+# The gateway's protocol suite runs again over WebSocket (-transport=ws)
+# and over TCP served by goroutines (-transport=tcpgo, the path TLS takes)
+# rather than the event loop.
 test:
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 	$(GO) test -race -count=1 -timeout 20m ./node -args -transport=ws
+	$(GO) test -race -count=1 -timeout 20m ./node -args -transport=tcpgo
 
 test-short:
 	$(GO) test -short -count=1 $(PKGS)
