@@ -143,8 +143,16 @@ func New(cfg Config, host Host) (*Cluster, error) {
 	}
 	c.view = memberView{numMembers: func() int { return 1 },
 		nodes: make(map[string]*memberlist.Node), state: make(map[string]string)}
+	// The client address is settled before the core starts: its alive
+	// announcements carry it, as memberlist's metadata does.
+	mlc, err := c.memberlistConfig()
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	c.advertiseClientAddr(mlc)
 	core, err := dissem.New(dissem.Config{
-		Name: cfg.Name, Incarnation: cfg.Incarnation, ClientAddr: cfg.ClientAddr,
+		Name: cfg.Name, Incarnation: cfg.Incarnation, ClientAddr: c.cfg.ClientAddr,
 		BatchDelay: max(cfg.BatchDelay, 0), PacketBudget: cfg.PacketBudget, EagerThreshold: cfg.EagerThreshold,
 		AliveInterval: cfg.AliveInterval, LeaseTimeout: cfg.LeaseTimeout,
 		ReconnectInterval: cfg.ReconnectInterval, ReconnectTimeout: cfg.ReconnectTimeout,
@@ -160,12 +168,6 @@ func New(cfg Config, host Host) (*Cluster, error) {
 		close(c.ready)
 	}
 	c.stall.Observe(c.elapsed()) // the first reading: the loop starts now
-	mlc, err := c.memberlistConfig()
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-	c.advertiseClientAddr(mlc)
 	// The queue exists before memberlist starts: its gossip goroutine asks
 	// the delegate for broadcasts as soon as Create has begun.
 	var created atomic.Pointer[memberlist.Memberlist]
