@@ -40,6 +40,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.DurationVar(&cfg.Timeout, "timeout", 0, "session TTL after the last request (default 15s)")
 	fs.IntVar(&cfg.Pipelines, "pipelines", 0, "heartbeat pipelines in flight at once (default 4)")
 	fs.IntVar(&cfg.MaxBatch, "max-batch", 0, "writes per pipeline at most (default 1024)")
+	fs.DurationVar(&cfg.Linger, "linger", 0, "how long a batch waits for more writes after its first (default 2ms)")
 	fs.BoolVar(&cfg.SetNotify, "set-notify", false, "run CONFIG SET notify-keyspace-events Ex at start")
 	debug := fs.Bool("debug", false, "debug logging")
 	if err := fs.Parse(args); err != nil {

@@ -51,6 +51,9 @@ type Config struct {
 	Pipelines int
 	// MaxBatch bounds the writes of one pipeline. Default 1024.
 	MaxBatch int
+	// Linger is how long the first write of a batch waits for others to
+	// join it. Default 2ms.
+	Linger time.Duration
 	// Coalesce is how long presence changes are gathered before the
 	// gateway reads them and sends events. Default 5ms.
 	Coalesce time.Duration
@@ -93,6 +96,9 @@ func (c *Config) defaults() {
 	if c.MaxBatch <= 0 {
 		c.MaxBatch = 1024
 	}
+	if c.Linger <= 0 {
+		c.Linger = 2 * time.Millisecond
+	}
 	if c.Coalesce <= 0 {
 		c.Coalesce = 5 * time.Millisecond
 	}
@@ -106,12 +112,13 @@ func (c *Config) defaults() {
 
 // Gateway is one baseline gateway.
 type Gateway struct {
-	cfg    Config
-	log    *zap.Logger
-	rdb    *redis.Client
-	st     *store
-	ln     net.Listener
-	writes chan *writeReq
+	cfg     Config
+	log     *zap.Logger
+	rdb     *redis.Client
+	st      *store
+	ln      net.Listener
+	writes  chan *writeReq
+	batches chan []*writeReq
 
 	version atomic.Uint64 // last presence version issued
 
@@ -166,8 +173,9 @@ func New(ctx context.Context, addr string, cfg Config) (*Gateway, error) {
 		return nil, fmt.Errorf("listen %s: %w", addr, err)
 	}
 	return &Gateway{cfg: cfg, log: cfg.Logger, rdb: rdb, st: st, ln: ln,
-		writes: make(chan *writeReq, 4*cfg.MaxBatch*cfg.Pipelines),
-		conns:  map[*conn]struct{}{}, subs: map[string]map[*conn]struct{}{},
+		writes:  make(chan *writeReq, 4*cfg.MaxBatch*cfg.Pipelines),
+		batches: make(chan []*writeReq, cfg.Pipelines),
+		conns:   map[*conn]struct{}{}, subs: map[string]map[*conn]struct{}{},
 		dirty: map[string]struct{}{}, wake: make(chan struct{}, 1)}, nil
 }
 
@@ -196,6 +204,7 @@ func (g *Gateway) Serve(ctx context.Context) error {
 		return fmt.Errorf("redis subscribe: %w", err)
 	}
 	var bg sync.WaitGroup
+	bg.Go(func() { g.collect(bgCtx) })
 	for range g.cfg.Pipelines {
 		bg.Go(func() { g.pipeline(bgCtx) })
 	}
@@ -250,27 +259,47 @@ type writeReq struct {
 	done    chan struct{}
 }
 
-// pipeline batches the queued writes of all connections into pipelines.
-func (g *Gateway) pipeline(ctx context.Context) {
-	batch := make([]*writeReq, 0, g.cfg.MaxBatch)
-	cmds := make([]*redis.Cmd, 0, g.cfg.MaxBatch)
-	ttl := g.cfg.Timeout.Milliseconds()
+// collect gathers the queued writes of all connections into batches:
+// from the first write, for Linger or until MaxBatch.
+func (g *Gateway) collect(ctx context.Context) {
 	for {
-		batch = batch[:0]
+		var first *writeReq
 		select {
 		case <-ctx.Done():
 			return
-		case r := <-g.writes:
-			batch = append(batch, r)
+		case first = <-g.writes:
 		}
+		batch := make([]*writeReq, 1, g.cfg.MaxBatch)
+		batch[0] = first
+		t := time.NewTimer(g.cfg.Linger)
 	fill:
 		for len(batch) < g.cfg.MaxBatch {
 			select {
 			case r := <-g.writes:
 				batch = append(batch, r)
-			default:
+			case <-t.C:
 				break fill
 			}
+		}
+		t.Stop()
+		select {
+		case g.batches <- batch:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// pipeline executes batches, one pipeline at a time.
+func (g *Gateway) pipeline(ctx context.Context) {
+	cmds := make([]*redis.Cmd, 0, g.cfg.MaxBatch)
+	ttl := g.cfg.Timeout.Milliseconds()
+	for {
+		var batch []*writeReq
+		select {
+		case <-ctx.Done():
+			return
+		case batch = <-g.batches:
 		}
 		p := g.rdb.Pipeline()
 		cmds = cmds[:0]
