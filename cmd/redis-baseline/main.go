@@ -11,9 +11,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
+	_ "net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -43,6 +46,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.DurationVar(&cfg.Linger, "linger", 0, "how long a batch waits for more writes after its first (default 2ms)")
 	fs.BoolVar(&cfg.SetNotify, "set-notify", false, "run CONFIG SET notify-keyspace-events Ex at start")
 	debug := fs.Bool("debug", false, "debug logging")
+	pprofAddr := fs.String("pprof", "", "address serving /debug/pprof (default: none)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -59,6 +63,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer func() { _ = log.Sync() }()
 	cfg.Logger = log
+	if *pprofAddr != "" {
+		srv := &http.Server{Addr: *pprofAddr, ReadHeaderTimeout: 10 * time.Second} // DefaultServeMux: net/http/pprof
+		go func() { log.Info("pprof", zap.Error(srv.ListenAndServe())) }()
+		defer srv.Close()
+	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	g, err := redisgw.New(ctx, *addr, cfg)

@@ -47,7 +47,10 @@ type conn struct {
 	g  *Gateway
 	nc net.Conn
 
-	out      chan []byte   // lines to write; nil closes after what came before
+	qmu      sync.Mutex
+	outq     [][]byte      // lines to write, at most OutboundQueue (qmu)
+	qclose   bool          // close after the queued lines (qmu)
+	wake     chan struct{} // tells the writer there is something queued
 	ended    chan struct{} // closed when the connection is over
 	failOnce sync.Once
 	endOnce  sync.Once
@@ -138,9 +141,12 @@ func randomHex(n int) string {
 }
 
 func (g *Gateway) serveConn(ctx context.Context, nc net.Conn) {
-	c := &conn{g: g, nc: nc, out: make(chan []byte, g.cfg.OutboundQueue), ended: make(chan struct{}),
+	c := &conn{g: g, nc: nc, wake: make(chan struct{}, 1), ended: make(chan struct{}),
 		status: "available", subs: map[string]bool{}}
-	br := bufio.NewReaderSize(nc, g.cfg.MaxLineBytes+2)
+	// a small reader: the lines of a presence session are short; a longer
+	// one is gathered in long, up to MaxLineBytes
+	br := bufio.NewReaderSize(nc, 1<<10)
+	var long []byte
 	var wg sync.WaitGroup
 	wg.Go(c.writer)
 	defer func() {
@@ -164,8 +170,16 @@ func (g *Gateway) serveConn(ctx context.Context, nc net.Conn) {
 	for {
 		line, err := br.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {
-			c.fail(codeLineTooLong, fmt.Sprintf("a line is at most %d bytes", g.cfg.MaxLineBytes), nil)
-			return
+			if len(long)+len(line) > g.cfg.MaxLineBytes+1 {
+				c.fail(codeLineTooLong, fmt.Sprintf("a line is at most %d bytes", g.cfg.MaxLineBytes), nil)
+				return
+			}
+			long = append(long, line...)
+			continue
+		}
+		if long != nil {
+			line = append(long, line...)
+			long = nil
 		}
 		if err != nil {
 			if !active && errors.Is(err, os.ErrDeadlineExceeded) {
@@ -493,21 +507,31 @@ func (c *conn) unsubLocked(u string) {
 	}
 }
 
-// reply queues a line from the reader goroutine.
+// reply queues a reply (from the reader goroutine).
 func (c *conn) reply(b []byte) { c.push(b) }
 
 // push queues a line; a client whose queue is full is dropped.
 func (c *conn) push(b []byte) {
-	select {
-	case <-c.ended:
+	c.qmu.Lock()
+	if c.qclose {
+		c.qmu.Unlock()
 		return
-	default:
 	}
-	select {
-	case c.out <- b:
-	default:
+	if len(c.outq) >= c.g.cfg.OutboundQueue {
+		c.qmu.Unlock()
 		c.g.log.Info("slow consumer dropped", zap.String("user", c.user), zap.String("code", codeSlowConsumer))
 		c.end()
+		return
+	}
+	c.outq = append(c.outq, b)
+	c.qmu.Unlock()
+	c.signal()
+}
+
+func (c *conn) signal() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -522,13 +546,13 @@ func (c *conn) fail(code, msg string, id json.RawMessage) {
 	})
 }
 
+// closeAfterWrites closes the connection once what is queued is written.
 func (c *conn) closeAfterWrites() {
 	c.closing.Store(true)
-	select {
-	case c.out <- nil:
-	default:
-		c.end()
-	}
+	c.qmu.Lock()
+	c.qclose = true
+	c.qmu.Unlock()
+	c.signal()
 }
 
 // end closes the connection at once.
@@ -539,33 +563,45 @@ func (c *conn) end() {
 	})
 }
 
-// writer writes queued lines, flushing when the queue is empty.
+// writer writes what is queued, gathered into one write.
 func (c *conn) writer() {
-	bw := bufio.NewWriterSize(c.nc, 16<<10)
+	var buf []byte
+	var lines [][]byte
 	for {
-		var b []byte
 		select {
 		case <-c.ended:
 			return
-		case b = <-c.out:
+		case <-c.wake:
 		}
-		if b == nil {
-			_ = bw.Flush()
+		c.qmu.Lock()
+		lines, c.outq = c.outq, lines[:0]
+		closing := c.qclose
+		c.qmu.Unlock()
+		buf = buf[:0]
+		for _, b := range lines {
+			buf = append(append(buf, b...), '\n')
+		}
+		clear(lines)
+		if len(buf) > 0 {
+			_ = c.nc.SetWriteDeadline(time.Now().Add(10 * time.Second))
+			if _, err := c.nc.Write(buf); err != nil {
+				c.end()
+				return
+			}
+		}
+		if cap(buf) > 4<<10 {
+			buf = nil // a burst's buffers are not kept
+		}
+		if cap(lines) > 64 {
+			lines = nil
+		}
+		if closing {
 			if tc, ok := c.nc.(*net.TCPConn); ok {
 				_ = tc.CloseWrite()
 			}
 			// the reader is done within a second (serveConn)
 			_ = c.nc.SetReadDeadline(time.Now().Add(time.Second))
 			return
-		}
-		_ = c.nc.SetWriteDeadline(time.Now().Add(10 * time.Second))
-		bw.Write(b)
-		bw.WriteByte('\n')
-		if len(c.out) == 0 {
-			if err := bw.Flush(); err != nil {
-				c.end()
-				return
-			}
 		}
 	}
 }
@@ -593,10 +629,13 @@ func (c *conn) cleanup() {
 	if c.noDelete.Load() {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := g.st.close(ctx, c.user, c.device, c.epoch); err != nil {
-		g.log.Warn("clean close", zap.Error(err))
+	// through the pipelines like every other write (they run until every
+	// connection is cleaned up, Serve)
+	r := &writeReq{c: c, del: true, done: make(chan struct{})}
+	g.writes <- r
+	<-r.done
+	if r.err != nil {
+		g.log.Warn("clean close", zap.Error(r.err))
 	}
 }
 

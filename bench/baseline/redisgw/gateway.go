@@ -141,7 +141,7 @@ type Gateway struct {
 // Stats are the gateway's counters.
 type Stats struct {
 	Sessions   int    // connections past hello
-	Heartbeats uint64 // heartbeat writes sent to Redis
+	Heartbeats uint64 // session writes (heartbeats, status, closes) sent to Redis
 	Pipelines  uint64 // pipelines executed
 	Events     uint64 // events queued to clients
 }
@@ -254,6 +254,7 @@ type writeReq struct {
 	c       *conn
 	val     string
 	publish bool
+	del     bool  // a clean disconnect: delete the key
 	ok      bool  // written (false: superseded)
 	err     error // Redis failed
 	done    chan struct{}
@@ -304,6 +305,10 @@ func (g *Gateway) pipeline(ctx context.Context) {
 		p := g.rdb.Pipeline()
 		cmds = cmds[:0]
 		for _, r := range batch {
+			if r.del {
+				cmds = append(cmds, g.st.closeCmd(ctx, p, r.c.user, r.c.device, r.c.epoch))
+				continue
+			}
 			cmds = append(cmds, g.st.writeCmd(ctx, p, r.c.user, r.c.device, r.c.epoch, r.val, ttl, r.publish))
 		}
 		_, _ = p.Exec(ctx) // each command carries its own error
@@ -311,6 +316,14 @@ func (g *Gateway) pipeline(ctx context.Context) {
 		g.heartbeats.Add(uint64(len(batch)))
 		for i, r := range batch {
 			n, err := cmds[i].Int64()
+			if r.del {
+				if isNoScript(err) {
+					err = g.st.close(ctx, r.c.user, r.c.device, r.c.epoch)
+				}
+				r.err, r.ok = err, err == nil
+				close(r.done)
+				continue
+			}
 			if isNoScript(err) { // the server lost the scripts (restarted)
 				var ok bool
 				ok, err = g.st.write(ctx, r.c.user, r.c.device, r.c.epoch, r.val, ttl, r.publish)

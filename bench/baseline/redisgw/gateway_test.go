@@ -402,3 +402,26 @@ func TestManyConcurrentSessions(t *testing.T) {
 		t.Errorf("%d heartbeat writes for %d sessions", st.Heartbeats, n)
 	}
 }
+
+func TestLongLineSubscribesAll(t *testing.T) {
+	g := startGateway(t, redistest.Start(t), "rgw1", 15*time.Second)
+	l := dialLine(t, g)
+	l.send(`{"op":"hello","user":"bob"}`)
+	l.readOp("welcome")
+	users := make([]string, 1000)
+	for i := range users {
+		users[i] = `"user-with-a-longish-name-` + jsonNum(uint64(i)) + `"`
+	}
+	l.send(`{"op":"sub","id":1,"users":[` + strings.Join(users, ",") + `]}`) // ~33 KB
+	if m := l.mustRead(); m["op"] != "ok" || m["id"] != 1.0 {
+		t.Fatalf("sub reply: %v", m)
+	}
+	seen := map[string]bool{}
+	for len(seen) < len(users) {
+		m := l.mustRead()
+		if m["op"] != "event" || m["online"] != false {
+			t.Fatalf("initial event: %v", m)
+		}
+		seen[m["user"].(string)] = true
+	}
+}

@@ -62,14 +62,16 @@ redis.call('PUBLISH', ARGV[6], ARGV[7])
 return es
 `)
 
-// closeScript: KEYS[1] session key; ARGV epoch, channel, user. Deletes the
-// key if it still holds this epoch, and publishes the change.
+// closeScript: KEYS[1] session key, KEYS[2] user index; ARGV epoch,
+// channel, user, device. Deletes the key if it still holds this epoch
+// (and the device from the index), and publishes the change.
 var closeScript = redis.NewScript(`
 local cur = redis.call('GET', KEYS[1])
 if not cur then return 0 end
 local e = tonumber(string.match(cur, '^(%d+)'))
 if e ~= tonumber(ARGV[1]) then return 0 end
 redis.call('DEL', KEYS[1])
+redis.call('SREM', KEYS[2], ARGV[4])
 redis.call('PUBLISH', ARGV[2], ARGV[3])
 return 1
 `)
@@ -182,8 +184,17 @@ func (s *store) write(ctx context.Context, user, device string, epoch uint64, va
 	return n == 1, nil
 }
 
+// closeCmd queues an epoch-guarded delete (a clean disconnect) into a
+// pipeline.
+func (s *store) closeCmd(ctx context.Context, p redis.Scripter, user, device string, epoch uint64) *redis.Cmd {
+	return closeScript.EvalSha(ctx, p, []string{s.sessionKey(user, device), s.userKey(user)},
+		strconv.FormatUint(epoch, 10), s.channel, user, device)
+}
+
+// close is closeCmd outside a pipeline.
 func (s *store) close(ctx context.Context, user, device string, epoch uint64) error {
-	if err := closeScript.Run(ctx, s.rdb, []string{s.sessionKey(user, device)}, epoch, s.channel, user).Err(); err != nil {
+	if err := closeScript.Run(ctx, s.rdb, []string{s.sessionKey(user, device), s.userKey(user)},
+		strconv.FormatUint(epoch, 10), s.channel, user, device).Err(); err != nil {
 		return fmt.Errorf("redis close: %w", err)
 	}
 	return nil
