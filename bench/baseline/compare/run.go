@@ -1,13 +1,13 @@
 // Package compare runs Rollcall and the Redis TTL baseline side by side
-// under the same presence load (docs/bench-compare.md): one redis-server
-// and N baseline gateways (cmd/redis-baseline) against N gossip-joined
-// Rollcall agents, servers pinned to one core and the load to another,
-// the load run alternately against each system for a few rounds, and the
-// CPU of each whole system read from /proc/PID/stat.
+// under the same presence load (docs/bench-compare.md): N gossip-joined
+// Rollcall agents against one redis-server and N baseline gateways
+// (cmd/redis-baseline), servers pinned to one core and the load
+// (`rollcall bench`) to another, the systems run alternately for a few
+// rounds, each round on fresh server processes, and the CPU and RSS of
+// each whole system read from /proc.
 package compare
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,34 +26,58 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/rollcall/rollcall/bench"
 	"github.com/rollcall/rollcall/bench/baseline/procstat"
+)
+
+// The systems Run knows.
+const (
+	Rollcall = "rollcall" // N gossip-joined `rollcall agent --dev`
+	Redis    = "redis"    // one redis-server and N redis-baseline gateways
 )
 
 // Config configures Run. Zero fields take the documented defaults.
 type Config struct {
-	// Rollcall is the rollcall binary. Default "bin/rollcall".
+	// Rollcall is the rollcall binary (agents, and the default load).
+	// Default "bin/rollcall".
 	Rollcall string
 	// Baseline is the redis-baseline binary. Default "bin/redis-baseline".
 	Baseline string
-	// RedisServer is the redis-server binary. Default: from PATH.
+	// RedisServer is the redis-server binary. Default: from PATH,
+	// installed with apt-get when missing and running as root.
 	RedisServer string
+	// Systems are the systems measured, in the order each round runs
+	// them. Default [Rollcall, Redis].
+	Systems []string
 	// Gateways is how many gateways each system has. Default 3.
 	Gateways int
-	// Load is the load generator's argv before its flags; it gets
-	// --addrs --sessions --heartbeat --status-rate --subscribers
-	// --duration --procs --format json --pids and prints one JSON object
-	// with at least "heartbeats" and "server_cpu_seconds". Default: this
-	// program's own `load` ([os.Executable(), "load"]); `rollcall bench`
-	// is [bin/rollcall, bench].
+	// Load is the load generator's argv before its flags. It gets the
+	// flags of `rollcall bench` (--addrs --sessions --procs --connect-rate
+	// --heartbeat --status-rate --subscribers --watch --silent-failures
+	// --silent-after --warmup --duration --pids --format json) and prints its JSON
+	// report on stdout. Default [Rollcall, "bench", "--dev"].
 	Load []string
-	// Sessions, Heartbeat, StatusRate, Subscribers, Duration and Procs
-	// are passed to the load. Defaults 10000, 5s, 10, 100, 30s, 1.
-	Sessions    int
-	Heartbeat   time.Duration
-	StatusRate  float64
-	Subscribers int
-	Duration    time.Duration
-	Procs       int
+	// Sessions, Procs, ConnectRate, Heartbeat, StatusRate, Subscribers,
+	// Watch, SilentFailures, SilentAfter, Warmup and Duration are passed
+	// to the load. Defaults 10000, 2, 2000, 5s, 10 (negative: none), 100
+	// (negative: none), 1000, 0, 1s, 5s (negative: none), 30s.
+	Sessions       int
+	Procs          int
+	ConnectRate    float64
+	Heartbeat      time.Duration
+	StatusRate     float64
+	Subscribers    int
+	Watch          int
+	SilentFailures int
+	SilentAfter    time.Duration
+	Warmup         time.Duration
+	Duration       time.Duration
+	// Timeout is both systems' session timeout. Default 3 × Heartbeat.
+	Timeout time.Duration
+	// RequestRate is the agents' --request-rate (requests per second one
+	// connection may make); the baseline has no such limit. Default: the
+	// agents' own default.
+	RequestRate float64
 	// Rounds is how many times each system runs the load, alternately.
 	// Default 3.
 	Rounds int
@@ -71,37 +96,52 @@ func (c *Config) defaults() error {
 	if c.Baseline == "" {
 		c.Baseline = "bin/redis-baseline"
 	}
+	if len(c.Systems) == 0 {
+		c.Systems = []string{Rollcall, Redis}
+	}
+	for _, s := range c.Systems {
+		if s != Rollcall && s != Redis {
+			return fmt.Errorf("unknown system %q (want %s or %s)", s, Rollcall, Redis)
+		}
+	}
 	if c.Gateways <= 0 {
 		c.Gateways = 3
 	}
 	if len(c.Load) == 0 {
-		self, err := os.Executable()
-		if err != nil {
-			return fmt.Errorf("own executable: %w", err)
-		}
-		c.Load = []string{self, "load"}
+		c.Load = []string{c.Rollcall, "bench", "--dev"}
 	}
 	if c.Sessions <= 0 {
 		c.Sessions = 10000
 	}
+	if c.Procs <= 0 {
+		c.Procs = 2
+	}
+	if c.ConnectRate <= 0 {
+		c.ConnectRate = 2000
+	}
 	if c.Heartbeat <= 0 {
 		c.Heartbeat = 5 * time.Second
 	}
-	if c.StatusRate < 0 {
-		c.StatusRate = 0
-	} else if c.StatusRate == 0 {
+	if c.StatusRate == 0 {
 		c.StatusRate = 10
 	}
-	if c.Subscribers < 0 {
-		c.Subscribers = 0
-	} else if c.Subscribers == 0 {
+	if c.Subscribers == 0 {
 		c.Subscribers = 100
+	}
+	if c.Watch <= 0 {
+		c.Watch = 1000
+	}
+	if c.SilentAfter <= 0 {
+		c.SilentAfter = time.Second
+	}
+	if c.Warmup == 0 {
+		c.Warmup = 5 * time.Second
 	}
 	if c.Duration <= 0 {
 		c.Duration = 30 * time.Second
 	}
-	if c.Procs <= 0 {
-		c.Procs = 1
+	if c.Timeout <= 0 {
+		c.Timeout = 3 * c.Heartbeat
 	}
 	if c.Rounds <= 0 {
 		c.Rounds = 3
@@ -118,40 +158,165 @@ func (c *Config) defaults() error {
 	return nil
 }
 
-// System is one side of the comparison.
-type System struct {
-	Name  string
-	Addrs []string // client addresses
-	PIDs  []int    // every process of the system
-	Names []string // the processes' names, as PIDs
+// Sample is one load run against one system, from the load's report.
+type Sample struct {
+	System           string  `json:"system"`
+	Round            int     `json:"round"`
+	Established      int     `json:"established"`
+	Failed           int     `json:"failed"`
+	Lost             uint64  `json:"lost"`
+	Heartbeats       uint64  `json:"heartbeats"`
+	HeartbeatsPerSec float64 `json:"heartbeats_per_second"`
+	StatusOK         uint64  `json:"status_ok"`
+	StatusErrors     uint64  `json:"status_errors"`
+	StatusSkipped    uint64  `json:"status_skipped"`
+	// ServerCPUSeconds is the whole system's CPU over the window;
+	// ServerCores the same over the window's length.
+	ServerCPUSeconds  float64 `json:"server_cpu_seconds"`
+	ServerCores       float64 `json:"server_cores"`
+	HeartbeatsPerCore float64 `json:"heartbeats_per_core_second"`
+	// RSSPerSession is the system's summed VmRSS after every session
+	// connected minus before, over the sessions established (fresh
+	// processes every round).
+	RSSPerSession float64         `json:"rss_per_session_bytes"`
+	Propagation   bench.Quantiles `json:"propagation_ms"`
+	Silent        int             `json:"offline_silent"`
+	Detected      uint64          `json:"offline_detected"`
+	BeyondTimeout bench.Quantiles `json:"offline_beyond_timeout_ms"`
+	// CPUByProcess is each process's CPU over the whole load run,
+	// connects included.
+	CPUByProcess map[string]float64 `json:"cpu_seconds_by_process_whole_run"`
+	Report       *bench.Report      `json:"load"`
 }
 
-// Sample is one load run against one system.
-type Sample struct {
-	System            string             `json:"system"`
-	Round             int                `json:"round"`
-	Heartbeats        float64            `json:"heartbeats"`
-	ServerCPUSeconds  float64            `json:"server_cpu_seconds"`
-	HeartbeatsPerCore float64            `json:"heartbeats_per_core_second"`
-	RSSBefore         int64              `json:"rss_before_bytes"`
-	RSSPeak           int64              `json:"rss_peak_bytes"`
-	CPUByProcess      map[string]float64 `json:"cpu_seconds_by_process_whole_run"`
-	Load              map[string]any     `json:"load"`
+// sampleOf reads a sample from the load's stdout: one `rollcall bench
+// --format json` report.
+func sampleOf(out []byte) (Sample, error) {
+	var r bench.Report
+	if err := json.Unmarshal(bytes.TrimSpace(out), &r); err != nil {
+		return Sample{}, fmt.Errorf("the load's output is not a rollcall bench JSON report: %w", err)
+	}
+	switch {
+	case r.Duration <= 0:
+		return Sample{}, errors.New("the load's report has no measured window (duration_s)")
+	case r.Sessions.Requested <= 0:
+		return Sample{}, errors.New("the load's report has no sessions requested")
+	case r.Server.CPUCoreSeconds == nil:
+		return Sample{}, errors.New("the load's report has no server CPU (server.cpu_core_seconds null: a server process could not be read)")
+	}
+	s := Sample{Established: r.Sessions.Established, Failed: r.Sessions.Failed, Lost: r.Sessions.Lost,
+		Heartbeats: r.Heartbeats.Sent, HeartbeatsPerSec: r.Heartbeats.PerSec,
+		StatusOK: r.StatusChanges.OK, StatusErrors: r.StatusChanges.Errors, StatusSkipped: r.StatusChanges.Skipped,
+		ServerCPUSeconds: *r.Server.CPUCoreSeconds, ServerCores: *r.Server.CPUCoreSeconds / r.Duration,
+		RSSPerSession: r.Server.RSSPerSessionBytes, Propagation: r.Propagation,
+		Silent: r.Offline.Silent, Detected: r.Offline.Detected, BeyondTimeout: r.Offline.Beyond, Report: &r}
+	if s.ServerCPUSeconds > 0 {
+		s.HeartbeatsPerCore = float64(s.Heartbeats) / s.ServerCPUSeconds
+	}
+	return s, nil
+}
+
+// Figure is one metric over the rounds: each system's median and, with
+// two systems, the per-round ratio first system / second (rounds paired
+// by number), its median and its spread.
+type Figure struct {
+	Metric      string             `json:"metric"`
+	Median      map[string]float64 `json:"median"`
+	Ratios      []float64          `json:"ratios,omitempty"`
+	RatioMedian float64            `json:"ratio_median,omitempty"`
+	RatioMin    float64            `json:"ratio_min,omitempty"`
+	RatioMax    float64            `json:"ratio_max,omitempty"`
+}
+
+// metrics are the figures a comparison reports, from each sample.
+var metrics = []struct {
+	name string
+	of   func(Sample) float64
+}{
+	{"heartbeats_per_core_second", func(s Sample) float64 { return s.HeartbeatsPerCore }},
+	{"heartbeats_per_second", func(s Sample) float64 { return s.HeartbeatsPerSec }},
+	{"server_cores", func(s Sample) float64 { return s.ServerCores }},
+	{"rss_per_session_bytes", func(s Sample) float64 { return s.RSSPerSession }},
+	{"propagation_p50_ms", func(s Sample) float64 { return s.Propagation.P50 }},
+	{"propagation_p99_ms", func(s Sample) float64 { return s.Propagation.P99 }},
+	{"propagation_p999_ms", func(s Sample) float64 { return s.Propagation.P999 }},
+	{"offline_beyond_timeout_p50_ms", func(s Sample) float64 { return s.BeyondTimeout.P50 }},
+	{"offline_beyond_timeout_max_ms", func(s Sample) float64 { return s.BeyondTimeout.Max }},
+}
+
+// summarize makes the figures of samples of systems.
+func summarize(systems []string, samples []Sample) []Figure {
+	var figs []Figure
+	for _, m := range metrics {
+		f := Figure{Metric: m.name, Median: map[string]float64{}}
+		byRound := map[string]map[int]float64{}
+		for _, sys := range systems {
+			byRound[sys] = map[int]float64{}
+			var v []float64
+			for _, s := range samples {
+				if s.System == sys {
+					v = append(v, m.of(s))
+					byRound[sys][s.Round] = m.of(s)
+				}
+			}
+			f.Median[sys] = median(v)
+		}
+		if len(systems) == 2 {
+			for _, s := range samples {
+				if s.System != systems[0] {
+					continue
+				}
+				b, ok := byRound[systems[1]][s.Round]
+				if ok && b != 0 {
+					f.Ratios = append(f.Ratios, m.of(s)/b)
+				}
+			}
+			if len(f.Ratios) > 0 {
+				f.RatioMedian = median(f.Ratios)
+				f.RatioMin, f.RatioMax = slices.Min(f.Ratios), slices.Max(f.Ratios)
+			}
+		}
+		figs = append(figs, f)
+	}
+	return figs
 }
 
 // Result is the whole comparison.
 type Result struct {
-	Config  map[string]any     `json:"config"`
-	Samples []Sample           `json:"samples"`
-	Median  map[string]float64 `json:"median_heartbeats_per_core_second"`
-	Ratio   float64            `json:"ratio_rollcall_over_redis"`
-	// RSS is (peak - before) / sessions of each system's first round:
-	// later rounds start from the memory the first one left allocated.
-	RSS map[string]float64 `json:"rss_bytes_per_session_first_round"`
+	Config  map[string]any `json:"config"`
+	Version string         `json:"rollcall_version"` // `rollcall version`'s first line
+	Samples []Sample       `json:"samples"`
+	Figures []Figure       `json:"figures"`
 }
 
-// Run starts both systems, runs the load alternately against each, and
-// stops them.
+// system is one side of the comparison, running.
+type system struct {
+	name  string
+	addrs []string // client addresses
+	pids  []int    // every process of the system
+	names []string // the processes' names, as pids
+	procs []*exec.Cmd
+}
+
+// stop interrupts the system's processes, last started first, and kills
+// those still running after 10 s.
+func (s *system) stop() {
+	for _, p := range slices.Backward(s.procs) {
+		_ = p.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { _ = p.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = p.Process.Kill()
+			<-done
+		}
+	}
+	s.procs = nil
+}
+
+// Run runs the load against each system alternately for cfg.Rounds
+// rounds, every run on freshly started server processes.
 func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err := cfg.defaults(); err != nil {
 		return Result{}, err
@@ -162,260 +327,232 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			return Result{}, err
 		}
 		cfg.Dir = d
+	} else if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return Result{}, err
 	}
 	fmt.Fprintf(cfg.Log, "bench-compare: logs in %s\n", cfg.Dir)
-	var procs []*exec.Cmd
-	defer func() {
-		for _, p := range slices.Backward(procs) {
-			_ = p.Process.Signal(os.Interrupt)
-			done := make(chan struct{})
-			go func() { _ = p.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(10 * time.Second):
-				_ = p.Process.Kill()
-				<-done
+	var redisServer string
+	if slices.Contains(cfg.Systems, Redis) {
+		redisServer = cfg.RedisServer
+		if redisServer == "" {
+			p, err := findRedisServer(cfg.Log)
+			if err != nil {
+				return Result{}, err
 			}
+			redisServer = p
 		}
-	}()
-	start := func(name string, argv ...string) (*exec.Cmd, error) {
-		if _, err := exec.LookPath("taskset"); err == nil {
-			argv = append([]string{"taskset", "-c", cfg.ServerCPUs}, argv...)
-		}
-		f, err := os.Create(filepath.Join(cfg.Dir, name+".log"))
-		if err != nil {
-			return nil, err
-		}
-		cmd := exec.Command(argv[0], argv[1:]...)
-		cmd.Stdout, cmd.Stderr = f, f
-		if err := cmd.Start(); err != nil {
-			f.Close()
-			return nil, fmt.Errorf("%s: %w", name, err)
-		}
-		f.Close()
-		procs = append(procs, cmd)
-		return cmd, nil
 	}
+	res := Result{Config: map[string]any{"systems": cfg.Systems, "gateways": cfg.Gateways,
+		"sessions": cfg.Sessions, "procs": cfg.Procs, "connect_rate": cfg.ConnectRate,
+		"heartbeat": cfg.Heartbeat.String(), "timeout": cfg.Timeout.String(), "status_rate": cfg.StatusRate,
+		"subscribers": cfg.Subscribers, "watch": cfg.Watch, "silent_failures": cfg.SilentFailures,
+		"silent_after": cfg.SilentAfter.String(), "warmup": max(cfg.Warmup, 0).String(), "duration": cfg.Duration.String(),
+		"request_rate": cfg.RequestRate, "rounds": cfg.Rounds, "load": strings.Join(cfg.Load, " "),
+		"server_cpus": cfg.ServerCPUs, "load_cpus": cfg.LoadCPUs}}
+	if out, err := exec.Command(cfg.Rollcall, "version").Output(); err == nil {
+		res.Version, _, _ = strings.Cut(string(out), "\n")
+	}
+	for r := 1; r <= cfg.Rounds; r++ {
+		for _, name := range cfg.Systems {
+			s, err := runRound(ctx, cfg, name, redisServer, r)
+			if err != nil {
+				return res, fmt.Errorf("round %d, %s: %w (logs in %s)", r, name, err, cfg.Dir)
+			}
+			fmt.Fprintln(cfg.Log, s.line())
+			res.Samples = append(res.Samples, s)
+		}
+	}
+	res.Figures = summarize(cfg.Systems, res.Samples)
+	return res, nil
+}
 
-	// the baseline: one redis-server, N gateways sharing it
-	rs := cfg.RedisServer
-	if rs == "" {
-		p, err := findRedisServer(cfg.Log)
-		if err != nil {
-			return Result{}, err
-		}
-		rs = p
+// line is the sample's progress line.
+func (s Sample) line() string {
+	off := ""
+	if s.Silent > 0 {
+		off = fmt.Sprintf("  offline %d/%d, +%.0f ms p50 past the timeout", s.Detected, s.Silent, s.BeyondTimeout.P50)
 	}
+	return fmt.Sprintf("round %d  %-8s  %d/%d sessions, %d lost  %7.0f hb/s  %5.2f cores  %7.0f hb/core-s  rss %5.0f B/session  propagation p50 %.1f p99 %.1f p999 %.1f ms (n=%d)%s  whole-run cpu-s %v",
+		s.Round, s.System, s.Established, s.Established+s.Failed, s.Lost, s.HeartbeatsPerSec, s.ServerCores,
+		s.HeartbeatsPerCore, s.RSSPerSession, s.Propagation.P50, s.Propagation.P99, s.Propagation.P999,
+		s.Propagation.Count, off, s.CPUByProcess)
+}
+
+// runRound starts system name, runs the load against it and stops it.
+func runRound(ctx context.Context, cfg Config, name, redisServer string, round int) (Sample, error) {
+	sys := &system{name: name}
+	defer sys.stop()
+	var err error
+	if name == Rollcall {
+		err = startRollcall(ctx, cfg, sys, round)
+	} else {
+		err = startRedis(ctx, cfg, sys, redisServer, round)
+	}
+	if err != nil {
+		return Sample{}, err
+	}
+	return runLoad(ctx, cfg, sys, round)
+}
+
+// start starts one server process of sys, pinned to the server CPUs, its
+// output in the log directory.
+func (s *system) start(cfg Config, name string, round int, argv ...string) error {
+	if _, err := exec.LookPath("taskset"); err == nil {
+		argv = append([]string{"taskset", "-c", cfg.ServerCPUs}, argv...)
+	}
+	f, err := os.Create(filepath.Join(cfg.Dir, fmt.Sprintf("%s-%d.log", name, round)))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	s.procs = append(s.procs, cmd)
+	s.pids = append(s.pids, cmd.Process.Pid)
+	s.names = append(s.names, name)
+	return nil
+}
+
+func startRedis(ctx context.Context, cfg Config, sys *system, redisServer string, round int) error {
 	rport, err := freePort()
 	if err != nil {
-		return Result{}, err
+		return err
 	}
 	raddr := "127.0.0.1:" + strconv.Itoa(rport)
-	rcmd, err := start("redis-server", rs, "--port", strconv.Itoa(rport), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--notify-keyspace-events", "Ex", "--dir", cfg.Dir)
-	if err != nil {
-		return Result{}, err
+	if err := sys.start(cfg, "redis-server", round, redisServer, "--port", strconv.Itoa(rport), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--notify-keyspace-events", "Ex", "--dir", cfg.Dir); err != nil {
+		return err
 	}
 	if err := waitRedis(ctx, raddr); err != nil {
-		return Result{}, err
+		return err
 	}
-	redisSys := System{Name: "redis", PIDs: []int{rcmd.Process.Pid}, Names: []string{"redis-server"}}
-	timeout := 3 * cfg.Heartbeat
 	for i := range cfg.Gateways {
 		p, err := freePort()
 		if err != nil {
-			return Result{}, err
+			return err
 		}
 		addr := "127.0.0.1:" + strconv.Itoa(p)
 		name := fmt.Sprintf("rgw%d", i+1)
-		c, err := start(name, cfg.Baseline, "--addr", addr, "--redis", raddr, "--name", name,
-			"--heartbeat", cfg.Heartbeat.String(), "--timeout", timeout.String())
-		if err != nil {
-			return Result{}, err
+		if err := sys.start(cfg, name, round, cfg.Baseline, "--addr", addr, "--redis", raddr, "--name", name,
+			"--heartbeat", cfg.Heartbeat.String(), "--timeout", cfg.Timeout.String()); err != nil {
+			return err
 		}
-		redisSys.Addrs = append(redisSys.Addrs, addr)
-		redisSys.PIDs = append(redisSys.PIDs, c.Process.Pid)
-		redisSys.Names = append(redisSys.Names, name)
+		sys.addrs = append(sys.addrs, addr)
 	}
+	for _, a := range sys.addrs {
+		if err := waitTCP(ctx, a); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
-	// Rollcall: N gossip-joined agents
-	rcSys := System{Name: "rollcall"}
+func startRollcall(ctx context.Context, cfg Config, sys *system, round int) error {
 	var firstGossip string
+	var httpAddrs []string
 	for i := range cfg.Gateways {
 		ports := make([]int, 3)
 		for j := range ports {
-			if ports[j], err = freePort(); err != nil {
-				return Result{}, err
+			p, err := freePort()
+			if err != nil {
+				return err
 			}
+			ports[j] = p
 		}
 		addr := "127.0.0.1:" + strconv.Itoa(ports[0])
+		httpAddr := "127.0.0.1:" + strconv.Itoa(ports[1])
 		gossip := "127.0.0.1:" + strconv.Itoa(ports[2])
 		name := fmt.Sprintf("rc%d", i+1)
 		argv := []string{cfg.Rollcall, "agent", "--dev", "--name", name, "--client-addr", addr,
-			"--http-addr", "127.0.0.1:" + strconv.Itoa(ports[1]), "--gossip-addr", gossip,
-			"--heartbeat", cfg.Heartbeat.String(), "--timeout", timeout.String(),
+			"--http-addr", httpAddr, "--gossip-addr", gossip,
+			"--heartbeat", cfg.Heartbeat.String(), "--timeout", cfg.Timeout.String(),
 			"--max-connections-per-ip", strconv.Itoa(cfg.Sessions + 1000), "--log-level", "warn"}
+		if cfg.RequestRate != 0 {
+			argv = append(argv, "--request-rate", strconv.FormatFloat(cfg.RequestRate, 'f', -1, 64))
+		}
 		if firstGossip != "" {
 			argv = append(argv, "--join", firstGossip)
 		} else {
 			firstGossip = gossip
 		}
-		c, err := start(name, argv...)
-		if err != nil {
-			return Result{}, err
+		if err := sys.start(cfg, name, round, argv...); err != nil {
+			return err
 		}
-		rcSys.Addrs = append(rcSys.Addrs, addr)
-		rcSys.PIDs = append(rcSys.PIDs, c.Process.Pid)
-		rcSys.Names = append(rcSys.Names, name)
+		sys.addrs = append(sys.addrs, addr)
+		httpAddrs = append(httpAddrs, httpAddr)
 	}
-	for _, a := range append(slices.Clone(redisSys.Addrs), rcSys.Addrs...) {
+	for i, a := range sys.addrs {
 		if err := waitTCP(ctx, a); err != nil {
-			return Result{}, fmt.Errorf("%w (logs in %s)", err, cfg.Dir)
+			return err
+		}
+		if err := waitReady(ctx, httpAddrs[i]); err != nil {
+			return err
 		}
 	}
-	fmt.Fprintf(cfg.Log, "bench-compare: redis-server %s, baseline gateways %v, rollcall agents %v\n",
-		raddr, redisSys.Addrs, rcSys.Addrs)
-
-	res := Result{Config: map[string]any{"gateways": cfg.Gateways, "sessions": cfg.Sessions,
-		"heartbeat": cfg.Heartbeat.String(), "status_rate": cfg.StatusRate, "subscribers": cfg.Subscribers,
-		"duration": cfg.Duration.String(), "rounds": cfg.Rounds, "load": strings.Join(cfg.Load, " "),
-		"server_cpus": cfg.ServerCPUs, "load_cpus": cfg.LoadCPUs}}
-	for r := 1; r <= cfg.Rounds; r++ {
-		for _, sys := range []System{rcSys, redisSys} {
-			s, err := runLoad(ctx, cfg, sys, r)
-			if err != nil {
-				return res, fmt.Errorf("round %d, %s: %w", r, sys.Name, err)
-			}
-			fmt.Fprintf(cfg.Log, "round %d  %-8s  %8.0f heartbeats  %6.2f cpu-s  %8.0f hb/core-s  rss %4.0f -> %4.0f MB  whole-run cpu-s %v\n",
-				r, sys.Name, s.Heartbeats, s.ServerCPUSeconds, s.HeartbeatsPerCore,
-				float64(s.RSSBefore)/(1<<20), float64(s.RSSPeak)/(1<<20), s.CPUByProcess)
-			res.Samples = append(res.Samples, s)
-		}
+	// the agents have joined; give their gossip a moment to settle
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(time.Second):
 	}
-	res.Median = map[string]float64{}
-	res.RSS = map[string]float64{}
-	for _, name := range []string{"rollcall", "redis"} {
-		var hb []float64
-		for _, s := range res.Samples {
-			if s.System == name {
-				hb = append(hb, s.HeartbeatsPerCore)
-				if s.Round == 1 {
-					res.RSS[name] = float64(s.RSSPeak-s.RSSBefore) / float64(cfg.Sessions)
-				}
-			}
-		}
-		res.Median[name] = median(hb)
-	}
-	if res.Median["redis"] > 0 {
-		res.Ratio = res.Median["rollcall"] / res.Median["redis"]
-	}
-	return res, nil
+	return nil
 }
 
-// runLoad runs the load generator once against sys, pinned to the load
-// CPUs, and samples the system's RSS halfway through its window.
-func runLoad(ctx context.Context, cfg Config, sys System, round int) (Sample, error) {
-	pids := make([]string, len(sys.PIDs))
-	for i, p := range sys.PIDs {
+// loadArgs is the load's argv against sys.
+func loadArgs(cfg Config, sys *system) []string {
+	pids := make([]string, len(sys.pids))
+	for i, p := range sys.pids {
 		pids[i] = strconv.Itoa(p)
 	}
-	argv := append(slices.Clone(cfg.Load),
-		"--addrs", strings.Join(sys.Addrs, ","), "--sessions", strconv.Itoa(cfg.Sessions),
-		"--heartbeat", cfg.Heartbeat.String(), "--status-rate", strconv.FormatFloat(cfg.StatusRate, 'f', -1, 64),
-		"--subscribers", strconv.Itoa(cfg.Subscribers), "--duration", cfg.Duration.String(),
-		"--procs", strconv.Itoa(cfg.Procs), "--format", "json", "--pids", strings.Join(pids, ","))
+	f := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+	return append(slices.Clone(cfg.Load),
+		"--addrs", strings.Join(sys.addrs, ","), "--sessions", strconv.Itoa(cfg.Sessions),
+		"--procs", strconv.Itoa(cfg.Procs), "--connect-rate", f(cfg.ConnectRate),
+		"--heartbeat", cfg.Heartbeat.String(), "--status-rate", f(max(cfg.StatusRate, 0)),
+		"--subscribers", strconv.Itoa(max(cfg.Subscribers, 0)), "--watch", strconv.Itoa(cfg.Watch),
+		"--silent-failures", strconv.Itoa(cfg.SilentFailures), "--silent-after", cfg.SilentAfter.String(),
+		"--warmup", max(cfg.Warmup, 0).String(), "--duration", cfg.Duration.String(), "--pids", strings.Join(pids, ","), "--format", "json")
+}
+
+// runLoad runs the load once against sys, pinned to the load CPUs.
+func runLoad(ctx context.Context, cfg Config, sys *system, round int) (Sample, error) {
+	argv := loadArgs(cfg, sys)
 	if _, err := exec.LookPath("taskset"); err == nil {
 		argv = append([]string{"taskset", "-c", cfg.LoadCPUs}, argv...)
 	}
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	var out bytes.Buffer
-	stderr, err := os.Create(filepath.Join(cfg.Dir, fmt.Sprintf("load-%s-%d.log", sys.Name, round)))
+	stderr, err := os.Create(filepath.Join(cfg.Dir, fmt.Sprintf("load-%s-%d.log", sys.name, round)))
 	if err != nil {
 		return Sample{}, err
 	}
 	defer stderr.Close()
 	cmd.Stdout, cmd.Stderr = &out, stderr
-	rssSum := func() int64 {
-		var sum int64
-		for _, p := range sys.PIDs {
-			if r, err := procstat.RSS(p); err == nil {
-				sum += r
-			}
-		}
-		return sum
-	}
 	cpuAll := func() []float64 {
-		out := make([]float64, len(sys.PIDs))
-		for i, p := range sys.PIDs {
+		out := make([]float64, len(sys.pids))
+		for i, p := range sys.pids {
 			out[i], _ = procstat.CPU(p)
 		}
 		return out
 	}
-	before := rssSum()
 	cpu0 := cpuAll()
-	if err := cmd.Start(); err != nil {
-		return Sample{}, fmt.Errorf("load: %w", err)
-	}
-	// the system's RSS, every second: the peak is kept
-	rssc := make(chan int64, 1)
-	stop := make(chan struct{})
-	go func() {
-		var best int64
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				rssc <- best
-				return
-			case <-t.C:
-				best = max(best, rssSum())
-			}
-		}
-	}()
-	err = cmd.Wait()
-	close(stop)
-	rss := <-rssc
-	cpu1 := cpuAll()
-	byProc := map[string]float64{}
-	for i, n := range sys.Names {
-		byProc[n] = float64(int((cpu1[i]-cpu0[i])*100+0.5)) / 100
-	}
-	if err != nil {
+	if err := cmd.Run(); err != nil {
 		return Sample{}, fmt.Errorf("load %v: %w (see %s)", argv, err, stderr.Name())
 	}
-	m, err := lastJSON(out.Bytes())
+	cpu1 := cpuAll()
+	s, err := sampleOf(out.Bytes())
 	if err != nil {
-		return Sample{}, fmt.Errorf("load output: %w", err)
+		return Sample{}, fmt.Errorf("%w (see %s)", err, stderr.Name())
 	}
-	s := Sample{System: sys.Name, Round: round, RSSBefore: before, RSSPeak: rss, CPUByProcess: byProc, Load: m}
-	s.Heartbeats, _ = m["heartbeats"].(float64)
-	s.ServerCPUSeconds, _ = m["server_cpu_seconds"].(float64)
-	if s.ServerCPUSeconds > 0 {
-		s.HeartbeatsPerCore = s.Heartbeats / s.ServerCPUSeconds
+	s.System, s.Round = sys.name, round
+	s.CPUByProcess = map[string]float64{}
+	for i, n := range sys.names {
+		s.CPUByProcess[n] = float64(int((cpu1[i]-cpu0[i])*100+0.5)) / 100
 	}
 	return s, nil
-}
-
-// lastJSON is the last line of out that is a JSON object.
-func lastJSON(out []byte) (map[string]any, error) {
-	var m map[string]any
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
-		var v map[string]any
-		if json.Unmarshal(sc.Bytes(), &v) == nil {
-			m = v
-		}
-	}
-	if m == nil {
-		var v map[string]any
-		if json.Unmarshal(out, &v) == nil { // one indented object
-			return v, nil
-		}
-		return nil, errors.New("no JSON object in the load's output")
-	}
-	return m, nil
 }
 
 func median(v []float64) float64 {
@@ -469,6 +606,26 @@ func waitTCP(ctx context.Context, addr string) error {
 			return fmt.Errorf("%s does not accept: %w", addr, err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitReady waits for an agent's /readyz to answer 200.
+func waitReady(ctx context.Context, httpAddr string) error {
+	deadline := time.Now().Add(30 * time.Second)
+	cl := &http.Client{Timeout: time.Second}
+	for {
+		resp, err := cl.Get("http://" + httpAddr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("status %s", resp.Status)
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("agent %s not ready: %w", httpAddr, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
