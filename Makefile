@@ -151,9 +151,11 @@ pgo:
 	$(GO) run ./cmd/rollcall sim --nodes 10000 --changes 1000 --duration 20s --format json --cpuprofile cmd/rollcall/default.pgo > /dev/null
 
 # Rollcall against the Redis TTL baseline (cmd/redis-baseline) under one
-# presence load, servers on core 0 and the load on core 1, alternating
-# runs (docs/bench-compare.md). COMPARE_ARGS passes flags to
-# `bench-compare run`, e.g. COMPARE_ARGS="--load 'bin/rollcall bench'".
+# presence load (`rollcall bench`), servers on core 0 and the load on
+# core 1, alternating rounds on fresh servers (docs/bench-compare.md);
+# redis-server is installed with apt-get when missing and running as root.
+# COMPARE_ARGS passes flags to `bench-compare run`, e.g.
+# COMPARE_ARGS="--heartbeat 500ms --timeout 15s --duration 20s".
 COMPARE_ARGS ?=
 bench-compare: build
 	$(GO) build -o bin/redis-baseline ./cmd/redis-baseline
