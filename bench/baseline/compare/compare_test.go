@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/rollcall/rollcall/bench/baseline/redistest"
 )
 
 // testdata/rollcall-bench.json is `rollcall bench --format json` against
@@ -94,5 +96,12 @@ func TestUnknownSystemRefused(t *testing.T) {
 	cfg := Config{Systems: []string{"rollcall", "memcached"}}
 	if err := cfg.defaults(); err == nil || !strings.Contains(err.Error(), `"memcached"`) {
 		t.Fatalf("defaults: %v", err)
+	}
+}
+
+func TestWaitRedis(t *testing.T) {
+	addr := redistest.Start(t)
+	if err := waitRedis(t.Context(), addr); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -8,6 +8,7 @@
 package compare
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -23,8 +24,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/rollcall/rollcall/bench"
 	"github.com/rollcall/rollcall/bench/baseline/procstat"
@@ -629,12 +628,31 @@ func waitReady(ctx context.Context, httpAddr string) error {
 	}
 }
 
+// waitRedis waits for redis-server at addr to answer PING (over a plain
+// connection: a client library would log every refused dial).
 func waitRedis(ctx context.Context, addr string) error {
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	defer rdb.Close()
 	deadline := time.Now().Add(10 * time.Second)
+	ping := func() error {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(time.Second))
+		if _, err := c.Write([]byte("PING\r\n")); err != nil {
+			return err
+		}
+		line, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil {
+			return err
+		}
+		if line != "+PONG\r\n" {
+			return fmt.Errorf("PING answered %q", strings.TrimSpace(line))
+		}
+		return nil
+	}
 	for {
-		err := rdb.Ping(ctx).Err()
+		err := ping()
 		if err == nil {
 			return nil
 		}
