@@ -29,7 +29,7 @@ MODIFIED    := $(shell test -n "$$(git status --porcelain 2>/dev/null)" && echo 
 LDFLAGS     := -X main.version=$(VERSION) -X main.revision=$(REVISION) -X main.commitTime=$(COMMIT_TIME) -X main.modified=$(MODIFIED)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.7.0
 
-.PHONY: all build test test-short bench lint fuzz run clean image secrets e2e calibrate calibrate-bench pgo chaos
+.PHONY: bench-compare all build test test-short bench lint fuzz run clean image secrets e2e calibrate calibrate-bench pgo chaos
 
 all: build
 
@@ -152,3 +152,15 @@ calibrate-bench:
 # merged in (go tool pprof -proto default.pgo agent.pprof > merged.pgo).
 pgo:
 	$(GO) run ./cmd/rollcall sim --nodes 10000 --changes 1000 --duration 20s --format json --cpuprofile cmd/rollcall/default.pgo > /dev/null
+
+# Rollcall against the Redis TTL baseline (cmd/redis-baseline) under one
+# presence load (`rollcall bench`), servers on core 0 and the load on
+# core 1, alternating rounds on fresh servers (docs/bench-compare.md);
+# redis-server is installed with apt-get when missing and running as root.
+# COMPARE_ARGS passes flags to `bench-compare run`, e.g.
+# COMPARE_ARGS="--heartbeat 500ms --timeout 15s --duration 20s".
+COMPARE_ARGS ?=
+bench-compare: build
+	$(GO) build -o bin/redis-baseline ./cmd/redis-baseline
+	$(GO) build -o bin/bench-compare ./cmd/bench-compare
+	./bin/bench-compare run $(COMPARE_ARGS)

@@ -91,13 +91,14 @@ type RunConfig struct {
 	Subscribers int      `json:"subscribers"`
 	Watch       int      `json:"watch"`
 	Silent      int      `json:"silent_failures"`
+	WarmupS     float64  `json:"warmup_s"`
 	DurationS   float64  `json:"duration_s"`
 }
 
 func reportConfig(c Config) RunConfig {
 	return RunConfig{Addrs: c.Addrs, Transport: c.Transport, Sessions: c.Sessions, Procs: c.Procs,
 		ConnectRate: c.ConnectRate, HeartbeatMS: c.Heartbeat.Milliseconds(), StatusRate: c.StatusRate,
-		Subscribers: c.Subscribers, Watch: c.Watch, Silent: c.SilentFailures, DurationS: c.Duration.Seconds()}
+		Subscribers: c.Subscribers, Watch: c.Watch, Silent: c.SilentFailures, WarmupS: c.Warmup.Seconds(), DurationS: c.Duration.Seconds()}
 }
 
 // Quantiles summarise a histogram, in milliseconds.

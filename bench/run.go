@@ -41,6 +41,11 @@ type Config struct {
 	// the window, their connections left open.
 	SilentFailures int
 	SilentAfter    time.Duration
+	// Warmup is how long to wait between every session tried (and the
+	// subscribers subscribed) and the window's start, heartbeats flowing,
+	// so that the servers' backlog from the connects and subscriptions
+	// does not count in the window (default 0: none).
+	Warmup time.Duration
 	// Duration is the measured window (default 10s).
 	Duration time.Duration
 	// Transport is tcp (default), tls or ws; TLS configures tls and wss.
@@ -151,8 +156,8 @@ func (c *Config) withDefaults() (Config, error) {
 		return o, fmt.Errorf("bench: %d procs for %d sessions", o.Procs, o.Sessions)
 	case o.Subscribers+o.SilentFailures > o.Sessions:
 		return o, fmt.Errorf("bench: %d subscribers and %d silent failures exceed %d sessions", o.Subscribers, o.SilentFailures, o.Sessions)
-	case o.Duration < 0 || o.Heartbeat < 0 || o.SilentAfter < 0:
-		return o, errors.New("bench: negative duration, heartbeat or silent-after")
+	case o.Duration < 0 || o.Heartbeat < 0 || o.SilentAfter < 0 || o.Warmup < 0:
+		return o, errors.New("bench: negative duration, heartbeat, silent-after or warmup")
 	case o.Transport != "tcp" && o.Transport != "tls" && o.Transport != "ws":
 		return o, fmt.Errorf("bench: transport %q: want tcp, tls or ws", o.Transport)
 	case o.Transport == "tls" && !o.TLS.On():
@@ -349,6 +354,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			zap.Duration("silent_after", c.SilentAfter), zap.Duration("server_timeout", t), zap.Duration("duration", c.Duration))
 	}
 	after, _ := sampleAll(c.ProcRoot, pids)
+	if c.Warmup > 0 {
+		phase = "warming up"
+		if _, err := wait("", time.After(c.Warmup)); err != nil {
+			return nil, err
+		}
+	}
 	hc := &http.Client{Timeout: 5 * time.Second}
 	var m0 Scraped
 	var scrapeOK bool

@@ -27,12 +27,16 @@ func TestBenchRunAgainstTwoGateways(t *testing.T) {
 		// two sessions go quiet at once; the gateways expire them after 1s
 		SilentFailures: 2,
 		SilentAfter:    time.Millisecond,
+		Warmup:         200 * time.Millisecond,
 		Duration:       2 * time.Second,
 		Spawn:          InProcess(nil),
 	}
 	rep, err := Run(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if rep.Config.WarmupS != 0.2 || rep.Config.DurationS != 2 {
+		t.Errorf("config %+v", rep.Config)
 	}
 	if rep.Sessions.Established != 40 || rep.Sessions.Failed != 0 || rep.Connect.Count != 40 {
 		t.Fatalf("sessions %+v, connect %+v", rep.Sessions, rep.Connect)
@@ -145,12 +149,13 @@ func TestBenchReportFromWorkerReports(t *testing.T) {
 func TestBenchConfigChecks(t *testing.T) {
 	ok := Config{Addrs: []string{"127.0.0.1:1"}, Spawn: InProcess(nil)}
 	for name, mod := range map[string]func(*Config){
-		"no addrs":       func(c *Config) { c.Addrs = nil },
-		"no spawn":       func(c *Config) { c.Spawn = nil },
-		"procs>sessions": func(c *Config) { c.Sessions, c.Procs = 2, 3 },
-		"too many roles": func(c *Config) { c.Sessions, c.Subscribers, c.SilentFailures = 5, 3, 3 },
-		"transport":      func(c *Config) { c.Transport = "quic" },
-		"negative":       func(c *Config) { c.Duration = -time.Second },
+		"no addrs":        func(c *Config) { c.Addrs = nil },
+		"no spawn":        func(c *Config) { c.Spawn = nil },
+		"procs>sessions":  func(c *Config) { c.Sessions, c.Procs = 2, 3 },
+		"too many roles":  func(c *Config) { c.Sessions, c.Subscribers, c.SilentFailures = 5, 3, 3 },
+		"transport":       func(c *Config) { c.Transport = "quic" },
+		"negative":        func(c *Config) { c.Duration = -time.Second },
+		"negative warmup": func(c *Config) { c.Warmup = -time.Second },
 	} {
 		c := ok
 		mod(&c)

@@ -45,6 +45,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&cfg.Watch, "watch", 1000, "users each subscriber subscribes to")
 	fs.IntVar(&cfg.SilentFailures, "silent-failures", 0, "sessions that stop writing without closing, measuring offline detection")
 	fs.DurationVar(&cfg.SilentAfter, "silent-after", time.Second, "when, into the measured window, the silent failures go quiet")
+	fs.DurationVar(&cfg.Warmup, "warmup", 0, "wait between every session tried and the measured window, heartbeats flowing, for the servers to absorb the connects and subscriptions")
 	fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "the measured window, after every session was tried")
 	fs.StringVar(&cfg.Transport, "transport", "tcp", "tcp, tls or ws")
 	tlsFiles := clientTLSFlags(fs)

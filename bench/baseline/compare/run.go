@@ -1,0 +1,664 @@
+// Package compare runs Rollcall and the Redis TTL baseline side by side
+// under the same presence load (docs/bench-compare.md): N gossip-joined
+// Rollcall agents against one redis-server and N baseline gateways
+// (cmd/redis-baseline), servers pinned to one core and the load
+// (`rollcall bench`) to another, the systems run alternately for a few
+// rounds, each round on fresh server processes, and the CPU and RSS of
+// each whole system read from /proc.
+package compare
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rollcall/rollcall/bench"
+	"github.com/rollcall/rollcall/bench/baseline/procstat"
+)
+
+// The systems Run knows.
+const (
+	Rollcall = "rollcall" // N gossip-joined `rollcall agent --dev`
+	Redis    = "redis"    // one redis-server and N redis-baseline gateways
+)
+
+// Config configures Run. Zero fields take the documented defaults.
+type Config struct {
+	// Rollcall is the rollcall binary (agents, and the default load).
+	// Default "bin/rollcall".
+	Rollcall string
+	// Baseline is the redis-baseline binary. Default "bin/redis-baseline".
+	Baseline string
+	// RedisServer is the redis-server binary. Default: from PATH,
+	// installed with apt-get when missing and running as root.
+	RedisServer string
+	// Systems are the systems measured, in the order each round runs
+	// them. Default [Rollcall, Redis].
+	Systems []string
+	// Gateways is how many gateways each system has. Default 3.
+	Gateways int
+	// Load is the load generator's argv before its flags. It gets the
+	// flags of `rollcall bench` (--addrs --sessions --procs --connect-rate
+	// --heartbeat --status-rate --subscribers --watch --silent-failures
+	// --silent-after --warmup --duration --pids --format json) and prints its JSON
+	// report on stdout. Default [Rollcall, "bench", "--dev"].
+	Load []string
+	// Sessions, Procs, ConnectRate, Heartbeat, StatusRate, Subscribers,
+	// Watch, SilentFailures, SilentAfter, Warmup and Duration are passed
+	// to the load. Defaults 10000, 2, 2000, 5s, 10 (negative: none), 100
+	// (negative: none), 1000, 0, 1s, 5s (negative: none), 30s.
+	Sessions       int
+	Procs          int
+	ConnectRate    float64
+	Heartbeat      time.Duration
+	StatusRate     float64
+	Subscribers    int
+	Watch          int
+	SilentFailures int
+	SilentAfter    time.Duration
+	Warmup         time.Duration
+	Duration       time.Duration
+	// Timeout is both systems' session timeout. Default 3 × Heartbeat.
+	Timeout time.Duration
+	// RequestRate is the agents' --request-rate (requests per second one
+	// connection may make); the baseline has no such limit. Default: the
+	// agents' own default.
+	RequestRate float64
+	// Rounds is how many times each system runs the load, alternately.
+	// Default 3.
+	Rounds int
+	// ServerCPUs and LoadCPUs are taskset CPU lists. Defaults "0" and "1".
+	ServerCPUs, LoadCPUs string
+	// Dir holds the processes' logs. Default: a temporary directory.
+	Dir string
+	// Log receives progress lines. Default os.Stderr.
+	Log io.Writer
+}
+
+func (c *Config) defaults() error {
+	if c.Rollcall == "" {
+		c.Rollcall = "bin/rollcall"
+	}
+	if c.Baseline == "" {
+		c.Baseline = "bin/redis-baseline"
+	}
+	if len(c.Systems) == 0 {
+		c.Systems = []string{Rollcall, Redis}
+	}
+	for _, s := range c.Systems {
+		if s != Rollcall && s != Redis {
+			return fmt.Errorf("unknown system %q (want %s or %s)", s, Rollcall, Redis)
+		}
+	}
+	if c.Gateways <= 0 {
+		c.Gateways = 3
+	}
+	if len(c.Load) == 0 {
+		c.Load = []string{c.Rollcall, "bench", "--dev"}
+	}
+	if c.Sessions <= 0 {
+		c.Sessions = 10000
+	}
+	if c.Procs <= 0 {
+		c.Procs = 2
+	}
+	if c.ConnectRate <= 0 {
+		c.ConnectRate = 2000
+	}
+	if c.Heartbeat <= 0 {
+		c.Heartbeat = 5 * time.Second
+	}
+	if c.StatusRate == 0 {
+		c.StatusRate = 10
+	}
+	if c.Subscribers == 0 {
+		c.Subscribers = 100
+	}
+	if c.Watch <= 0 {
+		c.Watch = 1000
+	}
+	if c.SilentAfter <= 0 {
+		c.SilentAfter = time.Second
+	}
+	if c.Warmup == 0 {
+		c.Warmup = 5 * time.Second
+	}
+	if c.Duration <= 0 {
+		c.Duration = 30 * time.Second
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = 3 * c.Heartbeat
+	}
+	if c.Rounds <= 0 {
+		c.Rounds = 3
+	}
+	if c.ServerCPUs == "" {
+		c.ServerCPUs = "0"
+	}
+	if c.LoadCPUs == "" {
+		c.LoadCPUs = "1"
+	}
+	if c.Log == nil {
+		c.Log = os.Stderr
+	}
+	return nil
+}
+
+// Sample is one load run against one system, from the load's report.
+type Sample struct {
+	System           string  `json:"system"`
+	Round            int     `json:"round"`
+	Established      int     `json:"established"`
+	Failed           int     `json:"failed"`
+	Lost             uint64  `json:"lost"`
+	Heartbeats       uint64  `json:"heartbeats"`
+	HeartbeatsPerSec float64 `json:"heartbeats_per_second"`
+	StatusOK         uint64  `json:"status_ok"`
+	StatusErrors     uint64  `json:"status_errors"`
+	StatusSkipped    uint64  `json:"status_skipped"`
+	// ServerCPUSeconds is the whole system's CPU over the window;
+	// ServerCores the same over the window's length.
+	ServerCPUSeconds  float64 `json:"server_cpu_seconds"`
+	ServerCores       float64 `json:"server_cores"`
+	HeartbeatsPerCore float64 `json:"heartbeats_per_core_second"`
+	// RSSPerSession is the system's summed VmRSS after every session
+	// connected minus before, over the sessions established (fresh
+	// processes every round).
+	RSSPerSession float64         `json:"rss_per_session_bytes"`
+	Propagation   bench.Quantiles `json:"propagation_ms"`
+	Silent        int             `json:"offline_silent"`
+	Detected      uint64          `json:"offline_detected"`
+	BeyondTimeout bench.Quantiles `json:"offline_beyond_timeout_ms"`
+	// CPUByProcess is each process's CPU over the whole load run,
+	// connects included.
+	CPUByProcess map[string]float64 `json:"cpu_seconds_by_process_whole_run"`
+	Report       *bench.Report      `json:"load"`
+}
+
+// sampleOf reads a sample from the load's stdout: one `rollcall bench
+// --format json` report.
+func sampleOf(out []byte) (Sample, error) {
+	var r bench.Report
+	if err := json.Unmarshal(bytes.TrimSpace(out), &r); err != nil {
+		return Sample{}, fmt.Errorf("the load's output is not a rollcall bench JSON report: %w", err)
+	}
+	switch {
+	case r.Duration <= 0:
+		return Sample{}, errors.New("the load's report has no measured window (duration_s)")
+	case r.Sessions.Requested <= 0:
+		return Sample{}, errors.New("the load's report has no sessions requested")
+	case r.Server.CPUCoreSeconds == nil:
+		return Sample{}, errors.New("the load's report has no server CPU (server.cpu_core_seconds null: a server process could not be read)")
+	}
+	s := Sample{Established: r.Sessions.Established, Failed: r.Sessions.Failed, Lost: r.Sessions.Lost,
+		Heartbeats: r.Heartbeats.Sent, HeartbeatsPerSec: r.Heartbeats.PerSec,
+		StatusOK: r.StatusChanges.OK, StatusErrors: r.StatusChanges.Errors, StatusSkipped: r.StatusChanges.Skipped,
+		ServerCPUSeconds: *r.Server.CPUCoreSeconds, ServerCores: *r.Server.CPUCoreSeconds / r.Duration,
+		RSSPerSession: r.Server.RSSPerSessionBytes, Propagation: r.Propagation,
+		Silent: r.Offline.Silent, Detected: r.Offline.Detected, BeyondTimeout: r.Offline.Beyond, Report: &r}
+	if s.ServerCPUSeconds > 0 {
+		s.HeartbeatsPerCore = float64(s.Heartbeats) / s.ServerCPUSeconds
+	}
+	return s, nil
+}
+
+// Figure is one metric over the rounds: each system's median and, with
+// two systems, the per-round ratio first system / second (rounds paired
+// by number), its median and its spread.
+type Figure struct {
+	Metric      string             `json:"metric"`
+	Median      map[string]float64 `json:"median"`
+	Ratios      []float64          `json:"ratios,omitempty"`
+	RatioMedian float64            `json:"ratio_median,omitempty"`
+	RatioMin    float64            `json:"ratio_min,omitempty"`
+	RatioMax    float64            `json:"ratio_max,omitempty"`
+}
+
+// metrics are the figures a comparison reports, from each sample.
+var metrics = []struct {
+	name string
+	of   func(Sample) float64
+}{
+	{"heartbeats_per_core_second", func(s Sample) float64 { return s.HeartbeatsPerCore }},
+	{"heartbeats_per_second", func(s Sample) float64 { return s.HeartbeatsPerSec }},
+	{"server_cores", func(s Sample) float64 { return s.ServerCores }},
+	{"rss_per_session_bytes", func(s Sample) float64 { return s.RSSPerSession }},
+	{"propagation_p50_ms", func(s Sample) float64 { return s.Propagation.P50 }},
+	{"propagation_p99_ms", func(s Sample) float64 { return s.Propagation.P99 }},
+	{"propagation_p999_ms", func(s Sample) float64 { return s.Propagation.P999 }},
+	{"offline_beyond_timeout_p50_ms", func(s Sample) float64 { return s.BeyondTimeout.P50 }},
+	{"offline_beyond_timeout_max_ms", func(s Sample) float64 { return s.BeyondTimeout.Max }},
+}
+
+// summarize makes the figures of samples of systems.
+func summarize(systems []string, samples []Sample) []Figure {
+	var figs []Figure
+	for _, m := range metrics {
+		f := Figure{Metric: m.name, Median: map[string]float64{}}
+		byRound := map[string]map[int]float64{}
+		for _, sys := range systems {
+			byRound[sys] = map[int]float64{}
+			var v []float64
+			for _, s := range samples {
+				if s.System == sys {
+					v = append(v, m.of(s))
+					byRound[sys][s.Round] = m.of(s)
+				}
+			}
+			f.Median[sys] = median(v)
+		}
+		if len(systems) == 2 {
+			for _, s := range samples {
+				if s.System != systems[0] {
+					continue
+				}
+				b, ok := byRound[systems[1]][s.Round]
+				if ok && b != 0 {
+					f.Ratios = append(f.Ratios, m.of(s)/b)
+				}
+			}
+			if len(f.Ratios) > 0 {
+				f.RatioMedian = median(f.Ratios)
+				f.RatioMin, f.RatioMax = slices.Min(f.Ratios), slices.Max(f.Ratios)
+			}
+		}
+		figs = append(figs, f)
+	}
+	return figs
+}
+
+// Result is the whole comparison.
+type Result struct {
+	Config  map[string]any `json:"config"`
+	Version string         `json:"rollcall_version"` // `rollcall version`'s first line
+	Samples []Sample       `json:"samples"`
+	Figures []Figure       `json:"figures"`
+}
+
+// system is one side of the comparison, running.
+type system struct {
+	name  string
+	addrs []string // client addresses
+	pids  []int    // every process of the system
+	names []string // the processes' names, as pids
+	procs []*exec.Cmd
+}
+
+// stop interrupts the system's processes, last started first, and kills
+// those still running after 10 s.
+func (s *system) stop() {
+	for _, p := range slices.Backward(s.procs) {
+		_ = p.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { _ = p.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = p.Process.Kill()
+			<-done
+		}
+	}
+	s.procs = nil
+}
+
+// Run runs the load against each system alternately for cfg.Rounds
+// rounds, every run on freshly started server processes.
+func Run(ctx context.Context, cfg Config) (Result, error) {
+	if err := cfg.defaults(); err != nil {
+		return Result{}, err
+	}
+	if cfg.Dir == "" {
+		d, err := os.MkdirTemp("", "bench-compare-")
+		if err != nil {
+			return Result{}, err
+		}
+		cfg.Dir = d
+	} else if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return Result{}, err
+	}
+	fmt.Fprintf(cfg.Log, "bench-compare: logs in %s\n", cfg.Dir)
+	var redisServer string
+	if slices.Contains(cfg.Systems, Redis) {
+		redisServer = cfg.RedisServer
+		if redisServer == "" {
+			p, err := findRedisServer(cfg.Log)
+			if err != nil {
+				return Result{}, err
+			}
+			redisServer = p
+		}
+	}
+	res := Result{Config: map[string]any{"systems": cfg.Systems, "gateways": cfg.Gateways,
+		"sessions": cfg.Sessions, "procs": cfg.Procs, "connect_rate": cfg.ConnectRate,
+		"heartbeat": cfg.Heartbeat.String(), "timeout": cfg.Timeout.String(), "status_rate": cfg.StatusRate,
+		"subscribers": cfg.Subscribers, "watch": cfg.Watch, "silent_failures": cfg.SilentFailures,
+		"silent_after": cfg.SilentAfter.String(), "warmup": max(cfg.Warmup, 0).String(), "duration": cfg.Duration.String(),
+		"request_rate": cfg.RequestRate, "rounds": cfg.Rounds, "load": strings.Join(cfg.Load, " "),
+		"server_cpus": cfg.ServerCPUs, "load_cpus": cfg.LoadCPUs}}
+	if out, err := exec.Command(cfg.Rollcall, "version").Output(); err == nil {
+		res.Version, _, _ = strings.Cut(string(out), "\n")
+	}
+	for r := 1; r <= cfg.Rounds; r++ {
+		for _, name := range cfg.Systems {
+			s, err := runRound(ctx, cfg, name, redisServer, r)
+			if err != nil {
+				return res, fmt.Errorf("round %d, %s: %w (logs in %s)", r, name, err, cfg.Dir)
+			}
+			fmt.Fprintln(cfg.Log, s.line())
+			res.Samples = append(res.Samples, s)
+		}
+	}
+	res.Figures = summarize(cfg.Systems, res.Samples)
+	return res, nil
+}
+
+// line is the sample's progress line.
+func (s Sample) line() string {
+	off := ""
+	if s.Silent > 0 {
+		off = fmt.Sprintf("  offline %d/%d, +%.0f ms p50 past the timeout", s.Detected, s.Silent, s.BeyondTimeout.P50)
+	}
+	return fmt.Sprintf("round %d  %-8s  %d/%d sessions, %d lost  %7.0f hb/s  %5.2f cores  %7.0f hb/core-s  rss %5.0f B/session  propagation p50 %.1f p99 %.1f p999 %.1f ms (n=%d)%s  whole-run cpu-s %v",
+		s.Round, s.System, s.Established, s.Established+s.Failed, s.Lost, s.HeartbeatsPerSec, s.ServerCores,
+		s.HeartbeatsPerCore, s.RSSPerSession, s.Propagation.P50, s.Propagation.P99, s.Propagation.P999,
+		s.Propagation.Count, off, s.CPUByProcess)
+}
+
+// runRound starts system name, runs the load against it and stops it.
+func runRound(ctx context.Context, cfg Config, name, redisServer string, round int) (Sample, error) {
+	sys := &system{name: name}
+	defer sys.stop()
+	var err error
+	if name == Rollcall {
+		err = startRollcall(ctx, cfg, sys, round)
+	} else {
+		err = startRedis(ctx, cfg, sys, redisServer, round)
+	}
+	if err != nil {
+		return Sample{}, err
+	}
+	return runLoad(ctx, cfg, sys, round)
+}
+
+// start starts one server process of sys, pinned to the server CPUs, its
+// output in the log directory.
+func (s *system) start(cfg Config, name string, round int, argv ...string) error {
+	if _, err := exec.LookPath("taskset"); err == nil {
+		argv = append([]string{"taskset", "-c", cfg.ServerCPUs}, argv...)
+	}
+	f, err := os.Create(filepath.Join(cfg.Dir, fmt.Sprintf("%s-%d.log", name, round)))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	s.procs = append(s.procs, cmd)
+	s.pids = append(s.pids, cmd.Process.Pid)
+	s.names = append(s.names, name)
+	return nil
+}
+
+func startRedis(ctx context.Context, cfg Config, sys *system, redisServer string, round int) error {
+	rport, err := freePort()
+	if err != nil {
+		return err
+	}
+	raddr := "127.0.0.1:" + strconv.Itoa(rport)
+	if err := sys.start(cfg, "redis-server", round, redisServer, "--port", strconv.Itoa(rport), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--notify-keyspace-events", "Ex", "--dir", cfg.Dir); err != nil {
+		return err
+	}
+	if err := waitRedis(ctx, raddr); err != nil {
+		return err
+	}
+	for i := range cfg.Gateways {
+		p, err := freePort()
+		if err != nil {
+			return err
+		}
+		addr := "127.0.0.1:" + strconv.Itoa(p)
+		name := fmt.Sprintf("rgw%d", i+1)
+		if err := sys.start(cfg, name, round, cfg.Baseline, "--addr", addr, "--redis", raddr, "--name", name,
+			"--heartbeat", cfg.Heartbeat.String(), "--timeout", cfg.Timeout.String()); err != nil {
+			return err
+		}
+		sys.addrs = append(sys.addrs, addr)
+	}
+	for _, a := range sys.addrs {
+		if err := waitTCP(ctx, a); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func startRollcall(ctx context.Context, cfg Config, sys *system, round int) error {
+	var firstGossip string
+	var httpAddrs []string
+	for i := range cfg.Gateways {
+		ports := make([]int, 3)
+		for j := range ports {
+			p, err := freePort()
+			if err != nil {
+				return err
+			}
+			ports[j] = p
+		}
+		addr := "127.0.0.1:" + strconv.Itoa(ports[0])
+		httpAddr := "127.0.0.1:" + strconv.Itoa(ports[1])
+		gossip := "127.0.0.1:" + strconv.Itoa(ports[2])
+		name := fmt.Sprintf("rc%d", i+1)
+		argv := []string{cfg.Rollcall, "agent", "--dev", "--name", name, "--client-addr", addr,
+			"--http-addr", httpAddr, "--gossip-addr", gossip,
+			"--heartbeat", cfg.Heartbeat.String(), "--timeout", cfg.Timeout.String(),
+			"--max-connections-per-ip", strconv.Itoa(cfg.Sessions + 1000), "--log-level", "warn"}
+		if cfg.RequestRate != 0 {
+			argv = append(argv, "--request-rate", strconv.FormatFloat(cfg.RequestRate, 'f', -1, 64))
+		}
+		if firstGossip != "" {
+			argv = append(argv, "--join", firstGossip)
+		} else {
+			firstGossip = gossip
+		}
+		if err := sys.start(cfg, name, round, argv...); err != nil {
+			return err
+		}
+		sys.addrs = append(sys.addrs, addr)
+		httpAddrs = append(httpAddrs, httpAddr)
+	}
+	for i, a := range sys.addrs {
+		if err := waitTCP(ctx, a); err != nil {
+			return err
+		}
+		if err := waitReady(ctx, httpAddrs[i]); err != nil {
+			return err
+		}
+	}
+	// the agents have joined; give their gossip a moment to settle
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(time.Second):
+	}
+	return nil
+}
+
+// loadArgs is the load's argv against sys.
+func loadArgs(cfg Config, sys *system) []string {
+	pids := make([]string, len(sys.pids))
+	for i, p := range sys.pids {
+		pids[i] = strconv.Itoa(p)
+	}
+	f := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+	return append(slices.Clone(cfg.Load),
+		"--addrs", strings.Join(sys.addrs, ","), "--sessions", strconv.Itoa(cfg.Sessions),
+		"--procs", strconv.Itoa(cfg.Procs), "--connect-rate", f(cfg.ConnectRate),
+		"--heartbeat", cfg.Heartbeat.String(), "--status-rate", f(max(cfg.StatusRate, 0)),
+		"--subscribers", strconv.Itoa(max(cfg.Subscribers, 0)), "--watch", strconv.Itoa(cfg.Watch),
+		"--silent-failures", strconv.Itoa(cfg.SilentFailures), "--silent-after", cfg.SilentAfter.String(),
+		"--warmup", max(cfg.Warmup, 0).String(), "--duration", cfg.Duration.String(), "--pids", strings.Join(pids, ","), "--format", "json")
+}
+
+// runLoad runs the load once against sys, pinned to the load CPUs.
+func runLoad(ctx context.Context, cfg Config, sys *system, round int) (Sample, error) {
+	argv := loadArgs(cfg, sys)
+	if _, err := exec.LookPath("taskset"); err == nil {
+		argv = append([]string{"taskset", "-c", cfg.LoadCPUs}, argv...)
+	}
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	var out bytes.Buffer
+	stderr, err := os.Create(filepath.Join(cfg.Dir, fmt.Sprintf("load-%s-%d.log", sys.name, round)))
+	if err != nil {
+		return Sample{}, err
+	}
+	defer stderr.Close()
+	cmd.Stdout, cmd.Stderr = &out, stderr
+	cpuAll := func() []float64 {
+		out := make([]float64, len(sys.pids))
+		for i, p := range sys.pids {
+			out[i], _ = procstat.CPU(p)
+		}
+		return out
+	}
+	cpu0 := cpuAll()
+	if err := cmd.Run(); err != nil {
+		return Sample{}, fmt.Errorf("load %v: %w (see %s)", argv, err, stderr.Name())
+	}
+	cpu1 := cpuAll()
+	s, err := sampleOf(out.Bytes())
+	if err != nil {
+		return Sample{}, fmt.Errorf("%w (see %s)", err, stderr.Name())
+	}
+	s.System, s.Round = sys.name, round
+	s.CPUByProcess = map[string]float64{}
+	for i, n := range sys.names {
+		s.CPUByProcess[n] = float64(int((cpu1[i]-cpu0[i])*100+0.5)) / 100
+	}
+	return s, nil
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// findRedisServer finds redis-server, installing Debian's package when
+// running as root without one.
+func findRedisServer(log io.Writer) (string, error) {
+	if p, err := exec.LookPath("redis-server"); err == nil {
+		return p, nil
+	}
+	if os.Geteuid() != 0 {
+		return "", errors.New("redis-server not found (Debian: apt-get install -y redis-server)")
+	}
+	fmt.Fprintln(log, "bench-compare: installing redis-server (apt-get)")
+	cmd := exec.Command("sh", "-c", "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server")
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("installing redis-server: %w", err)
+	}
+	return exec.LookPath("redis-server")
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+func waitTCP(ctx context.Context, addr string) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("%s does not accept: %w", addr, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitReady waits for an agent's /readyz to answer 200.
+func waitReady(ctx context.Context, httpAddr string) error {
+	deadline := time.Now().Add(30 * time.Second)
+	cl := &http.Client{Timeout: time.Second}
+	for {
+		resp, err := cl.Get("http://" + httpAddr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("status %s", resp.Status)
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("agent %s not ready: %w", httpAddr, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// waitRedis waits for redis-server at addr to answer PING (over a plain
+// connection: a client library would log every refused dial).
+func waitRedis(ctx context.Context, addr string) error {
+	deadline := time.Now().Add(10 * time.Second)
+	ping := func() error {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(time.Second))
+		if _, err := c.Write([]byte("PING\r\n")); err != nil {
+			return err
+		}
+		line, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil {
+			return err
+		}
+		if line != "+PONG\r\n" {
+			return fmt.Errorf("PING answered %q", strings.TrimSpace(line))
+		}
+		return nil
+	}
+	for {
+		err := ping()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("redis-server %s: %w", addr, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -1,0 +1,94 @@
+// Command bench-compare runs Rollcall and the Redis TTL baseline side by
+// side under one presence load, `rollcall bench` (bench/baseline/compare,
+// docs/bench-compare.md).
+//
+//	bench-compare run [--sessions 10000] [--heartbeat 5s] [--rounds 3] ...
+//
+// run prints progress and a summary to stderr and the result (every
+// sample, the medians, the ratios) as JSON to stdout.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/rollcall/rollcall/bench/baseline/compare"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench-compare:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "run" {
+		return fmt.Errorf("usage: bench-compare run [flags]")
+	}
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cfg compare.Config
+	fs.StringVar(&cfg.Rollcall, "rollcall", "bin/rollcall", "rollcall binary (the agents and the default load)")
+	fs.StringVar(&cfg.Baseline, "baseline", "bin/redis-baseline", "redis-baseline binary")
+	fs.StringVar(&cfg.RedisServer, "redis-server", "", "redis-server binary (default: from PATH, installed with apt when root)")
+	systems := fs.String("systems", "rollcall,redis", "systems measured, in each round's order (rollcall, redis); ratios are first / second")
+	fs.IntVar(&cfg.Gateways, "gateways", 3, "gateways per system")
+	load := fs.String("load", "", "load generator argv before its flags, space-separated; it takes rollcall bench's flags and prints its JSON report (default: '<rollcall> bench --dev')")
+	fs.IntVar(&cfg.Sessions, "sessions", 10000, "sessions")
+	fs.IntVar(&cfg.Procs, "procs", 2, "load generator processes")
+	fs.Float64Var(&cfg.ConnectRate, "connect-rate", 2000, "sessions opened per second")
+	fs.DurationVar(&cfg.Heartbeat, "heartbeat", 0, "heartbeat interval (default 5s)")
+	fs.DurationVar(&cfg.Timeout, "timeout", 0, "session timeout of both systems (default 3x heartbeat)")
+	fs.Float64Var(&cfg.StatusRate, "status-rate", 0, "status changes per second in all (default 10; negative: none)")
+	fs.IntVar(&cfg.Subscribers, "subscribers", 0, "subscribing sessions (default 100; negative: none)")
+	fs.IntVar(&cfg.Watch, "watch", 1000, "users each subscriber watches")
+	fs.IntVar(&cfg.SilentFailures, "silent-failures", 0, "sessions that go quiet without closing, measuring offline detection")
+	fs.DurationVar(&cfg.SilentAfter, "silent-after", 0, "when, into the window, they go quiet (default 1s)")
+	fs.DurationVar(&cfg.Warmup, "warmup", 0, "wait between all sessions connected and the window, heartbeats flowing (default 5s; negative: none)")
+	fs.DurationVar(&cfg.Duration, "duration", 0, "measured window per run (default 30s)")
+	fs.Float64Var(&cfg.RequestRate, "request-rate", 0, "the agents' --request-rate (default: theirs; the baseline has no limit)")
+	fs.IntVar(&cfg.Rounds, "rounds", 3, "runs per system, alternating, each on fresh servers")
+	fs.StringVar(&cfg.ServerCPUs, "server-cpus", "0", "taskset CPUs of the servers")
+	fs.StringVar(&cfg.LoadCPUs, "load-cpus", "1", "taskset CPUs of the load")
+	fs.StringVar(&cfg.Dir, "dir", "", "directory for the processes' logs (default: a temporary one)")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if *load != "" {
+		cfg.Load = strings.Fields(*load)
+	}
+	cfg.Systems = strings.Split(*systems, ",")
+	cfg.Log = stderr
+	res, err := compare.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "rollcall: %s\n", res.Version)
+	for _, f := range res.Figures {
+		fmt.Fprintf(stderr, "%-30s", f.Metric)
+		for _, s := range cfg.Systems {
+			fmt.Fprintf(stderr, "  %s %.4g", s, f.Median[s])
+		}
+		if len(f.Ratios) > 0 {
+			fmt.Fprintf(stderr, "  ratio %.2f (%.2f-%.2f over %d rounds)", f.RatioMedian, f.RatioMin, f.RatioMax, len(f.Ratios))
+		}
+		fmt.Fprintln(stderr)
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(res)
+}
