@@ -292,6 +292,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		c.Progress(fmt.Sprintf("%s %4.0fs: %d/%d sessions (%d failed), %d heartbeats, %d changes",
 			phase, time.Since(t0).Seconds(), p.Established, c.Sessions, p.Failed, p.Heartbeats, p.Changes))
 	}
+	// The progress line is drawn from wait, on this goroutine, so it reads
+	// phase and progress without a lock.
+	ticker := time.NewTicker(time.Second)
+	defer ticker.Stop()
 	// wait collects one message of type want from every generator.
 	wait := func(want string, deadline <-chan time.Time) ([]Msg, error) {
 		got := make([]Msg, len(workers))
@@ -317,6 +321,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 				default:
 					return nil, fmt.Errorf("bench: generator %d: unexpected %s", wm.i, wm.m.Type)
 				}
+			case <-ticker.C:
+				showProgress()
 			case <-deadline:
 				if want == "" {
 					return nil, nil
@@ -328,18 +334,6 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		return got, nil
 	}
-	ticker := time.NewTicker(time.Second)
-	defer ticker.Stop()
-	go func() {
-		for {
-			select {
-			case <-ticker.C:
-				showProgress()
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
 
 	connectBound := time.Duration(float64(c.Sessions)/c.ConnectRate*float64(time.Second)) + 2*time.Minute
 	conns, err := wait(MsgConnected, time.After(connectBound))
