@@ -222,11 +222,19 @@ func TestEventWindowSendsAnIsolatedChangeAtOnce(t *testing.T) {
 		default:
 		}
 	}
+	// flushed waits until the notifier has taken every change made so far,
+	// so the window its flush opened starts before the clock moves on.
+	flushed := func() {
+		t.Helper()
+		waitFor(t, "the notifier to take the changes", func() bool { return !n.hasDirty() })
+	}
 	w, _ := connect(t, n, "watcher", "w")
+	flushed()
 	clock.Advance(2 * window)
 	a, _ := connect(t, n, "alice", "phone")
 	w.ok(map[string]any{"op": "sub", "users": []string{"alice"}})
 	w.expectEvent("alice")
+	flushed()
 
 	// Isolated: the change is delivered at once, with no wait (the window
 	// never ends here, so a change that waited would never come).
@@ -263,6 +271,7 @@ func TestEventWindowSendsAnIsolatedChangeAtOnce(t *testing.T) {
 	clock.Advance(window)
 	ends <- clock.Now()
 	w.expectQuiet(50 * time.Millisecond)
+	flushed()
 
 	// Quiet past the window: the next change goes at once again.
 	clock.Advance(2 * window)
