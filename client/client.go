@@ -560,18 +560,29 @@ func (c *Client) Err() error {
 	return c.err
 }
 
-// Close ends the session cleanly (bye: it shows offline at once) and stops
-// the client. Subscription channels and Messages are closed.
-func (c *Client) Close() error {
+// beginClose marks the client closing and returns its connection (nil
+// while it reconnects). first is false when another Close came first; then
+// beginClose returns once the client has stopped.
+func (c *Client) beginClose() (cn *conn, first bool) {
 	c.mu.Lock()
 	if c.closing {
 		c.mu.Unlock()
 		<-c.done
-		return nil
+		return nil, false
 	}
 	c.closing = true
-	cn := c.cur
+	cn = c.cur
 	c.mu.Unlock()
+	return cn, true
+}
+
+// Close ends the session cleanly (bye: it shows offline at once) and stops
+// the client. Subscription channels and Messages are closed.
+func (c *Client) Close() error {
+	cn, first := c.beginClose()
+	if !first {
+		return nil
+	}
 	var err error
 	if cn != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

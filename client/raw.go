@@ -133,15 +133,10 @@ const byeWait = 5 * time.Second
 
 func (r *RawClient) close(bye []byte) error {
 	c := r.c
-	c.mu.Lock()
-	if c.closing {
-		c.mu.Unlock()
-		<-c.done
+	cn, first := c.beginClose()
+	if !first {
 		return nil
 	}
-	c.closing = true
-	cn := c.cur
-	c.mu.Unlock()
 	var err error
 	if cn != nil {
 		if cn.t.WriteLine(bye) == nil {
