@@ -10,7 +10,7 @@ import (
 
 	centrifugego "github.com/centrifugal/centrifuge-go"
 
-	"github.com/rollcall/rollcall/bench/baseline/procstat"
+	"github.com/rollcall/rollcall/bench"
 )
 
 // LoadConfig configures Load. Zero fields take the documented defaults.
@@ -88,10 +88,11 @@ func Load(ctx context.Context, cfg LoadConfig) (LoadResult, error) {
 	}
 	res := LoadResult{Sessions: cfg.Sessions}
 	if cfg.PID != 0 {
-		r, err := procstat.RSS(cfg.PID)
+		ps, err := bench.SampleProc("/proc", cfg.PID)
 		if err != nil {
 			return res, err
 		}
+		r := ps.RSSBytes
 		res.RSSBefore = r
 	}
 	var disconnects, errs atomic.Int64
@@ -157,15 +158,13 @@ func Load(ctx context.Context, cfg LoadConfig) (LoadResult, error) {
 	}
 	var cpu0 float64
 	if cfg.PID != 0 {
-		r, err := procstat.RSS(cfg.PID)
+		ps, err := bench.SampleProc("/proc", cfg.PID)
 		if err != nil {
 			return res, err
 		}
-		res.RSSAfter = r
+		res.RSSAfter = ps.RSSBytes
 		res.RSSPerSession = float64(res.RSSAfter-res.RSSBefore) / float64(cfg.Sessions)
-		if cpu0, err = procstat.CPU(cfg.PID); err != nil {
-			return res, err
-		}
+		cpu0 = ps.CPUSeconds
 	}
 	if cfg.Ready != nil {
 		cfg.Ready()
@@ -174,11 +173,11 @@ func Load(ctx context.Context, cfg LoadConfig) (LoadResult, error) {
 	err := sleep(ctx, cfg.Hold)
 	res.HoldSeconds = time.Since(t0).Seconds()
 	if cfg.PID != 0 {
-		cpu1, cerr := procstat.CPU(cfg.PID)
+		ps, cerr := bench.SampleProc("/proc", cfg.PID)
 		if cerr != nil {
 			return res, cerr
 		}
-		res.ServerCPU = cpu1 - cpu0
+		res.ServerCPU = ps.CPUSeconds - cpu0
 		res.ServerCPUPerSec = res.ServerCPU / res.HoldSeconds
 	}
 	res.Disconnects = disconnects.Load()

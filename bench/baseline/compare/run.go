@@ -26,7 +26,6 @@ import (
 	"time"
 
 	"github.com/rollcall/rollcall/bench"
-	"github.com/rollcall/rollcall/bench/baseline/procstat"
 )
 
 // The systems Run knows.
@@ -533,7 +532,8 @@ func runLoad(ctx context.Context, cfg Config, sys *system, round int) (Sample, e
 	cpuAll := func() []float64 {
 		out := make([]float64, len(sys.pids))
 		for i, p := range sys.pids {
-			out[i], _ = procstat.CPU(p)
+			ps, _ := bench.SampleProc("/proc", p)
+			out[i] = ps.CPUSeconds
 		}
 		return out
 	}
