@@ -65,6 +65,9 @@ type WorkerConfig struct {
 	Watch       int           `json:"watch"` // users each subscriber watches
 	Silent      int           `json:"silent"`
 	SilentAfter time.Duration `json:"silent_after"`
+	// Priority asks the worker to raise its scheduling priority before it
+	// connects (the probe generator, a process of its own).
+	Priority bool `json:"priority,omitempty"`
 }
 
 // Progress is a worker's running counts.
@@ -99,6 +102,9 @@ type WorkerResult struct {
 	Propagation  Histogram     `json:"propagation"`
 	Offline      Histogram     `json:"offline"` // last request line to offline event
 	Silent       int           `json:"silent"`  // sessions made silent
+	// Priority is the scheduling the worker ran at when it was asked to
+	// raise it: fifo, nice or normal.
+	Priority string `json:"priority,omitempty"`
 	// Timeline holds one entry per second of the window.
 	Timeline []Second `json:"timeline"`
 }

@@ -72,11 +72,36 @@ type Report struct {
 		PerChange *float64 `json:"bytes_per_change"`
 	} `json:"gossip"`
 
+	// Probe is the probe generator's window (Config.ProbeRate); nil
+	// without one.
+	Probe *ProbeReport `json:"probe,omitempty"`
+
 	// Timeline is the status round trip per second of the window.
 	Timeline []TimelinePoint `json:"timeline"`
 
 	connect, request, propagation, offline Histogram
 	seconds                                []Second
+}
+
+// ProbeReport is the probe generator's measure: status changes of a few
+// sessions, each seen by subscribers homed on other gateways.
+type ProbeReport struct {
+	Sessions    int       `json:"sessions"`
+	Subscribed  int       `json:"subscribed"`
+	Priority    string    `json:"priority"` // fifo, nice or normal
+	Changes     uint64    `json:"changes"`
+	Errors      uint64    `json:"errors"`
+	Request     Quantiles `json:"request_ms"`
+	Propagation Quantiles `json:"propagation_ms"`
+}
+
+func (p *ProbeReport) add(w *WorkerResult) {
+	p.Priority = w.Priority
+	if p.Priority == "" {
+		p.Priority = "normal"
+	}
+	p.Changes, p.Errors = w.Changes, w.ChangeErrors
+	p.Request, p.Propagation = QuantilesOf(&w.Request), QuantilesOf(&w.Propagation)
 }
 
 // RunConfig is the configuration a report was made with.
@@ -91,6 +116,7 @@ type RunConfig struct {
 	Subscribers int      `json:"subscribers"`
 	Watch       int      `json:"watch"`
 	Silent      int      `json:"silent_failures"`
+	ProbeRate   float64  `json:"probe_rate,omitempty"`
 	WarmupS     float64  `json:"warmup_s"`
 	DurationS   float64  `json:"duration_s"`
 }
@@ -98,7 +124,7 @@ type RunConfig struct {
 func reportConfig(c Config) RunConfig {
 	return RunConfig{Addrs: c.Addrs, Transport: c.Transport, Sessions: c.Sessions, Procs: c.Procs,
 		ConnectRate: c.ConnectRate, HeartbeatMS: c.Heartbeat.Milliseconds(), StatusRate: c.StatusRate,
-		Subscribers: c.Subscribers, Watch: c.Watch, Silent: c.SilentFailures, WarmupS: c.Warmup.Seconds(), DurationS: c.Duration.Seconds()}
+		Subscribers: c.Subscribers, Watch: c.Watch, Silent: c.SilentFailures, ProbeRate: c.ProbeRate, WarmupS: c.Warmup.Seconds(), DurationS: c.Duration.Seconds()}
 }
 
 // Quantiles summarise a histogram, in milliseconds.
@@ -246,6 +272,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 	row("request (status)", "%s", q(r.Request))
 	row("propagation", "%s", q(r.Propagation))
 	row("subscribers", "%d subscribed, watching %d users", r.Subscribers.Subscribed, r.Subscribers.Watched)
+	if p := r.Probe; p != nil {
+		row("probe", "%d sessions, %d subscribed, %s priority, %d changes (%d errors)", p.Sessions, p.Subscribed, p.Priority, p.Changes, p.Errors)
+		row("  request", "%s", q(p.Request))
+		row("  propagation", "%s", q(p.Propagation))
+	}
 	if r.Offline.Silent > 0 || c.Silent > 0 {
 		row("offline detection", "%d/%d detected; %s", r.Offline.Detected, r.Offline.Silent, q(r.Offline.Detection))
 		row("  beyond timeout", "server timeout %d ms; %s", r.Offline.TimeoutMS, q(r.Offline.Beyond))

@@ -41,6 +41,21 @@ type Config struct {
 	// the window, their connections left open.
 	SilentFailures int
 	SilentAfter    time.Duration
+	// ProbeRate, when positive, adds a probe: one more generator, apart
+	// from the load, of ProbeSessions sessions per gateway (default 3),
+	// one of them subscribed to the others' users homed on other
+	// gateways; the others change status, ProbeRate changes per second in
+	// all. Its propagation and round trips are reported apart
+	// (Report.Probe): the load's own subscribers share their generator's
+	// CPU with thousands of sessions, so on a loaded machine they measure
+	// that generator's scheduling as well as the servers'.
+	ProbeRate     float64
+	ProbeSessions int
+	// ProbePriority has the probe raise its scheduling priority
+	// (SCHED_FIFO where permitted, else nice -20), so that the load does
+	// not delay its reads. Only for a probe in a process of its own:
+	// Spawn(ctx, Procs) starts it.
+	ProbePriority bool
 	// Warmup is how long to wait between every session tried (and the
 	// subscribers subscribed) and the window's start, heartbeats flowing,
 	// so that the servers' backlog from the connects and subscriptions
@@ -143,6 +158,9 @@ func (c *Config) withDefaults() (Config, error) {
 	if o.Transport == "" {
 		o.Transport = "tcp"
 	}
+	if o.ProbeSessions == 0 {
+		o.ProbeSessions = 3
+	}
 	if o.ProcRoot == "" {
 		o.ProcRoot = "/proc"
 	}
@@ -152,6 +170,8 @@ func (c *Config) withDefaults() (Config, error) {
 	switch {
 	case o.Sessions < 0 || o.Procs < 0 || o.ConnectRate < 0 || o.SilentFailures < 0 || o.Watch < 0:
 		return o, errors.New("bench: negative sessions, procs, connect rate, watch or silent failures")
+	case o.ProbeRate < 0 || o.ProbeSessions < 2:
+		return o, errors.New("bench: negative probe rate, or fewer than 2 probe sessions per gateway")
 	case o.Procs > o.Sessions:
 		return o, fmt.Errorf("bench: %d procs for %d sessions", o.Procs, o.Sessions)
 	case o.Subscribers+o.SilentFailures > o.Sessions:
@@ -208,6 +228,14 @@ func (c *Config) workerConfigs(run string) []WorkerConfig {
 		}
 		base += n
 		out = append(out, wc)
+	}
+	if c.ProbeRate > 0 {
+		n := c.ProbeSessions * len(c.Addrs)
+		out = append(out, WorkerConfig{
+			Index: c.Procs, Run: run, Base: base, Sessions: n, Addrs: c.Addrs, Transport: c.Transport, TLS: out[0].TLS,
+			SecretFile: c.SecretFile, ConnectRate: min(c.ConnectRate, 100), Heartbeat: c.Heartbeat,
+			StatusRate: c.ProbeRate, Subscribers: len(c.Addrs), Watch: n, Priority: c.ProbePriority,
+		})
 	}
 	return out
 }
@@ -283,7 +311,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return
 		}
 		var p Progress
-		for _, q := range progress {
+		for i, q := range progress {
+			if i == c.Procs {
+				continue // the probe
+			}
 			p.Established += q.Established
 			p.Failed += q.Failed
 			p.Heartbeats += q.Heartbeats
@@ -304,7 +335,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			select {
 			case wm := <-msgs:
 				if wm.err != nil {
-					return nil, fmt.Errorf("bench: generator %d: %w", wm.i, wm.err)
+					if errors.Is(wm.err, errOutputEnded) && want == MsgResult && got[wm.i].Type != "" {
+						continue // a generator ends once it has sent its result
+					}
+					return nil, fmt.Errorf("bench: generator %d: %w", wm.i, workerEnd(workers[wm.i], wm.err))
 				}
 				switch wm.m.Type {
 				case MsgProgress:
@@ -340,7 +374,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, m := range conns {
+	for i, m := range conns {
+		if i == c.Procs {
+			rep.Probe = &ProbeReport{Sessions: m.Connected.Established, Subscribed: m.Connected.Subscribed}
+			continue
+		}
 		rep.addConnected(m.Connected)
 	}
 	if t := time.Duration(rep.Offline.TimeoutMS) * time.Millisecond; c.SilentFailures > 0 && c.SilentAfter+t >= c.Duration {
@@ -392,7 +430,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	ticker.Stop()
 	rep.Duration = elapsed.Seconds()
-	for _, m := range results {
+	for i, m := range results {
+		if i == c.Procs {
+			rep.Probe.add(m.Result)
+			continue
+		}
 		rep.addResult(m.Result)
 	}
 	if procOK && len(pids) > 0 {
@@ -428,6 +470,22 @@ func sampleAll(root string, pids []int) (ProcSample, bool) {
 	return t, true
 }
 
+// workerEnd adds to err, a generator's output that failed or ended, how
+// the generator ended, or that it has not within a few seconds.
+func workerEnd(w *Worker, err error) error {
+	done := make(chan error, 1)
+	go func() { done <- w.Wait() }()
+	select {
+	case werr := <-done:
+		if werr != nil {
+			return fmt.Errorf("%w (%v)", err, werr)
+		}
+		return fmt.Errorf("%w (the generator exited with status 0)", err)
+	case <-time.After(3 * time.Second):
+		return fmt.Errorf("%w (the generator is still running)", err)
+	}
+}
+
 func writeMsg(w io.Writer, m Msg) error {
 	b, err := EncodeMsg(m)
 	if err != nil {
@@ -436,6 +494,10 @@ func writeMsg(w io.Writer, m Msg) error {
 	_, err = w.Write(b)
 	return err
 }
+
+// errOutputEnded is a generator's output ending: after its result, how a
+// generator ends; before, a failure.
+var errOutputEnded = errors.New("output ended")
 
 // readWorker decodes a generator's output until it ends; the first bad
 // line or the end of output is sent as an error.
@@ -452,7 +514,7 @@ func readWorker(i int, r io.Reader, out chan<- workerMsg) {
 	}
 	err := sc.Err()
 	if err == nil {
-		err = errors.New("output ended")
+		err = errOutputEnded
 	}
 	out <- workerMsg{i: i, err: err}
 }

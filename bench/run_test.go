@@ -1,9 +1,11 @@
 package bench
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -200,3 +202,97 @@ type nopWriteCloser struct{}
 
 func (nopWriteCloser) Write(b []byte) (int, error) { return len(b), nil }
 func (nopWriteCloser) Close() error                { return nil }
+
+// TestBenchProbeIsReportedApart runs a bench with a probe: its sessions,
+// changes and propagation are its own, and the load's counts leave them
+// out.
+func TestBenchProbeIsReportedApart(t *testing.T) {
+	gs := testcluster.Start(t, 3, testcluster.Options{Timeout: 5 * time.Second, Heartbeat: time.Second})
+	var addrs []string
+	for _, g := range gs {
+		addrs = append(addrs, g.GW.ClientAddr().String())
+	}
+	rep, err := Run(t.Context(), Config{
+		Addrs: addrs, Sessions: 12, ConnectRate: 400, StatusRate: -1, Subscribers: -1,
+		ProbeRate: 40, Duration: 1500 * time.Millisecond, Spawn: InProcess(nil),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Sessions.Established != 12 || rep.StatusChanges.OK != 0 || rep.Propagation.Count != 0 {
+		t.Errorf("the load counted the probe: sessions %+v, changes %+v, propagation %+v", rep.Sessions, rep.StatusChanges, rep.Propagation)
+	}
+	p := rep.Probe
+	if p == nil {
+		t.Fatal("no probe in the report")
+	}
+	// 3 sessions per gateway: one subscriber each, watching the 4
+	// changers homed on the two other gateways.
+	if p.Sessions != 9 || p.Subscribed != 3 || p.Priority != "normal" || p.Errors != 0 {
+		t.Errorf("probe %+v", p)
+	}
+	if p.Changes == 0 || p.Request.Count != p.Changes {
+		t.Errorf("probe changes %d, round trips %+v", p.Changes, p.Request)
+	}
+	// each change is seen by the 2 subscribers not on its gateway
+	if p.Propagation.Count == 0 || p.Propagation.Count > 2*p.Changes || p.Propagation.P99 < p.Propagation.P50 {
+		t.Errorf("probe propagation %+v for %d changes", p.Propagation, p.Changes)
+	}
+	var tab bytes.Buffer
+	if err := rep.WriteTable(&tab); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(tab.String(), "9 sessions, 3 subscribed, normal priority") {
+		t.Errorf("table without the probe:\n%s", tab.String())
+	}
+}
+
+// TestBenchGeneratorEndingAfterItsResult: a generator process exits once
+// it has sent its result, possibly while another is still sending its
+// own; that end is not a failure.
+func TestBenchGeneratorEndingAfterItsResult(t *testing.T) {
+	gs := testcluster.Start(t, 1, testcluster.Options{Timeout: 5 * time.Second, Heartbeat: time.Second})
+	inProc := InProcess(nil)
+	spawn := func(ctx context.Context, i int) (*Worker, error) {
+		w, err := inProc(ctx, i)
+		if err != nil {
+			return nil, err
+		}
+		out := w.Out
+		pr, pw := io.Pipe()
+		go func() {
+			// Pass the lines on; generator 0 ends its output right after
+			// its result, generator 1 holds its result back a while.
+			sc := bufio.NewScanner(out)
+			sc.Buffer(make([]byte, 0, 64<<10), maxMsgBytes)
+			for sc.Scan() {
+				line := append(sc.Bytes(), '\n')
+				isResult := bytes.Contains(line, []byte(`"type":"result"`))
+				if isResult && i == 1 {
+					time.Sleep(300 * time.Millisecond)
+				}
+				if _, err := pw.Write(line); err != nil {
+					return
+				}
+				if isResult && i == 0 {
+					pw.Close()
+					go io.Copy(io.Discard, out) //nolint:errcheck // drained
+					return
+				}
+			}
+			pw.Close()
+		}()
+		w.Out = pr
+		return w, nil
+	}
+	rep, err := Run(t.Context(), Config{
+		Addrs: []string{gs[0].GW.ClientAddr().String()}, Sessions: 4, Procs: 2, ConnectRate: 400,
+		StatusRate: -1, Subscribers: -1, Duration: 200 * time.Millisecond, Spawn: spawn,
+	})
+	if err != nil {
+		t.Fatalf("a generator that ended after its result failed the run: %v", err)
+	}
+	if rep.Sessions.Established != 4 || rep.Heartbeats.IntervalMS != 1000 {
+		t.Errorf("sessions %+v, heartbeats %+v", rep.Sessions, rep.Heartbeats)
+	}
+}

@@ -168,6 +168,10 @@ func runWorker(ctx context.Context, in io.Reader, mw *msgWriter, log *zap.Logger
 		return err
 	}
 	cfg := *(<-cmds).Config
+	priority := ""
+	if cfg.Priority {
+		priority = raisePriority()
+	}
 	w := &worker{cfg: cfg, log: log, epoch: time.Now(), out: mw, pending: map[string]*pendingChange{},
 		silentUsers: map[string]*session{}, offlineSeen: map[string]bool{}, onlineSeen: map[subUser]bool{}}
 	token, err := tokenFunc(cfg.SecretFile)
@@ -219,7 +223,9 @@ func runWorker(ctx context.Context, in io.Reader, mw *msgWriter, log *zap.Logger
 	if err != nil {
 		return err
 	}
-	return mw.send(Msg{Type: MsgResult, Result: w.result(sessions)})
+	res := w.result(sessions)
+	res.Priority = priority
+	return mw.send(Msg{Type: MsgResult, Result: res})
 }
 
 // tokenFunc returns the token source of the sessions: HS256 tokens that

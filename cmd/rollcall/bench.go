@@ -45,6 +45,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&cfg.Watch, "watch", 1000, "users each subscriber subscribes to")
 	fs.IntVar(&cfg.SilentFailures, "silent-failures", 0, "sessions that stop writing without closing, measuring offline detection")
 	fs.DurationVar(&cfg.SilentAfter, "silent-after", time.Second, "when, into the measured window, the silent failures go quiet")
+	fs.Float64Var(&cfg.ProbeRate, "probe-rate", 0, "status changes per second of a probe: a generator process of its own, at raised scheduling priority, whose few sessions measure propagation apart from the load (0: none)")
+	fs.IntVar(&cfg.ProbeSessions, "probe-sessions", 3, "the probe's sessions per gateway: one subscriber, the rest change status")
 	fs.DurationVar(&cfg.Warmup, "warmup", 0, "wait between every session tried and the measured window, heartbeats flowing, for the servers to absorb the connects and subscriptions")
 	fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "the measured window, after every session was tried")
 	fs.StringVar(&cfg.Transport, "transport", "tcp", "tcp, tls or ws")
@@ -110,7 +112,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	cfg.Logger = log
-	if cfg.Procs == 1 {
+	if cfg.ProbeRate < 0 {
+		return errors.New("--probe-rate must not be negative")
+	}
+	if cfg.Procs == 1 && cfg.ProbeRate == 0 {
 		cfg.Spawn = bench.InProcess(log)
 	} else {
 		exe, err := os.Executable()
@@ -118,6 +123,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return fmt.Errorf("finding this binary to start generators: %w", err)
 		}
 		cfg.Spawn = execWorker(exe, stderr)
+		cfg.ProbePriority = true
 	}
 	tty := isTerminal(stderr)
 	if tty {
