@@ -158,9 +158,12 @@ pgo:
 # core 1, alternating rounds on fresh servers (docs/bench-compare.md);
 # redis-server is installed with apt-get when missing and running as root.
 # COMPARE_ARGS passes flags to `bench-compare run`, e.g.
-# COMPARE_ARGS="--heartbeat 500ms --timeout 15s --duration 20s".
+# COMPARE_ARGS="--heartbeat 500ms --timeout 15s --duration 20s", or
+# COMPARE_ARGS="--systems rollcall,redis,centrifuge" to add the Centrifuge
+# baseline (cmd/centrifuge-baseline) to the alternation.
 COMPARE_ARGS ?=
 bench-compare: build
 	$(GO) build -o bin/redis-baseline ./cmd/redis-baseline
+	$(GO) build -o bin/centrifuge-baseline ./cmd/centrifuge-baseline
 	$(GO) build -o bin/bench-compare ./cmd/bench-compare
 	./bin/bench-compare run $(COMPARE_ARGS)

@@ -1,8 +1,9 @@
-// Command bench-compare runs Rollcall and the Redis TTL baseline side by
-// side under one presence load, `rollcall bench` (bench/baseline/compare,
-// docs/bench-compare.md).
+// Command bench-compare runs Rollcall, the Redis TTL baseline and the
+// Centrifuge baseline side by side under one presence load, `rollcall
+// bench` (for Centrifuge `centrifuge-baseline load` with the same
+// figures; bench/baseline/compare, docs/bench-compare.md).
 //
-//	bench-compare run [--sessions 10000] [--heartbeat 5s] [--rounds 3] ...
+//	bench-compare run [--systems rollcall,redis,centrifuge] [--sessions 10000] [--heartbeat 5s] [--rounds 3] ...
 //
 // run prints progress and a summary to stderr and the result (every
 // sample, the medians, the ratios) as JSON to stdout.
@@ -41,8 +42,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cfg compare.Config
 	fs.StringVar(&cfg.Rollcall, "rollcall", "bin/rollcall", "rollcall binary (the agents and the default load)")
 	fs.StringVar(&cfg.Baseline, "baseline", "bin/redis-baseline", "redis-baseline binary")
+	fs.StringVar(&cfg.Centrifuge, "centrifuge", "bin/centrifuge-baseline", "centrifuge-baseline binary (the Centrifuge nodes and their default load)")
+	centrifugeLoad := fs.String("centrifuge-load", "", "the Centrifuge system's load argv before its flags, space-separated; it takes centrifuge-baseline load's flags and prints its JSON result (default: '<centrifuge> load')")
 	fs.StringVar(&cfg.RedisServer, "redis-server", "", "redis-server binary (default: from PATH, installed with apt when root)")
-	systems := fs.String("systems", "rollcall,redis", "systems measured, in each round's order (rollcall, redis); ratios are first / second")
+	systems := fs.String("systems", "rollcall,redis", "systems measured, in each round's order (rollcall, redis, centrifuge); ratios are rollcall / each other")
 	fs.IntVar(&cfg.Gateways, "gateways", 3, "gateways per system")
 	load := fs.String("load", "", "load generator argv before its flags, space-separated; it takes rollcall bench's flags and prints its JSON report (default: '<rollcall> bench --dev')")
 	fs.IntVar(&cfg.Sessions, "sessions", 10000, "sessions")
@@ -71,6 +74,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *load != "" {
 		cfg.Load = strings.Fields(*load)
 	}
+	if *centrifugeLoad != "" {
+		cfg.CentrifugeLoad = strings.Fields(*centrifugeLoad)
+	}
 	cfg.Systems = strings.Split(*systems, ",")
 	cfg.Log = stderr
 	res, err := compare.Run(ctx, cfg)
@@ -78,17 +84,27 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stderr, "rollcall: %s\n", res.Version)
-	for _, f := range res.Figures {
-		fmt.Fprintf(stderr, "%-30s", f.Metric)
-		for _, s := range cfg.Systems {
-			fmt.Fprintf(stderr, "  %s %.4g", s, f.Median[s])
-		}
-		if len(f.Ratios) > 0 {
-			fmt.Fprintf(stderr, "  ratio %.2f (%.2f-%.2f over %d rounds)", f.RatioMedian, f.RatioMin, f.RatioMax, len(f.Ratios))
-		}
-		fmt.Fprintln(stderr)
-	}
+	writeFigures(stderr, cfg.Systems, res.Figures)
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
 	return enc.Encode(res)
+}
+
+// writeFigures writes a line per figure: each system's median ("-": not
+// measured) and each ratio's median and spread.
+func writeFigures(w io.Writer, systems []string, figs []compare.Figure) {
+	for _, f := range figs {
+		fmt.Fprintf(w, "%-30s", f.Metric)
+		for _, s := range systems {
+			if m, ok := f.Median[s]; ok {
+				fmt.Fprintf(w, "  %s %.4g", s, m)
+			} else {
+				fmt.Fprintf(w, "  %s -", s)
+			}
+		}
+		for _, r := range f.Ratios {
+			fmt.Fprintf(w, "  %s/%s %.2f (%.2f-%.2f over %d rounds)", r.Of, r.To, r.Median, r.Min, r.Max, len(r.Rounds))
+		}
+		fmt.Fprintln(w)
+	}
 }

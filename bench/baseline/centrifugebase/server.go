@@ -5,7 +5,9 @@
 //
 // Every client connects with its user id as the token (no
 // authentication: a benchmark server) and subscribes to a room channel
-// with presence and join/leave on. Liveness is Centrifuge's: the server
+// with presence and join/leave on; a status change is a publication to
+// the room's status channel, which subscribers of the room's users
+// subscribe to. Liveness is Centrifuge's: the server
 // pings every client each PingInterval and the client pongs; each
 // connection refreshes its presence entry every PresenceUpdate.
 package centrifugebase
@@ -29,6 +31,11 @@ const Path = "/connection/websocket"
 // RoomPrefix starts the name of every presence channel.
 const RoomPrefix = "room:"
 
+// StatusPrefix starts the name of the channel a room's members publish
+// their status changes to (status:N for room:N), without presence: the
+// subscribers watching the room's users subscribe to it.
+const StatusPrefix = "status:"
+
 // ServerConfig configures Serve. Zero fields take the documented defaults.
 type ServerConfig struct {
 	// Addr is the HTTP address. Default "127.0.0.1:8000".
@@ -42,6 +49,10 @@ type ServerConfig struct {
 	// PresenceUpdate is how often each connection refreshes its presence
 	// entry. Default 5s (the same period as Rollcall's heartbeat).
 	PresenceUpdate time.Duration
+	// PresenceTTL is how long the Redis presence manager keeps an entry
+	// not refreshed (the session timeout); whole seconds, at least 1.
+	// Default Centrifuge's, 60s.
+	PresenceTTL time.Duration
 	// PushJoinLeave sends join and leave events to a room's members.
 	// Default false: presence is kept, and queried, but not pushed.
 	PushJoinLeave bool
@@ -91,8 +102,12 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		if err != nil {
 			return nil, fmt.Errorf("centrifuge redis shard %s: %w", cfg.Redis, err)
 		}
+		var ttl time.Duration
+		if cfg.PresenceTTL > 0 {
+			ttl = max(cfg.PresenceTTL.Round(time.Second), time.Second)
+		}
 		pm, err := centrifuge.NewRedisPresenceManager(node, centrifuge.RedisPresenceManagerConfig{
-			Shards: []*centrifuge.RedisShard{shard}})
+			Shards: []*centrifuge.RedisShard{shard}, PresenceTTL: ttl})
 		if err != nil {
 			return nil, fmt.Errorf("centrifuge redis presence: %w", err)
 		}
@@ -111,12 +126,24 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	})
 	node.OnConnect(func(c *centrifuge.Client) {
 		c.OnSubscribe(func(e centrifuge.SubscribeEvent, cb centrifuge.SubscribeCallback) {
-			if !strings.HasPrefix(e.Channel, RoomPrefix) {
+			switch {
+			case strings.HasPrefix(e.Channel, RoomPrefix):
+				cb(centrifuge.SubscribeReply{Options: centrifuge.SubscribeOptions{
+					EmitPresence: true, EmitJoinLeave: true, PushJoinLeave: cfg.PushJoinLeave}}, nil)
+			case strings.HasPrefix(e.Channel, StatusPrefix):
+				cb(centrifuge.SubscribeReply{}, nil)
+			default:
 				cb(centrifuge.SubscribeReply{}, centrifuge.ErrorPermissionDenied)
+			}
+		})
+		// a status change is a publication to the status channel of the
+		// client's room, through the broker to every node's subscribers
+		c.OnPublish(func(e centrifuge.PublishEvent, cb centrifuge.PublishCallback) {
+			if !strings.HasPrefix(e.Channel, StatusPrefix) {
+				cb(centrifuge.PublishReply{}, centrifuge.ErrorPermissionDenied)
 				return
 			}
-			cb(centrifuge.SubscribeReply{Options: centrifuge.SubscribeOptions{
-				EmitPresence: true, EmitJoinLeave: true, PushJoinLeave: cfg.PushJoinLeave}}, nil)
+			cb(centrifuge.PublishReply{}, nil)
 		})
 		c.OnPresence(func(e centrifuge.PresenceEvent, cb centrifuge.PresenceCallback) {
 			cb(centrifuge.PresenceReply{}, nil)

@@ -72,3 +72,30 @@ func TestRedisPresenceAcrossServers(t *testing.T) {
 	b := start(t, centrifugebase.ServerConfig{Redis: addr, PingInterval: time.Second})
 	loadAndCheck(t, a, b)
 }
+
+// Two servers sharing Redis: the subscribers on one see the status
+// changes published on the other, and the clients count the servers'
+// pings. (Under a loaded machine a client may miss its pong deadline and
+// be disconnected, failing the changes in flight: errors are allowed.)
+func TestLoadStatusChangesAcrossServers(t *testing.T) {
+	addr := redistest.Start(t)
+	a := start(t, centrifugebase.ServerConfig{Redis: addr, PingInterval: time.Second, PresenceTTL: 2 * time.Second})
+	b := start(t, centrifugebase.ServerConfig{Redis: addr, PingInterval: time.Second, PresenceTTL: 2 * time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	r, err := centrifugebase.Load(ctx, centrifugebase.LoadConfig{URLs: []string{a.URL(), b.URL()}, Sessions: 40, Rooms: 4,
+		Subscribers: 4, Watch: 10, StatusRate: 50, ConnectRate: 400,
+		Hold: 2 * time.Second, Settle: -1, PIDs: []int{os.Getpid(), os.Getpid()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Subscribed != 40 || r.Failed != 0 || r.Subscribers != 4 || r.WatchedRooms != 1 || len(r.PIDs) != 2 {
+		t.Fatalf("sessions: %+v", r)
+	}
+	if r.Pings == 0 || r.StatusOK == 0 || r.Propagation.Count == 0 {
+		t.Fatalf("pings, changes, propagation: %+v", r)
+	}
+	if r.ServerCPU <= 0 || r.RSSAfter == 0 {
+		t.Fatalf("server samples: %+v", r)
+	}
+}

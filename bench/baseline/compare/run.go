@@ -1,10 +1,14 @@
-// Package compare runs Rollcall and the Redis TTL baseline side by side
-// under the same presence load (docs/bench-compare.md): N gossip-joined
-// Rollcall agents against one redis-server and N baseline gateways
-// (cmd/redis-baseline), servers pinned to one core and the load
-// (`rollcall bench`) to another, the systems run alternately for a few
-// rounds, each round on fresh server processes, and the CPU and RSS of
-// each whole system read from /proc.
+// Package compare runs Rollcall, the Redis TTL baseline and the
+// Centrifuge baseline side by side under the same presence load
+// (docs/bench-compare.md): N gossip-joined Rollcall agents against one
+// redis-server and N baseline gateways (cmd/redis-baseline), and against
+// one redis-server and N Centrifuge nodes with its Redis presence manager
+// and broker (cmd/centrifuge-baseline), servers pinned to one core and
+// the load (`rollcall bench`; for Centrifuge, which does not speak
+// Rollcall's protocol, `centrifuge-baseline load` with the same figures)
+// to another, the systems run alternately for a few rounds, each round on
+// fresh server processes, and the CPU and RSS of each whole system read
+// from /proc.
 package compare
 
 import (
@@ -26,13 +30,19 @@ import (
 	"time"
 
 	"github.com/rollcall/rollcall/bench"
+	"github.com/rollcall/rollcall/bench/baseline/centrifugebase"
 )
 
 // The systems Run knows.
 const (
 	Rollcall = "rollcall" // N gossip-joined `rollcall agent --dev`
 	Redis    = "redis"    // one redis-server and N redis-baseline gateways
+	// one redis-server and N `centrifuge-baseline serve --redis`
+	Centrifuge = "centrifuge"
 )
+
+// systems are the systems Run knows.
+var systems = []string{Rollcall, Redis, Centrifuge}
 
 // Config configures Run. Zero fields take the documented defaults.
 type Config struct {
@@ -41,19 +51,29 @@ type Config struct {
 	Rollcall string
 	// Baseline is the redis-baseline binary. Default "bin/redis-baseline".
 	Baseline string
+	// Centrifuge is the centrifuge-baseline binary (its servers, and its
+	// default load). Default "bin/centrifuge-baseline".
+	Centrifuge string
+	// CentrifugeLoad is the Centrifuge system's load argv before its
+	// flags. It gets the flags of `centrifuge-baseline load` (--url
+	// --sessions --connect-rate --status-rate --subscribers --watch
+	// --settle --hold --pids) and prints its JSON result
+	// (centrifugebase.LoadResult) on stdout. Default [Centrifuge, "load"].
+	CentrifugeLoad []string
 	// RedisServer is the redis-server binary. Default: from PATH,
 	// installed with apt-get when missing and running as root.
 	RedisServer string
-	// Systems are the systems measured, in the order each round runs
-	// them. Default [Rollcall, Redis].
+	// Systems are the systems measured (Rollcall, Redis, Centrifuge), in
+	// the order each round runs them. Default [Rollcall, Redis].
 	Systems []string
 	// Gateways is how many gateways each system has. Default 3.
 	Gateways int
-	// Load is the load generator's argv before its flags. It gets the
-	// flags of `rollcall bench` (--addrs --sessions --procs --connect-rate
-	// --heartbeat --status-rate --subscribers --watch --silent-failures
-	// --silent-after --warmup --duration --pids --format json) and prints its JSON
-	// report on stdout. Default [Rollcall, "bench", "--dev"].
+	// Load is the Rollcall and Redis systems' load generator argv before
+	// its flags. It gets the flags of `rollcall bench` (--addrs --sessions
+	// --procs --connect-rate --heartbeat --status-rate --subscribers
+	// --watch --silent-failures --silent-after --warmup --duration --pids
+	// --format json) and prints its JSON report on stdout. Default
+	// [Rollcall, "bench", "--dev"].
 	Load []string
 	// Sessions, Procs, ConnectRate, Heartbeat, StatusRate, Subscribers,
 	// Watch, SilentFailures, SilentAfter, Warmup and Duration are passed
@@ -70,7 +90,8 @@ type Config struct {
 	SilentAfter    time.Duration
 	Warmup         time.Duration
 	Duration       time.Duration
-	// Timeout is both systems' session timeout. Default 3 × Heartbeat.
+	// Timeout is every system's session timeout (Centrifuge's presence
+	// TTL). Default 3 × Heartbeat.
 	Timeout time.Duration
 	// RequestRate is the agents' --request-rate (requests per second one
 	// connection may make); the baseline has no such limit. Default: the
@@ -94,12 +115,18 @@ func (c *Config) defaults() error {
 	if c.Baseline == "" {
 		c.Baseline = "bin/redis-baseline"
 	}
+	if c.Centrifuge == "" {
+		c.Centrifuge = "bin/centrifuge-baseline"
+	}
 	if len(c.Systems) == 0 {
 		c.Systems = []string{Rollcall, Redis}
 	}
-	for _, s := range c.Systems {
-		if s != Rollcall && s != Redis {
-			return fmt.Errorf("unknown system %q (want %s or %s)", s, Rollcall, Redis)
+	for i, s := range c.Systems {
+		if !slices.Contains(systems, s) {
+			return fmt.Errorf("unknown system %q (want %s)", s, strings.Join(systems, ", "))
+		}
+		if slices.Contains(c.Systems[:i], s) {
+			return fmt.Errorf("system %q given twice", s)
 		}
 	}
 	if c.Gateways <= 0 {
@@ -107,6 +134,9 @@ func (c *Config) defaults() error {
 	}
 	if len(c.Load) == 0 {
 		c.Load = []string{c.Rollcall, "bench", "--dev"}
+	}
+	if len(c.CentrifugeLoad) == 0 {
+		c.CentrifugeLoad = []string{c.Centrifuge, "load"}
 	}
 	if c.Sessions <= 0 {
 		c.Sessions = 10000
@@ -184,7 +214,10 @@ type Sample struct {
 	// CPUByProcess is each process's CPU over the whole load run,
 	// connects included.
 	CPUByProcess map[string]float64 `json:"cpu_seconds_by_process_whole_run"`
-	Report       *bench.Report      `json:"load"`
+	// Report is the load's report (`rollcall bench`); Centrifuge the
+	// Centrifuge load's result instead, for the Centrifuge system.
+	Report     *bench.Report              `json:"load,omitempty"`
+	Centrifuge *centrifugebase.LoadResult `json:"centrifuge_load,omitempty"`
 }
 
 // sampleOf reads a sample from the load's stdout: one `rollcall bench
@@ -214,36 +247,52 @@ func sampleOf(out []byte) (Sample, error) {
 	return s, nil
 }
 
-// Figure is one metric over the rounds: each system's median and, with
-// two systems, the per-round ratio first system / second (rounds paired
-// by number), its median and its spread.
+// Figure is one metric over the rounds: each system's median over the
+// rounds that measured it (a system measuring it in none is not in
+// Median) and, with more than one system, the per-round ratios of the
+// reference system (Rollcall when measured, else the first) to each
+// other one.
 type Figure struct {
-	Metric      string             `json:"metric"`
-	Median      map[string]float64 `json:"median"`
-	Ratios      []float64          `json:"ratios,omitempty"`
-	RatioMedian float64            `json:"ratio_median,omitempty"`
-	RatioMin    float64            `json:"ratio_min,omitempty"`
-	RatioMax    float64            `json:"ratio_max,omitempty"`
+	Metric string             `json:"metric"`
+	Median map[string]float64 `json:"median"`
+	Ratios []Ratio            `json:"ratios,omitempty"`
 }
 
-// metrics are the figures a comparison reports, from each sample.
+// Ratio is one metric of system Of / system To, per round (rounds paired
+// by number, those where either did not measure it, or To measured 0,
+// left out), its median and its spread.
+type Ratio struct {
+	Of     string    `json:"of"`
+	To     string    `json:"to"`
+	Rounds []float64 `json:"rounds"`
+	Median float64   `json:"median"`
+	Min    float64   `json:"min"`
+	Max    float64   `json:"max"`
+}
+
+// metrics are the figures a comparison reports, from each sample, and
+// whether the sample measured it.
 var metrics = []struct {
 	name string
-	of   func(Sample) float64
+	of   func(Sample) (float64, bool)
 }{
-	{"heartbeats_per_core_second", func(s Sample) float64 { return s.HeartbeatsPerCore }},
-	{"heartbeats_per_second", func(s Sample) float64 { return s.HeartbeatsPerSec }},
-	{"server_cores", func(s Sample) float64 { return s.ServerCores }},
-	{"rss_per_session_bytes", func(s Sample) float64 { return s.RSSPerSession }},
-	{"propagation_p50_ms", func(s Sample) float64 { return s.Propagation.P50 }},
-	{"propagation_p99_ms", func(s Sample) float64 { return s.Propagation.P99 }},
-	{"propagation_p999_ms", func(s Sample) float64 { return s.Propagation.P999 }},
-	{"offline_beyond_timeout_p50_ms", func(s Sample) float64 { return s.BeyondTimeout.P50 }},
-	{"offline_beyond_timeout_max_ms", func(s Sample) float64 { return s.BeyondTimeout.Max }},
+	{"heartbeats_per_core_second", func(s Sample) (float64, bool) { return s.HeartbeatsPerCore, s.ServerCPUSeconds > 0 }},
+	{"heartbeats_per_second", func(s Sample) (float64, bool) { return s.HeartbeatsPerSec, true }},
+	{"server_cores", func(s Sample) (float64, bool) { return s.ServerCores, true }},
+	{"rss_per_session_bytes", func(s Sample) (float64, bool) { return s.RSSPerSession, s.Established > 0 }},
+	{"propagation_p50_ms", func(s Sample) (float64, bool) { return s.Propagation.P50, s.Propagation.Count > 0 }},
+	{"propagation_p99_ms", func(s Sample) (float64, bool) { return s.Propagation.P99, s.Propagation.Count > 0 }},
+	{"propagation_p999_ms", func(s Sample) (float64, bool) { return s.Propagation.P999, s.Propagation.Count > 0 }},
+	{"offline_beyond_timeout_p50_ms", func(s Sample) (float64, bool) { return s.BeyondTimeout.P50, s.BeyondTimeout.Count > 0 }},
+	{"offline_beyond_timeout_max_ms", func(s Sample) (float64, bool) { return s.BeyondTimeout.Max, s.BeyondTimeout.Count > 0 }},
 }
 
 // summarize makes the figures of samples of systems.
 func summarize(systems []string, samples []Sample) []Figure {
+	ref := systems[0]
+	if slices.Contains(systems, Rollcall) {
+		ref = Rollcall
+	}
 	var figs []Figure
 	for _, m := range metrics {
 		f := Figure{Metric: m.name, Median: map[string]float64{}}
@@ -252,26 +301,34 @@ func summarize(systems []string, samples []Sample) []Figure {
 			byRound[sys] = map[int]float64{}
 			var v []float64
 			for _, s := range samples {
-				if s.System == sys {
-					v = append(v, m.of(s))
-					byRound[sys][s.Round] = m.of(s)
+				if x, ok := m.of(s); ok && s.System == sys {
+					v = append(v, x)
+					byRound[sys][s.Round] = x
 				}
 			}
-			f.Median[sys] = median(v)
+			if len(v) > 0 {
+				f.Median[sys] = median(v)
+			}
 		}
-		if len(systems) == 2 {
+		for _, sys := range systems {
+			if sys == ref {
+				continue
+			}
+			r := Ratio{Of: ref, To: sys}
 			for _, s := range samples {
-				if s.System != systems[0] {
+				if s.System != ref {
 					continue
 				}
-				b, ok := byRound[systems[1]][s.Round]
-				if ok && b != 0 {
-					f.Ratios = append(f.Ratios, m.of(s)/b)
+				a, ok := byRound[ref][s.Round]
+				b, okb := byRound[sys][s.Round]
+				if ok && okb && b != 0 {
+					r.Rounds = append(r.Rounds, a/b)
 				}
 			}
-			if len(f.Ratios) > 0 {
-				f.RatioMedian = median(f.Ratios)
-				f.RatioMin, f.RatioMax = slices.Min(f.Ratios), slices.Max(f.Ratios)
+			if len(r.Rounds) > 0 {
+				r.Median = median(r.Rounds)
+				r.Min, r.Max = slices.Min(r.Rounds), slices.Max(r.Rounds)
+				f.Ratios = append(f.Ratios, r)
 			}
 		}
 		figs = append(figs, f)
@@ -330,7 +387,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	fmt.Fprintf(cfg.Log, "bench-compare: logs in %s\n", cfg.Dir)
 	var redisServer string
-	if slices.Contains(cfg.Systems, Redis) {
+	if slices.Contains(cfg.Systems, Redis) || slices.Contains(cfg.Systems, Centrifuge) {
 		redisServer = cfg.RedisServer
 		if redisServer == "" {
 			p, err := findRedisServer(cfg.Log)
@@ -347,6 +404,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		"silent_after": cfg.SilentAfter.String(), "warmup": max(cfg.Warmup, 0).String(), "duration": cfg.Duration.String(),
 		"request_rate": cfg.RequestRate, "rounds": cfg.Rounds, "load": strings.Join(cfg.Load, " "),
 		"server_cpus": cfg.ServerCPUs, "load_cpus": cfg.LoadCPUs}}
+	if slices.Contains(cfg.Systems, Centrifuge) {
+		res.Config["centrifuge_load"] = strings.Join(cfg.CentrifugeLoad, " ")
+		if cfg.SilentFailures > 0 {
+			fmt.Fprintln(cfg.Log, "bench-compare: centrifuge: the Centrifuge load has no silent sessions; its offline figures are not measured")
+		}
+	}
 	if out, err := exec.Command(cfg.Rollcall, "version").Output(); err == nil {
 		res.Version, _, _ = strings.Cut(string(out), "\n")
 	}
@@ -370,9 +433,13 @@ func (s Sample) line() string {
 	if s.Silent > 0 {
 		off = fmt.Sprintf("  offline %d/%d, +%.0f ms p50 past the timeout", s.Detected, s.Silent, s.BeyondTimeout.P50)
 	}
-	return fmt.Sprintf("round %d  %-8s  %d/%d sessions, %d lost  %7.0f hb/s  %5.2f cores  %7.0f hb/core-s  rss %5.0f B/session  propagation p50 %.1f p99 %.1f p999 %.1f ms (n=%d)%s  whole-run cpu-s %v",
-		s.Round, s.System, s.Established, s.Established+s.Failed, s.Lost, s.HeartbeatsPerSec, s.ServerCores,
-		s.HeartbeatsPerCore, s.RSSPerSession, s.Propagation.P50, s.Propagation.P99, s.Propagation.P999,
+	hb := "hb"
+	if s.System == Centrifuge {
+		hb = "ping" // the server's pings, each answered by a pong
+	}
+	return fmt.Sprintf("round %d  %-10s  %d/%d sessions, %d lost  %7.0f %s/s  %5.2f cores  %7.0f %s/core-s  rss %5.0f B/session  propagation p50 %.1f p99 %.1f p999 %.1f ms (n=%d)%s  whole-run cpu-s %v",
+		s.Round, s.System, s.Established, s.Established+s.Failed, s.Lost, s.HeartbeatsPerSec, hb, s.ServerCores,
+		s.HeartbeatsPerCore, hb, s.RSSPerSession, s.Propagation.P50, s.Propagation.P99, s.Propagation.P999,
 		s.Propagation.Count, off, s.CPUByProcess)
 }
 
@@ -381,10 +448,13 @@ func runRound(ctx context.Context, cfg Config, name, redisServer string, round i
 	sys := &system{name: name}
 	defer sys.stop()
 	var err error
-	if name == Rollcall {
+	switch name {
+	case Rollcall:
 		err = startRollcall(ctx, cfg, sys, round)
-	} else {
+	case Redis:
 		err = startRedis(ctx, cfg, sys, redisServer, round)
+	case Centrifuge:
+		err = startCentrifuge(ctx, cfg, sys, redisServer, round)
 	}
 	if err != nil {
 		return Sample{}, err
@@ -414,17 +484,28 @@ func (s *system) start(cfg Config, name string, round int, argv ...string) error
 	return nil
 }
 
-func startRedis(ctx context.Context, cfg Config, sys *system, redisServer string, round int) error {
+// startRedisServer starts sys's redis-server on loopback without
+// persistence, with the keyspace events given (none when empty), and
+// returns its address once it answers.
+func startRedisServer(ctx context.Context, cfg Config, sys *system, redisServer string, round int, events string) (string, error) {
 	rport, err := freePort()
 	if err != nil {
-		return err
+		return "", err
 	}
 	raddr := "127.0.0.1:" + strconv.Itoa(rport)
 	if err := sys.start(cfg, "redis-server", round, redisServer, "--port", strconv.Itoa(rport), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--notify-keyspace-events", "Ex", "--dir", cfg.Dir); err != nil {
-		return err
+		"--save", "", "--appendonly", "no", "--notify-keyspace-events", events, "--dir", cfg.Dir); err != nil {
+		return "", err
 	}
 	if err := waitRedis(ctx, raddr); err != nil {
+		return "", err
+	}
+	return raddr, nil
+}
+
+func startRedis(ctx context.Context, cfg Config, sys *system, redisServer string, round int) error {
+	raddr, err := startRedisServer(ctx, cfg, sys, redisServer, round, "Ex")
+	if err != nil {
 		return err
 	}
 	for i := range cfg.Gateways {
@@ -446,6 +527,44 @@ func startRedis(ctx context.Context, cfg Config, sys *system, redisServer string
 		}
 	}
 	return nil
+}
+
+// startCentrifuge starts a redis-server and cfg.Gateways Centrifuge
+// nodes sharing it as their presence manager and broker: every node
+// sees the presence and the publications of all, as Rollcall's gossip-
+// joined agents do. The nodes ping each client every heartbeat and
+// refresh each connection's presence as often; a presence entry not
+// refreshed expires after the timeout.
+func startCentrifuge(ctx context.Context, cfg Config, sys *system, redisServer string, round int) error {
+	raddr, err := startRedisServer(ctx, cfg, sys, redisServer, round, "")
+	if err != nil {
+		return err
+	}
+	for i := range cfg.Gateways {
+		p, err := freePort()
+		if err != nil {
+			return err
+		}
+		addr := "127.0.0.1:" + strconv.Itoa(p)
+		name := fmt.Sprintf("cgw%d", i+1)
+		if err := sys.start(cfg, name, round, centrifugeServeArgs(cfg, addr, raddr)...); err != nil {
+			return err
+		}
+		sys.addrs = append(sys.addrs, addr)
+	}
+	for _, a := range sys.addrs {
+		if err := waitTCP(ctx, a); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// centrifugeServeArgs is the argv of a Centrifuge node at addr.
+func centrifugeServeArgs(cfg Config, addr, redisAddr string) []string {
+	return []string{cfg.Centrifuge, "serve", "--addr", addr, "--redis", redisAddr,
+		"--ping", cfg.Heartbeat.String(), "--presence-update", cfg.Heartbeat.String(),
+		"--presence-ttl", cfg.Timeout.String()}
 }
 
 func startRollcall(ctx context.Context, cfg Config, sys *system, round int) error {
@@ -515,9 +634,64 @@ func loadArgs(cfg Config, sys *system) []string {
 		"--warmup", max(cfg.Warmup, 0).String(), "--duration", cfg.Duration.String(), "--pids", strings.Join(pids, ","), "--format", "json")
 }
 
+// centrifugeLoadArgs is the Centrifuge load's argv against sys: the
+// same sessions, connect rate, status changes, subscribers, warmup and
+// window as loadArgs gives `rollcall bench`; the heartbeat is the
+// servers' ping. It has no silent sessions and runs as one process.
+func centrifugeLoadArgs(cfg Config, sys *system) []string {
+	pids := make([]string, len(sys.pids))
+	for i, p := range sys.pids {
+		pids[i] = strconv.Itoa(p)
+	}
+	urls := make([]string, len(sys.addrs))
+	for i, a := range sys.addrs {
+		urls[i] = "ws://" + a + centrifugebase.Path
+	}
+	settle := cfg.Warmup
+	if settle <= 0 {
+		settle = -1 // none
+	}
+	f := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+	return append(slices.Clone(cfg.CentrifugeLoad),
+		"--url", strings.Join(urls, ","), "--sessions", strconv.Itoa(cfg.Sessions),
+		"--connect-rate", f(cfg.ConnectRate), "--status-rate", f(max(cfg.StatusRate, 0)),
+		"--subscribers", strconv.Itoa(max(cfg.Subscribers, 0)), "--watch", strconv.Itoa(cfg.Watch),
+		"--settle", settle.String(), "--hold", cfg.Duration.String(), "--pids", strings.Join(pids, ","))
+}
+
+// sampleOfCentrifuge reads a sample from the Centrifuge load's stdout:
+// one centrifugebase.LoadResult. Its pings stand for the heartbeats;
+// it measures no offline detection.
+func sampleOfCentrifuge(out []byte) (Sample, error) {
+	var r centrifugebase.LoadResult
+	if err := json.Unmarshal(bytes.TrimSpace(out), &r); err != nil {
+		return Sample{}, fmt.Errorf("the load's output is not a centrifuge-baseline load JSON result: %w", err)
+	}
+	switch {
+	case r.HoldSeconds <= 0:
+		return Sample{}, errors.New("the load's result has no measured window (hold_seconds)")
+	case r.Sessions <= 0:
+		return Sample{}, errors.New("the load's result has no sessions requested")
+	case len(r.PIDs) == 0:
+		return Sample{}, errors.New("the load's result has no server processes sampled (server_pids)")
+	}
+	s := Sample{Established: r.Subscribed, Failed: r.Failed, Lost: uint64(max(r.Lost, 0)),
+		Heartbeats: uint64(max(r.Pings, 0)), HeartbeatsPerSec: r.PingsPerSec,
+		StatusOK: uint64(max(r.StatusOK, 0)), StatusErrors: uint64(max(r.StatusErrors, 0)), StatusSkipped: uint64(max(r.StatusSkipped, 0)),
+		ServerCPUSeconds: r.ServerCPU, ServerCores: r.ServerCPU / r.HoldSeconds,
+		RSSPerSession: r.RSSPerSession, Propagation: r.Propagation, Centrifuge: &r}
+	if s.ServerCPUSeconds > 0 {
+		s.HeartbeatsPerCore = float64(s.Heartbeats) / s.ServerCPUSeconds
+	}
+	return s, nil
+}
+
 // runLoad runs the load once against sys, pinned to the load CPUs.
 func runLoad(ctx context.Context, cfg Config, sys *system, round int) (Sample, error) {
-	argv := loadArgs(cfg, sys)
+	argv, decode := loadArgs(cfg, sys), sampleOf
+	if sys.name == Centrifuge {
+		argv, decode = centrifugeLoadArgs(cfg, sys), sampleOfCentrifuge
+	}
 	if _, err := exec.LookPath("taskset"); err == nil {
 		argv = append([]string{"taskset", "-c", cfg.LoadCPUs}, argv...)
 	}
@@ -542,7 +716,7 @@ func runLoad(ctx context.Context, cfg Config, sys *system, round int) (Sample, e
 		return Sample{}, fmt.Errorf("load %v: %w (see %s)", argv, err, stderr.Name())
 	}
 	cpu1 := cpuAll()
-	s, err := sampleOf(out.Bytes())
+	s, err := decode(out.Bytes())
 	if err != nil {
 		return Sample{}, fmt.Errorf("%w (see %s)", err, stderr.Name())
 	}
