@@ -53,6 +53,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.Float64Var(&cfg.ConnectRate, "connect-rate", 2000, "sessions opened per second")
 	fs.DurationVar(&cfg.Heartbeat, "heartbeat", 0, "heartbeat interval (default 5s)")
 	fs.DurationVar(&cfg.Timeout, "timeout", 0, "session timeout of both systems (default 3x heartbeat)")
+	fs.Float64Var(&cfg.ProbeRate, "probe-rate", 0, "status changes per second of the load's probe, a generator of its own at raised priority measuring propagation (default 20; negative: none)")
 	fs.Float64Var(&cfg.StatusRate, "status-rate", 0, "status changes per second in all (default 10; negative: none)")
 	fs.IntVar(&cfg.Subscribers, "subscribers", 0, "subscribing sessions (default 100; negative: none)")
 	fs.IntVar(&cfg.Watch, "watch", 1000, "users each subscriber watches")

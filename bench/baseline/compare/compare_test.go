@@ -34,6 +34,9 @@ func TestSampleOfRollcallBenchReport(t *testing.T) {
 	if s.RSSPerSession != 46374.912 || s.Propagation.Count != 1600 || s.Propagation.P99 != 526.385151 {
 		t.Fatalf("rss %v, propagation %+v", s.RSSPerSession, s.Propagation)
 	}
+	if s.ProbePropagation.Count != 200 || s.ProbePropagation.P99 != 4.25 {
+		t.Fatalf("probe propagation %+v", s.ProbePropagation)
+	}
 	if s.Report == nil || len(s.Report.Server.PIDs) != 4 {
 		t.Fatalf("report kept: %+v", s.Report)
 	}
@@ -246,7 +249,7 @@ func TestLoadArgsAreRollcallBenchFlags(t *testing.T) {
 	got := strings.Join(loadArgs(cfg, sys), " ")
 	want := "bin/rollcall bench --dev --addrs 127.0.0.1:1,127.0.0.1:2 --sessions 500 --procs 2 --connect-rate 2000" +
 		" --heartbeat 200ms --status-rate 0 --subscribers 100 --watch 1000 --silent-failures 3 --silent-after 1s" +
-		" --warmup 5s --duration 30s --pids 7,8 --format json"
+		" --probe-rate 20 --warmup 5s --duration 30s --pids 7,8 --format json"
 	if got != want {
 		t.Fatalf("load argv\n got %s\nwant %s", got, want)
 	}

@@ -71,9 +71,9 @@ type Config struct {
 	// Load is the Rollcall and Redis systems' load generator argv before
 	// its flags. It gets the flags of `rollcall bench` (--addrs --sessions
 	// --procs --connect-rate --heartbeat --status-rate --subscribers
-	// --watch --silent-failures --silent-after --warmup --duration --pids
-	// --format json) and prints its JSON report on stdout. Default
-	// [Rollcall, "bench", "--dev"].
+	// --watch --silent-failures --silent-after --probe-rate --warmup
+	// --duration --pids --format json) and prints its JSON report on
+	// stdout. Default [Rollcall, "bench", "--dev"].
 	Load []string
 	// Sessions, Procs, ConnectRate, Heartbeat, StatusRate, Subscribers,
 	// Watch, SilentFailures, SilentAfter, Warmup and Duration are passed
@@ -90,6 +90,12 @@ type Config struct {
 	SilentAfter    time.Duration
 	Warmup         time.Duration
 	Duration       time.Duration
+	// ProbeRate is the status changes per second of the load's probe
+	// (`rollcall bench --probe-rate`): a generator process of its own at
+	// raised priority whose propagation is the servers', not the loaded
+	// generators' scheduling. Default 20; negative: no probe. The
+	// Centrifuge load has none.
+	ProbeRate float64
 	// Timeout is every system's session timeout (Centrifuge's presence
 	// TTL). Default 3 × Heartbeat.
 	Timeout time.Duration
@@ -156,6 +162,9 @@ func (c *Config) defaults() error {
 	if c.Subscribers == 0 {
 		c.Subscribers = 100
 	}
+	if c.ProbeRate == 0 {
+		c.ProbeRate = 20
+	}
 	if c.Watch <= 0 {
 		c.Watch = 1000
 	}
@@ -208,9 +217,12 @@ type Sample struct {
 	// processes every round).
 	RSSPerSession float64         `json:"rss_per_session_bytes"`
 	Propagation   bench.Quantiles `json:"propagation_ms"`
-	Silent        int             `json:"offline_silent"`
-	Detected      uint64          `json:"offline_detected"`
-	BeyondTimeout bench.Quantiles `json:"offline_beyond_timeout_ms"`
+	// ProbePropagation is the probe's (Config.ProbeRate); its Count is 0
+	// without one.
+	ProbePropagation bench.Quantiles `json:"probe_propagation_ms"`
+	Silent           int             `json:"offline_silent"`
+	Detected         uint64          `json:"offline_detected"`
+	BeyondTimeout    bench.Quantiles `json:"offline_beyond_timeout_ms"`
 	// CPUByProcess is each process's CPU over the whole load run,
 	// connects included.
 	CPUByProcess map[string]float64 `json:"cpu_seconds_by_process_whole_run"`
@@ -241,6 +253,9 @@ func sampleOf(out []byte) (Sample, error) {
 		ServerCPUSeconds: *r.Server.CPUCoreSeconds, ServerCores: *r.Server.CPUCoreSeconds / r.Duration,
 		RSSPerSession: r.Server.RSSPerSessionBytes, Propagation: r.Propagation,
 		Silent: r.Offline.Silent, Detected: r.Offline.Detected, BeyondTimeout: r.Offline.Beyond, Report: &r}
+	if r.Probe != nil {
+		s.ProbePropagation = r.Probe.Propagation
+	}
 	if s.ServerCPUSeconds > 0 {
 		s.HeartbeatsPerCore = float64(s.Heartbeats) / s.ServerCPUSeconds
 	}
@@ -283,6 +298,9 @@ var metrics = []struct {
 	{"propagation_p50_ms", func(s Sample) (float64, bool) { return s.Propagation.P50, s.Propagation.Count > 0 }},
 	{"propagation_p99_ms", func(s Sample) (float64, bool) { return s.Propagation.P99, s.Propagation.Count > 0 }},
 	{"propagation_p999_ms", func(s Sample) (float64, bool) { return s.Propagation.P999, s.Propagation.Count > 0 }},
+	{"probe_propagation_p50_ms", func(s Sample) (float64, bool) { return s.ProbePropagation.P50, s.ProbePropagation.Count > 0 }},
+	{"probe_propagation_p99_ms", func(s Sample) (float64, bool) { return s.ProbePropagation.P99, s.ProbePropagation.Count > 0 }},
+	{"probe_propagation_p999_ms", func(s Sample) (float64, bool) { return s.ProbePropagation.P999, s.ProbePropagation.Count > 0 }},
 	{"offline_beyond_timeout_p50_ms", func(s Sample) (float64, bool) { return s.BeyondTimeout.P50, s.BeyondTimeout.Count > 0 }},
 	{"offline_beyond_timeout_max_ms", func(s Sample) (float64, bool) { return s.BeyondTimeout.Max, s.BeyondTimeout.Count > 0 }},
 }
@@ -432,6 +450,9 @@ func (s Sample) line() string {
 	off := ""
 	if s.Silent > 0 {
 		off = fmt.Sprintf("  offline %d/%d, +%.0f ms p50 past the timeout", s.Detected, s.Silent, s.BeyondTimeout.P50)
+	}
+	if p := s.ProbePropagation; p.Count > 0 {
+		off = fmt.Sprintf("  probe p50 %.1f p99 %.1f p999 %.1f ms (n=%d)", p.P50, p.P99, p.P999, p.Count) + off
 	}
 	hb := "hb"
 	if s.System == Centrifuge {
@@ -631,6 +652,7 @@ func loadArgs(cfg Config, sys *system) []string {
 		"--heartbeat", cfg.Heartbeat.String(), "--status-rate", f(max(cfg.StatusRate, 0)),
 		"--subscribers", strconv.Itoa(max(cfg.Subscribers, 0)), "--watch", strconv.Itoa(cfg.Watch),
 		"--silent-failures", strconv.Itoa(cfg.SilentFailures), "--silent-after", cfg.SilentAfter.String(),
+		"--probe-rate", f(max(cfg.ProbeRate, 0)),
 		"--warmup", max(cfg.Warmup, 0).String(), "--duration", cfg.Duration.String(), "--pids", strings.Join(pids, ","), "--format", "json")
 }
 
