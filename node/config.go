@@ -108,6 +108,16 @@ type Config struct {
 	// other systems always use goroutines.
 	GoroutineIO bool
 
+	// Pollers is the number of event-loop pollers. Each waits for its
+	// connections in a blocking epoll_wait, which keeps its scheduler slot
+	// (a P) while it waits; a process should run with at least one P more
+	// than the node has pollers, so that goroutines woken meanwhile (the
+	// gossip loop, the event notifier, timers, the HTTP and WebSocket
+	// servers) get a P at once instead of when the runtime takes one back
+	// from a waiting poller. `rollcall agent` does this
+	// (cmd/rollcall/procs.go). Default: GOMAXPROCS at Start.
+	Pollers int
+
 	// MaxConnections caps the client connections held at once (sessions and
 	// handshakes in progress). A connection past the cap is sent
 	// "overloaded" and closed before it costs anything more, so a flood
@@ -466,6 +476,9 @@ func (c *Config) Validate() error {
 	}
 	if c.OutboundQueue < 1 {
 		errs = append(errs, errors.New("outbound queue must be at least 1"))
+	}
+	if c.Pollers < 0 {
+		errs = append(errs, errors.New("pollers must not be negative"))
 	}
 	limits := c.Limits()
 	errs = append(errs, limits.validate(c.Heartbeat)...)

@@ -68,7 +68,11 @@ func (n *Node) startPollers() (*pollerSet, error) {
 		return nil, nil
 	}
 	set := &pollerSet{}
-	for range max(1, runtime.GOMAXPROCS(0)) {
+	k := n.cfg.Pollers
+	if k <= 0 {
+		k = runtime.GOMAXPROCS(0)
+	}
+	for range max(1, k) {
 		p, err := newPoller(n)
 		if err != nil {
 			set.close()

@@ -226,6 +226,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// Every client connection holds a file descriptor: the node keeps
 	// --max-connections below the open-file limit (fdlimit.go).
 	cfg.FileLimit = openFileLimit(log)
+	cfg.Pollers = schedulerSlots(log)
 	// POST /v1/leave (rollcall leave) ends the run like SIGTERM does.
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
