@@ -253,6 +253,7 @@ func (c *Cluster) memberlistConfig() (*memberlist.Config, error) {
 	// stalling on "conflicting address".
 	mlc.DeadNodeReclaimTime = time.Second
 	mlc.Logger = log.New(&zapWriter{c.log.Named("memberlist")}, "", 0)
+	mlc.EnableCompression = c.cfg.Compress
 	if c.cfg.Memberlist != nil {
 		c.cfg.Memberlist(mlc)
 	}

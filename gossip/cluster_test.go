@@ -350,3 +350,29 @@ func TestOneWayPartitionWithDelay(t *testing.T) {
 		return tc.converged()
 	})
 }
+
+// A member that compresses its messages (Config.Compress) and members that
+// do not understand each other: the compressing member's full state, which
+// LZW does shrink, reaches a member joining later, and the joiner's deltas
+// reach it.
+func TestCompressingAndPlainMembersInteroperate(t *testing.T) {
+	tc := &testCluster{t: t, net: NewFaultNetwork(1), opts: []func(*Config){func(c *Config) {
+		c.Compress = c.Name == "n0"
+	}}}
+	tc.run(1)
+	for i := range 300 {
+		tc.hosts[0].connect(t, fmt.Sprintf("user%d", i), "phone", "team")
+	}
+	tc.start("n1", 1)
+	tc.waitMembers(2)
+	tc.hosts[1].connect(t, "late", "phone", "team")
+	waitFor(t, 10*time.Second, "both members to see every session", func() bool {
+		for _, h := range tc.hosts {
+			if !h.presence("late").Online || !h.presence("user0").Online || !h.presence("user299").Online {
+				return false
+			}
+		}
+		return true
+	})
+	waitFor(t, 10*time.Second, "identical projections", tc.converged)
+}

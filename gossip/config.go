@@ -57,6 +57,13 @@ type Config struct {
 	// out together, sharing packets. Default 500µs; negative: no window, every
 	// write goes out at once.
 	BatchDelay time.Duration
+	// Compress LZW-compresses memberlist's messages (memberlist's
+	// EnableCompression). Default false: a delta is about 70 bytes a copy,
+	// which LZW does not shrink, so memberlist compressed it only to send it
+	// uncompressed; that was a third of the CPU a status change costs the
+	// cluster (docs/performance.md). Large messages (a full state sent to a
+	// joining member) are smaller compressed, at that CPU cost.
+	Compress bool
 	// EagerThreshold is the cluster size up to which deltas go straight to
 	// every member (N-1 copies a change, one hop); beyond it, epidemic
 	// gossip through a bounded piggyback queue. Default 64.
