@@ -15,10 +15,10 @@ import (
 // back and forth costs a thread switch per wakeup. So the agent runs one
 // poller per CPU the runtime found (GOMAXPROCS: the CPU affinity and the
 // cgroup's CPU limit) and one P more than that. Measured with one agent
-// pinned to one core under 10,000 sessions at 20,000 heartbeats/s: 15%
-// less CPU per heartbeat (docs/performance.md). A GOMAXPROCS given in
-// the environment is kept, and the pollers are one fewer than it (at
-// least one).
+// pinned to one core under 10,000 sessions at 20,000 heartbeats/s: 17%
+// less CPU per heartbeat; where gateways share cores, status changes cost
+// more (docs/performance.md). A GOMAXPROCS given in the environment is
+// kept, and the pollers are one fewer than it (at least one).
 func schedulerSlots(log *zap.Logger) int {
 	procs := runtime.GOMAXPROCS(0)
 	if os.Getenv("GOMAXPROCS") != "" {
