@@ -529,15 +529,24 @@ func startRedis(ctx context.Context, cfg Config, sys *system, redisServer string
 	if err != nil {
 		return err
 	}
+	return startGateways(ctx, cfg, sys, round, "rgw", func(addr, name string) []string {
+		return []string{cfg.Baseline, "--addr", addr, "--redis", raddr, "--name", name,
+			"--heartbeat", cfg.Heartbeat.String(), "--timeout", cfg.Timeout.String()}
+	})
+}
+
+// startGateways starts cfg.Gateways servers named prefix1, prefix2, ...,
+// each on a free loopback port with the argv argv gives for its address
+// and name, and waits until each accepts connections.
+func startGateways(ctx context.Context, cfg Config, sys *system, round int, prefix string, argv func(addr, name string) []string) error {
 	for i := range cfg.Gateways {
 		p, err := freePort()
 		if err != nil {
 			return err
 		}
 		addr := "127.0.0.1:" + strconv.Itoa(p)
-		name := fmt.Sprintf("rgw%d", i+1)
-		if err := sys.start(cfg, name, round, cfg.Baseline, "--addr", addr, "--redis", raddr, "--name", name,
-			"--heartbeat", cfg.Heartbeat.String(), "--timeout", cfg.Timeout.String()); err != nil {
+		name := fmt.Sprintf("%s%d", prefix, i+1)
+		if err := sys.start(cfg, name, round, argv(addr, name)...); err != nil {
 			return err
 		}
 		sys.addrs = append(sys.addrs, addr)
@@ -561,24 +570,9 @@ func startCentrifuge(ctx context.Context, cfg Config, sys *system, redisServer s
 	if err != nil {
 		return err
 	}
-	for i := range cfg.Gateways {
-		p, err := freePort()
-		if err != nil {
-			return err
-		}
-		addr := "127.0.0.1:" + strconv.Itoa(p)
-		name := fmt.Sprintf("cgw%d", i+1)
-		if err := sys.start(cfg, name, round, centrifugeServeArgs(cfg, addr, raddr)...); err != nil {
-			return err
-		}
-		sys.addrs = append(sys.addrs, addr)
-	}
-	for _, a := range sys.addrs {
-		if err := waitTCP(ctx, a); err != nil {
-			return err
-		}
-	}
-	return nil
+	return startGateways(ctx, cfg, sys, round, "cgw", func(addr, _ string) []string {
+		return centrifugeServeArgs(cfg, addr, raddr)
+	})
 }
 
 // centrifugeServeArgs is the argv of a Centrifuge node at addr.
