@@ -3,10 +3,15 @@
 // bench` (for Centrifuge `centrifuge-baseline load` with the same
 // figures; bench/baseline/compare, docs/bench-compare.md).
 //
-//	bench-compare run [--systems rollcall,redis,centrifuge] [--sessions 10000] [--heartbeat 5s] [--rounds 3] ...
+//	bench-compare run [--systems rollcall,redis,centrifuge] [--sessions 10000] [--heartbeat 5s] [--rounds 3] [--floor] ...
+//	bench-compare floor node --tcp ADDR --udp ADDR --peers UDP,UDP
+//	bench-compare floor probe --nodes TCP,TCP,TCP [--rate 20] [--delay 0s] [--duration 20s]
 //
 // run prints progress and a summary to stderr and the result (every
-// sample, the medians, the ratios) as JSON to stdout.
+// sample, the medians, the ratios) as JSON to stdout. floor runs a part
+// of the propagation floor that run --floor measures beside every round
+// (bench.ServeFloorNode, bench.RunFloorProbe); its probe prints its
+// report as JSON to stdout.
 package main
 
 import (
@@ -19,7 +24,9 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
+	"github.com/rollcall/rollcall/bench"
 	"github.com/rollcall/rollcall/bench/baseline/compare"
 )
 
@@ -34,8 +41,11 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "floor" {
+		return runFloor(ctx, args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "run" {
-		return fmt.Errorf("usage: bench-compare run [flags]")
+		return fmt.Errorf("usage: bench-compare run [flags] | bench-compare floor node|probe [flags]")
 	}
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -66,6 +76,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.ServerCPUs, "server-cpus", "0", "taskset CPUs of the servers")
 	fs.StringVar(&cfg.LoadCPUs, "load-cpus", "1", "taskset CPUs of the load")
 	fs.StringVar(&cfg.Dir, "dir", "", "directory for the processes' logs (default: a temporary one)")
+	fs.BoolVar(&cfg.Floor, "floor", false, "measure the propagation floor beside every round: bare relays on the server CPUs, probed during the window")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -79,6 +90,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		cfg.CentrifugeLoad = strings.Fields(*centrifugeLoad)
 	}
 	cfg.Systems = strings.Split(*systems, ",")
+	if cfg.Floor {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("--floor: %w", err)
+		}
+		cfg.FloorCommand = []string{exe, "floor"}
+	}
 	cfg.Log = stderr
 	res, err := compare.Run(ctx, cfg)
 	if err != nil {
@@ -89,6 +107,44 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
 	return enc.Encode(res)
+}
+
+// runFloor runs a floor node until ctx ends, or a floor probe.
+func runFloor(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || (args[0] != "node" && args[0] != "probe") {
+		return fmt.Errorf("usage: bench-compare floor node|probe [flags]")
+	}
+	fs := flag.NewFlagSet("floor "+args[0], flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	tcp := fs.String("tcp", "", "node: the TCP address its clients connect to")
+	udp := fs.String("udp", "", "node: the UDP address it relays from")
+	peers := fs.String("peers", "", "node: the other nodes' UDP addresses, comma-separated")
+	nodes := fs.String("nodes", "", "probe: the nodes' TCP addresses, comma-separated")
+	rate := fs.Float64("rate", 20, "probe: messages per second, through each node in turn")
+	delay := fs.Duration("delay", 0, "probe: wait before the first message")
+	duration := fs.Duration("duration", 20*time.Second, "probe: how long it sends")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if args[0] == "node" {
+		if *tcp == "" || *udp == "" || *peers == "" {
+			return fmt.Errorf("floor node: want --tcp, --udp and --peers")
+		}
+		return bench.ServeFloorNode(ctx, *tcp, *udp, strings.Split(*peers, ","))
+	}
+	if *nodes == "" {
+		return fmt.Errorf("floor probe: want --nodes")
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(*delay):
+	}
+	rep, err := bench.RunFloorProbe(ctx, strings.Split(*nodes, ","), *rate, *duration)
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(stdout).Encode(rep)
 }
 
 // writeFigures writes a line per figure: each system's median ("-": not

@@ -221,7 +221,7 @@ func TestRunLoadCentrifuge(t *testing.T) {
 		t.Fatal(err)
 	}
 	sys := &system{name: Centrifuge, addrs: []string{"127.0.0.1:1"}, pids: []int{os.Getpid()}, names: []string{"cgw1"}}
-	s, err := runLoad(t.Context(), cfg, sys, 2)
+	s, err := runLoad(t.Context(), cfg, sys, nil, 2)
 	if err != nil {
 		t.Fatal(err)
 	}

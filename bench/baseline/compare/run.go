@@ -108,6 +108,19 @@ type Config struct {
 	Rounds int
 	// ServerCPUs and LoadCPUs are taskset CPU lists. Defaults "0" and "1".
 	ServerCPUs, LoadCPUs string
+	// Floor runs the propagation floor beside every round
+	// (bench.ServeFloorNode, bench.RunFloorProbe): Gateways floor nodes on
+	// the server CPUs, and a floor probe on the load CPUs during the
+	// load's measured window (from Sessions / ConnectRate + Warmup after
+	// the load starts, for Duration less 2 s), at ProbeRate messages per
+	// second (20 without a probe). Its figures are the machine's, not a
+	// system's: the fastest any system could propagate on these cores
+	// under that load. Default off.
+	Floor bool
+	// FloorCommand is the argv that runs the floor's `node` and `probe`
+	// subcommands (cmd/bench-compare: [its own path, "floor"]). Required
+	// with Floor.
+	FloorCommand []string
 	// Dir holds the processes' logs. Default: a temporary directory.
 	Dir string
 	// Log receives progress lines. Default os.Stderr.
@@ -192,6 +205,9 @@ func (c *Config) defaults() error {
 	if c.Log == nil {
 		c.Log = os.Stderr
 	}
+	if c.Floor && len(c.FloorCommand) == 0 {
+		return errors.New("the floor needs the command that runs its node and probe (FloorCommand)")
+	}
 	return nil
 }
 
@@ -220,6 +236,9 @@ type Sample struct {
 	// ProbePropagation is the probe's (Config.ProbeRate); its Count is 0
 	// without one.
 	ProbePropagation bench.Quantiles `json:"probe_propagation_ms"`
+	// Floor is the floor probe's report (Config.Floor), measured during
+	// this round's window; nil without one.
+	Floor  *bench.FloorReport `json:"floor,omitempty"`
 	Silent           int             `json:"offline_silent"`
 	Detected         uint64          `json:"offline_detected"`
 	BeyondTimeout    bench.Quantiles `json:"offline_beyond_timeout_ms"`
@@ -301,8 +320,19 @@ var metrics = []struct {
 	{"probe_propagation_p50_ms", func(s Sample) (float64, bool) { return s.ProbePropagation.P50, s.ProbePropagation.Count > 0 }},
 	{"probe_propagation_p99_ms", func(s Sample) (float64, bool) { return s.ProbePropagation.P99, s.ProbePropagation.Count > 0 }},
 	{"probe_propagation_p999_ms", func(s Sample) (float64, bool) { return s.ProbePropagation.P999, s.ProbePropagation.Count > 0 }},
+	{"floor_propagation_p50_ms", func(s Sample) (float64, bool) { return floorOf(s).P50, floorOf(s).Count > 0 }},
+	{"floor_propagation_p99_ms", func(s Sample) (float64, bool) { return floorOf(s).P99, floorOf(s).Count > 0 }},
+	{"floor_propagation_p999_ms", func(s Sample) (float64, bool) { return floorOf(s).P999, floorOf(s).Count > 0 }},
 	{"offline_beyond_timeout_p50_ms", func(s Sample) (float64, bool) { return s.BeyondTimeout.P50, s.BeyondTimeout.Count > 0 }},
 	{"offline_beyond_timeout_max_ms", func(s Sample) (float64, bool) { return s.BeyondTimeout.Max, s.BeyondTimeout.Count > 0 }},
+}
+
+// floorOf is the floor's propagation in s (Count 0 without a floor).
+func floorOf(s Sample) bench.Quantiles {
+	if s.Floor == nil {
+		return bench.Quantiles{}
+	}
+	return s.Floor.Propagation
 }
 
 // summarize makes the figures of samples of systems.
@@ -451,6 +481,9 @@ func (s Sample) line() string {
 	if s.Silent > 0 {
 		off = fmt.Sprintf("  offline %d/%d, +%.0f ms p50 past the timeout", s.Detected, s.Silent, s.BeyondTimeout.P50)
 	}
+	if p := floorOf(s); p.Count > 0 {
+		off = fmt.Sprintf("  floor p50 %.1f p99 %.1f p999 %.1f ms (n=%d)", p.P50, p.P99, p.P999, p.Count) + off
+	}
 	if p := s.ProbePropagation; p.Count > 0 {
 		off = fmt.Sprintf("  probe p50 %.1f p99 %.1f p999 %.1f ms (n=%d)", p.P50, p.P99, p.P999, p.Count) + off
 	}
@@ -480,7 +513,15 @@ func runRound(ctx context.Context, cfg Config, name, redisServer string, round i
 	if err != nil {
 		return Sample{}, err
 	}
-	return runLoad(ctx, cfg, sys, round)
+	var floor *floorRun
+	if cfg.Floor {
+		floor = &floorRun{system: system{name: "floor"}}
+		defer floor.stop()
+		if err := floor.startNodes(ctx, cfg, round); err != nil {
+			return Sample{}, err
+		}
+	}
+	return runLoad(ctx, cfg, sys, floor, round)
 }
 
 // start starts one server process of sys, pinned to the server CPUs, its
@@ -703,7 +744,7 @@ func sampleOfCentrifuge(out []byte) (Sample, error) {
 }
 
 // runLoad runs the load once against sys, pinned to the load CPUs.
-func runLoad(ctx context.Context, cfg Config, sys *system, round int) (Sample, error) {
+func runLoad(ctx context.Context, cfg Config, sys *system, floor *floorRun, round int) (Sample, error) {
 	argv, decode := loadArgs(cfg, sys), sampleOf
 	if sys.name == Centrifuge {
 		argv, decode = centrifugeLoadArgs(cfg, sys), sampleOfCentrifuge
@@ -728,13 +769,35 @@ func runLoad(ctx context.Context, cfg Config, sys *system, round int) (Sample, e
 		return out
 	}
 	cpu0 := cpuAll()
-	if err := cmd.Run(); err != nil {
+	if err := cmd.Start(); err != nil {
+		return Sample{}, fmt.Errorf("load %v: %w", argv, err)
+	}
+	var probe *exec.Cmd
+	var probeOut bytes.Buffer
+	if floor != nil {
+		var err error
+		if probe, err = floor.startProbe(cfg, round, &probeOut); err != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			return Sample{}, err
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		if probe != nil {
+			_ = probe.Process.Kill()
+			_ = probe.Wait()
+		}
 		return Sample{}, fmt.Errorf("load %v: %w (see %s)", argv, err, stderr.Name())
 	}
 	cpu1 := cpuAll()
 	s, err := decode(out.Bytes())
 	if err != nil {
 		return Sample{}, fmt.Errorf("%w (see %s)", err, stderr.Name())
+	}
+	if probe != nil {
+		if s.Floor, err = floor.report(probe, &probeOut); err != nil {
+			return Sample{}, err
+		}
 	}
 	s.System, s.Round = sys.name, round
 	s.CPUByProcess = map[string]float64{}
