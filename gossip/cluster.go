@@ -67,7 +67,7 @@ type Cluster struct {
 	// it made them.
 	stepping bool
 	stepped  *sync.Cond // on mu
-	view memberView   // what the core reads of memberlist's members
+	view     memberView // what the core reads of memberlist's members
 	// readiness (ready.go): a Join reached a member, and the first
 	// anti-entropy exchange brought this replica up to date with one;
 	// ready is closed once both hold

@@ -238,10 +238,10 @@ type Sample struct {
 	ProbePropagation bench.Quantiles `json:"probe_propagation_ms"`
 	// Floor is the floor probe's report (Config.Floor), measured during
 	// this round's window; nil without one.
-	Floor  *bench.FloorReport `json:"floor,omitempty"`
-	Silent           int             `json:"offline_silent"`
-	Detected         uint64          `json:"offline_detected"`
-	BeyondTimeout    bench.Quantiles `json:"offline_beyond_timeout_ms"`
+	Floor         *bench.FloorReport `json:"floor,omitempty"`
+	Silent        int                `json:"offline_silent"`
+	Detected      uint64             `json:"offline_detected"`
+	BeyondTimeout bench.Quantiles    `json:"offline_beyond_timeout_ms"`
 	// CPUByProcess is each process's CPU over the whole load run,
 	// connects included.
 	CPUByProcess map[string]float64 `json:"cpu_seconds_by_process_whole_run"`
