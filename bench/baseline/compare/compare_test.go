@@ -279,3 +279,24 @@ func TestWaitRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The servers' ports are distinct, free for TCP and UDP, and outside the
+// kernel's ephemeral range, where an outbound connection could take one
+// before its server binds it.
+func TestFreePortsAreDistinctAndBelowTheEphemeralRange(t *testing.T) {
+	var ps portSet
+	seen := map[int]bool{}
+	for range 200 {
+		p, err := ps.freePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[p] {
+			t.Fatalf("port %d handed out twice", p)
+		}
+		seen[p] = true
+		if p >= ephemeralLow() {
+			t.Fatalf("port %d is in the ephemeral range (from %d)", p, ephemeralLow())
+		}
+	}
+}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,11 +27,11 @@ type floorRun struct {
 func (f *floorRun) startNodes(ctx context.Context, cfg Config, round int) error {
 	var tcp, udp []string
 	for range cfg.Gateways {
-		pt, err := freePort()
+		pt, err := cfg.ports.freePort()
 		if err != nil {
 			return err
 		}
-		pu, err := freeUDPPort()
+		pu, err := cfg.ports.freePort()
 		if err != nil {
 			return err
 		}
@@ -100,13 +99,4 @@ func (f *floorRun) report(probe *exec.Cmd, out *bytes.Buffer) (*bench.FloorRepor
 		return nil, fmt.Errorf("floor probe: its output is not a floor report: %w", err)
 	}
 	return &r, nil
-}
-
-func freeUDPPort() (int, error) {
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer pc.Close()
-	return pc.LocalAddr().(*net.UDPAddr).Port, nil
 }

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -27,6 +28,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rollcall/rollcall/bench"
@@ -125,6 +127,8 @@ type Config struct {
 	Dir string
 	// Log receives progress lines. Default os.Stderr.
 	Log io.Writer
+
+	ports *portSet // set by defaults
 }
 
 func (c *Config) defaults() error {
@@ -205,6 +209,7 @@ func (c *Config) defaults() error {
 	if c.Log == nil {
 		c.Log = os.Stderr
 	}
+	c.ports = &portSet{}
 	if c.Floor && len(c.FloorCommand) == 0 {
 		return errors.New("the floor needs the command that runs its node and probe (FloorCommand)")
 	}
@@ -550,7 +555,7 @@ func (s *system) start(cfg Config, name string, round int, argv ...string) error
 // persistence, with the keyspace events given (none when empty), and
 // returns its address once it answers.
 func startRedisServer(ctx context.Context, cfg Config, sys *system, redisServer string, round int, events string) (string, error) {
-	rport, err := freePort()
+	rport, err := cfg.ports.freePort()
 	if err != nil {
 		return "", err
 	}
@@ -581,7 +586,7 @@ func startRedis(ctx context.Context, cfg Config, sys *system, redisServer string
 // and name, and waits until each accepts connections.
 func startGateways(ctx context.Context, cfg Config, sys *system, round int, prefix string, argv func(addr, name string) []string) error {
 	for i := range cfg.Gateways {
-		p, err := freePort()
+		p, err := cfg.ports.freePort()
 		if err != nil {
 			return err
 		}
@@ -629,7 +634,7 @@ func startRollcall(ctx context.Context, cfg Config, sys *system, round int) erro
 	for i := range cfg.Gateways {
 		ports := make([]int, 3)
 		for j := range ports {
-			p, err := freePort()
+			p, err := cfg.ports.freePort()
 			if err != nil {
 				return err
 			}
@@ -837,13 +842,61 @@ func findRedisServer(log io.Writer) (string, error) {
 	return exec.LookPath("redis-server")
 }
 
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+// portSet hands out the ports of one Run's servers, each once.
+type portSet struct {
+	mu   sync.Mutex
+	used map[int]bool
+}
+
+// freePort returns a loopback port that is free for both TCP and UDP
+// (a gateway's gossip port takes both) and not handed out before,
+// chosen below the kernel's ephemeral range: a port from that range, free
+// when chosen, can be taken by any outbound connection before the server
+// that was to listen on it starts (seen as "bind: address already in
+// use" from an agent).
+func (ps *portSet) freePort() (int, error) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.used == nil {
+		ps.used = map[int]bool{}
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	lo, hi := 10000, ephemeralLow()
+	for range 1000 {
+		p := lo + rand.IntN(hi-lo)
+		if ps.used[p] {
+			continue
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			continue
+		}
+		pc, err := net.ListenPacket("udp", "127.0.0.1:"+strconv.Itoa(p))
+		_ = ln.Close()
+		if err != nil {
+			continue
+		}
+		_ = pc.Close()
+		ps.used[p] = true
+		return p, nil
+	}
+	return 0, fmt.Errorf("no free port in [%d, %d) after 1000 tries", lo, hi)
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range
+// (/proc/sys/net/ipv4/ip_local_port_range), 32768 where it cannot be read.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 32768
+	}
+	if p, err := strconv.Atoi(f[0]); err == nil && p > 11000 {
+		return p
+	}
+	return 32768
 }
 
 func waitTCP(ctx context.Context, addr string) error {
