@@ -61,13 +61,7 @@ type Cluster struct {
 	// lock may wait for mu.
 	mu   sync.Mutex
 	core *dissem.Node // every call holds mu
-	// stepping is set while a Ready of the core is being executed (mu
-	// released): run's next input waits on stepped for its Advance, and
-	// Flush leaves the deltas to run. The core's sends go out in the order
-	// it made them.
-	stepping bool
-	stepped  *sync.Cond // on mu
-	view     memberView // what the core reads of memberlist's members
+	view memberView   // what the core reads of memberlist's members
 	// readiness (ready.go): a Join reached a member, and the first
 	// anti-entropy exchange brought this replica up to date with one;
 	// ready is closed once both hold
@@ -147,7 +141,6 @@ func New(cfg Config, host Host) (*Cluster, error) {
 		ready:    make(chan struct{}),
 		joinWake: make(chan struct{}, 1),
 	}
-	c.stepped = sync.NewCond(&c.mu)
 	c.view = memberView{numMembers: func() int { return 1 },
 		nodes: make(map[string]*memberlist.Node), state: make(map[string]string)}
 	// The client address is settled before the core starts: its alive

@@ -66,30 +66,18 @@ func (c *Cluster) step(input func(now int64)) {
 		c.log.Warn("this gateway was stalled; peer leases extended by the stall", zap.Duration("stall", s))
 	}
 	c.mu.Lock()
-	for c.stepping { // a Flush is executing a Ready: its sends go first
-		c.stepped.Wait()
-	}
 	now := c.leaseNow()
 	input(now)
-	c.drainReadyLocked(now)
-	c.mu.Unlock()
-}
-
-// drainReadyLocked executes the core's Ready until it asks nothing more.
-// Called with mu held; each Ready is executed unlocked, with stepping set
-// (the core's inputs wait for its Advance), while Publish, Leave and
-// AnnounceDrain may use the core: a copy of its own.
-func (c *Cluster) drainReadyLocked(now int64) {
 	for c.core.HasReady() {
+		// Executed unlocked, while Publish, Leave and AnnounceDrain may
+		// use the core: a copy of its own.
 		rd := c.core.Ready().Clone()
-		c.stepping = true
 		c.mu.Unlock()
 		c.execute(rd, false)
 		c.mu.Lock()
-		c.stepping = false
-		c.stepped.Broadcast()
 		c.core.Advance(now)
 	}
+	c.mu.Unlock()
 }
 
 // leaseNow is the lease clock: the configured clock less this process's own

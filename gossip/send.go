@@ -31,30 +31,6 @@ func (c *Cluster) Publish(deltas []crdt.Delta) {
 	}
 }
 
-// Flush hands the deltas queued by Publish to the core on the caller's
-// goroutine, and sends what the core sends at once (outside a write
-// window: see Config.BatchDelay), unless the loop holds the core or is
-// executing one of its Readys; then it leaves them to the loop, which
-// Publish has woken. It implements node.Flusher: the gateway calls it
-// right after Publish with none of its locks held, so that a status change
-// made while the link is idle reaches the peers before its writer's reply
-// is written, not when the loop's thread is next scheduled. It never
-// blocks on the network (best-effort sends are UDP packets; reliable ones
-// run on goroutines of their own).
-func (c *Cluster) Flush() {
-	if !c.mu.TryLock() {
-		return
-	}
-	if c.stepping {
-		c.mu.Unlock()
-		return
-	}
-	now := c.leaseNow()
-	c.takePublishedLocked(now)
-	c.drainReadyLocked(now)
-	c.mu.Unlock()
-}
-
 // takePublished hands the deltas queued by Publish to the core. Called with
 // mu held.
 func (c *Cluster) takePublishedLocked(now int64) {

@@ -23,16 +23,6 @@ type Cluster interface {
 	Route(ctx context.Context, gateway string, msg Message) (int, error)
 }
 
-// Flusher is implemented by a Cluster whose Publish leaves the sending to
-// a goroutine of its own. The node calls Flush right after Publish, with
-// none of its locks held; the Cluster may then send what Publish queued on
-// the caller's goroutine, so that a change reaches the peers before its
-// writer's reply is written. Flush must not block on the network or call
-// back into the Node.
-type Flusher interface {
-	Flush()
-}
-
 // AddressBook is implemented by a Cluster that knows its members' client
 // addresses; locate replies then say where each session lives.
 type AddressBook interface {

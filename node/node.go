@@ -387,8 +387,7 @@ func (n *Node) Close() error {
 }
 
 // unlockAndPublish releases mu, then publishes deltas (in the order they
-// were written: pubMu is taken before mu is released), flushes them when
-// the cluster can send them on this goroutine (Flusher), and wakes the
+// were written: pubMu is taken before mu is released) and wakes the
 // notifier if presence changes are pending.
 func (n *Node) unlockAndPublish(deltas []crdt.Delta) {
 	wake := len(n.dirty) > 0
@@ -397,15 +396,11 @@ func (n *Node) unlockAndPublish(deltas []crdt.Delta) {
 	} else {
 		n.pubMu.Lock()
 		n.mu.Unlock()
-		c := n.getCluster()
-		if c != nil {
+		if c := n.getCluster(); c != nil {
 			c.Publish(deltas)
 		}
 		n.pubMu.Unlock()
 		n.stats.published.Add(uint64(len(deltas)))
-		if f, ok := c.(Flusher); ok {
-			f.Flush()
-		}
 	}
 	if wake {
 		select {
