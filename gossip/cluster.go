@@ -258,9 +258,7 @@ func (c *Cluster) memberlistConfig() (*memberlist.Config, error) {
 		c.cfg.Memberlist(mlc)
 	}
 	if mlc.Transport == nil {
-		nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
-			BindAddrs: []string{mlc.BindAddr}, BindPort: mlc.BindPort, Logger: mlc.Logger,
-		})
+		nt, err := newTransport(mlc.BindAddr, mlc.BindPort, mlc.Logger)
 		if err != nil {
 			return nil, fmt.Errorf("gossip: listen on %s: %w", c.cfg.BindAddr, err)
 		}
@@ -270,7 +268,7 @@ func (c *Cluster) memberlistConfig() (*memberlist.Config, error) {
 		}
 		mlc.Transport = t
 		if mlc.BindPort == 0 {
-			mlc.BindPort = nt.GetAutoBindPort()
+			mlc.BindPort = nt.port()
 			mlc.AdvertisePort = mlc.BindPort
 		}
 	}
