@@ -147,3 +147,27 @@ func TestTransportShutdown(t *testing.T) {
 		t.Fatal("the TCP listener still accepts after Shutdown")
 	}
 }
+
+// Bound to 0.0.0.0 (a dual-stack socket where the host has IPv6), the
+// transport still reaches IPv4 peers and sees them as IPv4 addresses.
+func TestTransportOnTheUnspecifiedAddress(t *testing.T) {
+	a, err := newTransport("0.0.0.0", 0, log.New(io.Discard, "", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Shutdown()
+	b := newTestTransport(t)
+	if _, err := a.WriteTo([]byte("ping"), b.addr()); err != nil {
+		t.Fatal(err)
+	}
+	p := nextPacket(t, b)
+	if string(p.Buf) != "ping" {
+		t.Fatalf("got %q", p.Buf)
+	}
+	if _, err := b.WriteTo([]byte("ack"), p.From.String()); err != nil {
+		t.Fatal(err)
+	}
+	if q := nextPacket(t, a); string(q.Buf) != "ack" || q.From.String() != b.addr() {
+		t.Fatalf("got %q from %s, want \"ack\" from %s", q.Buf, q.From, b.addr())
+	}
+}
