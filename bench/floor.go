@@ -26,8 +26,9 @@ import (
 	"time"
 )
 
-// floorMsgSize is the size of a floor message: the sender's monotonic
-// clock (ns) and the index of the node it was sent through.
+// floorMsgSize is the size of a floor message: when the probe sent it
+// (ns on its monotonic clock, since it started) and the index of the node
+// it was sent through.
 const floorMsgSize = 16
 
 // ServeFloorNode relays until ctx ends: what its TCP clients at tcpAddr
