@@ -73,9 +73,7 @@ func (f *floorRun) startProbe(cfg Config, round int, out *bytes.Buffer) (*exec.C
 	delay, length := floorWindow(cfg)
 	argv := append(slices.Clone(cfg.FloorCommand), "probe", "--nodes", strings.Join(f.addrs, ","),
 		"--rate", strconv.FormatFloat(rate, 'f', -1, 64), "--delay", delay.String(), "--duration", length.String())
-	if _, err := exec.LookPath("taskset"); err == nil {
-		argv = append([]string{"taskset", "-c", cfg.LoadCPUs}, argv...)
-	}
+	argv = pinned(cfg.LoadCPUs, argv)
 	stderr, err := os.Create(filepath.Join(cfg.Dir, fmt.Sprintf("floor-probe-%d.log", round)))
 	if err != nil {
 		return nil, err

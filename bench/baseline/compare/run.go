@@ -529,12 +529,19 @@ func runRound(ctx context.Context, cfg Config, name, redisServer string, round i
 	return runLoad(ctx, cfg, sys, floor, round)
 }
 
+// pinned is argv run on cpus (taskset), or argv itself where taskset is
+// missing.
+func pinned(cpus string, argv []string) []string {
+	if _, err := exec.LookPath("taskset"); err != nil {
+		return argv
+	}
+	return append([]string{"taskset", "-c", cpus}, argv...)
+}
+
 // start starts one server process of sys, pinned to the server CPUs, its
 // output in the log directory.
 func (s *system) start(cfg Config, name string, round int, argv ...string) error {
-	if _, err := exec.LookPath("taskset"); err == nil {
-		argv = append([]string{"taskset", "-c", cfg.ServerCPUs}, argv...)
-	}
+	argv = pinned(cfg.ServerCPUs, argv)
 	f, err := os.Create(filepath.Join(cfg.Dir, fmt.Sprintf("%s-%d.log", name, round)))
 	if err != nil {
 		return err
@@ -754,9 +761,7 @@ func runLoad(ctx context.Context, cfg Config, sys *system, floor *floorRun, roun
 	if sys.name == Centrifuge {
 		argv, decode = centrifugeLoadArgs(cfg, sys), sampleOfCentrifuge
 	}
-	if _, err := exec.LookPath("taskset"); err == nil {
-		argv = append([]string{"taskset", "-c", cfg.LoadCPUs}, argv...)
-	}
+	argv = pinned(cfg.LoadCPUs, argv)
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	var out bytes.Buffer
 	stderr, err := os.Create(filepath.Join(cfg.Dir, fmt.Sprintf("load-%s-%d.log", sys.name, round)))
