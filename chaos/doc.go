@@ -1,7 +1,7 @@
 // Package chaos runs real `rollcall agent` processes under a seeded fault
 // schedule and a seeded client workload, records everything that happened
-// as a JSONL history, and checks the history against the four promises of
-// issue 13: convergence, nothing lost, no ghosts, order.
+// as a JSONL history, and checks the history against the four promises
+// (docs/chaos.md): convergence, nothing lost, no ghosts, order.
 //
 // It owns no gateway code and imports none: the agents are black boxes
 // started from a binary, spoken to over the client protocol (protocol.go)

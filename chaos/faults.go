@@ -40,7 +40,7 @@ type Fault struct {
 	Gap  time.Duration // kill-restart: from the second kill to the first one's restart
 	// Hold2 is how long the second victim of a kill-restart stays down:
 	// longer than the crash bound, so its sessions must be shown offline by
-	// the lease of a gateway that only just started (issue 13, fault 2).
+	// the lease of a gateway that only just started.
 	Hold2 time.Duration
 }
 

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// What may fill a connection's outbound queue (issue 13, fault 7). The
+// What may fill a connection's outbound queue. The
 // queue's bound (Config.OutboundQueue frames, OutboundQueueBytes bytes)
 // exists to drop a client that does not read: the replies and events it
 // lets pile up. Two kinds of frames must not trip it for a client that

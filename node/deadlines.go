@@ -29,7 +29,7 @@ import (
 // Deadlines run on Node.mono, a clock that stops while the gateway itself is
 // stalled (SIGSTOP, a paused VM, a long scheduler pause): the heartbeats its
 // clients sent meanwhile wait unread in socket buffers, so that silence is
-// the gateway's, not theirs (issue 13, fault 4). Only the sweeper expires
+// the gateway's, not theirs. Only the sweeper expires
 // sessions, so the sweeper detects stalls: before each sweep it feeds a
 // stall.Detector a reading of the real monotonic clock, and a tick later
 // than SweepInterval by more than Config.StallThreshold adds its lateness to

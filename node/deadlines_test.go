@@ -119,7 +119,7 @@ func newStallPair(t *testing.T, mut func(*Config)) (n *Node, clock *fakeClock, s
 	return n, clock, stalls, alice, bob
 }
 
-// TestStallExtendsDeadlines is issue 13's fault 4: a gateway stopped for
+// TestStallExtendsDeadlines: a gateway stopped for
 // longer than the timeout (SIGSTOP) must not expire its clients on resume,
 // since their heartbeats wait unread in its socket buffers. The stall
 // extends every deadline by its length: a heartbeat after it keeps a

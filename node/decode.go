@@ -34,7 +34,7 @@ func decodeRequest(line []byte) (Request, *requestError) {
 		// invalid bytes in the strings it decodes, but keeps raw values
 		// (id, body) as they came, and those are echoed to clients: a line
 		// that is not UTF-8 is refused whole, so no reply or message can
-		// carry its bytes (issue 13, fault 7).
+		// carry its bytes.
 		if !validID(req.ID) {
 			req.ID = nil
 		}

@@ -9,7 +9,7 @@ import (
 )
 
 // Epochs that cannot grow are refused with a clear error, never accepted
-// and then wrapped (issue 13, fault 5): a hello whose last_epoch is at or
+// and then wrapped: a hello whose last_epoch is at or
 // above MaxEpoch gets bad_request, and a (user, device) whose epoch reached
 // MaxEpoch gets epoch_exhausted, not internal, while the connection stays
 // usable for another device.

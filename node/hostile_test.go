@@ -24,7 +24,7 @@ import (
 	"github.com/rollcall/rollcall/crdt"
 )
 
-// The hostile-client test (issue 13, "Also measured"): thousands of
+// The hostile-client test: thousands of
 // connections that misbehave in every way the protocol allows, from a child
 // process (so the node's memory is measured alone), while well-behaved
 // clients in this process keep heartbeating and making requests. It

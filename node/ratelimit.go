@@ -5,8 +5,8 @@ import (
 	"time"
 )
 
-// Per-session rate limits (issue 13, fault 7: a sender of 20,000 sends was
-// never throttled, while its victim was cut as a slow consumer). The limit
+// Per-session rate limits (without them a sender of 20,000 sends went
+// unthrottled while its victim was cut as a slow consumer). The limit
 // protects the gateway's CPU and the recipients' attention from one
 // flooding session; what keeps a recipient connected under floods from
 // many sessions at once is that a message never overflows its queue

@@ -36,8 +36,8 @@ func (c *client) recvRaw() frame {
 
 // TestSendRefusesInvalidBody: a body that is not valid JSON in UTF-8 is
 // refused with bad_request at the sender's gateway, and the recipient
-// receives nothing (issue 13, fault 7: bodies with invalid UTF-8 used to be
-// forwarded byte for byte). The sender keeps its connection.
+// receives nothing (bodies with invalid UTF-8 used to be forwarded byte
+// for byte). The sender keeps its connection.
 func TestSendRefusesInvalidBody(t *testing.T) {
 	n := newTestNode(t, nil)
 	a, _ := connect(t, n, "alice", "phone")
@@ -230,7 +230,7 @@ func (r *reader) waitMessages(t *testing.T, want int) {
 	}
 }
 
-// TestSendFloodIsThrottled: the fault's reproduction (issue 13, fault 7: a
+// TestSendFloodIsThrottled: the flood's reproduction (a
 // sender of 20,000 sends was never throttled while its victim, reading
 // promptly, was cut as slow_consumer). The sender gets its burst, then
 // rate_limited for every send past its allowance, and keeps its

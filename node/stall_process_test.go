@@ -14,7 +14,7 @@ import (
 	"go.uber.org/zap"
 )
 
-// TestStallProcess is issue 13's fault 4 end to end: a gateway process
+// TestStallProcess is the stall of a whole process end to end: a gateway process
 // (this test binary, re-run as TestStallGatewayHelper) with a 2s timeout is
 // stopped with SIGSTOP for longer than that and continued. Its sweeper
 // must not expire the clients that kept heartbeating into their sockets

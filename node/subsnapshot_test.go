@@ -12,7 +12,7 @@ import (
 )
 
 // The initial events of a sub must never make a prompt reader a slow
-// consumer (issue 13, fault 7: two back-to-back subscribes of 1,000 users
+// consumer (two back-to-back subscribes of 1,000 users
 // each, from a client reading promptly, were cut as slow_consumer in 1 of 10
 // trials). A sub's snapshot can be far larger than the outbound queue's
 // bound: 1,000 users per request, and a group's every online member.

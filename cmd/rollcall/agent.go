@@ -67,7 +67,7 @@ type tokenFlags struct {
 }
 
 // clusterFlags are the gossip flags of `rollcall agent`, parsed here and
-// handed to startCluster (issue 4 wires them to gossip/).
+// handed to startCluster, which wires them to gossip/.
 type clusterFlags struct {
 	GossipAddr      string        // --gossip-addr: memberlist bind address
 	Join            []string      // --join: gossip addresses of existing members
