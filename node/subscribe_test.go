@@ -139,6 +139,11 @@ func TestEventVersionsIncreaseAndCoalesce(t *testing.T) {
 		func(n *Node) { n.eventAfter = func(time.Duration) <-chan time.Time { return ends } })
 	endWindow := func() { ends <- time.Now() } // returns once the notifier took it
 	w, _ := connect(t, n, "watcher", "w")      // flushed at once: opens a window
+	// Alice's connect must find that window open: made before the
+	// notifier took the watcher's change, it would be flushed with it, no
+	// window would wait for endWindow, and the test would hang until the
+	// sessions expired.
+	waitFor(t, "the notifier to take the watcher's change", func() bool { return !n.hasDirty() })
 	a, _ := connect(t, n, "alice", "phone")
 	endWindow()
 	w.ok(map[string]any{"op": "sub", "users": []string{"alice"}})
