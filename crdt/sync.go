@@ -28,6 +28,20 @@ func (r *Replica) Digest() Digest {
 // session the user left on another gateway), and only a full snapshot of
 // those origins tells the peer to drop them (testdata/ghost_after_gc.txt).
 func (r *Replica) Diff(peer Digest) Sync {
+	peerW, peerHeld := peerMaps(peer)
+	lagging := r.lagging(peerW)
+	var out Sync
+	for _, st := range r.sortedOrigins() {
+		os, ok := r.diffOrigin(st, peerW, peerHeld, lagging, 0, nil)
+		if ok {
+			out = append(out, os)
+		}
+	}
+	return out
+}
+
+// peerMaps indexes a peer's digest: its watermark and held runs per origin.
+func peerMaps(peer Digest) (map[Origin]uint64, map[Origin][]Span) {
 	peerW := make(map[Origin]uint64, len(peer))
 	peerHeld := make(map[Origin][]Span)
 	for _, e := range peer {
@@ -36,7 +50,13 @@ func (r *Replica) Diff(peer Digest) Sync {
 			peerHeld[e.Origin] = e.Held
 		}
 	}
-	lagging := false
+	return peerW, peerHeld
+}
+
+// lagging reports whether a peer with watermarks peerW lags below what
+// this replica has garbage collected for some origin: it then needs a
+// full snapshot of every origin (see Diff).
+func (r *Replica) lagging(peerW map[Origin]uint64) bool {
 	for st := range r.allOrigins() {
 		// A floor above our own watermark (a collected record in a pending
 		// range) is not something we can vouch for; comparing with the lower
@@ -48,22 +68,30 @@ func (r *Replica) Diff(peer Digest) Sync {
 			continue
 		}
 		if pw := peerW[st.origin]; pw < st.gcFloor && pw < st.watermark {
-			lagging = true
-			break
+			return true
 		}
 	}
-	var out Sync
-	for _, st := range r.sortedOrigins() {
-		o := st.origin
-		pw, known := peerW[o]
-		w := st.watermark
-		if st.purged {
-			w = 0 // see below
-		}
-		if known && !lagging && w <= pw && st.maxVersion() <= pw {
-			continue
-		}
-		os := OriginSync{Origin: o, Watermark: st.watermark, GCFloor: st.gcFloor, Full: lagging}
+	return false
+}
+
+// diffOrigin builds one origin's part of an answer: its records above the
+// peer's watermark (or all of them when lagging) and above after, outside
+// the runs the peer holds. add, if not nil, is asked before each record is
+// taken and stops the walk by returning false. ok is false when the origin
+// has nothing to tell the peer.
+func (r *Replica) diffOrigin(st *originState, peerW map[Origin]uint64, peerHeld map[Origin][]Span, lagging bool,
+	after uint64, take func(it logItem) bool) (os OriginSync, ok bool) {
+	o := st.origin
+	pw, known := peerW[o]
+	w := st.watermark
+	if st.purged {
+		w = 0 // see below
+	}
+	if known && !lagging && w <= pw && st.maxVersion() <= pw {
+		return OriginSync{}, false
+	}
+	{
+		os = OriginSync{Origin: o, Watermark: st.watermark, GCFloor: st.gcFloor, Full: lagging}
 		if st.purged {
 			// Our watermark covers sessions we purged: vouching for it
 			// would make the peer drop or never ask for records its owner
@@ -76,7 +104,13 @@ func (r *Replica) Diff(peer Digest) Sync {
 		if lagging {
 			from, held = 0, nil
 		}
+		from = max(from, after+1)
+		stopped := false
 		add := func(it logItem) bool {
+			if take != nil && !take(it) {
+				stopped = true
+				return false
+			}
 			if it.a != nil {
 				os.Accounts = append(os.Accounts, *it.a)
 			} else {
@@ -87,6 +121,9 @@ func (r *Replica) Diff(peer Digest) Sync {
 		// Only the gaps between the runs the peer holds above its
 		// watermark: the walk costs what is sent, not what is skipped.
 		for _, sp := range held {
+			if stopped {
+				break
+			}
 			if sp.Through < from {
 				continue
 			}
@@ -95,10 +132,11 @@ func (r *Replica) Diff(peer Digest) Sync {
 			}
 			from = sp.Through + 1
 		}
-		st.log.AscendGreaterOrEqual(from, add)
-		out = append(out, os)
+		if !stopped {
+			st.log.AscendGreaterOrEqual(from, add)
+		}
 	}
-	return out
+	return os, true
 }
 
 // ApplySync merges a peer's answer to our digest at local time now and

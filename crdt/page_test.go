@@ -1,0 +1,176 @@
+package crdt
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+// pagedWorld is three owners whose writes a sender replica holds: connects,
+// reconnects that supersede an epoch (gaps in an origin's log), clean ends
+// and account records.
+type pagedWorld struct {
+	t       *testing.T
+	rng     *rand.Rand
+	writers []*Replica
+	epochs  map[Key]uint64
+	sender  *Replica
+}
+
+func newPagedWorld(t *testing.T, seed uint64) *pagedWorld {
+	w := &pagedWorld{t: t, rng: rand.New(rand.NewPCG(seed, 7)), epochs: map[Key]uint64{}}
+	for i := range 3 {
+		w.writers = append(w.writers, newTestReplica(t, fmt.Sprintf("gw%d", i), 1, Config{}))
+	}
+	w.sender = newTestReplica(t, "sender", 1, Config{})
+	return w
+}
+
+// write makes one random owner's write and applies it at the sender.
+func (w *pagedWorld) write(now int64) {
+	wr := w.writers[w.rng.IntN(len(w.writers))]
+	var d Delta
+	var err error
+	if w.rng.IntN(8) == 0 {
+		d, err = wr.PutAccountLocal(fmt.Sprintf("u%d", w.rng.IntN(20)), Override(w.rng.IntN(4)), "", now)
+	} else {
+		k := Key{User: fmt.Sprintf("u%d", w.rng.IntN(20)), Device: fmt.Sprintf("d%d", w.rng.IntN(3))}
+		// A key stays with the writer that first wrote it, so that the
+		// writer's replica holds the epochs it must beat.
+		for _, o := range w.writers {
+			if s := o.userEntry(k); s != nil {
+				wr = o
+			}
+		}
+		state := StateActive
+		if w.rng.IntN(4) == 0 {
+			state = StateDisconnected
+		}
+		if cur := wr.userEntry(k); cur == nil || cur.s.State.Terminal() || w.rng.IntN(2) == 0 {
+			w.epochs[k]++
+		}
+		s := Session{User: k.User, Device: k.Device, ID: fmt.Sprintf("s%d", w.epochs[k]),
+			Epoch: w.epochs[k], State: state, Groups: []string{"g"}, ExpiresAt: now + 1e12}
+		d, err = wr.PutLocal(s, now)
+	}
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if _, _, err := w.sender.Apply(d, now); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// transfer pages the sender's answer to r's digest into r, stopping after
+// stopAfter pages (< 0: none), calling between after each page applied;
+// it reports the pages applied and whether the transfer completed.
+func transfer(t *testing.T, sender, r *Replica, maxRecords, stopAfter int, between func()) (pages int, done bool) {
+	t.Helper()
+	peer := r.Digest()
+	var cur PageCursor
+	for {
+		page, next, last := sender.DiffPage(peer, cur, maxRecords, 0)
+		if maxRecords > 0 && !last && page.Len() > maxRecords {
+			t.Fatalf("page of %d records, bound %d", page.Len(), maxRecords)
+		}
+		if _, err := r.ApplySync(page, 1); err != nil {
+			t.Fatalf("page %d: %v", pages, err)
+		}
+		pages++
+		if last {
+			return pages, true
+		}
+		if pages == stopAfter {
+			return pages, false
+		}
+		if between != nil {
+			between()
+		}
+		cur = next
+	}
+}
+
+func sameState(t *testing.T, what string, a, b *Replica) {
+	t.Helper()
+	if !bytes.Equal(canonicalSnapshot(a), canonicalSnapshot(b)) {
+		t.Fatalf("%s: replicas differ", what)
+	}
+}
+
+// A paged transfer leaves the receiver holding what the sender holds, as
+// one whole Diff does, in pages within the record bound.
+func TestDiffPageConvergesLikeDiff(t *testing.T) {
+	for seed := range uint64(20) {
+		w := newPagedWorld(t, seed)
+		for range 300 {
+			w.write(1)
+		}
+		whole := newTestReplica(t, "whole", 1, Config{})
+		if _, err := whole.ApplySync(w.sender.Diff(whole.Digest()), 1); err != nil {
+			t.Fatal(err)
+		}
+		paged := newTestReplica(t, "paged", 1, Config{})
+		held := w.sender.Diff(paged.Digest()).Len()
+		pages, _ := transfer(t, w.sender, paged, 7, -1, nil)
+		if want := (held + 6) / 7; pages < want {
+			t.Fatalf("seed %d: %d pages for %d records at 7 a page, want at least %d", seed, pages, held, want)
+		}
+		sameState(t, fmt.Sprintf("seed %d: paged and whole", seed), paged, whole)
+		sameState(t, fmt.Sprintf("seed %d: paged and sender", seed), paged, w.sender)
+		// Level now: another round sends nothing.
+		if s := w.sender.Diff(paged.Digest()); s.Len() != 0 {
+			t.Fatalf("seed %d: %d records still owed after the transfer", seed, s.Len())
+		}
+	}
+}
+
+// A transfer cut after any page resumes from the receiver's next digest
+// and converges; what a page claimed is held.
+func TestDiffPageResumesAfterAnInterruption(t *testing.T) {
+	for seed := range uint64(20) {
+		w := newPagedWorld(t, seed)
+		for range 200 {
+			w.write(1)
+		}
+		r := newTestReplica(t, "joiner", 1, Config{})
+		held := w.sender.Diff(r.Digest()).Len()
+		stop := 1 + int(seed)%(held/5-1)
+		if _, done := transfer(t, w.sender, r, 5, stop, nil); done {
+			t.Fatalf("seed %d: transfer done before page %d", seed, stop)
+		}
+		before := r.Stats().Sessions
+		pages, done := transfer(t, w.sender, r, 5, -1, nil)
+		if !done {
+			t.Fatalf("seed %d: resumed transfer not done", seed)
+		}
+		if before == 0 {
+			t.Fatalf("seed %d: the first %d pages brought nothing", seed, stop)
+		}
+		sameState(t, fmt.Sprintf("seed %d: resumed", seed), r, w.sender)
+		if full, _ := transfer(t, w.sender, newTestReplica(t, "fresh", 1, Config{}), 5, -1, nil); pages >= full {
+			t.Fatalf("seed %d: the resumed transfer took %d pages, as many as a fresh one (%d)", seed, pages, full)
+		}
+	}
+}
+
+// Writes the sender takes while a transfer is under way are not lost: they
+// arrive in later pages or in the next anti-entropy round.
+func TestDiffPageKeepsWritesMadeDuringTheTransfer(t *testing.T) {
+	for seed := range uint64(20) {
+		w := newPagedWorld(t, seed)
+		for range 200 {
+			w.write(1)
+		}
+		r := newTestReplica(t, "joiner", 1, Config{})
+		transfer(t, w.sender, r, 6, -1, func() {
+			for range 3 {
+				w.write(2)
+			}
+		})
+		if _, err := r.ApplySync(w.sender.Diff(r.Digest()), 2); err != nil {
+			t.Fatal(err)
+		}
+		sameState(t, fmt.Sprintf("seed %d: after the next round", seed), r, w.sender)
+	}
+}
