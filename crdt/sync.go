@@ -76,7 +76,7 @@ func (r *Replica) lagging(peerW map[Origin]uint64) bool {
 
 // diffOrigin builds one origin's part of an answer: its records above the
 // peer's watermark (or all of them when lagging) and above after, outside
-// the runs the peer holds. add, if not nil, is asked before each record is
+// the runs the peer holds. take, if not nil, is asked before each record is
 // taken and stops the walk by returning false. ok is false when the origin
 // has nothing to tell the peer.
 func (r *Replica) diffOrigin(st *originState, peerW map[Origin]uint64, peerHeld map[Origin][]Span, lagging bool,
@@ -90,51 +90,49 @@ func (r *Replica) diffOrigin(st *originState, peerW map[Origin]uint64, peerHeld 
 	if known && !lagging && w <= pw && st.maxVersion() <= pw {
 		return OriginSync{}, false
 	}
-	{
-		os = OriginSync{Origin: o, Watermark: st.watermark, GCFloor: st.gcFloor, Full: lagging}
-		if st.purged {
-			// Our watermark covers sessions we purged: vouching for it
-			// would make the peer drop or never ask for records its owner
-			// still holds (testdata/purge_peer.txt). We send what we have,
-			// the account records, and claim nothing.
-			os.Watermark, os.GCFloor = 0, 0
+	os = OriginSync{Origin: o, Watermark: st.watermark, GCFloor: st.gcFloor, Full: lagging}
+	if st.purged {
+		// Our watermark covers sessions we purged: vouching for it
+		// would make the peer drop or never ask for records its owner
+		// still holds (testdata/purge_peer.txt). We send what we have,
+		// the account records, and claim nothing.
+		os.Watermark, os.GCFloor = 0, 0
+	}
+	from := pw + 1
+	held := peerHeld[o]
+	if lagging {
+		from, held = 0, nil
+	}
+	from = max(from, after+1)
+	stopped := false
+	add := func(it logItem) bool {
+		if take != nil && !take(it) {
+			stopped = true
+			return false
 		}
-		from := pw + 1
-		held := peerHeld[o]
-		if lagging {
-			from, held = 0, nil
+		if it.a != nil {
+			os.Accounts = append(os.Accounts, *it.a)
+		} else {
+			os.Sessions = append(os.Sessions, *it.e.s)
 		}
-		from = max(from, after+1)
-		stopped := false
-		add := func(it logItem) bool {
-			if take != nil && !take(it) {
-				stopped = true
-				return false
-			}
-			if it.a != nil {
-				os.Accounts = append(os.Accounts, *it.a)
-			} else {
-				os.Sessions = append(os.Sessions, *it.e.s)
-			}
-			return true
+		return true
+	}
+	// Only the gaps between the runs the peer holds above its
+	// watermark: the walk costs what is sent, not what is skipped.
+	for _, sp := range held {
+		if stopped {
+			break
 		}
-		// Only the gaps between the runs the peer holds above its
-		// watermark: the walk costs what is sent, not what is skipped.
-		for _, sp := range held {
-			if stopped {
-				break
-			}
-			if sp.Through < from {
-				continue
-			}
-			if sp.After >= from {
-				st.log.AscendRange(from, sp.After, add)
-			}
-			from = sp.Through + 1
+		if sp.Through < from {
+			continue
 		}
-		if !stopped {
-			st.log.AscendGreaterOrEqual(from, add)
+		if sp.After >= from {
+			st.log.AscendRange(from, sp.After, add)
 		}
+		from = sp.Through + 1
+	}
+	if !stopped {
+		st.log.AscendGreaterOrEqual(from, add)
 	}
 	return os, true
 }
