@@ -18,7 +18,7 @@ func BenchmarkRun(b *testing.B) {
 
 func fmtNodes(n int) string { return "nodes=" + strconv.Itoa(n) }
 
-// BenchmarkScale10k is issue 5's scale target: 10,000 nodes, 1,000 client
+// BenchmarkScale10k is the simulator's largest run: 10,000 nodes, 1,000 client
 // actions over the first 10 of 20 simulated seconds (rollcall sim --nodes
 // 10000 --changes 1000 --duration 20s). One iteration takes about a minute:
 // run it by name, go test ./sim -run '^$' -bench Scale10k -benchtime 1x. It
