@@ -28,13 +28,14 @@ const originDone = ^uint64(0)
 // after the cursor, and otherwise reach the peer as any write does (deltas,
 // the next anti-entropy round).
 //
-// When the peer lags below a GC floor (Diff's full snapshot), the answer is
-// not paged: a full snapshot drops what it lacks, and a record of one page
+// A peer that holds nothing (a joiner) is paged like any other. When a
+// peer that holds records lags below a GC floor (Diff's full snapshot), the
+// answer is not paged: a full snapshot drops what it lacks, and a record of one page
 // may have been refused because of one a later page drops
 // (testdata/full_sync_order.txt), so the whole snapshot goes as one page.
 func (r *Replica) DiffPage(peer Digest, cur PageCursor, maxRecords, maxBytes int) (page Sync, next PageCursor, done bool) {
 	peerW, peerHeld := peerMaps(peer)
-	if r.lagging(peerW) {
+	if r.lagging(peerW, peerHeld) {
 		return r.Diff(peer), PageCursor{}, true
 	}
 	records, bytes := 0, 0

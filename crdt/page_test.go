@@ -174,3 +174,41 @@ func TestDiffPageKeepsWritesMadeDuringTheTransfer(t *testing.T) {
 		sameState(t, fmt.Sprintf("seed %d: after the next round", seed), r, w.sender)
 	}
 }
+
+// A joiner holds nothing, so even from a sender that has collected
+// tombstones (a GC floor above the joiner's watermark of 0) it gets its
+// answer in pages, not as one full snapshot, and ends level with the
+// sender. A peer that holds records and lags below the floor still gets
+// the full snapshot.
+func TestDiffPagePagesAJoinerPastTheGCFloor(t *testing.T) {
+	for seed := range uint64(10) {
+		w := newPagedWorld(t, seed)
+		for range 300 {
+			w.write(1)
+		}
+		stale := newTestReplica(t, "stale", 1, Config{})
+		if _, err := stale.ApplySync(w.sender.Diff(stale.Digest()), 1); err != nil {
+			t.Fatal(err)
+		}
+		for range 50 {
+			w.write(2)
+		}
+		if st := w.sender.GC(2 + int64(DefaultTombstoneHorizon)); st.Tombstones == 0 {
+			t.Fatalf("seed %d: no tombstone collected", seed)
+		}
+		joiner := newTestReplica(t, "joiner", 1, Config{})
+		if page, _, _ := w.sender.DiffPage(joiner.Digest(), PageCursor{}, 7, 0); page.Len() > 7 {
+			t.Fatalf("seed %d: a joiner's first page holds %d records, bound 7", seed, page.Len())
+		}
+		pages, _ := transfer(t, w.sender, joiner, 7, -1, nil)
+		if pages < 2 {
+			t.Fatalf("seed %d: %d page", seed, pages)
+		}
+		sameState(t, fmt.Sprintf("seed %d: joiner and sender", seed), joiner, w.sender)
+
+		page, _, done := w.sender.DiffPage(stale.Digest(), PageCursor{}, 7, 0)
+		if !done || len(page) == 0 || !page[0].Full {
+			t.Fatalf("seed %d: a lagging peer holding records got a partial answer (done %v)", seed, done)
+		}
+	}
+}

@@ -29,7 +29,7 @@ func (r *Replica) Digest() Digest {
 // those origins tells the peer to drop them (testdata/ghost_after_gc.txt).
 func (r *Replica) Diff(peer Digest) Sync {
 	peerW, peerHeld := peerMaps(peer)
-	lagging := r.lagging(peerW)
+	lagging := r.lagging(peerW, peerHeld)
 	var out Sync
 	for _, st := range r.sortedOrigins() {
 		os, ok := r.diffOrigin(st, peerW, peerHeld, lagging, 0, nil)
@@ -53,10 +53,17 @@ func peerMaps(peer Digest) (map[Origin]uint64, map[Origin][]Span) {
 	return peerW, peerHeld
 }
 
-// lagging reports whether a peer with watermarks peerW lags below what
-// this replica has garbage collected for some origin: it then needs a
-// full snapshot of every origin (see Diff).
-func (r *Replica) lagging(peerW map[Origin]uint64) bool {
+// lagging reports whether a peer with watermarks peerW (and held runs
+// peerHeld) lags below what this replica has garbage collected for some
+// origin: it then needs a full snapshot of every origin (see Diff).
+//
+// A peer that holds nothing (a joiner, a gateway restarted empty) is not
+// lagging: it has no record a snapshot would need to drop, so what it lacks
+// is every record above watermark 0, which a paged answer can carry.
+func (r *Replica) lagging(peerW map[Origin]uint64, peerHeld map[Origin][]Span) bool {
+	if emptyPeer(peerW, peerHeld) {
+		return false
+	}
 	for st := range r.allOrigins() {
 		// A floor above our own watermark (a collected record in a pending
 		// range) is not something we can vouch for; comparing with the lower
@@ -72,6 +79,20 @@ func (r *Replica) lagging(peerW map[Origin]uint64) bool {
 		}
 	}
 	return false
+}
+
+// emptyPeer reports whether a peer's digest (its watermarks peerW and the
+// runs it holds above them, peerHeld) says it holds no record.
+func emptyPeer(peerW map[Origin]uint64, peerHeld map[Origin][]Span) bool {
+	if len(peerHeld) > 0 {
+		return false
+	}
+	for _, w := range peerW {
+		if w > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // diffOrigin builds one origin's part of an answer: its records above the

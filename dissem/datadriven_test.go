@@ -15,7 +15,8 @@ import (
 // TestScripts runs the scripts of testdata/core/: a few cores over the test
 // harness, every output they ask for printed. Directives:
 //
-//	nodes n0 n1 n2 [eager-threshold=N] [lease=D] [alive=D]
+//	nodes n0 n1 n2 [eager-threshold=N] [lease=D] [alive=D] [page=N]
+//	                    page: records per page of an anti-entropy answer
 //	publish n0 user=u [device=d] [status=away] [state=disconnected]
 //	                    a write: sent at once (its Ready printed), or pending
 //	                    until the open write window ends
@@ -91,6 +92,11 @@ func runCmd(hp **harness, c *datadriven.Cmd) (string, error) {
 		})
 		if err != nil {
 			return "", err
+		}
+		if v, ok := c.Arg("page"); ok {
+			if nh.pageRecords, err = strconv.Atoi(v); err != nil {
+				return "", err
+			}
 		}
 		*hp = nh
 		return nh.out.String(), nil

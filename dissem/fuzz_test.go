@@ -22,6 +22,12 @@ func FuzzDecodeMessage(f *testing.F) {
 	add(EncodeAlive(Alive{Origin: crdt.Origin{Node: "n1", Incarnation: 7}, Watermark: 9, Sessions: 3, ClientAddr: "127.0.0.1:7400"}))
 	add(EncodeDigest(TypePull, DigestMsg{From: "n2", Digest: crdt.Digest{{Origin: crdt.Origin{Node: "n1", Incarnation: 7}, Watermark: 4}}}))
 	add(EncodeSync(crdt.Sync{{Origin: d.Session.Origin, Watermark: 3, Sessions: []crdt.Session{*d.Session}}}))
+	o := crdt.Origin{Node: "n1", Incarnation: 7}
+	add(EncodeSyncPage(SyncPage{From: "n1", Next: crdt.PageCursor{Origin: o, After: 3, Started: true}},
+		crdt.Sync{{Origin: d.Session.Origin, Watermark: 3, Sessions: []crdt.Session{*d.Session}}}))
+	add(EncodeSyncPage(SyncPage{From: "n1", At: crdt.PageCursor{Origin: o, After: 3, Started: true}, Last: true}, nil))
+	add(EncodePullPage(DigestMsg{From: "n2", Digest: crdt.Digest{{Origin: o, Watermark: 4}},
+		Cursor: crdt.PageCursor{Origin: o, After: 3, Started: true}}))
 	add(EncodeRouteReq(RouteReq{ID: 1, FromNode: "n1", To: "bob", From: "alice", FromDevice: "web", Body: []byte(`"hi"`)}))
 	add(EncodeRouteAck(RouteAck{ID: 1, Delivered: 2}))
 	add(EncodeKeyOp(KeyOp{Op: "install", Key: make([]byte, 32), ID: 3, FromNode: "n1"}))
@@ -44,6 +50,10 @@ func FuzzDecodeMessage(f *testing.F) {
 			again, err = EncodeDigest(m.Type, m.Digest)
 		case TypeSync:
 			again, err = EncodeSync(m.Sync)
+		case TypeSyncPage:
+			again, err = EncodeSyncPage(m.Page, m.Sync)
+		case TypePullPage:
+			again, err = EncodePullPage(m.Digest)
 		case TypeRoute:
 			again, err = EncodeRouteReq(m.Route)
 		case TypeRouteAck:

@@ -22,6 +22,8 @@ type harness struct {
 	nodes  map[string]*hnode
 	flight []flight // messages in flight, in send order
 	out    strings.Builder
+	// pageRecords bounds the records of an answer's page (0: none).
+	pageRecords int
 }
 
 type hnode struct {
@@ -151,13 +153,20 @@ func (h *harness) execute(n *hnode, rd *Ready) {
 		h.flight = append(h.flight, flight{from: n.name, to: p, msg: m, reliable: true,
 			done: func() { n.core.PullDone(peer) }})
 	}
+	for _, p := range rd.PagePulls {
+		m, err := NewPullPage(n.name, n.r.Digest(), p.Cursor)
+		if err != nil {
+			panic(err)
+		}
+		h.flight = append(h.flight, flight{from: n.name, to: p.To, msg: m, reliable: true})
+	}
 	for _, a := range rd.Answers {
-		s := n.r.Diff(a.Digest)
-		if len(s) == 0 {
+		page, next, last := n.r.DiffPage(a.Digest, a.Cursor, h.pageRecords, 0)
+		if len(page) == 0 && last && !a.Cursor.Started {
 			n.core.AnswerDone()
 			continue
 		}
-		m, err := NewSync(s)
+		m, err := NewSyncPage(SyncPage{From: n.name, At: a.Cursor, Next: next, Last: last}, page)
 		if err != nil {
 			panic(err)
 		}

@@ -189,7 +189,8 @@ type Node struct {
 
 	peers     map[string]*peer
 	pulling   map[string]bool
-	reviving  map[string]revival // nil while empty
+	transfers map[string]*transfer // paged answers coming in, by sender; nil while empty
+	reviving  map[string]revival   // nil while empty
 	answering int
 	leaving   bool
 	dead      int    // peers in StateDead, not forgotten (reconnect rounds)
@@ -408,6 +409,7 @@ func (n *Node) Tick(now int64) {
 	if now >= n.aliveAt {
 		n.aliveAt = now + int64(n.cfg.AliveInterval)
 		n.announce()
+		n.checkTransfers(now)
 	}
 	if now >= n.reconnectAt {
 		n.reconnectAt = now + int64(n.cfg.ReconnectInterval)
@@ -465,11 +467,15 @@ func (n *Node) Step(m *Message, now int64) {
 		if name := m.Alive.Origin.Node; name != n.name {
 			n.peer(name).leaving = true
 		}
-	case TypePull, TypeState:
+	case TypePull, TypeState, TypePullPage:
 		n.answer(m.Digest)
 	case TypeSync:
 		n.out().Apply = append(n.rd.Apply, Apply{Kind: ApplySync, Sync: m.Sync, Msg: m})
 		n.recheck = true
+	case TypeSyncPage:
+		n.out().Apply = append(n.rd.Apply, Apply{Kind: ApplySync, Sync: m.Sync, Msg: m, Partial: !m.Page.Last})
+		n.recheck = true
+		n.stepPage(m.Page, m.Sync.Len(), now)
 	}
 }
 
@@ -701,7 +707,7 @@ func (n *Node) answer(d DigestMsg) {
 		return
 	}
 	n.answering++
-	n.out().Answers = append(n.rd.Answers, Answer{To: d.From, Digest: d.Digest})
+	n.out().Answers = append(n.rd.Answers, Answer{To: d.From, Digest: d.Digest, Cursor: d.Cursor})
 }
 
 // reviveTimeout bounds how long a peer heard again stays shown down while
@@ -852,6 +858,7 @@ func (n *Node) MemberFailed(name string, left bool, now int64) {
 	down := p.lease.down
 	if down {
 		delete(n.reviving, name)
+		delete(n.transfers, name)
 	}
 	switch {
 	case wasUp:

@@ -24,9 +24,15 @@ type Ready struct {
 	// the driver sends NewDigest(TypePull, name, its replica's digest) and
 	// calls PullDone when the send is over.
 	Pulls []string
-	// Answers are digests to answer: the driver computes its replica's
-	// Diff against Digest, sends NewSync of it to To over a stream when it
-	// is not empty, and calls AnswerDone when that is over.
+	// PagePulls ask a peer, over a stream, for the next page of its paged
+	// answer: the driver sends NewPullPage(name, its replica's digest,
+	// Cursor) to To.
+	PagePulls []PagePull
+	// Answers are digests to answer: the driver computes the page of its
+	// replica's answer to Digest at Cursor (crdt Replica.DiffPage, zero
+	// Cursor for the first), sends it to To over a stream as a
+	// NewSyncPage (unless it is the first and only page and empty), and
+	// calls AnswerDone when that is over.
 	Answers []Answer
 	// Rejoin names members memberlist holds dead to join again (the driver
 	// knows their addresses).
@@ -43,7 +49,7 @@ type Ready struct {
 // node's buffers).
 func (rd *Ready) Clone() Ready {
 	return Ready{Sends: slices.Clone(rd.Sends), Broadcasts: slices.Clone(rd.Broadcasts), Apply: slices.Clone(rd.Apply),
-		Pulls: slices.Clone(rd.Pulls), Answers: slices.Clone(rd.Answers), Rejoin: slices.Clone(rd.Rejoin),
+		Pulls: slices.Clone(rd.Pulls), PagePulls: slices.Clone(rd.PagePulls), Answers: slices.Clone(rd.Answers), Rejoin: slices.Clone(rd.Rejoin),
 		Forget: slices.Clone(rd.Forget), Notes: slices.Clone(rd.Notes)}
 }
 
@@ -54,13 +60,13 @@ func (rd *Ready) truncate() {
 	clear(rd.Sends)
 	clear(rd.Answers)
 	clear(rd.Notes)
-	*rd = Ready{Apply: rd.Apply[:0], Broadcasts: rd.Broadcasts[:0], Sends: rd.Sends[:0], Pulls: rd.Pulls[:0],
+	*rd = Ready{Apply: rd.Apply[:0], Broadcasts: rd.Broadcasts[:0], Sends: rd.Sends[:0], Pulls: rd.Pulls[:0], PagePulls: rd.PagePulls[:0],
 		Answers: rd.Answers[:0], Rejoin: rd.Rejoin[:0], Forget: rd.Forget[:0], Notes: rd.Notes[:0]}
 }
 
 // Empty reports whether there is nothing to do.
 func (rd *Ready) Empty() bool {
-	return len(rd.Sends) == 0 && len(rd.Broadcasts) == 0 && len(rd.Apply) == 0 && len(rd.Pulls) == 0 &&
+	return len(rd.Sends) == 0 && len(rd.Broadcasts) == 0 && len(rd.Apply) == 0 && len(rd.Pulls) == 0 && len(rd.PagePulls) == 0 &&
 		len(rd.Answers) == 0 && len(rd.Rejoin) == 0 && len(rd.Forget) == 0 && len(rd.Notes) == 0
 }
 
@@ -79,10 +85,18 @@ type Broadcast struct {
 	Name string
 }
 
-// Answer is a peer's digest to answer with what it lacks.
+// Answer is a peer's digest to answer with what it lacks: the page of the
+// answer at Cursor (zero: the first).
 type Answer struct {
 	To     string
 	Digest crdt.Digest
+	Cursor crdt.PageCursor
+}
+
+// PagePull asks To for the page of its answer at Cursor.
+type PagePull struct {
+	To     string
+	Cursor crdt.PageCursor
 }
 
 // ApplyKind says what an Apply does.
@@ -114,8 +128,11 @@ type Apply struct {
 	Deltas []crdt.Delta // ApplyDeltas
 	Msg    *Message     // ApplyDeltas, ApplySync: the message they came in
 	Sync   crdt.Sync    // ApplySync
-	Node   string       // MarkDown, MarkUp
-	Origin crdt.Origin  // Retire
+	// Partial (ApplySync): a page of an answer that more pages follow; the
+	// answer is whole only at its last page.
+	Partial bool
+	Node    string      // MarkDown, MarkUp
+	Origin  crdt.Origin // Retire
 }
 
 // NoteKind says what a Note reports.
@@ -145,6 +162,16 @@ const (
 	// NoteBadDeltas: a delta batch failed validation (Err) and was
 	// dropped: not applied, not relayed, and no proof of life.
 	NoteBadDeltas
+	// NoteTransferStarted: Node began a paged answer to this node's digest.
+	NoteTransferStarted
+	// NoteTransferDone: Node's paged answer is complete (Pages, Records).
+	NoteTransferDone
+	// NoteTransferStalled: no page of Node's answer came for a while; the
+	// page was asked for again (Pages, Records so far).
+	NoteTransferStalled
+	// NoteTransferAbandoned: Node's answer stalled too often; anti-entropy
+	// fetches the rest (Pages, Records so far).
+	NoteTransferAbandoned
 )
 
 // Note is one thing worth logging or counting.
@@ -153,14 +180,20 @@ type Note struct {
 	Node    string
 	Version uint64
 	Err     error
+	// Pages and Records: a transfer's progress (NoteTransfer*).
+	Pages, Records int
 }
 
 func (n Note) String() string {
 	names := [...]string{"?", "lease-expired", "member-failed", "member-left", "verdict-overruled", "reviving",
-		"revived-early", "gap-pull", "answer-dropped", "bad-deltas"}
+		"revived-early", "gap-pull", "answer-dropped", "bad-deltas",
+		"transfer-started", "transfer-done", "transfer-stalled", "transfer-abandoned"}
 	s := names[n.Kind] + " " + n.Node
 	if n.Version > 0 {
 		s += fmt.Sprintf(" @%d", n.Version)
+	}
+	if n.Pages > 0 {
+		s += fmt.Sprintf(" pages=%d records=%d", n.Pages, n.Records)
 	}
 	if n.Err != nil {
 		s += ": " + n.Err.Error()
@@ -190,6 +223,10 @@ func (rd *Ready) String() string {
 		case ApplyDeltas:
 			fmt.Fprintf(&b, "apply deltas %s\n", describeDeltas(a.Deltas))
 		case ApplySync:
+			if a.Partial {
+				fmt.Fprintf(&b, "apply sync page %d origins %d records\n", len(a.Sync), a.Sync.Len())
+				break
+			}
 			fmt.Fprintf(&b, "apply sync %d origins %d records\n", len(a.Sync), a.Sync.Len())
 		case MarkDown, MarkUp:
 			fmt.Fprintf(&b, "%s %s\n", a.Kind, a.Node)
@@ -200,7 +237,14 @@ func (rd *Ready) String() string {
 	for _, p := range rd.Pulls {
 		fmt.Fprintf(&b, "pull %s\n", p)
 	}
+	for _, p := range rd.PagePulls {
+		fmt.Fprintf(&b, "pull-page %s at %s\n", p.To, describeCursor(p.Cursor))
+	}
 	for _, a := range rd.Answers {
+		if a.Cursor.Started {
+			fmt.Fprintf(&b, "answer %s (%d origins) at %s\n", a.To, len(a.Digest), describeCursor(a.Cursor))
+			continue
+		}
 		fmt.Fprintf(&b, "answer %s (%d origins)\n", a.To, len(a.Digest))
 	}
 	for _, r := range rd.Rejoin {
@@ -224,10 +268,24 @@ func Describe(m *Message) string {
 		return fmt.Sprintf("%s %dB %s wm=%d sessions=%d", m.Type, m.Size(), m.Alive.Origin.Node, m.Alive.Watermark, m.Alive.Sessions)
 	case TypePull, TypeState:
 		return fmt.Sprintf("%s %dB from %s (%d origins)", m.Type, m.Size(), m.Digest.From, len(m.Digest.Digest))
+	case TypeSyncPage:
+		p := m.Page
+		return fmt.Sprintf("sync-page %dB from %s at %s next %s last=%v %d origins %d records", m.Size(), p.From,
+			describeCursor(p.At), describeCursor(p.Next), p.Last, len(m.Sync), m.Sync.Len())
+	case TypePullPage:
+		return fmt.Sprintf("pull-page %dB from %s at %s (%d origins)", m.Size(), m.Digest.From,
+			describeCursor(m.Digest.Cursor), len(m.Digest.Digest))
 	case TypeSync:
-		return fmt.Sprintf("sync %dB %d origins %d records", m.Size(), len(m.Sync), m.Sync.Len())
+		return fmt.Sprintf("%s %dB %d origins %d records", m.Type, m.Size(), len(m.Sync), m.Sync.Len())
 	}
 	return fmt.Sprintf("%s %dB", m.Type, m.Size())
+}
+
+func describeCursor(c crdt.PageCursor) string {
+	if !c.Started {
+		return "start"
+	}
+	return fmt.Sprintf("%s>%d", c.Origin, c.After)
 }
 
 func describeDeltas(ds []crdt.Delta) string {

@@ -25,7 +25,13 @@ import (
 //	             an origin's periodic announcement: refreshes its lease and
 //	             lets receivers detect a lost delta (watermark ahead of theirs)
 //	TypePull      [from_node, crdt Digest]              "send me what I lack"
-//	TypeSync      crdt Sync                             answer to a pull/digest
+//	TypeSync      crdt Sync                             answer to a pull/digest,
+//	             or the last page of a paged one
+//	TypeSyncPage  [from_node, last, at, next, crdt Sync]  a page of an answer
+//	             to a pull/digest; at and next are cursors [node, inc, after]:
+//	             where this page starts and where the next one does
+//	TypePullPage  [from_node, crdt Digest, cursor]      "send me the page of
+//	             your answer at cursor" (the next page of a paged answer)
 //	TypeRoute     [req_id, from_node, to, from, from_device, body]
 //	TypeRouteAck  [req_id, delivered, error]
 //	TypeKey       [op, key, req_id, from_node]         keyring rotation step;
@@ -40,11 +46,19 @@ import (
 // queue (epidemic). Repair: every AliveInterval each owner announces its
 // watermark; a receiver whose watermark stays behind across two
 // announcements pulls (TypePull over TCP) and gets a TypeSync with exactly what
-// it lacks. memberlist's push/pull carries TypeState both ways and each side
+// it lacks. A gateway answers in pages (TypeSyncPage, at most a page of
+// records each, gossip Config.SyncPageBytes; each a valid Sync on its own,
+// crdt Replica.DiffPage): the asker applies a page, then asks for the next
+// with a TypePullPage carrying its digest as it is now and the page's next
+// cursor, so pages arrive one at a time and in order, each sender holds
+// only the page it is sending, and a transfer cut anywhere resumes where it
+// stopped. The asker counts itself caught up at the last page. memberlist's
+// push/pull carries TypeState both ways and each side
 // answers the other's digest with a TypeSync. Routing: TypeRoute to the owning
 // gateway over TCP, TypeRouteAck back.
 //
-// Version history: 1, the first.
+// Version history: 1, the first; TypeSyncPage and TypePullPage added
+// within version 1 (a member without them drops them as unknown types).
 const WireVersion = 1
 
 type Type uint8
@@ -59,11 +73,13 @@ const (
 	TypeKey
 	TypeState
 	TypeLeaving
-	MaxType = TypeLeaving
+	TypeSyncPage
+	TypePullPage
+	MaxType = TypePullPage
 )
 
 func (t Type) String() string {
-	names := [...]string{"?", "deltas", "alive", "pull", "sync", "route", "route-ack", "key", "state", "leaving"}
+	names := [...]string{"?", "deltas", "alive", "pull", "sync", "route", "route-ack", "key", "state", "leaving", "sync-page", "pull-page"}
 	if int(t) < len(names) {
 		return names[t]
 	}
@@ -78,6 +94,12 @@ const (
 	DefaultPacketBudget = 1300
 	// MaxStreamMessage bounds a message read from a stream.
 	MaxStreamMessage = 64 << 20
+	// DefaultSyncPageBytes is the records an anti-entropy answer carries
+	// in one page (about; a page holds at least one record).
+	DefaultSyncPageBytes = 1 << 20
+	// MaxSyncPageBytes bounds a configured page, well under
+	// MaxStreamMessage.
+	MaxSyncPageBytes = 16 << 20
 	MaxBodyBytes     = 64 << 10
 )
 
@@ -118,10 +140,21 @@ type KeyOp struct {
 	FromNode string
 }
 
-// DigestMsg is a pull request or push/pull state: who asks, and what it has.
+// DigestMsg is a pull request or push/pull state: who asks, and what it
+// has; for a TypePullPage, also the page of the answer it asks for.
 type DigestMsg struct {
 	From   string
 	Digest crdt.Digest
+	Cursor crdt.PageCursor // TypePullPage
+}
+
+// SyncPage says where a page of a paged answer (TypeSyncPage) lies in it.
+// Its records are the Message's Sync.
+type SyncPage struct {
+	From string          // the member answering
+	At   crdt.PageCursor // where this page starts; zero for the first
+	Next crdt.PageCursor // where the next page starts; zero when Last
+	Last bool            // the answer's last page
 }
 
 func header(t Type) []byte { return []byte{WireVersion, byte(t)} }
@@ -131,6 +164,29 @@ func EncodeDeltas(ds []crdt.Delta) ([]byte, error) {
 }
 
 func EncodeSync(s crdt.Sync) ([]byte, error) { return crdt.AppendSync(header(TypeSync), s) }
+
+// EncodeSyncPage encodes a page of a paged answer.
+func EncodeSyncPage(p SyncPage, s crdt.Sync) ([]byte, error) {
+	raw, err := crdt.AppendSync(nil, s)
+	if err != nil {
+		return nil, err
+	}
+	last := uint64(0)
+	if p.Last {
+		last = 1
+	}
+	return encodeMsg(TypeSyncPage, p.From, last, p.At.Origin.Node, p.At.Origin.Incarnation, p.At.After,
+		p.Next.Origin.Node, p.Next.Origin.Incarnation, p.Next.After, raw)
+}
+
+// EncodePullPage encodes a request for the page of an answer at m.Cursor.
+func EncodePullPage(m DigestMsg) ([]byte, error) {
+	d, err := crdt.AppendDigest(nil, m.Digest)
+	if err != nil {
+		return nil, err
+	}
+	return encodeMsg(TypePullPage, m.From, d, m.Cursor.Origin.Node, m.Cursor.Origin.Incarnation, m.Cursor.After)
+}
 
 func EncodeDigest(t Type, m DigestMsg) ([]byte, error) {
 	buf := bytes.NewBuffer(header(t))
@@ -310,6 +366,62 @@ func decodeDigestMsg(b []byte) (DigestMsg, error) {
 	return m, nil
 }
 
+// cursor reads a page cursor [node, inc, after]; an empty node is the zero
+// cursor (a transfer's start).
+func (fd *fieldDecoder) cursor() crdt.PageCursor {
+	c := crdt.PageCursor{Origin: crdt.Origin{Node: fd.str(crdt.MaxNameLen), Incarnation: fd.u64()}, After: fd.u64()}
+	if c.Origin.Node == "" {
+		return crdt.PageCursor{}
+	}
+	c.Started = true
+	return c
+}
+
+func decodeSyncPage(b []byte) (SyncPage, crdt.Sync, error) {
+	fd := newFieldDecoder(b, 9)
+	p := SyncPage{From: fd.str(crdt.MaxNameLen)}
+	last := fd.u64()
+	p.At, p.Next = fd.cursor(), fd.cursor()
+	raw := fd.bytes(MaxStreamMessage)
+	if err := fd.done(); err != nil {
+		return SyncPage{}, nil, err
+	}
+	switch {
+	case p.From == "":
+		return SyncPage{}, nil, fmt.Errorf("%w: sync page without a sender", ErrBadMessage)
+	case last > 1:
+		return SyncPage{}, nil, fmt.Errorf("%w: sync page last flag %d", ErrBadMessage, last)
+	}
+	p.Last = last == 1
+	if !p.Last && !p.Next.Started {
+		return SyncPage{}, nil, fmt.Errorf("%w: sync page that is not the last without a next cursor", ErrBadMessage)
+	}
+	s, err := crdt.DecodeSync(raw)
+	if err != nil {
+		return SyncPage{}, nil, fmt.Errorf("%w: %w", ErrBadMessage, err)
+	}
+	return p, s, nil
+}
+
+func decodePullPage(b []byte) (DigestMsg, error) {
+	fd := newFieldDecoder(b, 5)
+	m := DigestMsg{From: fd.str(crdt.MaxNameLen)}
+	raw := fd.bytes(MaxStreamMessage)
+	m.Cursor = fd.cursor()
+	if err := fd.done(); err != nil {
+		return DigestMsg{}, err
+	}
+	if m.From == "" || !m.Cursor.Started {
+		return DigestMsg{}, fmt.Errorf("%w: page pull without a sender or a cursor", ErrBadMessage)
+	}
+	d, err := crdt.DecodeDigest(raw)
+	if err != nil {
+		return DigestMsg{}, fmt.Errorf("%w: %w", ErrBadMessage, err)
+	}
+	m.Digest = d
+	return m, nil
+}
+
 func decodeRouteReq(b []byte) (RouteReq, error) {
 	fd := newFieldDecoder(b, 6)
 	r := RouteReq{ID: fd.u64(), FromNode: fd.str(crdt.MaxNameLen), To: fd.str(crdt.MaxNameLen),
@@ -362,7 +474,8 @@ type Message struct {
 	Deltas []crdt.Delta
 	Alive  Alive // TypeAlive and TypeLeaving
 	Digest DigestMsg
-	Sync   crdt.Sync
+	Sync   crdt.Sync // TypeSync and TypeSyncPage
+	Page   SyncPage  // TypeSyncPage
 	Route  RouteReq
 	Ack    RouteAck
 	Key    KeyOp
@@ -424,6 +537,10 @@ func Decode(b []byte) (*Message, error) {
 		m.Digest, err = decodeDigestMsg(payload)
 	case TypeSync:
 		m.Sync, err = crdt.DecodeSync(payload)
+	case TypeSyncPage:
+		m.Page, m.Sync, err = decodeSyncPage(payload)
+	case TypePullPage:
+		m.Digest, err = decodePullPage(payload)
 	case TypeRoute:
 		m.Route, err = decodeRouteReq(payload)
 	case TypeRouteAck:
@@ -479,13 +596,33 @@ func NewDigest(t Type, from string, d crdt.Digest) (*Message, error) {
 	return &Message{Type: t, Digest: dm, Bytes: b}, nil
 }
 
-// NewSync builds the answer to a digest.
+// NewSync builds the answer to a digest, or its last page.
 func NewSync(s crdt.Sync) (*Message, error) {
 	b, err := EncodeSync(s)
 	if err != nil {
 		return nil, err
 	}
 	return &Message{Type: TypeSync, Sync: s, Bytes: b}, nil
+}
+
+// NewSyncPage builds a page of a paged answer to a digest.
+func NewSyncPage(p SyncPage, s crdt.Sync) (*Message, error) {
+	b, err := EncodeSyncPage(p, s)
+	if err != nil {
+		return nil, err
+	}
+	return &Message{Type: TypeSyncPage, Page: p, Sync: s, Bytes: b}, nil
+}
+
+// NewPullPage builds a request, from from with digest d, for the page of
+// an answer at cursor.
+func NewPullPage(from string, d crdt.Digest, cursor crdt.PageCursor) (*Message, error) {
+	dm := DigestMsg{From: from, Digest: d, Cursor: cursor}
+	b, err := EncodePullPage(dm)
+	if err != nil {
+		return nil, err
+	}
+	return &Message{Type: TypePullPage, Digest: dm, Bytes: b}, nil
 }
 
 // Meta is the node metadata memberlist carries for a gateway:

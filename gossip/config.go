@@ -88,6 +88,13 @@ type Config struct {
 	// InboundQueue bounds received messages waiting to be handled; past it
 	// messages are dropped and counted (anti-entropy repairs). Default 8192.
 	InboundQueue int
+	// SyncPageBytes is about how many bytes of records one page of an
+	// anti-entropy answer carries: a joining or lagging member is sent
+	// what it lacks a page at a time, each page asked for once the last is
+	// applied, so a transfer holds about a page of memory on each side.
+	// Default dissem.DefaultSyncPageBytes (1 MiB); at most
+	// dissem.MaxSyncPageBytes.
+	SyncPageBytes int
 
 	// Memberlist, if set, adjusts the memberlist configuration after the
 	// profile defaults are applied (tests shorten timers here).
@@ -120,6 +127,7 @@ func DefaultConfig() Config {
 		MaxQueue:       dissem.DefaultMaxQueue,
 		RouteTimeout:   2 * time.Second,
 		InboundQueue:   8192,
+		SyncPageBytes:  dissem.DefaultSyncPageBytes,
 
 		ReconnectInterval: p.ReconnectInterval,
 		ReconnectTimeout:  p.ReconnectTimeout,
@@ -161,6 +169,10 @@ func (c *Config) Validate() error {
 	setInt(&c.PacketBudget, d.PacketBudget)
 	setInt(&c.MaxQueue, d.MaxQueue)
 	setInt(&c.InboundQueue, d.InboundQueue)
+	setInt(&c.SyncPageBytes, d.SyncPageBytes)
+	if c.SyncPageBytes < 0 || c.SyncPageBytes > dissem.MaxSyncPageBytes {
+		return fmt.Errorf("gossip: SyncPageBytes %d out of range 1..%d", c.SyncPageBytes, dissem.MaxSyncPageBytes)
+	}
 	if c.AliveInterval*2 >= c.LeaseTimeout {
 		return fmt.Errorf("gossip: AliveInterval %v must be well under LeaseTimeout %v", c.AliveInterval, c.LeaseTimeout)
 	}

@@ -13,8 +13,10 @@ import (
 //
 //	ApplyDeltas    merge deltas received from peers; emit events; close local
 //	               connections superseded by a newer epoch elsewhere
-//	Digest, Diff,  anti-entropy over the node's replica
-//	ApplySync
+//	Digest,        anti-entropy over the node's replica: DiffPage is
+//	DiffPage,      crdt Replica.DiffPage, a page of the answer to a
+//	ApplySync      peer's digest, taken under the host's lock (one page
+//	               at a time, so a large answer never holds it long)
 //	MarkNodeDown,  a peer gateway failed (lease passed or memberlist declared
 //	MarkNodeUp     it dead) or was heard from again: its sessions are shown
 //	               expired / active in this node's projection
@@ -26,7 +28,7 @@ import (
 type Host interface {
 	ApplyDeltas(deltas []crdt.Delta) error
 	Digest() crdt.Digest
-	Diff(peer crdt.Digest) crdt.Sync
+	DiffPage(peer crdt.Digest, cur crdt.PageCursor, maxRecords, maxBytes int) (crdt.Sync, crdt.PageCursor, bool)
 	ApplySync(s crdt.Sync) error
 	MarkNodeDown(node string)
 	MarkNodeUp(node string)

@@ -199,6 +199,9 @@ func (c *Cluster) execute(rd dissem.Ready, wait bool) (reliable, failed int) {
 		c.stats.GapPulls.Add(1)
 		c.goPull(p)
 	}
+	for _, p := range rd.PagePulls {
+		c.goPullPage(p)
+	}
 	for _, a := range rd.Answers {
 		c.goAnswer(a)
 	}
@@ -249,12 +252,17 @@ func (c *Cluster) apply(a dissem.Apply) {
 		c.stats.DeltasReceived.Add(uint64(len(a.Deltas)))
 	case dissem.ApplySync:
 		c.stats.SyncRecordsReceived.Add(uint64(a.Sync.Len()))
+		if a.Msg != nil && a.Msg.Type == dissem.TypeSyncPage {
+			c.stats.SyncPagesReceived.Add(1)
+		}
 		if err := c.host.ApplySync(a.Sync); err != nil {
 			c.stats.BadMessages.Add(1)
 			c.log.Warn("rejected sync", zap.Error(err))
 			return
 		}
-		c.markSynced("a member's answer to this node's digest")
+		if !a.Partial {
+			c.markSynced("a member's answer to this node's digest")
+		}
 	case dissem.MarkDown:
 		c.host.MarkNodeDown(a.Node)
 	case dissem.MarkUp:
@@ -290,6 +298,19 @@ func (c *Cluster) note(n dissem.Note) {
 		c.log.Warn("peer shown up before its missed writes arrived", node)
 	case dissem.NoteAnswerDropped:
 		c.stats.AnswersDropped.Add(1) // the asker retries at its next pull or push/pull
+	case dissem.NoteTransferStarted:
+		c.stats.TransfersStarted.Add(1)
+		c.log.Info("state transfer from a member started: receiving what this node lacks in pages", node)
+	case dissem.NoteTransferDone:
+		c.stats.TransfersDone.Add(1)
+		c.log.Info("state transfer from a member done", node, zap.Int("pages", n.Pages), zap.Int("records", n.Records))
+	case dissem.NoteTransferStalled:
+		c.log.Info("state transfer from a member stalled; asking for the page again", node,
+			zap.Int("pages", n.Pages), zap.Int("records", n.Records))
+	case dissem.NoteTransferAbandoned:
+		c.stats.TransfersAbandoned.Add(1)
+		c.log.Warn("state transfer from a member abandoned after repeated stalls; anti-entropy fetches the rest", node,
+			zap.Int("pages", n.Pages), zap.Int("records", n.Records))
 	case dissem.NoteBadDeltas:
 		c.stats.BadMessages.Add(1)
 		c.log.Warn("rejected deltas", node, zap.Error(n.Err))
@@ -317,7 +338,9 @@ func (c *Cluster) goPull(from string) {
 	}()
 }
 
-// goAnswer answers a peer's digest with what it lacks.
+// goAnswer answers a peer's digest with what it lacks: the page of the
+// answer at a.Cursor, which the peer asks for once it applied the page
+// before. The first page of an answer with nothing in it is not sent.
 func (c *Cluster) goAnswer(a dissem.Answer) {
 	c.wg.Add(1)
 	go func() {
@@ -327,19 +350,41 @@ func (c *Cluster) goAnswer(a dissem.Answer) {
 			c.core.AnswerDone()
 			c.mu.Unlock()
 		}()
-		s := c.host.Diff(a.Digest)
-		if len(s) == 0 {
+		page, next, last := c.host.DiffPage(a.Digest, a.Cursor, 0, c.cfg.SyncPageBytes)
+		if len(page) == 0 && last && !a.Cursor.Started {
 			return
 		}
-		m, err := dissem.NewSync(s)
+		m, err := dissem.NewSyncPage(dissem.SyncPage{From: c.cfg.Name, At: a.Cursor, Next: next, Last: last}, page)
 		if err != nil {
-			c.log.Error("encode sync", zap.Error(err))
+			c.log.Error("encode sync page", zap.Error(err))
 			return
 		}
-		c.stats.SyncRecordsSent.Add(uint64(s.Len()))
+		c.stats.SyncRecordsSent.Add(uint64(page.Len()))
 		c.stats.SyncBytesSent.Add(uint64(m.Size()))
+		c.stats.SyncPagesSent.Add(1)
+		if !a.Cursor.Started && !last {
+			c.log.Info("state transfer to a member: sending what it lacks in pages",
+				zap.String("to", a.To), zap.Int("page_bytes", c.cfg.SyncPageBytes))
+		}
 		if err := c.sendReliableTo(a.To, m.Bytes); err != nil {
 			c.log.Debug("sync answer failed", zap.String("to", a.To), zap.Error(err))
+		}
+	}()
+}
+
+// goPullPage asks a peer for the page of its answer at cursor, with this
+// replica's digest as it is now.
+func (c *Cluster) goPullPage(p dissem.PagePull) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		m, err := dissem.NewPullPage(c.cfg.Name, c.host.Digest(), p.Cursor)
+		if err == nil {
+			c.stats.PullBytes.Add(uint64(m.Size()))
+			err = c.sendReliableTo(p.To, m.Bytes)
+		}
+		if err != nil {
+			c.log.Debug("page pull failed", zap.String("from", p.To), zap.Error(err))
 		}
 	}()
 }

@@ -73,9 +73,9 @@ type slowDiffHost struct {
 	delay time.Duration
 }
 
-func (h *slowDiffHost) Diff(peer crdt.Digest) crdt.Sync {
+func (h *slowDiffHost) DiffPage(peer crdt.Digest, cur crdt.PageCursor, maxRecords, maxBytes int) (crdt.Sync, crdt.PageCursor, bool) {
 	time.Sleep(h.delay)
-	return h.fakeHost.Diff(peer)
+	return h.fakeHost.DiffPage(peer, cur, maxRecords, maxBytes)
 }
 
 // A joining gateway is ready only once its replica holds what the member

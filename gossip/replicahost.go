@@ -83,11 +83,18 @@ func (h *ReplicaHost) Digest() crdt.Digest {
 	return h.r.Digest()
 }
 
-// Diff implements Host.
+// Diff answers peer's digest whole, in one Sync.
 func (h *ReplicaHost) Diff(peer crdt.Digest) crdt.Sync {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.r.Diff(peer)
+}
+
+// DiffPage implements Host.
+func (h *ReplicaHost) DiffPage(peer crdt.Digest, cur crdt.PageCursor, maxRecords, maxBytes int) (crdt.Sync, crdt.PageCursor, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.r.DiffPage(peer, cur, maxRecords, maxBytes)
 }
 
 // ApplySync implements Host.

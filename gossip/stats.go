@@ -13,6 +13,14 @@ import (
 	"github.com/rollcall/rollcall/dissem"
 )
 
+// IncomingTransfers returns the number of paged anti-entropy answers this
+// node is receiving.
+func (c *Cluster) IncomingTransfers() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.core.Transfers()
+}
+
 // Stats returns the cluster's counters.
 func (c *Cluster) Stats() *Stats { return &c.stats }
 
@@ -38,6 +46,11 @@ type Stats struct {
 	SyncRecordsSent     atomic.Uint64
 	SyncBytesSent       atomic.Uint64
 	SyncRecordsReceived atomic.Uint64
+	SyncPagesSent       atomic.Uint64 // pages of paged anti-entropy answers sent
+	SyncPagesReceived   atomic.Uint64
+	TransfersStarted    atomic.Uint64 // paged answers this node began receiving
+	TransfersDone       atomic.Uint64 // ... received to their last page
+	TransfersAbandoned  atomic.Uint64 // ... left to anti-entropy after repeated stalls
 
 	LeasesExpired atomic.Uint64 // peers whose lease passed: their sessions were shown expired
 	MembersFailed atomic.Uint64 // members memberlist declared dead, whose sessions were then shown expired

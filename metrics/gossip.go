@@ -15,6 +15,7 @@ type clusterSnapshot struct {
 	down     int            // members whose sessions this node shows expired
 	health   int
 	queued   int
+	incoming int // paged anti-entropy answers being received
 }
 
 // memberStates are the states rollcall_gossip_members reports, zeros
@@ -28,7 +29,8 @@ func memberStates() []string { return []string{"alive", "dead", "left"} }
 // memberlist's health score.
 func NewClusterCollector(c *gossip.Cluster) prometheus.Collector {
 	snapshot := func() clusterSnapshot {
-		s := clusterSnapshot{stats: c.Stats(), members: make(map[string]int), health: c.HealthScore(), queued: c.QueuedBroadcasts()}
+		s := clusterSnapshot{stats: c.Stats(), members: make(map[string]int), health: c.HealthScore(), queued: c.QueuedBroadcasts(),
+			incoming: c.IncomingTransfers()}
 		s.sent, s.received = s.stats.Sent(), s.stats.Received()
 		for _, m := range c.Members() {
 			s.members[m.State]++
@@ -100,6 +102,20 @@ func clusterDefs() []metricDef[clusterSnapshot] {
 			func(st *gossip.Stats) uint64 { return st.SyncRecordsSent.Load() }),
 		stat("gossip_sync_records_received_total", "Records received in anti-entropy answers (syncs).",
 			func(st *gossip.Stats) uint64 { return st.SyncRecordsReceived.Load() }),
+		stat("gossip_sync_pages_sent_total", "Pages of anti-entropy answers sent (an answer goes a page at a time).",
+			func(st *gossip.Stats) uint64 { return st.SyncPagesSent.Load() }),
+		stat("gossip_sync_pages_received_total", "Pages of anti-entropy answers received.",
+			func(st *gossip.Stats) uint64 { return st.SyncPagesReceived.Load() }),
+		gauge("gossip_transfers_incoming", "Paged anti-entropy answers this gateway is receiving (a state transfer: joining, restarted or lagging).",
+			func(s *S) float64 { return float64(s.incoming) }),
+		{name: "gossip_transfers_total", typ: prometheus.CounterValue, labels: []string{"outcome"},
+			help: "Paged anti-entropy answers this gateway received, by outcome (started; done: to the last page; " +
+				"abandoned: stalled repeatedly, left to anti-entropy).",
+			collect: func(s *S, emit func(float64, ...string)) {
+				emit(float64(s.stats.TransfersStarted.Load()), "started")
+				emit(float64(s.stats.TransfersDone.Load()), "done")
+				emit(float64(s.stats.TransfersAbandoned.Load()), "abandoned")
+			}},
 
 		// Liveness.
 		stat("gossip_leases_expired_total", "Members whose lease passed without a word from them: their sessions were shown expired.",

@@ -115,6 +115,14 @@ func (n *Node) Diff(peer crdt.Digest) crdt.Sync {
 	return n.replica.Diff(peer)
 }
 
+// DiffPage is Diff in pages (crdt Replica.DiffPage), one page under the
+// node lock at a time.
+func (n *Node) DiffPage(peer crdt.Digest, cur crdt.PageCursor, maxRecords, maxBytes int) (crdt.Sync, crdt.PageCursor, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.replica.DiffPage(peer, cur, maxRecords, maxBytes)
+}
+
 // MarkNodeDown shows every session of the gateway node as expired in this
 // node's projection (without writing over its records), with events.
 func (n *Node) MarkNodeDown(node string) {
