@@ -27,7 +27,7 @@ import (
 	"time"
 
 	"github.com/rollcall/rollcall/bench"
-	"github.com/rollcall/rollcall/bench/baseline/compare"
+	"github.com/rollcall/rollcall/benchlab/baseline/compare"
 )
 
 func main() {

@@ -27,7 +27,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/rollcall/rollcall/bench/baseline/centrifugebase"
+	"github.com/rollcall/rollcall/benchlab/baseline/centrifugebase"
 )
 
 func main() {

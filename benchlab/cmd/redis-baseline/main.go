@@ -20,7 +20,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/rollcall/rollcall/bench/baseline/redisgw"
+	"github.com/rollcall/rollcall/benchlab/baseline/redisgw"
 )
 
 func main() {
