@@ -1,6 +1,9 @@
 # Rollcall build. `make test` is what CI runs (through .ci/run).
 GO        ?= go
 PKGS      := ./...
+# The bench lab (baselines, bench-compare, hbgen): a module of its own, so
+# the product's dependencies are not the lab's (docs/bench-compare.md).
+LAB       := benchlab
 BIN       := bin/rollcall
 FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
@@ -36,17 +39,19 @@ all: build
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/rollcall
 
-# All packages, race detector on. Property tests run 1,000 cases per law.
-# The gateway's protocol suite runs again over WebSocket (-transport=ws)
-# and over TCP served by goroutines (-transport=tcpgo, the path TLS takes)
-# rather than the event loop.
+# All packages, race detector on, the bench lab's too. Property tests run
+# 1,000 cases per law. The gateway's protocol suite runs again over
+# WebSocket (-transport=ws) and over TCP served by goroutines
+# (-transport=tcpgo, the path TLS takes) rather than the event loop.
 test:
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 	$(GO) test -race -count=1 -timeout 20m ./node -args -transport=ws
 	$(GO) test -race -count=1 -timeout 20m ./node -args -transport=tcpgo
+	cd $(LAB) && $(GO) test -race -count=1 -timeout 20m $(PKGS)
 
 test-short:
 	$(GO) test -short -count=1 $(PKGS)
+	cd $(LAB) && $(GO) test -short -count=1 $(PKGS)
 
 bench:
 	$(GO) test -run '^$$' -bench '$(or $(BENCH),$(BENCH_HOT))' -benchmem -benchtime $(BENCHTIME) $(BENCH_PKGS)
@@ -56,18 +61,22 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@echo "== go vet"
 	$(GO) vet $(PKGS)
+	cd $(LAB) && $(GO) vet $(PKGS)
 	@echo "== staticcheck ($(STATICCHECK); the first run downloads and builds it, a few minutes)"
 	@if $(GO) run $(STATICCHECK) -version >/dev/null 2>&1; then \
-		$(GO) run $(STATICCHECK) $(PKGS) && echo "staticcheck: no findings"; \
+		$(GO) run $(STATICCHECK) $(PKGS) && (cd $(LAB) && $(GO) run $(STATICCHECK) $(PKGS)) && echo "staticcheck: no findings"; \
 	else echo "staticcheck unavailable: skipped"; fi
 
-# A short run of every fuzz target; the corpora live in testdata/fuzz.
+# A short run of every fuzz target, the bench lab's too; the corpora live
+# in testdata/<pkg>/fuzz (the lab's in benchlab/testdata/<pkg>/fuzz).
 fuzz:
-	@for pkg in $$($(GO) list ./...); do \
-		dir=$$($(GO) list -f '{{.Dir}}' $$pkg); \
-		for t in $$(grep -ho '^func Fuzz[A-Za-z0-9_]*' $$dir/*_test.go 2>/dev/null | sed 's/func //'); do \
-			echo "== $$pkg $$t"; \
-			$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	@for mod in . $(LAB); do \
+		for pkg in $$($(GO) -C $$mod list ./...); do \
+			dir=$$($(GO) -C $$mod list -f '{{.Dir}}' $$pkg); \
+			for t in $$(grep -ho '^func Fuzz[A-Za-z0-9_]*' $$dir/*_test.go 2>/dev/null | sed 's/func //'); do \
+				echo "== $$pkg $$t"; \
+				$(GO) -C $$mod test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+			done; \
 		done; \
 	done
 
@@ -153,17 +162,18 @@ calibrate-bench:
 pgo:
 	$(GO) run ./cmd/rollcall sim --nodes 10000 --changes 1000 --duration 20s --format json --cpuprofile cmd/rollcall/default.pgo > /dev/null
 
-# Rollcall against the Redis TTL baseline (cmd/redis-baseline) under one
+# Rollcall against the Redis TTL baseline (benchlab/cmd/redis-baseline) under one
 # presence load (`rollcall bench`), servers on core 0 and the load on
 # core 1, alternating rounds on fresh servers (docs/bench-compare.md);
 # redis-server is installed with apt-get when missing and running as root.
 # COMPARE_ARGS passes flags to `bench-compare run`, e.g.
 # COMPARE_ARGS="--heartbeat 500ms --timeout 15s --duration 20s", or
 # COMPARE_ARGS="--systems rollcall,redis,centrifuge" to add the Centrifuge
-# baseline (cmd/centrifuge-baseline) to the alternation.
+# baseline (benchlab/cmd/centrifuge-baseline) to the alternation. The
+# baselines and bench-compare build from the bench lab's module.
 COMPARE_ARGS ?=
 bench-compare: build
-	$(GO) build -o bin/redis-baseline ./cmd/redis-baseline
-	$(GO) build -o bin/centrifuge-baseline ./cmd/centrifuge-baseline
-	$(GO) build -o bin/bench-compare ./cmd/bench-compare
+	cd $(LAB) && $(GO) build -o ../bin/redis-baseline ./cmd/redis-baseline
+	cd $(LAB) && $(GO) build -o ../bin/centrifuge-baseline ./cmd/centrifuge-baseline
+	cd $(LAB) && $(GO) build -o ../bin/bench-compare ./cmd/bench-compare
 	./bin/bench-compare run $(COMPARE_ARGS)

@@ -2,18 +2,19 @@
 # bench-saturation.sh [HEARTBEAT_INTERVALS] [ROUNDS]
 #
 # Heartbeats per server core-second as the rate rises, Rollcall against the
-# Redis TTL baseline (bench/baseline/redisgw), up to saturation. One server
+# Redis TTL baseline (benchlab/baseline/redisgw), up to saturation. One server
 # system at a time, pinned to core 0 (one Rollcall agent; or one baseline
-# gateway plus redis-server); two raw heartbeat generators (internal/hbgen:
-# a hello, then plain heartbeats, nothing else) of 5,000 sessions each,
-# pinned to core 1. A raw generator is used so the load core is not what
-# saturates first. Systems alternate within each rate; fresh processes
-# every run. Prints one line per run: system, interval, heartbeats/s
-# answered by the generators' sends, server core-seconds, heartbeats per
-# core-second, server core utilisation.
+# gateway plus redis-server); two raw heartbeat generators
+# (benchlab/internal/hbgen: a hello, then plain heartbeats, nothing else) of
+# 5,000 sessions each, pinned to core 1. A raw generator is used so the
+# load core is not what saturates first. Systems alternate within each
+# rate; fresh processes every run. Prints one line per run: system,
+# interval, heartbeats/s answered by the generators' sends, server
+# core-seconds, heartbeats per core-second, server core utilisation.
 #
-# Needs: make build; go build -o bin/redis-baseline ./cmd/redis-baseline;
-# go build -o bin/hbgen ./internal/hbgen; redis-server.
+# Needs: make build;
+# go -C benchlab build -o ../bin/redis-baseline ./cmd/redis-baseline;
+# go -C benchlab build -o ../bin/hbgen ./internal/hbgen; redis-server.
 set -eu
 cd "$(dirname "$0")/.."
 intervals=${1:-"200ms 50ms"}

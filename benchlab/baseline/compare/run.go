@@ -32,7 +32,7 @@ import (
 	"time"
 
 	"github.com/rollcall/rollcall/bench"
-	"github.com/rollcall/rollcall/bench/baseline/centrifugebase"
+	"github.com/rollcall/rollcall/benchlab/baseline/centrifugebase"
 )
 
 // The systems Run knows.

@@ -9,8 +9,8 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/rollcall/rollcall/bench/baseline/centrifugebase"
-	"github.com/rollcall/rollcall/bench/baseline/redistest"
+	"github.com/rollcall/rollcall/benchlab/baseline/centrifugebase"
+	"github.com/rollcall/rollcall/benchlab/baseline/redistest"
 )
 
 func start(t *testing.T, cfg centrifugebase.ServerConfig) *centrifugebase.Server {

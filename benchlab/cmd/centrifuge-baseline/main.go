@@ -1,5 +1,5 @@
 // Command centrifuge-baseline is a minimal Centrifuge presence server and
-// its load generator (bench/baseline/centrifugebase), to compare Rollcall
+// its load generator (baseline/centrifugebase), to compare Rollcall
 // against (docs/bench-compare.md).
 //
 //	centrifuge-baseline serve --addr 127.0.0.1:8000 [--redis 127.0.0.1:6379]
@@ -27,7 +27,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/rollcall/rollcall/bench/baseline/centrifugebase"
+	"github.com/rollcall/rollcall/benchlab/baseline/centrifugebase"
 )
 
 func main() {

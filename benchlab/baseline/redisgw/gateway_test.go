@@ -13,8 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/rollcall/rollcall/bench/baseline/redisgw"
-	"github.com/rollcall/rollcall/bench/baseline/redistest"
+	"github.com/rollcall/rollcall/benchlab/baseline/redisgw"
+	"github.com/rollcall/rollcall/benchlab/baseline/redistest"
 	"github.com/rollcall/rollcall/client"
 )
 

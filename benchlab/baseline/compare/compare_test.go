@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/rollcall/rollcall/bench"
-	"github.com/rollcall/rollcall/bench/baseline/redistest"
+	"github.com/rollcall/rollcall/benchlab/baseline/redistest"
 )
 
 // testdata/rollcall-bench.json is `rollcall bench --format json` against

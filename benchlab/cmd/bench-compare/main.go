@@ -1,7 +1,7 @@
 // Command bench-compare runs Rollcall, the Redis TTL baseline and the
 // Centrifuge baseline side by side under one presence load, `rollcall
 // bench` (for Centrifuge `centrifuge-baseline load` with the same
-// figures; bench/baseline/compare, docs/bench-compare.md).
+// figures; baseline/compare, docs/bench-compare.md).
 //
 //	bench-compare run [--systems rollcall,redis,centrifuge] [--sessions 10000] [--heartbeat 5s] [--rounds 3] [--floor] ...
 //	bench-compare floor node --tcp ADDR --udp ADDR --peers UDP,UDP
@@ -27,7 +27,7 @@ import (
 	"time"
 
 	"github.com/rollcall/rollcall/bench"
-	"github.com/rollcall/rollcall/bench/baseline/compare"
+	"github.com/rollcall/rollcall/benchlab/baseline/compare"
 )
 
 func main() {

@@ -5,7 +5,7 @@
 # heartbeating sessions each (default 9990: 19,980 in all, as many as the
 # agent's 20,000 file descriptors hold), and prints the agent's VmRSS before
 # and after, the RSS per session, and the agent's CPU per heartbeat over a
-# 30 s window. Build hbgen first: go build -o /tmp/hbgen ./internal/hbgen
+# 30 s window. Build hbgen first: go -C benchlab build -o /tmp/hbgen ./internal/hbgen
 set -eu
 bin=$1
 per=${2:-9990}

@@ -1,5 +1,5 @@
 // Command redis-baseline runs the Redis TTL baseline gateway
-// (bench/baseline/redisgw): presence the way it is commonly built on Redis,
+// (baseline/redisgw): presence the way it is commonly built on Redis,
 // speaking Rollcall's client protocol subset, for side-by-side load tests
 // (docs/bench-compare.md). Several of them share one redis-server.
 //
@@ -20,7 +20,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/rollcall/rollcall/bench/baseline/redisgw"
+	"github.com/rollcall/rollcall/benchlab/baseline/redisgw"
 )
 
 func main() {

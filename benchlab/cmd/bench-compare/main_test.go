@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rollcall/rollcall/bench/baseline/compare"
+	"github.com/rollcall/rollcall/benchlab/baseline/compare"
 )
 
 func TestWriteFigures(t *testing.T) {

@@ -2,7 +2,7 @@
 // measuring the gateway's memory and CPU per idle session
 // (docs/performance.md). It is a measurement tool, not a client library:
 //
-//	go run ./internal/hbgen -addr 127.0.0.1:7400 -n 9990 -src 127.0.1.1 -ips 100
+//	go -C benchlab run ./internal/hbgen -addr 127.0.0.1:7400 -n 9990 -src 127.0.1.1 -ips 100
 //
 // It opens n connections, source addresses spread over -ips consecutive
 // addresses starting at -src (so the ephemeral ports of one address do not
