@@ -673,7 +673,9 @@ func (n *Node) stepAlive(a Alive, now int64) {
 	newInc := a.Origin.Incarnation > p.incarnation
 	p.incarnation = max(p.incarnation, a.Origin.Incarnation)
 	p.sessions, p.clientAddr = a.Sessions, a.ClientAddr
-	pull := p.gap.observe(a.Origin, a.Watermark, local) && !n.pulling[name]
+	// While a paged answer comes in, it brings what the gap is: a pull
+	// now would start a second answer of the same records.
+	pull := p.gap.observe(a.Origin, a.Watermark, local) && !n.pulling[name] && len(n.transfers) == 0
 	if pull {
 		n.pulling[name] = true
 	}

@@ -12,9 +12,12 @@ import (
 // sender for the next (TypePullPage, with its digest as it is now and the
 // page's next cursor). One page is in flight per sender, so pages arrive in
 // order, neither side holds more than a page, and the sender keeps no state
-// between pages. A page that does not come within TransferStall is asked for
-// again, up to TransferRetries times; then the transfer is left to
-// anti-entropy, whose next answer starts from what this node then holds.
+// between pages. One transfer comes in at a time: while it does, a fresh
+// answer from another member is applied but not followed up, and gaps in
+// announced watermarks are not pulled (the transfer brings them). A page
+// that does not come within TransferStall is asked for again, up to
+// TransferRetries times; then the transfer is left to anti-entropy, whose
+// next answer starts from what this node then holds.
 
 const (
 	// TransferStall is how long a paged answer may go without a page
@@ -41,10 +44,10 @@ func (n *Node) stepPage(p SyncPage, records int, now int64) {
 	}
 	t := n.transfers[from]
 	switch {
-	case !p.At.Started && t != nil:
-		// A fresh answer (a push/pull's) while a transfer from the same
-		// sender is under way: its records are applied, and the transfer
-		// goes on; a second chain would send the same pages twice.
+	case !p.At.Started && len(n.transfers) > 0:
+		// A fresh answer (a push/pull's) while a transfer is under way: its
+		// records are applied, and the transfer goes on; a second chain
+		// would send the same pages again.
 		return
 	case !p.At.Started:
 		if p.Last {

@@ -150,13 +150,8 @@ func (h *ReplicaHost) Watermark(o crdt.Origin) uint64 {
 func (h *ReplicaHost) SessionCount() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	n := 0
-	for _, k := range h.r.NodeSessions(h.r.Self().Node) {
-		if s, _ := h.r.Session(k); s.State == crdt.StateActive {
-			n++
-		}
-	}
-	return n
+	c := h.r.Census()
+	return c.Local[crdt.StateActive]
 }
 
 // Put writes a session as this host's origin and returns the delta to
