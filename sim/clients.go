@@ -35,11 +35,11 @@ type client struct {
 
 var devices = [...]string{"phone", "laptop", "web", "tablet"}
 
-// scheduleWorkload draws the times of the client actions: uniform over
-// Window.
+// scheduleWorkload draws the times of the client actions (Changes, or Rate
+// over Window): uniform over Window.
 func (s *Sim) scheduleWorkload() {
 	window := int64(s.cfg.Window)
-	times := make([]int64, s.cfg.Changes)
+	times := make([]int64, s.cfg.actions())
 	for i := range times {
 		times[i] = s.rng.Int64N(max(window, 1))
 	}

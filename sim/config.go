@@ -3,6 +3,7 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -94,8 +95,14 @@ type Config struct {
 	// Changes is the number of client actions (connects, status changes,
 	// clean disconnects, silent failures) over the load window, the first
 	// half of Duration. Silent failures cause a later expiry write by the
-	// owner. Default 100.
+	// owner. Default 100, when Rate is not set either.
 	Changes int
+	// Rate, when positive, gives the client actions as a rate instead: per
+	// second of simulated time, cluster-wide, spread over Window (by
+	// default the first half of Duration, so the rest lets them settle),
+	// round(Rate × Window in seconds) of them. Changes must then be left 0
+	// (DefaultConfig sets it: clear it); setting both is an error.
+	Rate float64
 	// Duration is the simulated time. Default 60s.
 	Duration time.Duration
 	// Window is the time over which the client actions are spread, from
@@ -249,7 +256,7 @@ func (c *Config) Validate() error {
 	if err := c.Latency.Validate(); err != nil {
 		return err
 	}
-	if c.Changes == 0 {
+	if c.Changes == 0 && c.Rate == 0 {
 		c.Changes = d.Changes
 	}
 	dur(&c.Duration, d.Duration)
@@ -272,6 +279,19 @@ func (c *Config) Validate() error {
 	}
 	if c.Changes < 0 {
 		errs = append(errs, fmt.Errorf("changes %d is negative", c.Changes))
+	}
+	switch {
+	case math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0) || c.Rate < 0:
+		errs = append(errs, fmt.Errorf("rate %v must be a finite number of client actions per second, not negative", c.Rate))
+	case c.Rate > 0 && c.Changes != 0:
+		errs = append(errs, fmt.Errorf("changes (%d) and rate (%v/s) are both set; give one", c.Changes, c.Rate))
+	case c.Rate > 0:
+		switch n := c.Rate * c.Window.Seconds(); {
+		case math.Round(n) < 1:
+			errs = append(errs, fmt.Errorf("rate %v/s over the window %v gives no client actions", c.Rate, c.Window))
+		case math.Round(n) > math.MaxInt32:
+			errs = append(errs, fmt.Errorf("rate %v/s over the window %v gives %.0f client actions, more than %d", c.Rate, c.Window, n, math.MaxInt32))
+		}
 	}
 	for name, v := range map[string]time.Duration{
 		"interval": c.GossipInterval, "push/pull interval": c.PushPullInterval,
@@ -332,4 +352,13 @@ func (c *Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// actions is the number of client actions of a validated Config: Changes,
+// or Rate over Window.
+func (c *Config) actions() int {
+	if c.Rate > 0 {
+		return int(math.Round(c.Rate * c.Window.Seconds()))
+	}
+	return c.Changes
 }

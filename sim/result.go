@@ -191,7 +191,7 @@ func (s *Sim) result() *Result {
 		Mode:   dissem.ChooseMode(s.cfg.Nodes, s.cfg.EagerThreshold).String(),
 		Fanout: s.cfg.GossipNodes, IntervalMS: round3(ms(s.cfg.GossipInterval)), Loss: s.cfg.Loss,
 		Latency: s.cfg.Latency.String(), DurationS: secs, TimeoutS: s.cfg.Timeout.Seconds(), Seed: s.cfg.Seed,
-		Actions: s.cfg.Changes, Changes: len(s.changes),
+		Actions: s.cfg.actions(), Changes: len(s.changes),
 	}
 	var conv []float64
 	for _, ch := range s.changes {

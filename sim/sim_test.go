@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -304,5 +306,84 @@ func TestRestartedNodeAppliesAgain(t *testing.T) {
 		if !held() {
 			t.Fatalf("threshold %d: the restarted node skipped a delta its previous life applied", threshold)
 		}
+	}
+}
+
+// Rate gives round(Rate × Window) client actions, spread over the window:
+// 200/s over a 2s run's default 1s window is 200 actions, each within the
+// window and about half in each half of it.
+func TestRateSpreadsActionsOverTheWindow(t *testing.T) {
+	cfg := Config{Nodes: 5, Rate: 200, Duration: 2 * time.Second, Seed: 3}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	window := int64(s.cfg.Window)
+	if s.cfg.Window != time.Second || s.cfg.Changes != 0 {
+		t.Fatalf("window %v, changes %d: want the default window of half the run and no count", s.cfg.Window, s.cfg.Changes)
+	}
+	var n, firstHalf int
+	for s.q.len() > 0 {
+		e := s.q.pop()
+		if e.kind != evChange {
+			continue
+		}
+		n++
+		if e.at < 0 || e.at >= window {
+			t.Errorf("action at %v outside the window [0, %v)", time.Duration(e.at), s.cfg.Window)
+		}
+		if e.at < window/2 {
+			firstHalf++
+		}
+	}
+	if n != 200 {
+		t.Errorf("%d actions scheduled, want 200", n)
+	}
+	if firstHalf < 60 || firstHalf > 140 {
+		t.Errorf("%d of %d actions in the first half of the window: not spread over it", firstHalf, n)
+	}
+	if r := run(t, cfg); r.Actions != 200 {
+		t.Errorf("result reports %d actions, want 200", r.Actions)
+	}
+	// A rate over an explicit window: 50/s over 3s of a 10s run.
+	cfg = Config{Nodes: 5, Rate: 50, Window: 3 * time.Second, Duration: 10 * time.Second, Seed: 3}
+	if r := run(t, cfg); r.Actions != 150 {
+		t.Errorf("50/s over 3s: %d actions, want 150", r.Actions)
+	}
+}
+
+// Rate and Changes are alternatives; a rate must be a finite, non-negative
+// number that gives at least one action; with neither the default count
+// applies.
+func TestRateValidation(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"both", Config{Changes: 10, Rate: 5}, "both set"},
+		{"default changes and rate", func() Config { c := DefaultConfig(); c.Rate = 5; return c }(), "both set"},
+		{"negative", Config{Rate: -1}, "rate"},
+		{"NaN", Config{Rate: math.NaN()}, "rate"},
+		{"Inf", Config{Rate: math.Inf(1)}, "rate"},
+		{"too low", Config{Rate: 0.01, Duration: 10 * time.Second}, "no client actions"},
+		{"too many", Config{Rate: 1e300}, "client actions"},
+	} {
+		err := tc.cfg.Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want one naming %q", tc.name, err, tc.want)
+		}
+	}
+	c := Config{}
+	if err := c.Validate(); err != nil || c.Changes != DefaultConfig().Changes || c.actions() != c.Changes {
+		t.Errorf("neither set: %v, changes %d", err, c.Changes)
+	}
+	c = Config{Rate: 4, Duration: 10 * time.Second}
+	if err := c.Validate(); err != nil || c.Changes != 0 || c.actions() != 20 {
+		t.Errorf("rate 4 over 5s: %v, changes %d, actions %d", err, c.Changes, c.actions())
+	}
+	// Validating again (as New does after a caller's Validate) keeps it valid.
+	if err := c.Validate(); err != nil {
+		t.Errorf("second Validate: %v", err)
 	}
 }

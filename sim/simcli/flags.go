@@ -43,8 +43,9 @@ and a model of memberlist (probes, suspicion, piggyback queue). It reports
 how fast session changes reach every node, what that costs, and how long
 failures take to show. The same flags and seed always give the same output.
 
-Client actions happen at random times in the first --window of the run
-(default half of --duration); the rest lets them settle.
+Client actions (--changes of them, or --rate per second) happen at random
+times in the first --window of the run (default half of --duration); the
+rest lets them settle.
 
 flags (durations take Go syntax: 500ms, 2s, 1m):
 `
@@ -77,7 +78,11 @@ func NewFlagSet(o *Options, out io.Writer) *flag.FlagSet {
 		c.Latency = l
 		return err
 	})
-	fs.IntVar(&c.Changes, "changes", c.Changes, "client actions (connects, status changes, disconnects, silent failures) over the first half of the run, a count")
+	// --changes defaults to 0 so that --rate alone is not "both set";
+	// Validate fills the default count when neither is given.
+	c.Changes = 0
+	fs.IntVar(&c.Changes, "changes", 0, fmt.Sprintf("client actions (connects, status changes, disconnects, silent failures) over the load window (the first half of the run), a count (default %d; not with --rate)", sim.DefaultConfig().Changes))
+	fs.Float64Var(&c.Rate, "rate", 0, "client actions per second over the load window (the first half of the run, or --window), cluster-wide, instead of --changes: round(rate × window) actions, a count per second")
 	fs.DurationVar(&c.Duration, "duration", c.Duration, "simulated time, a duration")
 	fs.DurationVar(&c.Window, "window", 0, "time over which the client actions are spread, a duration (default: half the duration)")
 	fs.DurationVar(&c.Timeout, "timeout", c.Timeout, "session timeout: a silent client's gateway expires its session this long after its last request, a duration")

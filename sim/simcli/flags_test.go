@@ -46,6 +46,40 @@ func TestParseArgs(t *testing.T) {
 	}
 }
 
+// --rate gives the actions as a rate over the load window, instead of
+// --changes; giving both is an error, and the default count applies only
+// when neither is given.
+func TestParseRate(t *testing.T) {
+	o, err := ParseArgs(strings.Fields("--nodes 5 --rate 200 --duration 2s"), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := o.Config; c.Rate != 200 || c.Changes != 0 || c.Window != time.Second {
+		t.Errorf("--rate 200 --duration 2s: rate %v, changes %d, window %v", c.Rate, c.Changes, c.Window)
+	}
+	o, err = ParseArgs(nil, io.Discard)
+	if err != nil || o.Config.Changes != sim.DefaultConfig().Changes || o.Config.Rate != 0 {
+		t.Errorf("no flags: %v, changes %d, rate %v", err, o.Config.Changes, o.Config.Rate)
+	}
+	for _, bad := range []string{"--rate 10 --changes 50", "--rate -1", "--rate NaN", "--rate +Inf", "--rate x"} {
+		if _, err := ParseArgs(strings.Fields(bad), io.Discard); err == nil {
+			t.Errorf("accepted %q", bad)
+		}
+	}
+	_, err = ParseArgs(strings.Fields("--rate 10 --changes 50"), io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "both set") {
+		t.Errorf("--rate with --changes: %v, want an error saying both are set", err)
+	}
+	o, err = ParseArgs(strings.Fields("--nodes 5 --duration 4s --sweep rate=10,20"), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs, err := o.Runs()
+	if err != nil || len(runs) != 2 || runs[0].Rate != 10 || runs[1].Rate != 20 || runs[1].Changes != 0 {
+		t.Errorf("sweep of rate: %+v, %v", runs, err)
+	}
+}
+
 func TestSweepRuns(t *testing.T) {
 	o, err := ParseArgs(strings.Fields("--nodes 6 --changes 5 --duration 5s --sweep nodes=4,8"), io.Discard)
 	if err != nil {
@@ -62,7 +96,7 @@ func TestHelpExplainsEveryFlag(t *testing.T) {
 	var o Options
 	fs := NewFlagSet(&o, io.Discard)
 	units := []string{"duration", "count", "fraction", "ms", "seed", "lan", "table", "FILE", "PARAM", "W", "NODE", "AT", "fixed"}
-	for _, name := range []string{"nodes", "profile", "interval", "fanout", "loss", "latency", "changes", "duration",
+	for _, name := range []string{"nodes", "profile", "interval", "fanout", "loss", "latency", "changes", "rate", "duration",
 		"timeout", "partition", "crash", "churn", "seed", "format", "plot", "sweep"} {
 		f := fs.Lookup(name)
 		if f == nil {
