@@ -6,7 +6,8 @@ import (
 	"time"
 )
 
-// BenchmarkStackPropagation16 is the propagation number, end to end:
+// BenchmarkStackPropagation16 is the propagation figure of docs/results.md,
+// end to end:
 // 16 gateways joined by gossip on loopback, a subscriber to group "bench"
 // on each of them; each iteration connects a new user (in that group) on
 // one gateway and measures from the welcome to the event at the subscriber

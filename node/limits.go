@@ -25,7 +25,7 @@ import (
 //	per gateway     MaxConnections             overloaded (closes)
 //
 // They are on by default, with defaults generous enough for NAT'd offices,
-// bots and load generators (docs/operations.md, "Limits"), and they can
+// bots and load generators (docs/operations/configuration.md, "Limits"), and they can
 // change while the node runs (SetLimits) without dropping anyone.
 
 // Default limits.
@@ -255,7 +255,7 @@ func (n *Node) countConnLocked(c *conn, admitted bool) {
 // gateway's, as far as this node has heard) and key is not one of them (a
 // reconnect of a device replaces its session, it does not add one). The
 // caller holds n.mu, so the cap is exact for the hellos of one gateway;
-// across gateways it is best effort (see docs/operations.md, "Limits").
+// across gateways it is best effort (see docs/operations/configuration.md, "Limits").
 func (n *Node) sessionCapLocked(c *conn, user, device string) *requestError {
 	max := n.limits.Load().MaxSessionsPerUser
 	if max <= 0 {

@@ -42,7 +42,7 @@ type agentFlags struct {
 	logFormat    string
 	cluster      clusterFlags
 
-	// TLS and the admin API (docs/operations.md).
+	// TLS and the admin API (docs/operations/security.md).
 	tlsCert        string // --tls-cert: PEM certificate chain of both ports
 	tlsKey         string // --tls-key: its private key
 	tlsClientCA    string // --tls-client-ca: CA client certificates must chain to (mutual TLS)

@@ -8,9 +8,9 @@ import (
 	"github.com/rollcall/rollcall/node"
 )
 
-// File descriptors (docs/operations.md, "File descriptors"). Each client
-// connection holds one; the node caps --max-connections below the
-// process's open-file limit (node.ConnectionsForFileLimit), and the agent
+// File descriptors (docs/operations/configuration.md, "File descriptors").
+// Each client connection holds one; the node caps --max-connections below
+// the process's open-file limit (node.ConnectionsForFileLimit), and the agent
 // raises that limit as far as it may first and says what it got.
 
 // openFileLimit raises the soft RLIMIT_NOFILE to the hard limit (raiseFileLimit)

@@ -11,7 +11,7 @@ import (
 )
 
 // limitFlags are the agent's flags for the gateway's abuse limits and the
-// sizes of its buffers and windows (docs/operations.md, "Limits"). Each
+// sizes of its buffers and windows (docs/operations/configuration.md, "Limits"). Each
 // sets the node.Config field of the same name. Unlike a Config field, a
 // flag's zero is never "the default": it is refused where it means nothing,
 // and --event-coalesce 0 means no wait.
