@@ -24,6 +24,8 @@ type harness struct {
 	out    strings.Builder
 	// pageRecords bounds the records of an answer's page (0: none).
 	pageRecords int
+	// delivered counts the messages delivered, by type.
+	delivered map[Type]int
 }
 
 type hnode struct {
@@ -182,6 +184,10 @@ func (h *harness) deliver(i int) {
 	if f.done != nil {
 		f.done()
 	}
+	if h.delivered == nil {
+		h.delivered = make(map[Type]int)
+	}
+	h.delivered[f.msg.Type]++
 	to := h.nodes[f.to]
 	// A message goes through the wire: what is stepped is what was encoded.
 	m, err := Decode(f.msg.Bytes)

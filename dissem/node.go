@@ -32,8 +32,11 @@ type Config struct {
 	PacketBudget int
 	// EagerThreshold is the member count (self included) up to which
 	// writes go straight to every member (ModeEager); beyond it they are
-	// gossiped (ModeEpidemic).
+	// relayed as Relay says (ModeTree or ModeEpidemic).
 	EagerThreshold int
+	// Relay is how writes travel beyond EagerThreshold. Default
+	// RelayEpidemic.
+	Relay Relay
 	// AliveInterval is how often this node announces itself.
 	AliveInterval time.Duration
 	// LeaseTimeout is how long a peer unheard stays shown up (eager mode).
@@ -190,6 +193,7 @@ type Node struct {
 	peers     map[string]*peer
 	pulling   map[string]bool
 	transfers map[string]*transfer // paged answers coming in, by sender; nil while empty
+	relayTree *relayTree           // ModeTree's member list; nil when members changed
 	reviving  map[string]revival   // nil while empty
 	answering int
 	leaving   bool
@@ -231,6 +235,9 @@ type peer struct {
 func (p *peer) setState(n *Node, state MemberState, forgotten bool) {
 	if p.state == StateDead && !p.forgotten {
 		n.dead--
+	}
+	if p.state != state {
+		n.relayTree = nil // the tree is over the members alive
 	}
 	p.state, p.forgotten = state, forgotten
 	if p.state == StateDead && !p.forgotten {
@@ -313,7 +320,13 @@ func (n *Node) Start(now int64, stagger bool) {
 }
 
 // Mode is the dissemination mode now.
-func (n *Node) Mode() Mode { return ChooseMode(n.members.NumMembers(), n.threshold) }
+func (n *Node) Mode() Mode {
+	m := ChooseMode(n.members.NumMembers(), n.threshold)
+	if m == ModeEpidemic && n.cfg.Relay == RelayTree {
+		return ModeTree
+	}
+	return m
+}
 
 // out marks that the node has something for its driver, and returns the
 // Ready it collects in.
@@ -508,6 +521,8 @@ func (n *Node) flush(reliable bool) {
 			n.sendLive(m, true)
 		case mode == ModeEager:
 			n.sendLive(m, false)
+		case mode == ModeTree:
+			n.sendTree(m, n.name)
 		default:
 			n.out().Broadcasts = append(n.rd.Broadcasts, Broadcast{Msg: m})
 			// Seed the epidemic at once rather than at the next gossip round.
@@ -518,14 +533,14 @@ func (n *Node) flush(reliable bool) {
 	}
 }
 
-// announce sends this node's alive message: to every member while eager,
-// through the piggyback queue when epidemic.
+// announce sends this node's alive message: to every member while eager
+// or relaying along a tree, through the piggyback queue when epidemic.
 func (n *Node) announce() {
 	m, err := NewAlive(TypeAlive, n.alive())
 	if err != nil {
 		panic(fmt.Sprintf("dissem: encode alive: %v", err))
 	}
-	if n.Mode() == ModeEager {
+	if n.Mode() != ModeEpidemic {
 		n.sendLive(m, false)
 		return
 	}
@@ -615,7 +630,9 @@ func (n *Node) stepDeltas(m *Message, now int64) {
 		n.out().Notes = append(n.rd.Notes, Note{Kind: NoteBadDeltas, Node: from, Err: err})
 		return
 	}
-	epidemic := n.Mode() == ModeEpidemic
+	mode := n.Mode()
+	// Relayed deltas prove nothing about their owner now.
+	relayed := mode != ModeEager
 	fresh := false
 	mark := len(n.heardUp)
 	nums := m.originNumbers(n.origins)
@@ -633,8 +650,7 @@ func (n *Node) stepDeltas(m *Message, now int64) {
 			n.seen[w].version = v
 		}
 		// Eager deltas come straight from their owner: proof it is alive.
-		// Relayed epidemic deltas prove nothing about the owner now.
-		if epidemic {
+		if relayed {
 			continue
 		}
 		if n.peer(o.Node).lease.heardAt(now) {
@@ -651,9 +667,15 @@ func (n *Node) stepDeltas(m *Message, now int64) {
 	}
 	n.out().Apply = append(n.rd.Apply, Apply{Kind: ApplyDeltas, Deltas: ds, Msg: m})
 	n.recheck = true
-	if epidemic && fresh {
+	switch {
+	case !fresh:
+	case mode == ModeEpidemic:
 		// Epidemic relay: what was new to us goes on with a retransmit limit.
 		n.out().Broadcasts = append(n.rd.Broadcasts, Broadcast{Msg: m})
+	case mode == ModeTree && len(ds) > 0:
+		// Tree relay: on to this node's children in the owner's tree, once
+		// (a repeat is not fresh).
+		n.sendTree(m, ds[0].Origin().Node)
 	}
 }
 

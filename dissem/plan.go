@@ -1,6 +1,7 @@
 package dissem
 
 import (
+	"fmt"
 	"math"
 	"time"
 
@@ -22,13 +23,61 @@ const (
 	// memberlist gossips to GossipNodes random members per interval, each
 	// receiver re-queueing what was new to it.
 	ModeEpidemic
+	// ModeTree sends each batch to the owner's children in a relay tree
+	// over the members alive (TreeFanout, TreeChildren), each of which
+	// passes what was new to it on to its own children: about one copy
+	// per member per change, in two hops. Announcements go straight to
+	// every member, as in eager mode, so leases hold and a lost relay
+	// shows as a gap the receiver pulls.
+	ModeTree
 )
 
 func (m Mode) String() string {
-	if m == ModeEager {
+	switch m {
+	case ModeEager:
 		return "eager"
+	case ModeTree:
+		return "tree"
 	}
 	return "epidemic"
+}
+
+// Relay is how writes travel beyond the eager threshold.
+type Relay uint8
+
+const (
+	// RelayEpidemic: memberlist's piggyback gossip (ModeEpidemic).
+	RelayEpidemic Relay = iota
+	// RelayTree: a relay tree over the members (ModeTree).
+	RelayTree
+)
+
+func (r Relay) String() string {
+	if r == RelayTree {
+		return "tree"
+	}
+	return "epidemic"
+}
+
+// Set parses a Relay's name into r: it makes *Relay a flag.Value.
+func (r *Relay) Set(s string) error {
+	v, err := ParseRelay(s)
+	if err != nil {
+		return err
+	}
+	*r = v
+	return nil
+}
+
+// ParseRelay parses a Relay's name: "epidemic" or "tree".
+func ParseRelay(s string) (Relay, error) {
+	switch s {
+	case "epidemic":
+		return RelayEpidemic, nil
+	case "tree":
+		return RelayTree, nil
+	}
+	return 0, fmt.Errorf("dissem: relay %q: want epidemic or tree", s)
 }
 
 // ChooseMode picks the dissemination mode for a cluster of members live
@@ -47,7 +96,7 @@ func ChooseMode(members, threshold int) Mode {
 // not relayed, so a lease would pass for live owners (the simulator measured
 // 9% of peers at 100 nodes, 80% at 1,000); there memberlist's failure
 // detector alone marks gateways down.
-func LeasesEnforced(m Mode) bool { return m == ModeEager }
+func LeasesEnforced(m Mode) bool { return m != ModeEpidemic }
 
 // VerdictOverrule is how recently a peer must have been heard directly for
 // this node to overrule memberlist's verdict that the peer is dead (Leases.Fail):

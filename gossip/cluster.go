@@ -154,6 +154,7 @@ func New(cfg Config, host Host) (*Cluster, error) {
 	core, err := dissem.New(dissem.Config{
 		Name: cfg.Name, Incarnation: cfg.Incarnation, ClientAddr: c.cfg.ClientAddr,
 		BatchDelay: max(cfg.BatchDelay, 0), PacketBudget: cfg.PacketBudget, EagerThreshold: cfg.EagerThreshold,
+		Relay:         cfg.Relay,
 		AliveInterval: cfg.AliveInterval, LeaseTimeout: cfg.LeaseTimeout,
 		ReconnectInterval: cfg.ReconnectInterval, ReconnectTimeout: cfg.ReconnectTimeout,
 		Rand: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),

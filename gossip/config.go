@@ -68,6 +68,11 @@ type Config struct {
 	// every member (N-1 copies a change, one hop); beyond it, epidemic
 	// gossip through a bounded piggyback queue. Default 64.
 	EagerThreshold int
+	// Relay is how deltas travel beyond EagerThreshold: dissem.RelayEpidemic
+	// (memberlist's piggyback queue) or dissem.RelayTree (a relay tree
+	// over the members alive: about one copy per member, two hops).
+	// Default dissem.RelayEpidemic.
+	Relay dissem.Relay
 	// PacketBudget is the payload bytes of one best-effort packet.
 	// Default dissem.DefaultPacketBudget (1300).
 	PacketBudget int

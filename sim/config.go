@@ -55,8 +55,11 @@ type Config struct {
 	AliveInterval  time.Duration
 	BatchDelay     time.Duration
 	EagerThreshold int
-	PacketBudget   int
-	MaxQueue       int
+	// Relay is how writes travel beyond EagerThreshold (dissem.Config.Relay):
+	// memberlist's piggyback gossip (the default) or a relay tree.
+	Relay        dissem.Relay
+	PacketBudget int
+	MaxQueue     int
 	// ReconnectInterval is how often a node tries to rejoin members
 	// memberlist declared dead; ReconnectTimeout how long it keeps trying.
 	ReconnectInterval time.Duration

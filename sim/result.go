@@ -15,7 +15,7 @@ import (
 type Result struct {
 	Nodes      int     `json:"nodes"`
 	Profile    string  `json:"profile"`
-	Mode       string  `json:"mode"` // eager or epidemic (dissem.ChooseMode)
+	Mode       string  `json:"mode"` // eager, epidemic or tree (dissem.Node.Mode)
 	Fanout     int     `json:"fanout"`
 	IntervalMS float64 `json:"interval_ms"`
 	Loss       float64 `json:"loss"`
@@ -188,7 +188,7 @@ func (s *Sim) result() *Result {
 	perNodeS := float64(s.cfg.Nodes) * secs
 	r := &Result{
 		Nodes: s.cfg.Nodes, Profile: s.cfg.Profile,
-		Mode:   dissem.ChooseMode(s.cfg.Nodes, s.cfg.EagerThreshold).String(),
+		Mode:   simMode(s.cfg).String(),
 		Fanout: s.cfg.GossipNodes, IntervalMS: round3(ms(s.cfg.GossipInterval)), Loss: s.cfg.Loss,
 		Latency: s.cfg.Latency.String(), DurationS: secs, TimeoutS: s.cfg.Timeout.Seconds(), Seed: s.cfg.Seed,
 		Actions: s.cfg.actions(), Changes: len(s.changes),
@@ -278,4 +278,14 @@ func (s *Sim) curve() (Percentiles, []CurvePoint) {
 func (r *Result) String() string {
 	return fmt.Sprintf("%d nodes %s: convergence p50 %.1fms p99 %.1fms, converged %.3f, %.0f B/node/s",
 		r.Nodes, r.Mode, r.Convergence.P50, r.Convergence.P99, r.ConvergedFraction, r.BytesPerNodePerS)
+}
+
+// simMode is the mode a node of a whole cluster of cfg runs in
+// (dissem.Node.Mode).
+func simMode(cfg Config) dissem.Mode {
+	m := dissem.ChooseMode(cfg.Nodes, cfg.EagerThreshold)
+	if m == dissem.ModeEpidemic && cfg.Relay == dissem.RelayTree {
+		return dissem.ModeTree
+	}
+	return m
 }

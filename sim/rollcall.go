@@ -49,6 +49,7 @@ func (s *Sim) initCore(n *node) {
 	err := n.core.Init(dissem.Config{
 		Name: n.name, Incarnation: n.self.Incarnation, ClientAddr: clientAddr(n.id),
 		BatchDelay: s.cfg.BatchDelay, PacketBudget: s.cfg.PacketBudget, EagerThreshold: s.cfg.EagerThreshold,
+		Relay:         s.cfg.Relay,
 		AliveInterval: s.cfg.AliveInterval, LeaseTimeout: s.cfg.LeaseTimeout,
 		ReconnectInterval: s.cfg.ReconnectInterval, ReconnectTimeout: s.cfg.ReconnectTimeout,
 		Rand: s.rng, Origins: s.origins,

@@ -53,6 +53,7 @@ func startCluster(_ context.Context, cf clusterFlags, n *node.Node, log *zap.Log
 	cfg.Join = cf.Join
 	cfg.Profile = cf.GossipProfile
 	cfg.BatchDelay = cf.GossipBatch
+	cfg.Relay = cf.GossipRelay
 	cfg.Compress = cf.GossipCompress
 	if cfg.BatchDelay == 0 {
 		cfg.BatchDelay = -1 // gossip.Config's "no window"; its zero is the default

@@ -1,0 +1,76 @@
+package dissem
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/rollcall/rollcall/crdt"
+)
+
+func treeHarness(t *testing.T, n int) *harness {
+	t.Helper()
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("n%03d", i)
+	}
+	h, err := newHarness(names, func(c *Config) {
+		c.EagerThreshold, c.Relay, c.BatchDelay = 8, RelayTree, 0
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.stabilize()
+	return h
+}
+
+// Beyond the eager threshold with the tree relay, each owner's write
+// reaches every member, in about one copy per member, whoever writes.
+func TestTreeRelayReachesEveryMemberAboutOnce(t *testing.T) {
+	const members = 40
+	h := treeHarness(t, members)
+	if m := h.nodes["n000"].core.Mode(); m != ModeTree {
+		t.Fatalf("mode %s with %d members, threshold 8", m, members)
+	}
+	for i, owner := range []string{"n000", "n017", "n039"} {
+		h.delivered = nil
+		if err := h.write(h.nodes[owner], fmt.Sprintf("u%d", i), "d", crdt.StatusAvailable, crdt.StateActive); err != nil {
+			t.Fatal(err)
+		}
+		h.drive(h.nodes[owner], "publish")
+		h.stabilize()
+		if err := h.converged(); err != nil {
+			t.Fatalf("write at %s: %v", owner, err)
+		}
+		if got := h.delivered[TypeDeltas]; got != members-1 {
+			t.Fatalf("write at %s: %d delta copies for %d members, want %d", owner, got, members, members-1)
+		}
+	}
+}
+
+// A member down is skipped for its children, so the members below it in
+// the tree still get the write.
+func TestTreeRelaySkipsADownMemberForItsChildren(t *testing.T) {
+	const members = 30
+	h := treeHarness(t, members)
+	// n001 is the owner n000's first child: every member learns it failed.
+	for _, name := range h.names {
+		if name != "n001" {
+			h.nodes[name].core.MemberFailed("n001", false, h.now)
+			h.drive(h.nodes[name], "failed")
+		}
+	}
+	h.stabilize()
+	if err := h.write(h.nodes["n000"], "u", "d", crdt.StatusAvailable, crdt.StateActive); err != nil {
+		t.Fatal(err)
+	}
+	h.drive(h.nodes["n000"], "publish")
+	h.stabilize()
+	for _, name := range h.names {
+		if name == "n001" || name == "n000" {
+			continue
+		}
+		if _, ok := h.nodes[name].r.Session(crdt.Key{User: "u", Device: "d"}); !ok {
+			t.Fatalf("%s missed the write", name)
+		}
+	}
+}
