@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rollcall/rollcall/node"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // nextRaw returns the next item of r.Lines, failing the test after 15s or
@@ -313,7 +313,7 @@ func TestClosesConnMatchesNode(t *testing.T) {
 		CodeHandshakeTimeout, CodeNotAuthenticated, CodeSuperseded, CodeShuttingDown, CodeSlowConsumer,
 		CodeExpired, CodeInternal, CodeEpochExhausted, CodeRateLimited, CodeForbidden,
 		CodeTokenExpired, CodeTooManySessions, CodeTooManyConns, "unsupported_protocol"} {
-		if got, want := closesConn(c), node.ErrorCode(c).Closes(); got != want {
+		if got, want := closesConn(c), protocol.ErrorCode(c).Closes(); got != want {
 			t.Errorf("%s: closesConn %v, node %v", c, got, want)
 		}
 	}

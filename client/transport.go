@@ -25,7 +25,7 @@ type Conn interface {
 // DialFunc opens a Conn to a gateway address. tlsConfig is Config.TLS.
 type DialFunc func(ctx context.Context, addr string, tlsConfig *tls.Config) (Conn, error)
 
-// maxLine is the longest line accepted from a gateway (node.MaxLineBytesDefault
+// maxLine is the longest line accepted from a gateway (protocol.MaxLineBytes
 // is the request side; replies such as a large group are longer).
 const maxLine = 16 << 20
 

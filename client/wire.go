@@ -1,6 +1,8 @@
 package client
 
-import "encoding/json"
+import (
+	"encoding/json"
+)
 
 // The wire shapes of the client protocol (docs/protocol.md), mirrored from
 // node/protocol.go so that importing this package does not pull in the
@@ -29,7 +31,7 @@ const (
 )
 
 // maxUsersPerRequest bounds the users of one get, sub or unsub
-// (node.MaxUsersPerRequest).
+// (protocol.MaxUsersPerRequest).
 const maxUsersPerRequest = 1000
 
 // request is any client request.

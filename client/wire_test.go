@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rollcall/rollcall/node"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // jsonNames are the JSON field names of a struct type, embedded fields
@@ -32,17 +32,17 @@ func jsonNames(t reflect.Type) map[string]bool {
 // gateway's protocol types have, under the same JSON name.
 func TestWireMatchesNode(t *testing.T) {
 	pairs := []struct{ ours, theirs, also any }{
-		{request{}, node.Request{}, nil},
-		{welcomeFrame{}, node.Welcome{}, nil},
-		{okFrame{}, node.OK{}, node.RefreshReply{}},
-		{presenceFrame{}, node.PresenceReply{}, nil},
-		{groupFrame{}, node.GroupReply{}, nil},
-		{locateFrame{}, node.LocateReply{}, nil},
-		{eventFrame{}, node.Event{}, nil},
-		{messageFrame{}, node.MessageFrame{}, nil},
-		{head{}, node.ErrorFrame{}, nil},
-		{SessionInfo{}, node.SessionInfo{}, nil},
-		{Presence{}, node.Presence{}, nil},
+		{request{}, protocol.Request{}, nil},
+		{welcomeFrame{}, protocol.Welcome{}, nil},
+		{okFrame{}, protocol.OK{}, protocol.RefreshReply{}},
+		{presenceFrame{}, protocol.PresenceReply{}, nil},
+		{groupFrame{}, protocol.GroupReply{}, nil},
+		{locateFrame{}, protocol.LocateReply{}, nil},
+		{eventFrame{}, protocol.Event{}, nil},
+		{messageFrame{}, protocol.MessageFrame{}, nil},
+		{head{}, protocol.ErrorFrame{}, nil},
+		{SessionInfo{}, protocol.SessionInfo{}, nil},
+		{Presence{}, protocol.Presence{}, nil},
 	}
 	for _, p := range pairs {
 		ours, theirs := jsonNames(reflect.TypeOf(p.ours)), jsonNames(reflect.TypeOf(p.theirs))
@@ -55,26 +55,26 @@ func TestWireMatchesNode(t *testing.T) {
 			}
 		}
 	}
-	ops := map[string]string{opHello: node.OpHello, opHB: node.OpHB, opStatus: node.OpStatus, opJoin: node.OpJoin,
-		opLeave: node.OpLeave, opGet: node.OpGet, opGroup: node.OpGroup, opLocate: node.OpLocate, opSub: node.OpSub,
-		opUnsub: node.OpUnsub, opSend: node.OpSend, opBye: node.OpBye, opRefresh: node.OpRefresh,
-		opWelcome: node.OpWelcome, opEvent: node.OpEvent, opMessage: node.OpMessage, opError: node.OpError}
+	ops := map[string]string{opHello: protocol.OpHello, opHB: protocol.OpHB, opStatus: protocol.OpStatus, opJoin: protocol.OpJoin,
+		opLeave: protocol.OpLeave, opGet: protocol.OpGet, opGroup: protocol.OpGroup, opLocate: protocol.OpLocate, opSub: protocol.OpSub,
+		opUnsub: protocol.OpUnsub, opSend: protocol.OpSend, opBye: protocol.OpBye, opRefresh: protocol.OpRefresh,
+		opWelcome: protocol.OpWelcome, opEvent: protocol.OpEvent, opMessage: protocol.OpMessage, opError: protocol.OpError}
 	for ours, theirs := range ops {
 		if ours != theirs {
 			t.Errorf("op %q is %q in node", ours, theirs)
 		}
 	}
-	if maxUsersPerRequest != node.MaxUsersPerRequest {
-		t.Errorf("maxUsersPerRequest %d, node %d", maxUsersPerRequest, node.MaxUsersPerRequest)
+	if maxUsersPerRequest != protocol.MaxUsersPerRequest {
+		t.Errorf("maxUsersPerRequest %d, node %d", maxUsersPerRequest, protocol.MaxUsersPerRequest)
 	}
-	codes := map[Code]node.ErrorCode{CodeBadJSON: node.CodeBadJSON, CodeLineTooLong: node.CodeLineTooLong,
-		CodeUnknownOp: node.CodeUnknownOp, CodeBadRequest: node.CodeBadRequest, CodeAuthFailed: node.CodeAuthFailed,
-		CodeHandshakeTimeout: node.CodeHandshakeTimeout, CodeNotAuthenticated: node.CodeNotAuthenticated,
-		CodeSuperseded: node.CodeSuperseded, CodeShuttingDown: node.CodeShuttingDown, CodeSlowConsumer: node.CodeSlowConsumer,
-		CodeExpired: node.CodeExpired, CodeInternal: node.CodeInternal, CodeOverloaded: node.CodeOverloaded,
-		CodeEpochExhausted: node.CodeEpochExhausted, CodeRateLimited: node.CodeRateLimited, CodeForbidden: node.CodeForbidden,
-		CodeTokenExpired: node.CodeTokenExpired, CodeTooManySessions: node.CodeTooManySessions,
-		CodeTooManyConns: node.CodeTooManyConnections}
+	codes := map[Code]protocol.ErrorCode{CodeBadJSON: protocol.CodeBadJSON, CodeLineTooLong: protocol.CodeLineTooLong,
+		CodeUnknownOp: protocol.CodeUnknownOp, CodeBadRequest: protocol.CodeBadRequest, CodeAuthFailed: protocol.CodeAuthFailed,
+		CodeHandshakeTimeout: protocol.CodeHandshakeTimeout, CodeNotAuthenticated: protocol.CodeNotAuthenticated,
+		CodeSuperseded: protocol.CodeSuperseded, CodeShuttingDown: protocol.CodeShuttingDown, CodeSlowConsumer: protocol.CodeSlowConsumer,
+		CodeExpired: protocol.CodeExpired, CodeInternal: protocol.CodeInternal, CodeOverloaded: protocol.CodeOverloaded,
+		CodeEpochExhausted: protocol.CodeEpochExhausted, CodeRateLimited: protocol.CodeRateLimited, CodeForbidden: protocol.CodeForbidden,
+		CodeTokenExpired: protocol.CodeTokenExpired, CodeTooManySessions: protocol.CodeTooManySessions,
+		CodeTooManyConns: protocol.CodeTooManyConnections}
 	for ours, theirs := range codes {
 		if string(ours) != string(theirs) {
 			t.Errorf("code %q is %q in node", ours, theirs)

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // Benchmarks. Run them with:
@@ -259,7 +261,7 @@ func BenchmarkHeartbeatConns(b *testing.B) {
 			if line, err := r.ReadString('\n'); err != nil || line != "ready\n" {
 				b.Fatalf("client process: %q %v", line, err)
 			}
-			seen := func() uint64 { return n.Metrics().Requests[OpHB] }
+			seen := func() uint64 { return n.Metrics().Requests[protocol.OpHB] }
 			base := seen()
 			var sent uint64
 			b.ReportAllocs()

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/rollcall/rollcall/crdt"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // testSecret is the HS256 key of token tests.
@@ -282,7 +283,7 @@ func (c *client) expect(op string) frame {
 		switch {
 		case f.str("op") == op:
 			return f
-		case f.str("op") == OpEvent || f.str("op") == OpMessage:
+		case f.str("op") == protocol.OpEvent || f.str("op") == protocol.OpMessage:
 			continue
 		default:
 			c.t.Fatalf("want %q, got %v", op, f)
@@ -291,9 +292,9 @@ func (c *client) expect(op string) frame {
 }
 
 // expectError reads until an error frame and checks its code.
-func (c *client) expectError(code ErrorCode) frame {
+func (c *client) expectError(code protocol.ErrorCode) frame {
 	c.t.Helper()
-	f := c.expect(OpError)
+	f := c.expect(protocol.OpError)
 	if f.str("code") != string(code) {
 		c.t.Fatalf("want error %s, got %v", code, f)
 	}
@@ -305,10 +306,10 @@ func (c *client) expectEvent(user string) frame {
 	c.t.Helper()
 	for {
 		f := c.recv()
-		if f.str("op") == OpEvent && f.str("user") == user {
+		if f.str("op") == protocol.OpEvent && f.str("user") == user {
 			return f
 		}
-		if f.str("op") == OpError {
+		if f.str("op") == protocol.OpError {
 			c.t.Fatalf("want event for %s, got %v", user, f)
 		}
 	}
@@ -320,7 +321,7 @@ func (c *client) expectClosed() {
 	for {
 		f, err := c.tryRecv(5 * time.Second)
 		if err == nil {
-			if f.str("op") == OpEvent || f.str("op") == OpMessage {
+			if f.str("op") == protocol.OpEvent || f.str("op") == protocol.OpMessage {
 				continue
 			}
 			c.t.Fatalf("want EOF, got %v", f)
@@ -360,7 +361,7 @@ func (c *client) hello(user, device string, extra ...map[string]any) frame {
 		}
 	}
 	c.send(req)
-	return c.expect(OpWelcome)
+	return c.expect(protocol.OpWelcome)
 }
 
 // call sends a request with an id and returns the reply carrying it,
@@ -384,7 +385,7 @@ func (c *client) callEvents(req map[string]any) (frame, []frame) {
 		if f.str("id") == "c" {
 			return f, skipped
 		}
-		if f.str("op") != OpEvent && f.str("op") != OpMessage {
+		if f.str("op") != protocol.OpEvent && f.str("op") != protocol.OpMessage {
 			c.t.Fatalf("unexpected frame %v waiting for reply to %v", f, req)
 		}
 		skipped = append(skipped, f)
@@ -395,7 +396,7 @@ func (c *client) callEvents(req map[string]any) (frame, []frame) {
 func (c *client) ok(req map[string]any) frame {
 	c.t.Helper()
 	f := c.call(req)
-	if f.str("op") != OpOK {
+	if f.str("op") != protocol.OpOK {
 		c.t.Fatalf("%v: want ok, got %v", req, f)
 	}
 	return f

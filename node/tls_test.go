@@ -16,6 +16,7 @@ import (
 
 	"github.com/rollcall/rollcall/internal/testcerts"
 	"github.com/rollcall/rollcall/internal/tlsconf"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // tlsFixture is a CA, a gateway certificate it signed, and the files a
@@ -234,7 +235,7 @@ func TestTLSReload(t *testing.T) {
 	if ev := bob.expectEvent("alice"); ev["online"] != true {
 		t.Fatalf("bob's event %v", ev)
 	}
-	if hb := bob.call(map[string]any{"op": "hb"}); hb.str("op") != OpHB {
+	if hb := bob.call(map[string]any{"op": "hb"}); hb.str("op") != protocol.OpHB {
 		t.Fatalf("bob's heartbeat: %v", hb)
 	}
 	if !bytes.Equal(leaf(bob), oldLeaf) {
