@@ -50,7 +50,7 @@ func TestRequestFloodLimited(t *testing.T) {
 		var got tally
 		for i := range flood {
 			flooder.nc.SetReadDeadline(time.Now().Add(30 * time.Second))
-			line, err := flooder.r.ReadBytes('\n')
+			line, err := flooder.r.ReadLine()
 			if err != nil {
 				got.err = fmt.Errorf("reply %d: %w", i, err)
 				break
@@ -322,7 +322,7 @@ func dialFrom(t *testing.T, n *Node, ip string) *client {
 		t.Fatalf("dial from %s: %v", ip, err)
 	}
 	t.Cleanup(func() { nc.Close() })
-	return &client{t: t, nc: nc, r: bufio.NewReaderSize(nc, 64<<10)}
+	return newClient(t, nc)
 }
 
 // TestConnectionsPerIP: an address holding MaxConnectionsPerIP connections

@@ -116,7 +116,7 @@ func BenchmarkStatusChangeFanout(b *testing.B) {
 		var wg sync.WaitGroup
 		for _, w := range watchers {
 			wg.Go(func() {
-				line, err := w.r.ReadSlice('\n')
+				line, err := w.r.ReadLine()
 				if err != nil || !strings.Contains(string(line), `"op":"event"`) {
 					b.Errorf("%q %v", line, err)
 				}

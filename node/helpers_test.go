@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -182,7 +181,16 @@ func (f frame) num(k string) float64 {
 type client struct {
 	t  testing.TB
 	nc net.Conn
-	r  *bufio.Reader
+	r  *protocol.Reader
+}
+
+// maxReplyLine bounds a line a test client reads: replies (a large get or
+// group) are longer than requests.
+const maxReplyLine = 64 << 20
+
+// newClient is a test client on an open connection.
+func newClient(t testing.TB, nc net.Conn) *client {
+	return &client{t: t, nc: nc, r: protocol.NewReader(nc, 64<<10, maxReplyLine)}
 }
 
 // dial connects a test client to n over the transport under test
@@ -207,7 +215,7 @@ func dialAddr(t testing.TB, addr string) *client {
 		t.Fatalf("dial: %v", err)
 	}
 	t.Cleanup(func() { nc.Close() })
-	return &client{t: t, nc: nc, r: bufio.NewReaderSize(nc, 64<<10)}
+	return newClient(t, nc)
 }
 
 func (c *client) sendRaw(line string) {
@@ -220,11 +228,14 @@ func (c *client) sendRaw(line string) {
 
 func (c *client) send(v any) {
 	c.t.Helper()
-	b, err := json.Marshal(v)
+	b, err := protocol.Marshal(v)
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	c.sendRaw(string(b))
+	c.nc.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.nc.Write(b); err != nil {
+		c.t.Fatalf("write: %v", err)
+	}
 }
 
 // recv reads the next frame, failing the test after 5s.
@@ -239,7 +250,7 @@ func (c *client) recv() frame {
 
 func (c *client) tryRecv(d time.Duration) (frame, error) {
 	c.nc.SetReadDeadline(time.Now().Add(d))
-	line, err := c.r.ReadBytes('\n')
+	line, err := c.r.ReadLine()
 	if err != nil {
 		return nil, err
 	}

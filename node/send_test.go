@@ -21,7 +21,7 @@ import (
 func (c *client) recvRaw() frame {
 	c.t.Helper()
 	c.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
-	line, err := c.r.ReadBytes('\n')
+	line, err := c.r.ReadLine()
 	if err != nil {
 		c.t.Fatalf("recv: %v", err)
 	}
@@ -143,7 +143,7 @@ func floodSends(t *testing.T, c *client, to string, count, bodyLen int) (deliver
 	for range count {
 		// A prompt reader: refusals are told apart by their prefix alone.
 		c.nc.SetReadDeadline(time.Now().Add(30 * time.Second))
-		line, err := c.r.ReadSlice('\n')
+		line, err := c.r.ReadLine()
 		if err != nil {
 			t.Fatalf("sender: %v (after %d delivered, %v refused)", err, delivered, refused)
 		}
@@ -187,7 +187,7 @@ func readInBackground(c *client) *reader {
 		defer close(r.done)
 		for {
 			c.nc.SetReadDeadline(time.Now().Add(time.Minute))
-			line, err := c.r.ReadBytes('\n')
+			line, err := c.r.ReadLine()
 			if err != nil {
 				return
 			}

@@ -59,7 +59,7 @@ func subStorm(t *testing.T, n *Node, subs []map[string]any, events []int) {
 		for k := range events[i] {
 			// A prompt reader: check the op without decoding the rest.
 			c.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
-			line, err := c.r.ReadSlice('\n')
+			line, err := c.r.ReadLine()
 			if err != nil || !bytes.HasPrefix(line, []byte(`{"op":"event",`)) {
 				t.Fatalf("sub %d: event %d of %d: got %q, %v", i, k, events[i], line, err)
 			}

@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/tls"
 	"crypto/x509"
@@ -69,7 +68,7 @@ func dialTLS(t *testing.T, n *Node, config *tls.Config) (*client, error) {
 		return nil, err
 	}
 	t.Cleanup(func() { nc.Close() })
-	return &client{t: t, nc: nc, r: bufio.NewReaderSize(nc, 64<<10)}, nil
+	return newClient(t, nc), nil
 }
 
 // refused reports whether a TLS client that completed its side of the

@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
@@ -74,7 +73,7 @@ func tryDialWS(t testing.TB, url string, opts *websocket.DialOptions) (*client, 
 	nc := newWSConn(ws, wsAddr(url), wsAddr(url), func() error { go ws.CloseNow(); return nil }) //nolint:errcheck // best effort
 	go nc.pump()
 	t.Cleanup(func() { nc.Close(); nc.closeNow() })
-	return &client{t: t, nc: nc, r: bufio.NewReaderSize(nc, 64<<10)}, resp, nil
+	return newClient(t, nc), resp, nil
 }
 
 type wsAddr string
