@@ -78,7 +78,8 @@ func opNames() [numOps]string {
 
 // errorCodes returns every error code, in the order of the error
 // counters; a code missing here is counted as "other" (codeOther).
-// TestMetricsKnowEveryCode checks that protocol.go's codes are all here.
+// TestMetricsKnowEveryCode checks that protocol/protocol.go's codes are
+// all here.
 func errorCodes() [numCodes]protocol.ErrorCode {
 	return [numCodes]protocol.ErrorCode{protocol.CodeBadJSON, protocol.CodeLineTooLong, protocol.CodeUnknownOp, protocol.CodeBadRequest, protocol.CodeAuthFailed,
 		protocol.CodeHandshakeTimeout, protocol.CodeNotAuthenticated, protocol.CodeSuperseded, protocol.CodeShuttingDown, protocol.CodeSlowConsumer,

@@ -2,6 +2,7 @@ package node
 
 import (
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -12,10 +13,10 @@ import (
 )
 
 // TestMetricsKnowEveryCode keeps the counters' label tables in step with
-// the protocol: an op or error code added to protocol.go without a slot
-// here would be counted as "unknown" or "other".
+// the protocol: an op or error code added to protocol/protocol.go without
+// a slot here would be counted as "unknown" or "other".
 func TestMetricsKnowEveryCode(t *testing.T) {
-	src, err := os.ReadFile("protocol.go")
+	src, err := os.ReadFile(filepath.Join("..", "protocol", "protocol.go"))
 	if err != nil {
 		t.Fatal(err)
 	}
