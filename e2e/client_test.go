@@ -7,7 +7,7 @@ package e2e
 // closes the connection.
 
 import (
-	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -55,6 +55,10 @@ type client struct {
 	endGateways []string // the closing error's gateways (shutting_down)
 }
 
+// maxReplyLine bounds a line the client reads: a get or group reply is
+// longer than any request.
+const maxReplyLine = 16 << 20
+
 // dial connects to a gateway's client address (over TLS with tc) and says
 // hello; it returns once welcome arrives, or the gateway's error.
 func dial(ctx context.Context, addr string, tc *tls.Config, h protocol.Request, onEvent func(protocol.Presence)) (*client, error) {
@@ -70,18 +74,18 @@ func dial(ctx context.Context, addr string, tc *tls.Config, h protocol.Request, 
 		return nil, err
 	}
 	h.Op = protocol.OpHello
-	line, err := json.Marshal(h)
+	line, err := protocol.Marshal(h)
 	if err != nil {
 		nc.Close()
 		return nil, err
 	}
 	nc.SetDeadline(time.Now().Add(requestTimeout))
-	if _, err := nc.Write(append(line, '\n')); err != nil {
+	if _, err := nc.Write(line); err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("hello to %s: %w", addr, err)
 	}
-	rd := bufio.NewReaderSize(nc, 64<<10)
-	raw, err := rd.ReadBytes('\n')
+	rd := protocol.NewReader(nc, 64<<10, maxReplyLine)
+	raw, err := rd.ReadLine()
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("welcome from %s: %w", addr, err)
@@ -109,7 +113,7 @@ func dial(ctx context.Context, addr string, tc *tls.Config, h protocol.Request, 
 	return c, nil
 }
 
-func (c *client) readLoop(rd *bufio.Reader) {
+func (c *client) readLoop(rd *protocol.Reader) {
 	code := "eof"
 	var gateways []string
 	defer func() {
@@ -119,10 +123,11 @@ func (c *client) readLoop(rd *bufio.Reader) {
 		close(c.done)
 	}()
 	for {
-		raw, err := rd.ReadBytes('\n')
+		line, err := rd.ReadLine()
 		if err != nil {
 			return
 		}
+		raw := bytes.Clone(line) // a reply outlives the reader's buffer
 		op, err := opOf(raw)
 		if err != nil {
 			code = "bad line: " + string(raw)
@@ -179,7 +184,7 @@ func (c *client) write(line []byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	c.nc.SetWriteDeadline(time.Now().Add(requestTimeout))
-	_, err := c.nc.Write(append(line, '\n'))
+	_, err := c.nc.Write(protocol.AppendLine(make([]byte, 0, len(line)+1), line))
 	return err
 }
 

@@ -90,7 +90,7 @@ func (l latencies) quantile(q float64) time.Duration {
 type goodClient struct {
 	user string
 	nc   net.Conn
-	r    *bufio.Reader
+	r    *protocol.Reader
 	id   int
 }
 
@@ -99,8 +99,8 @@ func dialGood(addr, user string) (*goodClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &goodClient{user: user, nc: nc, r: bufio.NewReaderSize(nc, 64<<10)}
-	f, err := g.call(map[string]any{"op": "hello", "user": user, "device": "phone", "groups": []string{"good"}})
+	g := &goodClient{user: user, nc: nc, r: protocol.NewReader(nc, 64<<10, maxReplyLine)}
+	f, err := g.call(map[string]any{"op": protocol.OpHello, "user": user, "device": "phone", "groups": []string{"good"}})
 	if err != nil {
 		nc.Close()
 		return nil, err
@@ -118,13 +118,13 @@ func (g *goodClient) call(req map[string]any) (frame, error) {
 	g.id++
 	id := strconv.Itoa(g.id)
 	req["id"] = id
-	b, _ := json.Marshal(req)
+	b, _ := protocol.Marshal(req)
 	g.nc.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := g.nc.Write(append(b, '\n')); err != nil {
+	if _, err := g.nc.Write(b); err != nil {
 		return nil, err
 	}
 	for {
-		line, err := g.r.ReadBytes('\n')
+		line, err := g.r.ReadLine()
 		if err != nil {
 			return nil, fmt.Errorf("%s: waiting for reply to %s: %w", g.user, req["op"], err)
 		}
