@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -176,5 +178,27 @@ func checkRoundTrip(t *testing.T, line []byte) {
 	enc2, _ := Marshal(again)
 	if !bytes.Equal(enc, enc2) {
 		t.Fatalf("encoding is not stable: %q then %q", enc, enc2)
+	}
+}
+
+// TestRequestOps: IsRequestOp knows exactly the ops this package declares
+// as requests, so a gateway accepts every one of them and nothing else.
+func TestRequestOps(t *testing.T) {
+	src, err := os.ReadFile("protocol.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := regexp.MustCompile(`(?m)^\s+Op\w+\s+= "(\w+)"\s+// (\w+)`).FindAllSubmatch(src, -1)
+	if len(ops) < 15 {
+		t.Fatalf("found only %d ops in protocol.go: has its layout changed?", len(ops))
+	}
+	for _, m := range ops {
+		op, request := string(m[1]), string(m[2]) == "request"
+		if IsRequestOp(op) != request {
+			t.Errorf("IsRequestOp(%q) = %v, want %v", op, !request, request)
+		}
+	}
+	if IsRequestOp("") || IsRequestOp("Hello") {
+		t.Error("IsRequestOp accepts an op that is not declared")
 	}
 }
