@@ -17,6 +17,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/rollcall/rollcall/client"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // Source addresses: a connection to a loopback gateway is made from one of
@@ -97,7 +98,7 @@ func (c *wireConn) ReadLine() ([]byte, error) {
 		return line, err
 	}
 	var m map[string]any
-	if json.Unmarshal(line, &m) != nil || m["op"] != "welcome" {
+	if json.Unmarshal(line, &m) != nil || m["op"] != protocol.OpWelcome {
 		return line, nil
 	}
 	c.welcomed = true

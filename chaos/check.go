@@ -6,6 +6,8 @@ import (
 	"io"
 	"slices"
 	"strings"
+
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // Violation kinds: the four promises, and the processes themselves.
@@ -107,7 +109,7 @@ func (r *Report) lineText(line int, user string) string {
 	if user != "" && strings.Contains(text, `"k":"obs"`) {
 		var rec Record
 		if json.Unmarshal([]byte(text), &rec) == nil && len(rec.P) > 1 {
-			var keep []Presence
+			var keep []protocol.Presence
 			for _, p := range rec.P {
 				if p.User == user {
 					keep = append(keep, p)

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // Convergence: from the end of the last fault + the convergence bound
@@ -146,7 +148,7 @@ func (m *model) changeWindows() map[string][]window {
 }
 
 // projection is a presence as the convergence check compares it.
-func projection(p *Presence) string {
+func projection(p *protocol.Presence) string {
 	if p == nil {
 		return "(absent)"
 	}

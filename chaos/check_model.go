@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // The checker's model of a history: gateways' down windows, connections
@@ -22,7 +24,7 @@ type obsModel struct {
 	sent   float64 // gets: when asked; events: = t
 	t      float64
 	line   int
-	byUser map[string]*Presence
+	byUser map[string]*protocol.Presence
 }
 
 // streamModel is one subscriber connection's events.
@@ -293,7 +295,7 @@ func (m *model) addOp(r Record, line int) {
 
 func (m *model) addObs(r Record, line int) {
 	o := &obsModel{gw: r.GW, life: r.Life, src: r.Src, c: r.C, sent: r.Sent, t: r.T, line: line,
-		byUser: make(map[string]*Presence, len(r.P))}
+		byUser: make(map[string]*protocol.Presence, len(r.P))}
 	if o.src != "get" || o.sent == 0 {
 		o.sent = r.T
 	}

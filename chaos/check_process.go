@@ -1,6 +1,8 @@
 package chaos
 
-import "fmt"
+import (
+	"fmt"
+)
 
 // Processes: an agent exits only when the harness kills it; after
 // SIGTERM it drains and exits 0 within its drain timeout + slack; a

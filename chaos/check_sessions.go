@@ -1,6 +1,10 @@
 package chaos
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/rollcall/rollcall/protocol"
+)
 
 // The checker's connections: what each client connection did, when its
 // session ended and why, by when it must be offline everywhere, and while
@@ -227,7 +231,7 @@ func (m *model) allowedStatuses(c *connModel, a, b float64) []string {
 }
 
 // findSession returns the entry of p for (device, epoch, gateway).
-func findSession(p *Presence, dev string, epoch uint64, gw string) *SessionInfo {
+func findSession(p *protocol.Presence, dev string, epoch uint64, gw string) *protocol.SessionInfo {
 	if p == nil {
 		return nil
 	}

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // TestCheckHistories checks the hand-made histories of testdata/: one
@@ -152,17 +154,17 @@ func TestCheckHarnessStall(t *testing.T) {
 	late := func(r Record) bool {
 		return !(r.K == KindObs && r.Src == "event" && r.GW == "gw1" && len(r.P) == 1 && r.P[0].User == "u2" && r.T > 3000)
 	}
-	u2 := func(v uint64, ss ...SessionInfo) Presence {
-		p := Presence{User: "u2", Status: "offline", Sessions: ss, Version: v}
+	u2 := func(v uint64, ss ...protocol.SessionInfo) protocol.Presence {
+		p := protocol.Presence{User: "u2", Status: "offline", Sessions: ss, Version: v}
 		if len(ss) > 0 {
 			p.Online, p.Status = true, "available"
 		}
 		return p
 	}
-	c := SessionInfo{Session: "ses_c", Device: "phone", Epoch: 2, Gateway: "gw1", Status: "busy"}
+	c := protocol.SessionInfo{Session: "ses_c", Device: "phone", Epoch: 2, Gateway: "gw1", Status: "busy"}
 	events := []Record{
-		{T: 5000, K: KindObs, Src: "event", GW: "gw1", Life: 1, C: 10, P: []Presence{u2(17)}},
-		{T: 5001, K: KindObs, Src: "event", GW: "gw1", Life: 1, C: 10, P: []Presence{u2(18, c)}},
+		{T: 5000, K: KindObs, Src: "event", GW: "gw1", Life: 1, C: 10, P: []protocol.Presence{u2(17)}},
+		{T: 5001, K: KindObs, Src: "event", GW: "gw1", Life: 1, C: 10, P: []protocol.Presence{u2(18, c)}},
 	}
 	stall := Record{T: 4950, K: KindStall, From: 3000}
 	wantKinds(t, edit(t, h, late, append(events, stall)...), map[string]int{})
@@ -183,7 +185,7 @@ func TestCheckNetworkCut(t *testing.T) {
 			r.P = slices.Clone(r.P)
 			for i := range r.P {
 				if r.P[i].User == "u1" {
-					r.P[i] = Presence{User: "u1", Status: "offline", Sessions: []SessionInfo{}, Version: r.P[i].Version}
+					r.P[i] = protocol.Presence{User: "u1", Status: "offline", Sessions: []protocol.SessionInfo{}, Version: r.P[i].Version}
 				}
 			}
 			offline = append(offline, r)

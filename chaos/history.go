@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // The history is JSONL: one Record a line, "t" in milliseconds since the
@@ -90,8 +92,8 @@ type Record struct {
 
 	From float64 `json:"from,omitempty"`
 
-	Src string     `json:"src,omitempty"`
-	P   []Presence `json:"p,omitempty"`
+	Src string              `json:"src,omitempty"`
+	P   []protocol.Presence `json:"p,omitempty"`
 }
 
 // RunInfo is the history's header: what the checker needs to know about

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync/atomic"
 	"time"
+
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // Observers: per gateway, one subscriber connection subscribed to every
@@ -25,10 +27,10 @@ func (e *env) subscriber(ctx context.Context, g *Gateway) {
 	for ctx.Err() == nil {
 		var life atomic.Int64 // set before sub, read by the reader
 		onPush := func(c int, f *frame, t float64) {
-			if f.Op != "event" {
+			if f.Op != protocol.OpEvent {
 				return
 			}
-			e.rec.Write(Record{T: t, K: KindObs, Src: "event", GW: g.Name, Life: int(life.Load()), C: c, P: []Presence{f.presence()}})
+			e.rec.Write(Record{T: t, K: KindObs, Src: "event", GW: g.Name, Life: int(life.Load()), C: c, P: []protocol.Presence{f.presence()}})
 		}
 		s, err := e.connect(ctx, g, "sub", "chaos-sub-"+g.Name, "sub", "", 0, nil, 0, onPush)
 		if err != nil {
@@ -36,7 +38,7 @@ func (e *env) subscriber(ctx context.Context, g *Gateway) {
 			continue
 		}
 		life.Store(int64(s.life))
-		if _, err := s.op(ctx, Record{Op: "sub"}, map[string]any{"op": "sub", "users": e.users}); err == nil {
+		if _, err := s.op(ctx, Record{Op: "sub"}, map[string]any{"op": protocol.OpSub, "users": e.users}); err == nil {
 			select {
 			case <-ctx.Done():
 			case <-s.conn.done:
@@ -59,12 +61,12 @@ func (e *env) poller(ctx context.Context, g *Gateway) {
 		s.stopHeartbeat()
 		next := time.Now()
 		for ctx.Err() == nil && s.alive() {
-			f, sent, t, err := s.conn.request(ctx, map[string]any{"op": "get", "users": e.users}, reqTimeout)
+			f, sent, t, err := s.conn.request(ctx, map[string]any{"op": protocol.OpGet, "users": e.users}, reqTimeout)
 			if err != nil {
 				e.rec.Write(Record{T: t, K: KindOp, C: s.conn.id, Op: "get", Sent: sent, Err: errCode(err)})
 				break
 			}
-			e.rec.Write(Record{T: t, K: KindObs, Src: "get", GW: g.Name, Life: s.life, C: s.conn.id, Sent: sent, P: f.Users})
+			e.rec.Write(Record{T: t, K: KindObs, Src: "get", GW: g.Name, Life: s.life, C: s.conn.id, Sent: sent, P: f.presences()})
 			next = next.Add(pollEvery)
 			if d := time.Until(next); d > 0 {
 				_ = sleepCtx(ctx, d)

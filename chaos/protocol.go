@@ -8,61 +8,60 @@ package chaos
 // before the gateway closes the connection.
 
 import (
-	"bufio"
+	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // maxLine bounds a line the harness reads: a get of every workload user
 // answers with one line of all their presences.
 const maxLine = 4 << 20
 
-// SessionInfo is one active session in a presence.
-type SessionInfo struct {
-	Session string `json:"session"`
-	Device  string `json:"device"`
-	Epoch   uint64 `json:"epoch"`
-	Gateway string `json:"gateway"`
-	Status  string `json:"status"`
-}
-
-// Presence is a user's presence as a gateway reports it (get, event).
-type Presence struct {
-	User     string        `json:"user"`
-	Online   bool          `json:"online"`
-	Status   string        `json:"status"`
-	Sessions []SessionInfo `json:"sessions"`
-	Version  uint64        `json:"version"`
-}
-
-// frame is any line a gateway sends; which fields are set depends on Op.
+// frame is a line from a gateway: its envelope, and the line itself, to
+// decode as the reply or push it is.
 type frame struct {
-	Op        string          `json:"op"`
-	ID        json.RawMessage `json:"id,omitempty"`
-	Code      string          `json:"code,omitempty"`
-	Message   string          `json:"message,omitempty"`
-	Session   string          `json:"session,omitempty"`
-	User      string          `json:"user,omitempty"`
-	Device    string          `json:"device,omitempty"`
-	Epoch     uint64          `json:"epoch,omitempty"`
-	Gateway   string          `json:"gateway,omitempty"`
-	Users     []Presence      `json:"users,omitempty"`
-	Delivered *int            `json:"delivered,omitempty"`
-	// event: the presence's fields
-	Online   bool          `json:"online,omitempty"`
-	Status   string        `json:"status,omitempty"`
-	Sessions []SessionInfo `json:"sessions,omitempty"`
-	Version  uint64        `json:"version,omitempty"`
+	protocol.Head
+	line []byte
 }
 
-func (f *frame) presence() Presence {
-	return Presence{User: f.User, Online: f.Online, Status: f.Status, Sessions: f.Sessions, Version: f.Version}
+// decode decodes the line into v, a protocol reply or push; a line that
+// does not fit leaves v's fields zero, as the harness treats a missing
+// field.
+func (f *frame) decode(v any) { _ = protocol.Unmarshal(f.line, v) }
+
+// presence is an event's presence.
+func (f *frame) presence() protocol.Presence {
+	var ev protocol.Event
+	f.decode(&ev)
+	return ev.Presence
+}
+
+// presences are a get reply's presences.
+func (f *frame) presences() []protocol.Presence {
+	var r protocol.PresenceReply
+	f.decode(&r)
+	return r.Users
+}
+
+// delivered is a send reply's count of recipients, nil in other replies.
+func (f *frame) delivered() *int {
+	var ok protocol.OK
+	f.decode(&ok)
+	return ok.Delivered
+}
+
+// welcome is a hello's reply.
+func (f *frame) welcome() protocol.Welcome {
+	var w protocol.Welcome
+	f.decode(&w)
+	return w
 }
 
 // errReply is a request answered with an error line; Code is its code.
@@ -123,10 +122,10 @@ func newClientConn(id int, nc net.Conn, now func() float64, onPush func(*frame, 
 
 func (c *clientConn) readLoop() {
 	defer close(c.done)
-	br := bufio.NewReaderSize(c.nc, 64<<10)
+	lr := protocol.NewReader(c.nc, 64<<10, maxLine)
 	code := "eof"
 	for {
-		line, err := readLine(br)
+		line, err := lr.ReadLine()
 		if err != nil {
 			break
 		}
@@ -138,9 +137,10 @@ func (c *clientConn) readLoop() {
 		}
 		t := c.now()
 		var f frame
-		if json.Unmarshal(line, &f) != nil {
+		if protocol.Unmarshal(line, &f.Head) != nil {
 			continue
 		}
+		f.line = bytes.Clone(line)
 		if len(f.ID) > 0 {
 			id, _ := strconv.ParseInt(string(f.ID), 10, 64)
 			c.mu.Lock()
@@ -153,12 +153,12 @@ func (c *clientConn) readLoop() {
 			continue
 		}
 		switch f.Op {
-		case "event", "message":
+		case protocol.OpEvent, protocol.OpMessage:
 			if c.onPush != nil {
 				c.onPush(&f, t)
 			}
-		case "error":
-			code = f.Code
+		case protocol.OpError:
+			code = string(f.Code)
 		}
 	}
 	c.mu.Lock()
@@ -169,27 +169,6 @@ func (c *clientConn) readLoop() {
 	}
 	c.mu.Unlock()
 	c.nc.Close()
-}
-
-// readLine reads one line of at most maxLine bytes, without its newline.
-func readLine(br *bufio.Reader) ([]byte, error) {
-	var long []byte
-	for {
-		part, err := br.ReadSlice('\n')
-		if err == nil {
-			if long != nil {
-				return trimNL(append(long, part...)), nil
-			}
-			return trimNL(part), nil
-		}
-		if !errors.Is(err, bufio.ErrBufferFull) {
-			return nil, err
-		}
-		long = append(long, part...)
-		if len(long) > maxLine {
-			return nil, errors.New("line too long")
-		}
-	}
 }
 
 func (c *clientConn) write(b []byte) error {
@@ -207,7 +186,7 @@ func (c *clientConn) write(b []byte) error {
 func (c *clientConn) request(ctx context.Context, req map[string]any, timeout time.Duration) (*frame, float64, float64, error) {
 	id := c.nextID.Add(1)
 	req["id"] = id
-	b, err := json.Marshal(req)
+	b, err := protocol.Marshal(req)
 	if err != nil {
 		return nil, 0, 0, err
 	}
@@ -220,7 +199,7 @@ func (c *clientConn) request(ctx context.Context, req map[string]any, timeout ti
 	c.pending[id] = ch
 	c.mu.Unlock()
 	sent := c.now()
-	if err := c.write(append(b, '\n')); err != nil {
+	if err := c.write(b); err != nil {
 		c.mu.Lock()
 		delete(c.pending, id)
 		c.mu.Unlock()
@@ -234,8 +213,8 @@ func (c *clientConn) request(ctx context.Context, req map[string]any, timeout ti
 		if !ok {
 			return nil, sent, t, errClosed
 		}
-		if f.Op == "error" {
-			return f, sent, t, &errReply{Code: f.Code, Message: f.Message}
+		if f.Op == protocol.OpError {
+			return f, sent, t, &errReply{Code: string(f.Code), Message: f.Message}
 		}
 		return f, sent, t, nil
 	case <-timer.C:
@@ -278,7 +257,7 @@ func (c *clientConn) end() (code string, at float64, ok bool) {
 
 // helloReq builds a hello request.
 func helloReq(user, device, status string, lastEpoch uint64, groups []string) map[string]any {
-	m := map[string]any{"op": "hello", "user": user, "device": device}
+	m := map[string]any{"op": protocol.OpHello, "user": user, "device": device}
 	if status != "" {
 		m["status"] = status
 	}

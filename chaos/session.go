@@ -79,9 +79,10 @@ func (e *env) connect(ctx context.Context, g *Gateway, role, user, dev, status s
 		c.close()
 		return nil, err
 	}
-	r.Epoch, r.Session, r.Gateway = f.Epoch, f.Session, f.Gateway
+	w := f.welcome()
+	r.Epoch, r.Session, r.Gateway = w.Epoch, w.Session, w.Gateway
 	e.rec.Write(r)
-	s.life, s.epoch, s.id = life, f.Epoch, f.Session
+	s.life, s.epoch, s.id = life, w.Epoch, w.Session
 	go s.heartbeatLoop()
 	return s, nil
 }
@@ -130,8 +131,8 @@ func (s *session) op(ctx context.Context, r Record, req map[string]any) (*frame,
 	r.T, r.K, r.C, r.Sent = t, KindOp, s.conn.id, sent
 	if err != nil {
 		r.Err = errCode(err)
-	} else if f.Delivered != nil {
-		r.Delivered = f.Delivered
+	} else if d := f.delivered(); d != nil {
+		r.Delivered = d
 	}
 	s.rec.Write(r)
 	return f, err

@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // The workload: one actor per (user, device), each with its own random
@@ -168,21 +170,21 @@ func (a *actor) act(ctx context.Context, s *session) {
 	switch r := a.rng.IntN(10); {
 	case r < 5:
 		st := workloadStatuses[a.rng.IntN(len(workloadStatuses))]
-		if _, err := s.op(ctx, Record{Op: "status", Status: st}, map[string]any{"op": "status", "status": st}); err == nil {
+		if _, err := s.op(ctx, Record{Op: "status", Status: st}, map[string]any{"op": protocol.OpStatus, "status": st}); err == nil {
 			a.status = st
 		}
 	case r < 7:
 		gr := fmt.Sprintf("team-%d", a.rng.IntN(4)+1)
-		op := "join"
+		op := protocol.OpJoin
 		if a.groups[gr] {
-			op = "leave"
+			op = protocol.OpLeave
 		}
 		if _, err := s.op(ctx, Record{Op: op, Group: gr}, map[string]any{"op": op, "group": gr}); err == nil {
-			a.groups[gr] = op == "join"
+			a.groups[gr] = op == protocol.OpJoin
 		}
 	default:
 		to := a.e.users[a.rng.IntN(len(a.e.users))]
-		_, _ = s.op(ctx, Record{Op: "send", To: to}, map[string]any{"op": "send", "to": to, "body": map[string]any{"from": a.user, "n": a.rng.IntN(1000)}})
+		_, _ = s.op(ctx, Record{Op: "send", To: to}, map[string]any{"op": protocol.OpSend, "to": to, "body": map[string]any{"from": a.user, "n": a.rng.IntN(1000)}})
 	}
 }
 
@@ -191,7 +193,7 @@ func (a *actor) act(ctx context.Context, s *session) {
 func (a *actor) end(ctx context.Context, s *session) *session {
 	switch r := a.rng.IntN(100); {
 	case r < 30: // bye
-		_, _ = s.op(ctx, Record{Op: "bye"}, map[string]any{"op": "bye"})
+		_, _ = s.op(ctx, Record{Op: "bye"}, map[string]any{"op": protocol.OpBye})
 		s.close(false)
 	case r < 45: // close
 		s.close(true)

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // Client is a session with a Rollcall cluster that survives the loss of its
@@ -123,14 +125,14 @@ func (c *Client) run(cn *conn) {
 		c.ready = make(chan struct{})
 		closing := c.closing
 		var e *Error
-		if errors.As(cause, &e) && e.Code == CodeShuttingDown {
+		if errors.As(cause, &e) && e.Code == protocol.CodeShuttingDown {
 			c.hints = e.Gateways
 		}
 		c.mu.Unlock()
 		if closing {
 			return
 		}
-		if HasCode(cause, CodeSuperseded) {
+		if HasCode(cause, protocol.CodeSuperseded) {
 			c.log.Warn("rollcall session superseded by a newer connection; stopping", zap.String("gateway", cn.gateway))
 			c.stop(cause)
 			return
@@ -226,7 +228,7 @@ func (c *Client) reconnect(ctx context.Context, cause error, first bool) (*conn,
 		if first && c.cfg.DialAttempts > 0 && tries >= c.cfg.DialAttempts {
 			return nil, fmt.Errorf("rollcall: connect to %s: %w", addr, err)
 		}
-		if HasCode(err, CodeSuperseded) {
+		if HasCode(err, protocol.CodeSuperseded) {
 			return nil, err
 		}
 		c.log.Info("rollcall connect failed", zap.String("addr", addr), zap.Int("attempt", attempt), zap.Error(err))
@@ -252,7 +254,7 @@ func (c *Client) connect(ctx context.Context, addr string) (*conn, error) {
 	stop := context.AfterFunc(ctx, func() { t.Close() })
 	defer stop()
 	c.mu.Lock()
-	hello := request{Op: opHello, User: c.cfg.User, Device: c.device, Token: token, Status: c.status,
+	hello := protocol.Request{Op: protocol.OpHello, User: c.cfg.User, Device: c.device, Token: token, Status: c.status,
 		LastEpoch: c.lastEpoch, Groups: slices.Clone(c.groups)}
 	c.mu.Unlock()
 	b, _ := json.Marshal(hello)
@@ -260,7 +262,7 @@ func (c *Client) connect(ctx context.Context, addr string) (*conn, error) {
 		t.Close()
 		return nil, err
 	}
-	var w welcomeFrame
+	var w protocol.Welcome
 	for {
 		line, err := t.ReadLine()
 		if err != nil {
@@ -277,12 +279,12 @@ func (c *Client) connect(ctx context.Context, addr string) (*conn, error) {
 			t.Close()
 			return nil, ctx.Err()
 		}
-		var h head
+		var h protocol.Head
 		if err := json.Unmarshal(line, &h); err != nil {
 			t.Close()
 			return nil, fmt.Errorf("rollcall: bad line from the gateway: %w", err)
 		}
-		if h.Op == opWelcome {
+		if h.Op == protocol.OpWelcome {
 			if err := json.Unmarshal(line, &w); err != nil {
 				t.Close()
 				return nil, fmt.Errorf("rollcall: bad welcome: %w", err)
@@ -292,10 +294,10 @@ func (c *Client) connect(ctx context.Context, addr string) (*conn, error) {
 			}
 			break
 		}
-		if h.Op == opError {
+		if h.Op == protocol.OpError {
 			t.Close()
-			e := &Error{Code: Code(h.Code), Message: h.Message, Gateways: h.Gateways}
-			if e.Code == CodeShuttingDown {
+			e := &Error{Code: h.Code, Message: h.Message, Gateways: h.Gateways}
+			if e.Code == protocol.CodeShuttingDown {
 				c.mu.Lock()
 				c.hints = e.Gateways
 				c.mu.Unlock()
@@ -329,14 +331,14 @@ func (c *Client) connect(ctx context.Context, addr string) (*conn, error) {
 	}
 	// Re-establish subscriptions before anyone else uses the connection.
 	slices.Sort(users)
-	for chunk := range slices.Chunk(users, maxUsersPerRequest) {
-		if _, err := cn.roundTrip(ctx, request{Op: opSub, Users: chunk}); err != nil {
+	for chunk := range slices.Chunk(users, protocol.MaxUsersPerRequest) {
+		if _, err := cn.roundTrip(ctx, protocol.Request{Op: protocol.OpSub, Users: chunk}); err != nil {
 			cn.close()
 			return nil, fmt.Errorf("rollcall: resubscribe: %w", err)
 		}
 	}
 	for _, g := range groups {
-		if _, err := cn.roundTrip(ctx, request{Op: opSub, Group: g}); err != nil {
+		if _, err := cn.roundTrip(ctx, protocol.Request{Op: protocol.OpSub, Group: g}); err != nil {
 			cn.close()
 			return nil, fmt.Errorf("rollcall: resubscribe group %s: %w", g, err)
 		}
@@ -387,7 +389,7 @@ func (c *Client) stoppedErr() error {
 // call sends req and returns its reply; an error line comes back as *Error.
 // When the connection breaks first, an idempotent request is sent again on
 // the next connection.
-func (c *Client) call(ctx context.Context, req request, idempotent bool, reply any) error {
+func (c *Client) call(ctx context.Context, req protocol.Request, idempotent bool, reply any) error {
 	for {
 		cn, err := c.conn(ctx)
 		if err != nil {
@@ -415,7 +417,7 @@ func (c *Client) call(ctx context.Context, req request, idempotent bool, reply a
 // Status sets this device's status: available, away or busy. It is kept
 // across reconnects.
 func (c *Client) Status(ctx context.Context, status string) error {
-	if err := c.call(ctx, request{Op: opStatus, Status: status}, true, nil); err != nil {
+	if err := c.call(ctx, protocol.Request{Op: protocol.OpStatus, Status: status}, true, nil); err != nil {
 		return err
 	}
 	c.mu.Lock()
@@ -426,7 +428,7 @@ func (c *Client) Status(ctx context.Context, status string) error {
 
 // Join joins a group; it is rejoined at every reconnect.
 func (c *Client) Join(ctx context.Context, group string) error {
-	if err := c.call(ctx, request{Op: opJoin, Group: group}, true, nil); err != nil {
+	if err := c.call(ctx, protocol.Request{Op: protocol.OpJoin, Group: group}, true, nil); err != nil {
 		return err
 	}
 	c.mu.Lock()
@@ -442,25 +444,25 @@ func (c *Client) Leave(ctx context.Context, group string) error {
 	c.mu.Lock()
 	c.groups = slices.DeleteFunc(c.groups, func(g string) bool { return g == group })
 	c.mu.Unlock()
-	return c.call(ctx, request{Op: opLeave, Group: group}, true, nil)
+	return c.call(ctx, protocol.Request{Op: protocol.OpLeave, Group: group}, true, nil)
 }
 
 // Get returns the presence of a user.
-func (c *Client) Get(ctx context.Context, user string) (Presence, error) {
+func (c *Client) Get(ctx context.Context, user string) (protocol.Presence, error) {
 	ps, err := c.GetMany(ctx, user)
 	if err != nil {
-		return Presence{}, err
+		return protocol.Presence{}, err
 	}
 	if len(ps) != 1 {
-		return Presence{}, fmt.Errorf("rollcall: get returned %d users", len(ps))
+		return protocol.Presence{}, fmt.Errorf("rollcall: get returned %d users", len(ps))
 	}
 	return ps[0], nil
 }
 
 // GetMany returns the presence of users (at most 1000), in order.
-func (c *Client) GetMany(ctx context.Context, users ...string) ([]Presence, error) {
-	var r presenceFrame
-	if err := c.call(ctx, request{Op: opGet, Users: users}, true, &r); err != nil {
+func (c *Client) GetMany(ctx context.Context, users ...string) ([]protocol.Presence, error) {
+	var r protocol.PresenceReply
+	if err := c.call(ctx, protocol.Request{Op: protocol.OpGet, Users: users}, true, &r); err != nil {
 		return nil, err
 	}
 	return r.Users, nil
@@ -470,23 +472,23 @@ func (c *Client) GetMany(ctx context.Context, users ...string) ([]Presence, erro
 type GroupInfo struct {
 	Group   string
 	Online  int
-	Members []Presence
+	Members []protocol.Presence
 }
 
 // Group returns the online members of a group.
 func (c *Client) Group(ctx context.Context, group string) (GroupInfo, error) {
-	var r groupFrame
-	if err := c.call(ctx, request{Op: opGroup, Group: group}, true, &r); err != nil {
+	var r protocol.GroupReply
+	if err := c.call(ctx, protocol.Request{Op: protocol.OpGroup, Group: group}, true, &r); err != nil {
 		return GroupInfo{}, err
 	}
-	return GroupInfo(r), nil
+	return GroupInfo{Group: r.Group, Online: r.Online, Members: r.Members}, nil
 }
 
 // Locate returns the active sessions of a user, with the client address
 // of each one's gateway when known.
-func (c *Client) Locate(ctx context.Context, user string) ([]SessionInfo, error) {
-	var r locateFrame
-	if err := c.call(ctx, request{Op: opLocate, User: user}, true, &r); err != nil {
+func (c *Client) Locate(ctx context.Context, user string) ([]protocol.SessionInfo, error) {
+	var r protocol.LocateReply
+	if err := c.call(ctx, protocol.Request{Op: protocol.OpLocate, User: user}, true, &r); err != nil {
 		return nil, err
 	}
 	return r.Sessions, nil
@@ -505,8 +507,8 @@ func (c *Client) Send(ctx context.Context, to string, body any) (int, error) {
 		}
 		raw = b
 	}
-	var r okFrame
-	if err := c.call(ctx, request{Op: opSend, To: to, Body: raw}, false, &r); err != nil {
+	var r protocol.OK
+	if err := c.call(ctx, protocol.Request{Op: protocol.OpSend, To: to, Body: raw}, false, &r); err != nil {
 		return 0, err
 	}
 	if r.Delivered == nil {
@@ -586,7 +588,7 @@ func (c *Client) Close() error {
 	var err error
 	if cn != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err = cn.roundTrip(ctx, request{Op: opBye})
+		_, err = cn.roundTrip(ctx, protocol.Request{Op: protocol.OpBye})
 		cancel()
 		if errors.Is(err, errLost) {
 			err = nil // the gateway closes right after its ok
@@ -603,7 +605,7 @@ func subjectKey(group, user string) string { return group + "\x00" + user }
 
 // dispatch delivers an event frame to the subscriptions it concerns, unless
 // its version is not newer than the last delivered for its subject.
-func (c *Client) dispatch(f *eventFrame) {
+func (c *Client) dispatch(f *protocol.Event) {
 	key := subjectKey(f.Group, f.User)
 	c.mu.Lock()
 	if f.Version <= c.lastVer[key] {
@@ -625,7 +627,7 @@ func (c *Client) dispatch(f *eventFrame) {
 	}
 }
 
-func (c *Client) deliverMessage(f *messageFrame) {
+func (c *Client) deliverMessage(f *protocol.MessageFrame) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.msgsClosed {

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/rollcall/rollcall/protocol"
 )
 
 func TestConnectStatusGet(t *testing.T) {
@@ -34,7 +36,7 @@ func TestConnectStatusGet(t *testing.T) {
 		t.Fatalf("device status after Status(busy): %+v", p)
 	}
 	err = c.Status(ctx, "sleepy")
-	if !HasCode(err, CodeBadRequest) || !errors.Is(err, &Error{Code: CodeBadRequest}) {
+	if !HasCode(err, protocol.CodeBadRequest) || !errors.Is(err, &Error{Code: protocol.CodeBadRequest}) {
 		t.Fatalf("Status(sleepy) = %v, want a bad_request *Error", err)
 	}
 	locs, err := c.Locate(ctx, "alice")
@@ -238,7 +240,7 @@ func TestSuperseded(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("superseded client did not stop")
 	}
-	if !HasCode(c.Err(), CodeSuperseded) {
+	if !HasCode(c.Err(), protocol.CodeSuperseded) {
 		t.Fatalf("Err = %v, want superseded", c.Err())
 	}
 	ctx := ctxT(t)
@@ -253,7 +255,7 @@ func TestDialRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, err := Dial(ctx, Config{Addrs: []string{gw.ClientAddr().String()}, User: "alice", Status: "sleepy"})
-	if !HasCode(err, CodeBadRequest) {
+	if !HasCode(err, protocol.CodeBadRequest) {
 		t.Fatalf("Dial with a bad status = %v, want bad_request", err)
 	}
 }
@@ -269,9 +271,9 @@ func TestStaleEventDropped(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := nextEvent(t, sub)
-	c.dispatch(&eventFrame{Presence: Presence{User: "bob", Online: true, Status: "busy", Version: first.Version}})
-	c.dispatch(&eventFrame{Presence: Presence{User: "bob", Online: true, Status: "away", Version: first.Version - 1}})
-	c.dispatch(&eventFrame{Presence: Presence{User: "bob", Online: true, Status: "available", Version: first.Version + 1}})
+	c.dispatch(&protocol.Event{Presence: protocol.Presence{User: "bob", Online: true, Status: "busy", Version: first.Version}})
+	c.dispatch(&protocol.Event{Presence: protocol.Presence{User: "bob", Online: true, Status: "away", Version: first.Version - 1}})
+	c.dispatch(&protocol.Event{Presence: protocol.Presence{User: "bob", Online: true, Status: "available", Version: first.Version + 1}})
 	if ev := nextEvent(t, sub); ev.Version != first.Version+1 || ev.Status != "available" {
 		t.Fatalf("after two stale events and a newer one, got %+v", ev)
 	}
@@ -303,7 +305,7 @@ func TestDrainHints(t *testing.T) {
 	go func() { _ = ms[0].GW.Drain(context.Background()) }()
 	for s := range states {
 		if s.Connected {
-			if s.Gateway != "g1" || !HasCode(s.Err, CodeShuttingDown) {
+			if s.Gateway != "g1" || !HasCode(s.Err, protocol.CodeShuttingDown) {
 				t.Fatalf("after the drain: %+v", s)
 			}
 			break

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // errLost is a request's fate when its connection ended before the reply.
@@ -37,7 +39,7 @@ type reply struct {
 	err  error
 }
 
-func newConn(c *Client, t Conn, w welcomeFrame, addr string) *conn {
+func newConn(c *Client, t Conn, w protocol.Welcome, addr string) *conn {
 	return &conn{c: c, t: t, addr: addr, session: w.Session, gateway: w.Gateway, epoch: w.Epoch,
 		dead: make(chan struct{}), readDone: make(chan struct{}), pending: map[string]chan reply{}}
 }
@@ -65,12 +67,12 @@ func (cn *conn) err() error {
 
 // roundTrip sends req with a fresh id and returns the reply line; an error
 // line is returned as *Error, a connection that ends first as errLost.
-func (cn *conn) roundTrip(ctx context.Context, req request) ([]byte, error) {
+func (cn *conn) roundTrip(ctx context.Context, req protocol.Request) ([]byte, error) {
 	ch := make(chan reply, 1)
 	cn.mu.Lock()
 	cn.nextID++
-	req.ID = cn.nextID
-	id := idString(req.ID)
+	id := idString(cn.nextID)
+	req.ID = json.RawMessage(id)
 	cn.pending[id] = ch
 	cn.mu.Unlock()
 	defer func() {
@@ -124,22 +126,22 @@ func (cn *conn) readLoop() {
 			cn.rawLine(line)
 			continue
 		}
-		var h head
+		var h protocol.Head
 		if err := json.Unmarshal(line, &h); err != nil {
 			cn.c.log.Warn("rollcall: bad line from the gateway", zap.Error(err))
 			continue
 		}
 		switch h.Op {
-		case opEvent:
-			var ev eventFrame
+		case protocol.OpEvent:
+			var ev protocol.Event
 			if err := json.Unmarshal(line, &ev); err != nil {
 				cn.c.log.Warn("rollcall: bad event", zap.Error(err))
 				continue
 			}
 			cn.c.dispatch(&ev)
 			continue
-		case opMessage:
-			var m messageFrame
+		case protocol.OpMessage:
+			var m protocol.MessageFrame
 			if err := json.Unmarshal(line, &m); err != nil {
 				cn.c.log.Warn("rollcall: bad message", zap.Error(err))
 				continue
@@ -148,19 +150,19 @@ func (cn *conn) readLoop() {
 			continue
 		}
 		var rerr error
-		if h.Op == opError {
-			rerr = &Error{Code: Code(h.Code), Message: h.Message, Gateways: h.Gateways}
+		if h.Op == protocol.OpError {
+			rerr = &Error{Code: h.Code, Message: h.Message, Gateways: h.Gateways}
 		}
 		if len(h.ID) == 0 {
 			if rerr != nil {
 				// Without an id: a closing error (the connection ends
 				// next) or a refused plain heartbeat.
 				cn.mu.Lock()
-				if cn.cause == nil && Code(h.Code) != CodeRateLimited {
+				if cn.cause == nil && h.Code != protocol.CodeRateLimited {
 					cn.cause = rerr
 				}
 				cn.mu.Unlock()
-				cn.c.log.Info("rollcall gateway error", zap.String("code", h.Code), zap.String("message", h.Message))
+				cn.c.log.Info("rollcall gateway error", zap.String("code", h.Code.String()), zap.String("message", h.Message))
 			}
 			continue
 		}
@@ -215,7 +217,7 @@ func (cn *conn) refreshLoop(expiresAt string) {
 		token, err := cn.c.cfg.Token(ctx)
 		var line []byte
 		if err == nil {
-			line, err = cn.roundTrip(ctx, request{Op: opRefresh, Token: token})
+			line, err = cn.roundTrip(ctx, protocol.Request{Op: protocol.OpRefresh, Token: token})
 		}
 		stop()
 		cancel()
@@ -231,7 +233,7 @@ func (cn *conn) refreshLoop(expiresAt string) {
 			}
 			continue
 		}
-		var ok okFrame
+		var ok protocol.RefreshReply
 		if json.Unmarshal(line, &ok) != nil || ok.TokenExpiresAt == "" {
 			return
 		}

@@ -3,39 +3,16 @@ package client
 import (
 	"errors"
 	"fmt"
-)
 
-// Code is an error code sent by the gateway (docs/protocol.md#errors).
-// Unknown codes are possible: the protocol adds codes compatibly.
-type Code string
-
-// Error codes a client sees.
-const (
-	CodeBadJSON          Code = "bad_json"
-	CodeLineTooLong      Code = "line_too_long"
-	CodeUnknownOp        Code = "unknown_op"
-	CodeBadRequest       Code = "bad_request"
-	CodeAuthFailed       Code = "auth_failed"
-	CodeHandshakeTimeout Code = "handshake_timeout"
-	CodeNotAuthenticated Code = "not_authenticated"
-	CodeSuperseded       Code = "superseded"
-	CodeShuttingDown     Code = "shutting_down"
-	CodeSlowConsumer     Code = "slow_consumer"
-	CodeExpired          Code = "expired"
-	CodeInternal         Code = "internal"
-	CodeOverloaded       Code = "overloaded"
-	CodeEpochExhausted   Code = "epoch_exhausted"
-	CodeRateLimited      Code = "rate_limited"
-	CodeForbidden        Code = "forbidden"
-	CodeTokenExpired     Code = "token_expired"
-	CodeTooManySessions  Code = "too_many_sessions"
-	CodeTooManyConns     Code = "too_many_connections"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // Error is an error line from the gateway: a refused request, or the reason
 // a connection was closed.
 type Error struct {
-	Code    Code
+	// Code is the error's code (docs/protocol.md#errors). Unknown codes
+	// are possible: the protocol adds codes compatibly.
+	Code    protocol.ErrorCode
 	Message string
 	// Gateways are the other gateways' client addresses a shutting_down
 	// error carries.
@@ -51,7 +28,7 @@ func (e *Error) Is(target error) bool {
 }
 
 // HasCode reports whether err is (or wraps) an Error with the given code.
-func HasCode(err error, code Code) bool {
+func HasCode(err error, code protocol.ErrorCode) bool {
 	var e *Error
 	return errors.As(err, &e) && e.Code == code
 }
@@ -74,7 +51,7 @@ func fatalAtHello(err error) bool {
 		return false
 	}
 	switch e.Code {
-	case CodeAuthFailed, CodeBadRequest, CodeForbidden, CodeEpochExhausted, CodeTooManySessions:
+	case protocol.CodeAuthFailed, protocol.CodeBadRequest, protocol.CodeForbidden, protocol.CodeEpochExhausted, protocol.CodeTooManySessions:
 		return true
 	}
 	return false

@@ -9,6 +9,7 @@ import (
 
 	"github.com/rollcall/rollcall/client"
 	"github.com/rollcall/rollcall/node"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // devGateway starts a --dev gateway on loopback for the examples; a real
@@ -110,7 +111,7 @@ func ExampleHasCode() {
 	}
 	defer c.Close()
 	err = c.Status(ctx, "sleepy")
-	fmt.Println(client.HasCode(err, client.CodeBadRequest))
+	fmt.Println(client.HasCode(err, protocol.CodeBadRequest))
 	// Output: true
 }
 

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"sync/atomic"
 	"time"
+
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // RawClient is a session for a caller that speaks the protocol itself (a
@@ -98,7 +100,7 @@ func (r *RawClient) Send(ctx context.Context, line []byte) error {
 	var h struct {
 		Op string `json:"op"`
 	}
-	if json.Unmarshal(line, &h) == nil && h.Op == opBye {
+	if json.Unmarshal(line, &h) == nil && h.Op == protocol.OpBye {
 		return r.close(line)
 	}
 	cn, err := r.c.conn(ctx)
@@ -195,11 +197,11 @@ func (s *rawStream) finish(last *conn) {
 // rawLine handles a line read in raw mode: a closing error without an id
 // is the connection's cause of death; every line goes to Lines.
 func (cn *conn) rawLine(line []byte) {
-	var h head
-	if json.Unmarshal(line, &h) == nil && h.Op == opError && len(h.ID) == 0 && closesConn(Code(h.Code)) {
+	var h protocol.Head
+	if json.Unmarshal(line, &h) == nil && h.Op == protocol.OpError && len(h.ID) == 0 && closesConn(h.Code) {
 		cn.mu.Lock()
 		if cn.cause == nil {
-			cn.cause = &Error{Code: Code(h.Code), Message: h.Message, Gateways: h.Gateways}
+			cn.cause = &Error{Code: h.Code, Message: h.Message, Gateways: h.Gateways}
 		}
 		cn.mu.Unlock()
 	}
@@ -209,12 +211,7 @@ func (cn *conn) rawLine(line []byte) {
 // closesConn reports whether the gateway closes the connection after an
 // error line with this code (docs/protocol.md#errors): a RawClient's own
 // requests may be refused without an id too, and those errors do not.
-func closesConn(code Code) bool {
-	switch code {
-	case CodeAuthFailed, CodeHandshakeTimeout, CodeLineTooLong, CodeSuperseded, CodeShuttingDown,
-		CodeSlowConsumer, CodeExpired, CodeTokenExpired, CodeTooManySessions, CodeTooManyConns,
-		CodeOverloaded, "unsupported_protocol":
-		return true
-	}
-	return false
+func closesConn(code protocol.ErrorCode) bool {
+	// overloaded refuses the connection, which closes at once.
+	return code.Closes() || code == protocol.CodeOverloaded
 }

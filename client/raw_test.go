@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rollcall/rollcall/node"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // nextRaw returns the next item of r.Lines, failing the test after 15s or
@@ -35,7 +35,7 @@ func nextRaw(t testing.TB, r *RawClient) RawLine {
 
 // rawOp is the op of a line, "" when it is not a JSON object with one.
 func rawOp(line []byte) string {
-	var h head
+	var h protocol.Head
 	_ = json.Unmarshal(line, &h)
 	return h.Op
 }
@@ -117,7 +117,7 @@ func TestRawLinesAndSend(t *testing.T) {
 	var rec recorder
 	r := dialRawT(t, Config{Addrs: []string{gw.ClientAddr().String()}, User: "alice", Device: "laptop", Status: "away", Dial: rec.dial})
 	welcome := nextRaw(t, r)
-	if rawOp(welcome.Data) != opWelcome || !bytes.Contains(welcome.Data, []byte(`"device":"laptop"`)) {
+	if rawOp(welcome.Data) != protocol.OpWelcome || !bytes.Contains(welcome.Data, []byte(`"device":"laptop"`)) {
 		t.Fatalf("first line %q, want the welcome", welcome.Data)
 	}
 	if s, ok := r.Session(); !ok || s.Gateway != "g0" || s.Device != "laptop" {
@@ -167,7 +167,7 @@ func TestRawLinesAndSend(t *testing.T) {
 	defer rec.mu.Unlock()
 	for _, w := range rec.written {
 		switch op := rawOp([]byte(w)); {
-		case w == `{"op":"hb"}`, op == opHello, w == `{"op":"bye"}`:
+		case w == `{"op":"hb"}`, op == protocol.OpHello, w == `{"op":"bye"}`:
 		case strings.Contains(w, `"id":1`), strings.Contains(w, "sleepy"), w == "not json":
 		default:
 			t.Errorf("the library sent %s", w)
@@ -183,7 +183,7 @@ func TestRawReconnect(t *testing.T) {
 	var cut cutter
 	r := dialRawT(t, Config{Addrs: []string{gw.ClientAddr().String()}, User: "alice", Device: "laptop",
 		Backoff: Backoff{Min: 10 * time.Millisecond, Max: 50 * time.Millisecond}, Dial: cut.dial})
-	var first welcomeFrame
+	var first protocol.Welcome
 	if err := json.Unmarshal(nextRaw(t, r).Data, &first); err != nil {
 		t.Fatal(err)
 	}
@@ -192,17 +192,17 @@ func TestRawReconnect(t *testing.T) {
 	if err := r.Send(ctx, []byte(`{"op":"status","status":"sleepy"}`)); err != nil {
 		t.Fatal(err)
 	}
-	if l := nextRaw(t, r); rawOp(l.Data) != opError {
+	if l := nextRaw(t, r); rawOp(l.Data) != protocol.OpError {
 		t.Fatalf("refusal %q", l.Data)
 	}
 	cut.cut()
 	lost := nextRaw(t, r)
-	if lost.Data != nil || lost.Lost == nil || HasCode(lost.Lost, CodeBadRequest) {
+	if lost.Data != nil || lost.Lost == nil || HasCode(lost.Lost, protocol.CodeBadRequest) {
 		t.Fatalf("after the cut: %+v", lost)
 	}
 	l := nextRaw(t, r)
-	var again welcomeFrame
-	if rawOp(l.Data) != opWelcome || json.Unmarshal(l.Data, &again) != nil || again.Device != "laptop" || again.Epoch <= first.Epoch {
+	var again protocol.Welcome
+	if rawOp(l.Data) != protocol.OpWelcome || json.Unmarshal(l.Data, &again) != nil || again.Device != "laptop" || again.Epoch <= first.Epoch {
 		t.Fatalf("after the reconnect %q (first epoch %d)", l.Data, first.Epoch)
 	}
 	if err := r.Send(ctx, []byte(`{"op":"locate","user":"alice","id":"x"}`)); err != nil {
@@ -253,7 +253,7 @@ func TestRawSuperseded(t *testing.T) {
 		t.Fatalf("lines of the superseded client: %q", rest)
 	}
 	<-r.Done()
-	if !HasCode(r.Err(), CodeSuperseded) {
+	if !HasCode(r.Err(), protocol.CodeSuperseded) {
 		t.Fatalf("Err = %v", r.Err())
 	}
 }
@@ -273,7 +273,7 @@ func TestRawOverWebSocket(t *testing.T) {
 	gw := startNodeHTTP(t, "g0")
 	ctx := ctxT(t)
 	r := dialRawT(t, Config{Addrs: []string{"ws://" + gw.HTTPAddr().String() + "/ws"}, User: "wendy"})
-	if l := nextRaw(t, r); rawOp(l.Data) != opWelcome {
+	if l := nextRaw(t, r); rawOp(l.Data) != protocol.OpWelcome {
 		t.Fatalf("first line %q", l.Data)
 	}
 	if err := r.Send(ctx, []byte(`{"op":"hb","id":7}`)); err != nil {
@@ -309,15 +309,15 @@ func TestDialAttempts(t *testing.T) {
 // error without an id for its connection's end are the gateway's closing
 // codes (and overloaded, sent before a connection is closed unread).
 func TestClosesConnMatchesNode(t *testing.T) {
-	for _, c := range []Code{CodeBadJSON, CodeLineTooLong, CodeUnknownOp, CodeBadRequest, CodeAuthFailed,
-		CodeHandshakeTimeout, CodeNotAuthenticated, CodeSuperseded, CodeShuttingDown, CodeSlowConsumer,
-		CodeExpired, CodeInternal, CodeEpochExhausted, CodeRateLimited, CodeForbidden,
-		CodeTokenExpired, CodeTooManySessions, CodeTooManyConns, "unsupported_protocol"} {
-		if got, want := closesConn(c), node.ErrorCode(c).Closes(); got != want {
+	for _, c := range []protocol.ErrorCode{protocol.CodeBadJSON, protocol.CodeLineTooLong, protocol.CodeUnknownOp, protocol.CodeBadRequest, protocol.CodeAuthFailed,
+		protocol.CodeHandshakeTimeout, protocol.CodeNotAuthenticated, protocol.CodeSuperseded, protocol.CodeShuttingDown, protocol.CodeSlowConsumer,
+		protocol.CodeExpired, protocol.CodeInternal, protocol.CodeEpochExhausted, protocol.CodeRateLimited, protocol.CodeForbidden,
+		protocol.CodeTokenExpired, protocol.CodeTooManySessions, protocol.CodeTooManyConnections, "unsupported_protocol"} {
+		if got, want := closesConn(c), protocol.ErrorCode(c).Closes(); got != want {
 			t.Errorf("%s: closesConn %v, node %v", c, got, want)
 		}
 	}
-	if !closesConn(CodeOverloaded) {
+	if !closesConn(protocol.CodeOverloaded) {
 		t.Error("overloaded")
 	}
 }
@@ -352,7 +352,7 @@ func TestRawDialKeepsTheWelcome(t *testing.T) {
 		Backoff: Backoff{Min: time.Microsecond, Max: time.Microsecond}})
 	for n := 0; ; n++ {
 		l := nextRaw(t, r)
-		if rawOp(l.Data) == opWelcome {
+		if rawOp(l.Data) == protocol.OpWelcome {
 			if n != rawBuffer-1 {
 				t.Fatalf("%d refusals before the welcome, want %d", n, rawBuffer-1)
 			}

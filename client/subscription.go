@@ -6,13 +6,15 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // Event is a subscribed user's presence after a change. For a group
 // subscription Group is set, and Member is false when the user left the
 // group's online view; for a user subscription Member is true.
 type Event struct {
-	Presence
+	protocol.Presence
 	Group  string
 	Member bool
 }
@@ -69,10 +71,10 @@ func (c *Client) subscribe(ctx context.Context, users []string, group string) (*
 	go s.pump()
 	var err error
 	if group != "" {
-		err = c.call(ctx, request{Op: opSub, Group: group}, true, nil)
+		err = c.call(ctx, protocol.Request{Op: protocol.OpSub, Group: group}, true, nil)
 	} else {
-		for chunk := range slices.Chunk(users, maxUsersPerRequest) {
-			if err = c.call(ctx, request{Op: opSub, Users: chunk}, true, nil); err != nil {
+		for chunk := range slices.Chunk(users, protocol.MaxUsersPerRequest) {
+			if err = c.call(ctx, protocol.Request{Op: protocol.OpSub, Users: chunk}, true, nil); err != nil {
 				break
 			}
 		}
@@ -135,13 +137,13 @@ func (s *Subscription) release(ctx context.Context, unsub bool) error {
 		return nil
 	}
 	var err error
-	for chunk := range slices.Chunk(drop, maxUsersPerRequest) {
-		if e := c.call(ctx, request{Op: opUnsub, Users: chunk}, true, nil); e != nil {
+	for chunk := range slices.Chunk(drop, protocol.MaxUsersPerRequest) {
+		if e := c.call(ctx, protocol.Request{Op: protocol.OpUnsub, Users: chunk}, true, nil); e != nil {
 			err = e
 		}
 	}
 	if dropGroup {
-		if e := c.call(ctx, request{Op: opUnsub, Group: s.group}, true, nil); e != nil {
+		if e := c.call(ctx, protocol.Request{Op: protocol.OpUnsub, Group: s.group}, true, nil); e != nil {
 			err = e
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/rollcall/rollcall/auth"
 	"github.com/rollcall/rollcall/node"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 var testSecret = []byte("0123456789abcdef0123456789abcdef")
@@ -63,7 +64,7 @@ func TestDialBadToken(t *testing.T) {
 	ctx := ctxT(t)
 	_, err := Dial(ctx, Config{Addrs: []string{gw.ClientAddr().String()}, User: "alice",
 		Token: func(context.Context) (string, error) { return "x.y.z", nil }})
-	if !HasCode(err, CodeAuthFailed) {
+	if !HasCode(err, protocol.CodeAuthFailed) {
 		t.Fatalf("Dial with a bad token = %v, want auth_failed", err)
 	}
 }

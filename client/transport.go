@@ -1,12 +1,15 @@
 package client
 
 import (
-	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"net"
 	"time"
+
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // Conn is one connection to a gateway carrying protocol lines: the seam
@@ -25,7 +28,7 @@ type Conn interface {
 // DialFunc opens a Conn to a gateway address. tlsConfig is Config.TLS.
 type DialFunc func(ctx context.Context, addr string, tlsConfig *tls.Config) (Conn, error)
 
-// maxLine is the longest line accepted from a gateway (node.MaxLineBytesDefault
+// maxLine is the longest line accepted from a gateway (protocol.MaxLineBytes
 // is the request side; replies such as a large group are longer).
 const maxLine = 16 << 20
 
@@ -53,46 +56,32 @@ func DialTCP(ctx context.Context, addr string, tlsConfig *tls.Config) (Conn, err
 // NewLineConn wraps a stream (TCP, TLS, a pipe) as a Conn of newline-
 // delimited lines.
 func NewLineConn(nc net.Conn) Conn {
-	return &lineConn{nc: nc, r: bufio.NewReaderSize(nc, 64<<10), wsem: make(chan struct{}, 1)}
+	return &lineConn{nc: nc, r: protocol.NewReader(nc, 64<<10, maxLine), wsem: make(chan struct{}, 1)}
 }
 
 type lineConn struct {
 	nc   net.Conn
-	r    *bufio.Reader
+	r    *protocol.Reader
 	wsem chan struct{} // one writer at a time
 }
 
-var errLineTooLong = errors.New("rollcall: line from the gateway too long")
+// errLineTooLong is a line from the gateway longer than maxLine.
+var errLineTooLong = fmt.Errorf("rollcall: line from the gateway too long: %w", protocol.ErrLineTooLong)
 
 func (c *lineConn) ReadLine() ([]byte, error) {
-	var line []byte
-	for {
-		frag, err := c.r.ReadSlice('\n')
-		line = append(line, frag...)
-		if len(line) > maxLine {
-			return nil, errLineTooLong
-		}
-		if err == bufio.ErrBufferFull {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		line = line[:len(line)-1]
-		if n := len(line); n > 0 && line[n-1] == '\r' {
-			line = line[:n-1]
-		}
-		return line, nil
+	line, err := c.r.ReadLine()
+	if errors.Is(err, protocol.ErrLineTooLong) {
+		return nil, errLineTooLong
 	}
+	// The reader's slice is reused; a reply line outlives the next read.
+	return bytes.Clone(line), err
 }
 
 func (c *lineConn) WriteLine(line []byte) error {
 	c.wsem <- struct{}{}
 	defer func() { <-c.wsem }()
 	_ = c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
-	buf := make([]byte, 0, len(line)+1)
-	buf = append(append(buf, line...), '\n')
-	_, err := c.nc.Write(buf)
+	_, err := c.nc.Write(protocol.AppendLine(make([]byte, 0, len(line)+1), line))
 	return err
 }
 

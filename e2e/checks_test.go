@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rollcall/rollcall/node"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // connected makes an actor that is connected to gw with a live client.
@@ -59,7 +59,7 @@ func TestExpectedPresence(t *testing.T) {
 }
 
 func TestShownMatchesExpected(t *testing.T) {
-	p := node.Presence{User: "ann", Online: true, Status: "away", Sessions: []node.SessionInfo{
+	p := protocol.Presence{User: "ann", Online: true, Status: "away", Sessions: []protocol.SessionInfo{
 		{Device: "phone", Gateway: "gw1", Status: "away", Epoch: 10},
 		{Device: "laptop", Gateway: "gw2", Status: "away", Epoch: 20},
 	}}
@@ -72,11 +72,11 @@ func TestShownMatchesExpected(t *testing.T) {
 func TestOfflinesAndOrder(t *testing.T) {
 	t0 := time.Now()
 	obs := []observation{
-		{at: t0, watcher: "watch1", gateway: "gw1", stream: 1, p: node.Presence{User: "ann", Online: true, Version: 5}},
-		{at: t0, watcher: "watch1", gateway: "gw1", stream: 1, p: node.Presence{User: "ann", Online: false, Version: 6}},
-		{at: t0, watcher: "watch1", gateway: "gw1", stream: 1, p: node.Presence{User: "bob", Online: false, Version: 2}},
+		{at: t0, watcher: "watch1", gateway: "gw1", stream: 1, p: protocol.Presence{User: "ann", Online: true, Version: 5}},
+		{at: t0, watcher: "watch1", gateway: "gw1", stream: 1, p: protocol.Presence{User: "ann", Online: false, Version: 6}},
+		{at: t0, watcher: "watch1", gateway: "gw1", stream: 1, p: protocol.Presence{User: "bob", Online: false, Version: 2}},
 		// a new stream (a reconnect) starts its own version sequence
-		{at: t0, watcher: "watch1", gateway: "gw2", stream: 2, p: node.Presence{User: "ann", Online: true, Version: 3}},
+		{at: t0, watcher: "watch1", gateway: "gw2", stream: 2, p: protocol.Presence{User: "ann", Online: true, Version: 3}},
 	}
 	if bad := offlines(obs, func(o observation) bool { return o.p.User == "bob" }); len(bad) != 1 {
 		t.Errorf("ann's offline not flagged, or bob's flagged: %q", bad)
@@ -84,7 +84,7 @@ func TestOfflinesAndOrder(t *testing.T) {
 	if bad := orderBroken(obs); len(bad) != 0 {
 		t.Errorf("order flagged across streams: %q", bad)
 	}
-	obs = append(obs, observation{at: t0, watcher: "watch1", gateway: "gw2", stream: 2, p: node.Presence{User: "ann", Online: true, Version: 3}})
+	obs = append(obs, observation{at: t0, watcher: "watch1", gateway: "gw2", stream: 2, p: protocol.Presence{User: "ann", Online: true, Version: 3}})
 	if bad := orderBroken(obs); len(bad) != 1 {
 		t.Errorf("a repeated version in one stream not flagged: %q", bad)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/rollcall/rollcall/node"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // TestClientAgainstInProcessGateway runs the drills' client against an
@@ -23,15 +24,15 @@ func TestClientAgainstInProcessGateway(t *testing.T) {
 	defer n.Close()
 	addr := n.ClientAddr().String()
 
-	events := make(chan node.Presence, 16)
-	watcher, err := dial(t.Context(), addr, nil, node.Request{User: "bob", Device: "laptop"}, func(p node.Presence) { events <- p })
+	events := make(chan protocol.Presence, 16)
+	watcher, err := dial(t.Context(), addr, nil, protocol.Request{User: "bob", Device: "laptop"}, func(p protocol.Presence) { events <- p })
 	if err != nil {
 		t.Fatal(err)
 	}
 	if watcher.welcome.Epoch == 0 || watcher.welcome.User != "bob" || watcher.welcome.HeartbeatMS <= 0 {
 		t.Fatalf("welcome %+v", watcher.welcome)
 	}
-	if err := watcher.request(node.Request{Op: node.OpSub, Users: []string{"alice"}}); err != nil {
+	if err := watcher.request(protocol.Request{Op: protocol.OpSub, Users: []string{"alice"}}); err != nil {
 		t.Fatal(err)
 	}
 	// waitEvent waits for an event showing alice's phone with status want
@@ -53,21 +54,21 @@ func TestClientAgainstInProcessGateway(t *testing.T) {
 	}
 	waitEvent("offline")
 
-	alice, err := dial(t.Context(), addr, nil, node.Request{User: "alice", Device: "phone", Status: "away"}, nil)
+	alice, err := dial(t.Context(), addr, nil, protocol.Request{User: "alice", Device: "phone", Status: "away"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitEvent("away")
-	if err := alice.request(node.Request{Op: node.OpStatus, Status: "busy"}); err != nil {
+	if err := alice.request(protocol.Request{Op: protocol.OpStatus, Status: "busy"}); err != nil {
 		t.Fatal(err)
 	}
 	waitEvent("busy")
 	// An error reply (it carries the request's id) fails the request and
 	// leaves the connection open.
-	if err := alice.request(node.Request{Op: node.OpStatus, Status: "sleepy"}); err == nil || !strings.Contains(err.Error(), "bad_request") {
+	if err := alice.request(protocol.Request{Op: protocol.OpStatus, Status: "sleepy"}); err == nil || !strings.Contains(err.Error(), "bad_request") {
 		t.Fatalf("status sleepy: %v", err)
 	}
-	if err := alice.request(node.Request{Op: node.OpBye}); err != nil {
+	if err := alice.request(protocol.Request{Op: protocol.OpBye}); err != nil {
 		t.Fatal(err)
 	}
 	<-alice.done
@@ -78,13 +79,13 @@ func TestClientAgainstInProcessGateway(t *testing.T) {
 
 	// A newer connection of bob's device closes the old one with
 	// superseded: the closing error is the connection's end.
-	again, err := dial(t.Context(), addr, nil, node.Request{User: "bob", Device: "laptop", LastEpoch: watcher.welcome.Epoch}, nil)
+	again, err := dial(t.Context(), addr, nil, protocol.Request{User: "bob", Device: "laptop", LastEpoch: watcher.welcome.Epoch}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer again.close()
 	<-watcher.done
-	if end := watcher.end(); end != string(node.CodeSuperseded) {
+	if end := watcher.end(); end != string(protocol.CodeSuperseded) {
 		t.Fatalf("superseded connection: end %q", end)
 	}
 }

@@ -7,7 +7,7 @@ package e2e
 // closes the connection.
 
 import (
-	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -18,7 +18,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/rollcall/rollcall/node"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // opOf returns the op of a line from the gateway.
@@ -43,8 +43,8 @@ const requestTimeout = 10 * time.Second
 type client struct {
 	// Static after dial.
 	nc      net.Conn
-	welcome node.Welcome
-	onEvent func(node.Presence) // called from the reader goroutine
+	welcome protocol.Welcome
+	onEvent func(protocol.Presence) // called from the reader goroutine
 
 	wmu     sync.Mutex    // serializes writes
 	replies chan []byte   // reply lines, for request
@@ -55,9 +55,13 @@ type client struct {
 	endGateways []string // the closing error's gateways (shutting_down)
 }
 
+// maxReplyLine bounds a line the client reads: a get or group reply is
+// longer than any request.
+const maxReplyLine = 16 << 20
+
 // dial connects to a gateway's client address (over TLS with tc) and says
 // hello; it returns once welcome arrives, or the gateway's error.
-func dial(ctx context.Context, addr string, tc *tls.Config, h node.Request, onEvent func(node.Presence)) (*client, error) {
+func dial(ctx context.Context, addr string, tc *tls.Config, h protocol.Request, onEvent func(protocol.Presence)) (*client, error) {
 	var nc net.Conn
 	var err error
 	d := &net.Dialer{Timeout: 3 * time.Second}
@@ -69,19 +73,19 @@ func dial(ctx context.Context, addr string, tc *tls.Config, h node.Request, onEv
 	if err != nil {
 		return nil, err
 	}
-	h.Op = node.OpHello
-	line, err := json.Marshal(h)
+	h.Op = protocol.OpHello
+	line, err := protocol.Marshal(h)
 	if err != nil {
 		nc.Close()
 		return nil, err
 	}
 	nc.SetDeadline(time.Now().Add(requestTimeout))
-	if _, err := nc.Write(append(line, '\n')); err != nil {
+	if _, err := nc.Write(line); err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("hello to %s: %w", addr, err)
 	}
-	rd := bufio.NewReaderSize(nc, 64<<10)
-	raw, err := rd.ReadBytes('\n')
+	rd := protocol.NewReader(nc, 64<<10, maxReplyLine)
+	raw, err := rd.ReadLine()
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("welcome from %s: %w", addr, err)
@@ -91,13 +95,13 @@ func dial(ctx context.Context, addr string, tc *tls.Config, h node.Request, onEv
 		nc.Close()
 		return nil, fmt.Errorf("welcome from %s: %w: %q", addr, err, raw)
 	}
-	if op != node.OpWelcome {
+	if op != protocol.OpWelcome {
 		nc.Close()
-		var e node.ErrorFrame
+		var e protocol.ErrorFrame
 		json.Unmarshal(raw, &e) //nolint:errcheck // the message shows the line's op either way
 		return nil, fmt.Errorf("hello %s/%s at %s: got %s %s %s", h.User, h.Device, addr, op, e.Code, e.Message)
 	}
-	var w node.Welcome
+	var w protocol.Welcome
 	if err := json.Unmarshal(raw, &w); err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("welcome from %s: %w: %q", addr, err, raw)
@@ -109,7 +113,7 @@ func dial(ctx context.Context, addr string, tc *tls.Config, h node.Request, onEv
 	return c, nil
 }
 
-func (c *client) readLoop(rd *bufio.Reader) {
+func (c *client) readLoop(rd *protocol.Reader) {
 	code := "eof"
 	var gateways []string
 	defer func() {
@@ -119,18 +123,19 @@ func (c *client) readLoop(rd *bufio.Reader) {
 		close(c.done)
 	}()
 	for {
-		raw, err := rd.ReadBytes('\n')
+		line, err := rd.ReadLine()
 		if err != nil {
 			return
 		}
+		raw := bytes.Clone(line) // a reply outlives the reader's buffer
 		op, err := opOf(raw)
 		if err != nil {
 			code = "bad line: " + string(raw)
 			return
 		}
 		switch op {
-		case node.OpEvent:
-			var ev node.Event
+		case protocol.OpEvent:
+			var ev protocol.Event
 			if err := json.Unmarshal(raw, &ev); err != nil {
 				code = "bad event: " + string(raw)
 				return
@@ -138,9 +143,9 @@ func (c *client) readLoop(rd *bufio.Reader) {
 			if c.onEvent != nil {
 				c.onEvent(ev.Presence)
 			}
-		case node.OpMessage:
-		case node.OpError:
-			var e node.ErrorFrame
+		case protocol.OpMessage:
+		case protocol.OpError:
+			var e protocol.ErrorFrame
 			if err := json.Unmarshal(raw, &e); err != nil {
 				code = "bad error: " + string(raw)
 				return
@@ -168,7 +173,7 @@ func (c *client) heartbeatLoop(every time.Duration) {
 		case <-c.done:
 			return
 		case <-t.C:
-			if c.send(node.Request{Op: node.OpHB}) != nil {
+			if c.send(protocol.Request{Op: protocol.OpHB}) != nil {
 				return
 			}
 		}
@@ -179,11 +184,11 @@ func (c *client) write(line []byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	c.nc.SetWriteDeadline(time.Now().Add(requestTimeout))
-	_, err := c.nc.Write(append(line, '\n'))
+	_, err := c.nc.Write(protocol.AppendLine(make([]byte, 0, len(line)+1), line))
 	return err
 }
 
-func (c *client) send(req node.Request) error {
+func (c *client) send(req protocol.Request) error {
 	line, err := json.Marshal(req)
 	if err != nil {
 		return err
@@ -193,7 +198,7 @@ func (c *client) send(req node.Request) error {
 
 // request sends req (an "id" is added) and waits for its reply; an error
 // reply is returned as an error carrying its code.
-func (c *client) request(req node.Request) error {
+func (c *client) request(req protocol.Request) error {
 	req.ID = json.RawMessage(strconv.Quote(strconv.FormatInt(time.Now().UnixNano(), 36)))
 	if err := c.send(req); err != nil {
 		return fmt.Errorf("%s: %w", req.Op, err)
@@ -211,8 +216,8 @@ func (c *client) request(req node.Request) error {
 	case <-time.After(requestTimeout):
 		return fmt.Errorf("%s: no reply in %v", req.Op, requestTimeout)
 	}
-	if op, _ := opOf(raw); op == node.OpError {
-		var e node.ErrorFrame
+	if op, _ := opOf(raw); op == protocol.OpError {
+		var e protocol.ErrorFrame
 		if err := json.Unmarshal(raw, &e); err != nil {
 			return fmt.Errorf("%s: bad error reply %q: %w", req.Op, raw, err)
 		}

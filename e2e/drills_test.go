@@ -15,6 +15,7 @@ import (
 
 	"github.com/rollcall/rollcall/chaos"
 	"github.com/rollcall/rollcall/node"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // The agents' settings in the drills (RC_HEARTBEAT, RC_TIMEOUT of the
@@ -67,7 +68,7 @@ func TestContainerDrills(t *testing.T) {
 	forged, err := node.NewToken([]byte("not-the-compose-secret-0123456789abcdef"), "mallory", time.Hour, time.Now())
 	must(t, err)
 	for _, tok := range []string{"", forged} {
-		_, err := dial(ctx, w.clientAddr("gw3"), w.access.tlsFor("gw3"), node.Request{User: "mallory", Device: "x", Token: tok}, nil)
+		_, err := dial(ctx, w.clientAddr("gw3"), w.access.tlsFor("gw3"), protocol.Request{User: "mallory", Device: "x", Token: tok}, nil)
 		if err == nil || !strings.Contains(err.Error(), "auth_failed") {
 			t.Errorf("hello with token %q: %v, want auth_failed", tok[:min(len(tok), 12)], err)
 		}

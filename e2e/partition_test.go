@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rollcall/rollcall/node"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // drillPartition: docker network disconnect one gateway from the gossip
@@ -164,7 +164,7 @@ func (w *world) drillPartition(ctx context.Context, t *testing.T, cut string, by
 // checkWatchers compares each watcher's latest event per user with what
 // its gateway must show.
 func (w *world) checkWatchers() error {
-	latest := map[[2]string]node.Presence{}
+	latest := map[[2]string]protocol.Presence{}
 	streamOf := map[string]int{}
 	for _, o := range w.since(0) {
 		if o.stream >= streamOf[o.watcher] {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rollcall/rollcall/node"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // drainGraceEnv turns on the check that waits on the lame-duck drain grace
@@ -57,8 +57,8 @@ func (w *world) drillRollingRestart(ctx context.Context, t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-c.done
-				if code := c.end(); code != string(node.CodeShuttingDown) {
-					errs[j] = fmt.Errorf("%s/%s on %s: connection ended %q, want %s", a.user, a.device, gw, code, node.CodeShuttingDown)
+				if code := c.end(); code != string(protocol.CodeShuttingDown) {
+					errs[j] = fmt.Errorf("%s/%s on %s: connection ended %q, want %s", a.user, a.device, gw, code, protocol.CodeShuttingDown)
 				}
 				target := target
 				if offered := c.gatewaysOffered(); len(offered) > 0 {

@@ -17,7 +17,7 @@ import (
 	"github.com/rollcall/rollcall/auth"
 	"github.com/rollcall/rollcall/chaos"
 	"github.com/rollcall/rollcall/gossip"
-	"github.com/rollcall/rollcall/node"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // world is the cluster and everything connected to it.
@@ -42,7 +42,7 @@ type observation struct {
 	watcher string // the watcher's user
 	gateway string // the gateway the watcher was connected to
 	stream  int    // one per watcher connection: versions increase within it
-	p       node.Presence
+	p       protocol.Presence
 }
 
 // actor is one (user, device): connected to one gateway at a time.
@@ -99,8 +99,8 @@ func (w *world) members(ctx context.Context, gw string) ([]gossip.Member, error)
 	return ms, err
 }
 
-func (w *world) presence(ctx context.Context, gw, user string) (node.Presence, error) {
-	var p node.Presence
+func (w *world) presence(ctx context.Context, gw, user string) (protocol.Presence, error) {
+	var p protocol.Presence
 	err := w.access.httpGet(ctx, gw, w.httpAddr(gw), "/v1/presence/"+user, &p)
 	return p, err
 }
@@ -119,7 +119,7 @@ func (w *world) refreshAddrs(ctx context.Context, gw string) error {
 }
 
 // observe records a watcher's event.
-func (w *world) observe(watcher, gw string, stream int, p node.Presence) {
+func (w *world) observe(watcher, gw string, stream int, p protocol.Presence) {
 	w.mu.Lock()
 	w.obs = append(w.obs, observation{at: time.Now(), watcher: watcher, gateway: gw, stream: stream, p: p})
 	w.mu.Unlock()
@@ -159,15 +159,15 @@ func (a *actor) connect(ctx context.Context, gw string) error {
 		return err
 	}
 	a.mu.Lock()
-	h := node.Request{User: a.user, Device: a.device, Token: tok, Status: a.status, LastEpoch: a.epoch}
+	h := protocol.Request{User: a.user, Device: a.device, Token: tok, Status: a.status, LastEpoch: a.epoch}
 	a.mu.Unlock()
-	var onEvent func(node.Presence)
+	var onEvent func(protocol.Presence)
 	if a.watcher {
 		a.w.mu.Lock()
 		a.w.streams++
 		stream := a.w.streams
 		a.w.mu.Unlock()
-		onEvent = func(p node.Presence) { a.w.observe(a.user, gw, stream, p) }
+		onEvent = func(p protocol.Presence) { a.w.observe(a.user, gw, stream, p) }
 	}
 	c, err := dial(ctx, a.w.clientAddr(gw), a.w.access.tlsFor(gw), h, onEvent)
 	if err != nil {
@@ -181,7 +181,7 @@ func (a *actor) connect(ctx context.Context, gw string) error {
 	a.c, a.gw, a.epoch, a.bye = c, gw, c.welcome.Epoch, false
 	a.mu.Unlock()
 	if a.watcher {
-		if err := c.request(node.Request{Op: node.OpSub, Users: a.w.drillUsers()}); err != nil {
+		if err := c.request(protocol.Request{Op: protocol.OpSub, Users: a.w.drillUsers()}); err != nil {
 			return fmt.Errorf("%s sub at %s: %w", a.user, gw, err)
 		}
 	}
@@ -227,7 +227,7 @@ func (a *actor) at() string {
 }
 
 func (a *actor) setStatus(status string) error {
-	if err := a.conn().request(node.Request{Op: node.OpStatus, Status: status}); err != nil {
+	if err := a.conn().request(protocol.Request{Op: protocol.OpStatus, Status: status}); err != nil {
 		return fmt.Errorf("%s/%s status %s: %w", a.user, a.device, status, err)
 	}
 	a.mu.Lock()
@@ -238,7 +238,7 @@ func (a *actor) setStatus(status string) error {
 
 func (a *actor) sayBye() error {
 	c := a.conn()
-	if err := c.request(node.Request{Op: node.OpBye}); err != nil {
+	if err := c.request(protocol.Request{Op: protocol.OpBye}); err != nil {
 		return fmt.Errorf("%s/%s bye: %w", a.user, a.device, err)
 	}
 	<-c.done
@@ -283,7 +283,7 @@ func (w *world) expected(viewer, user string) (sessions []string, status string)
 	return sessions, "available"
 }
 
-func shown(p node.Presence) (sessions []string, status string) {
+func shown(p protocol.Presence) (sessions []string, status string) {
 	for _, s := range p.Sessions {
 		sessions = append(sessions, fmt.Sprintf("%s@%s %s %d", s.Device, s.Gateway, s.Status, s.Epoch))
 	}

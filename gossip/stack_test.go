@@ -1,7 +1,6 @@
 package gossip
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/rollcall/rollcall/crdt"
 	"github.com/rollcall/rollcall/node"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // Full-stack tests: real gateways (node.Node) joined by real gossip
@@ -139,17 +139,20 @@ func (s *stack) dial(i int, user, device string, extra map[string]any) *client {
 	c := &client{t: s.t, conn: conn, in: make(chan map[string]any, 1024), user: user, stopHB: make(chan struct{})}
 	go func() {
 		defer close(c.in)
-		sc := bufio.NewScanner(conn)
-		sc.Buffer(make([]byte, 1<<16), 1<<20)
-		for sc.Scan() {
+		lr := protocol.NewReader(conn, 64<<10, 1<<20)
+		for {
+			line, err := lr.ReadLine()
+			if err != nil {
+				return
+			}
 			var m map[string]any
-			if json.Unmarshal(sc.Bytes(), &m) == nil {
+			if json.Unmarshal(line, &m) == nil {
 				m["_at"] = time.Now() // receipt time, for benchmarks
 				c.in <- m
 			}
 		}
 	}()
-	hello := map[string]any{"op": "hello", "user": user, "device": device}
+	hello := map[string]any{"op": protocol.OpHello, "user": user, "device": device}
 	for k, v := range extra {
 		hello[k] = v
 	}
@@ -160,11 +163,11 @@ func (s *stack) dial(i int, user, device string, extra map[string]any) *client {
 }
 
 func (c *client) send(m map[string]any) {
-	b, _ := json.Marshal(m)
+	b, _ := protocol.Marshal(m)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	_ = c.conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
-	if _, err := c.conn.Write(append(b, '\n')); err != nil {
+	if _, err := c.conn.Write(b); err != nil {
 		c.t.Logf("client %s write: %v", c.user, err)
 	}
 }

@@ -1,7 +1,6 @@
 package metrics
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/rollcall/rollcall/gossip"
 	"github.com/rollcall/rollcall/node"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // gateway is one in-process Rollcall gateway (node and gossip) serving
@@ -215,16 +215,20 @@ func (g *gateway) dial(t *testing.T, user, device string, extra map[string]any) 
 	c := &client{t: t, conn: conn, in: make(chan map[string]any, 256), stop: make(chan struct{})}
 	go func() {
 		defer close(c.in)
-		sc := bufio.NewScanner(conn)
-		for sc.Scan() {
+		lr := protocol.NewReader(conn, 64<<10, 1<<20)
+		for {
+			line, err := lr.ReadLine()
+			if err != nil {
+				return
+			}
 			var m map[string]any
-			if json.Unmarshal(sc.Bytes(), &m) == nil {
+			if json.Unmarshal(line, &m) == nil {
 				c.in <- m
 			}
 		}
 	}()
 	t.Cleanup(c.close)
-	hello := map[string]any{"op": "hello", "user": user, "device": device}
+	hello := map[string]any{"op": protocol.OpHello, "user": user, "device": device}
 	for k, v := range extra {
 		hello[k] = v
 	}
@@ -241,11 +245,11 @@ func (c *client) send(m map[string]any) {
 }
 
 func (c *client) write(m map[string]any) error {
-	b, _ := json.Marshal(m)
+	b, _ := protocol.Marshal(m)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.conn.SetWriteDeadline(time.Now().Add(5 * time.Second)) //nolint:errcheck // a failed write fails Write
-	_, err := c.conn.Write(append(b, '\n'))
+	_, err := c.conn.Write(b)
 	return err
 }
 

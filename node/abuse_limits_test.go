@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/rollcall/rollcall/crdt"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // TestRequestFloodLimited: one connection pipelining requests past its
@@ -49,7 +50,7 @@ func TestRequestFloodLimited(t *testing.T) {
 		var got tally
 		for i := range flood {
 			flooder.nc.SetReadDeadline(time.Now().Add(30 * time.Second))
-			line, err := flooder.r.ReadBytes('\n')
+			line, err := flooder.r.ReadLine()
 			if err != nil {
 				got.err = fmt.Errorf("reply %d: %w", i, err)
 				break
@@ -60,9 +61,9 @@ func TestRequestFloodLimited(t *testing.T) {
 				break
 			}
 			switch {
-			case f.str("op") == OpPresence:
+			case f.str("op") == protocol.OpPresence:
 				got.answered++
-			case f.str("code") == string(CodeRateLimited):
+			case f.str("code") == string(protocol.CodeRateLimited):
 				got.limited++
 			default:
 				got.err = fmt.Errorf("reply %d: %s", i, line)
@@ -72,7 +73,7 @@ func TestRequestFloodLimited(t *testing.T) {
 	}()
 	// Meanwhile the other session is answered, request after request.
 	for i := range 50 {
-		if f := other.call(map[string]any{"op": "get", "users": []string{"flooder"}}); f.str("op") != OpPresence {
+		if f := other.call(map[string]any{"op": "get", "users": []string{"flooder"}}); f.str("op") != protocol.OpPresence {
 			t.Fatalf("other session's request %d: %v", i, f)
 		}
 	}
@@ -88,7 +89,7 @@ func TestRequestFloodLimited(t *testing.T) {
 	}
 	// A request past the allowance does nothing, and says when to retry.
 	f := flooder.call(map[string]any{"op": "status", "status": "busy"})
-	if f.str("code") != string(CodeRateLimited) || !strings.Contains(f.str("message"), "100 requests per second (500 at once)") {
+	if f.str("code") != string(protocol.CodeRateLimited) || !strings.Contains(f.str("message"), "100 requests per second (500 at once)") {
 		t.Fatalf("refusal %v", f)
 	}
 	if p := presenceOf(n, "flooder"); p.Status != crdt.UserAvailable {
@@ -137,7 +138,7 @@ func TestHeartbeatsNeverLimited(t *testing.T) {
 					}
 					// Replies come in order: an error for an earlier plain
 					// heartbeat would come first, and fail the call.
-					if f := c.call(map[string]any{"op": "hb"}); f.str("op") != OpHB {
+					if f := c.call(map[string]any{"op": "hb"}); f.str("op") != protocol.OpHB {
 						t.Fatalf("heartbeat %d every %v: %v", i, interval, f)
 					}
 				}
@@ -244,7 +245,7 @@ func TestSessionCapAcrossGateways(t *testing.T) {
 	for _, gw := range []*Node{gw1, gw2} {
 		c := dial(t, gw)
 		c.send(map[string]any{"op": "hello", "user": "u", "device": "one-too-many", "id": 1})
-		if f := c.expectError(CodeTooManySessions); f.num("id") != 1 || !strings.Contains(f.str("message"), "holds 100 active sessions") {
+		if f := c.expectError(protocol.CodeTooManySessions); f.num("id") != 1 || !strings.Contains(f.str("message"), "holds 100 active sessions") {
 			t.Fatalf("refusal on %s: %v", gw.Name(), f)
 		}
 		c.expectClosed()
@@ -254,9 +255,9 @@ func TestSessionCapAcrossGateways(t *testing.T) {
 	// d0 (on gw1) reconnects through gw2, d99 (on gw2) through gw2 itself:
 	// each replaces its session, so neither counts as one more.
 	connect(t, gw2, "u", "d0")
-	sessions[0].expectError(CodeSuperseded)
+	sessions[0].expectError(protocol.CodeSuperseded)
 	connect(t, gw2, "u", fmt.Sprintf("d%d", max-1))
-	sessions[max-1].expectError(CodeSuperseded)
+	sessions[max-1].expectError(protocol.CodeSuperseded)
 	if st := gw1.Stats().TooManySessions + gw2.Stats().TooManySessions; st != 2 {
 		t.Fatalf("%d refusals counted, want 2", st)
 	}
@@ -303,7 +304,7 @@ func TestSessionCapExactOnOneGateway(t *testing.T) {
 	for r := range results {
 		got[r]++
 	}
-	if got[OpWelcome] != DefaultMaxSessionsPerUser || got[OpError+string(CodeTooManySessions)] != hellos-DefaultMaxSessionsPerUser {
+	if got[protocol.OpWelcome] != DefaultMaxSessionsPerUser || got[protocol.OpError+string(protocol.CodeTooManySessions)] != hellos-DefaultMaxSessionsPerUser {
 		t.Fatalf("replies %v", got)
 	}
 	if k := activeSessionsOf(n, "u"); k != DefaultMaxSessionsPerUser {
@@ -321,7 +322,7 @@ func dialFrom(t *testing.T, n *Node, ip string) *client {
 		t.Fatalf("dial from %s: %v", ip, err)
 	}
 	t.Cleanup(func() { nc.Close() })
-	return &client{t: t, nc: nc, r: bufio.NewReaderSize(nc, 64<<10)}
+	return newClient(t, nc)
 }
 
 // TestConnectionsPerIP: an address holding MaxConnectionsPerIP connections
@@ -337,7 +338,7 @@ func TestConnectionsPerIP(t *testing.T) {
 	handshaking := dialFrom(t, n, "127.0.0.1") // no hello yet: it counts too
 
 	refused := dialFrom(t, n, "127.0.0.1")
-	if f := refused.recv(); f.str("code") != string(CodeTooManyConnections) {
+	if f := refused.recv(); f.str("code") != string(protocol.CodeTooManyConnections) {
 		t.Fatalf("fourth connection from 127.0.0.1 got %v, want too_many_connections", f)
 	}
 	refused.expectClosed()
@@ -393,24 +394,24 @@ func TestSetLimits(t *testing.T) {
 
 	// a's bucket holds at most the new burst, and refills at the new rate.
 	for range 3 {
-		if f := a.call(get); f.str("op") != OpPresence {
+		if f := a.call(get); f.str("op") != protocol.OpPresence {
 			t.Fatalf("within the new burst: %v", f)
 		}
 	}
-	a.expectErrorReply(get, CodeRateLimited)
+	a.expectErrorReply(get, protocol.CodeRateLimited)
 	clock.Advance(time.Second)
 	// One token: the send takes it, and the send bucket (burst 1) allows it.
 	a.ok(map[string]any{"op": "send", "to": "u", "body": 1})
 	clock.Advance(2 * time.Second)
 	a.ok(map[string]any{"op": "send", "to": "u", "body": 2})
-	a.expectErrorReply(map[string]any{"op": "send", "to": "u", "body": 3}, CodeRateLimited)
+	a.expectErrorReply(map[string]any{"op": "send", "to": "u", "body": 3}, protocol.CodeRateLimited)
 
 	// Both of u's sessions and both connections stay; new ones are refused.
 	b.call(get)
 	c := dialFrom(t, n, "127.0.0.2") // the cap is per address: 127.0.0.2 holds none
 	c.send(map[string]any{"op": "hello", "user": "u", "device": "tablet"})
-	c.expectError(CodeTooManySessions)
-	if f := dial(t, n).recv(); f.str("code") != string(CodeTooManyConnections) {
+	c.expectError(protocol.CodeTooManySessions)
+	if f := dial(t, n).recv(); f.str("code") != string(protocol.CodeTooManyConnections) {
 		t.Fatalf("connection past the lowered per-address cap got %v", f)
 	}
 
@@ -438,9 +439,9 @@ func TestSetLimits(t *testing.T) {
 }
 
 // expectErrorReply sends req and checks its reply is an error with code.
-func (c *client) expectErrorReply(req map[string]any, code ErrorCode) {
+func (c *client) expectErrorReply(req map[string]any, code protocol.ErrorCode) {
 	c.t.Helper()
-	if f := c.call(req); f.str("op") != OpError || f.str("code") != string(code) {
+	if f := c.call(req); f.str("op") != protocol.OpError || f.str("code") != string(code) {
 		c.t.Fatalf("%v: want %s, got %v", req, code, f)
 	}
 }

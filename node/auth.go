@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rollcall/rollcall/auth"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // Client tokens are JWTs verified by an auth.Verifier (Config.TokenVerifier,
@@ -92,12 +93,12 @@ func (n *Node) setToken(c *conn, id *auth.Identity) {
 // subscription they no longer allow is dropped). A token that does not
 // verify, or is for another user, gets auth_failed and the connection
 // closes, as at hello.
-func (n *Node) handleRefresh(c *conn, req *Request) (any, *requestError) {
+func (n *Node) handleRefresh(c *conn, req *protocol.Request) (any, *requestError) {
 	if n.cfg.Dev {
-		return RefreshReply{Op: OpOK, ID: req.ID}, nil
+		return protocol.RefreshReply{Op: protocol.OpOK, ID: req.ID}, nil
 	}
-	if len(req.Token) > MaxTokenLen {
-		return nil, errorf(CodeBadRequest, "token longer than %d bytes", MaxTokenLen)
+	if len(req.Token) > protocol.MaxTokenLen {
+		return nil, errorf(protocol.CodeBadRequest, "token longer than %d bytes", protocol.MaxTokenLen)
 	}
 	user := c.sess.user // set at hello on this goroutine, never changed
 	id, err := n.verifyToken(req.Token, user)
@@ -105,7 +106,7 @@ func (n *Node) handleRefresh(c *conn, req *Request) (any, *requestError) {
 		n.stats.authFailed.Add(1)
 		n.log.Info("refresh refused", zap.Uint64("conn", c.id), zap.String("remote", c.remote),
 			zap.String("user", user), zap.Error(err))
-		return nil, errorf(CodeAuthFailed, "refresh: %v", err)
+		return nil, errorf(protocol.CodeAuthFailed, "refresh: %v", err)
 	}
 	n.mu.Lock()
 	if _, rerr := n.ownedLocked(c); rerr != nil {
@@ -132,7 +133,7 @@ func (n *Node) handleRefresh(c *conn, req *Request) (any, *requestError) {
 		// A shorter-lived token: the wheel holds c for a later deadline.
 		n.wheel.add(c, c.deadline(int64(n.cfg.Timeout)))
 	}
-	return RefreshReply{Op: OpOK, ID: req.ID, TokenExpiresAt: n.formatTime(id.Expires)}, nil
+	return protocol.RefreshReply{Op: protocol.OpOK, ID: req.ID, TokenExpiresAt: n.formatTime(id.Expires)}, nil
 }
 
 // ReloadTokenKeys rereads the token key files (auth.Verifier.Reload) and
@@ -162,7 +163,7 @@ func (n *Node) clientMayReadAll(token string) bool {
 // clientIdentity verifies a client token presented outside a session
 // (HTTP).
 func (n *Node) clientIdentity(token string) (*auth.Identity, bool) {
-	if n.tokens == nil || token == "" || len(token) > MaxTokenLen {
+	if n.tokens == nil || token == "" || len(token) > protocol.MaxTokenLen {
 		return nil, false
 	}
 	id, err := n.tokens.Verify(token, n.clock.Now())

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/rollcall/rollcall/protocol"
 )
 
 func TestTokens(t *testing.T) {
@@ -46,7 +48,7 @@ func TestTokens(t *testing.T) {
 	} {
 		c := dial(t, n)
 		c.send(map[string]any{"op": "hello", "user": tc.user, "token": tc.token, "id": 1})
-		f := c.expectError(CodeAuthFailed)
+		f := c.expectError(protocol.CodeAuthFailed)
 		if f.num("id") != 1 {
 			t.Errorf("%s: %v", tc.name, f)
 		}
@@ -57,13 +59,13 @@ func TestTokens(t *testing.T) {
 	}
 	c := dial(t, n)
 	c.hello("alice", "phone", map[string]any{"token": good})
-	if f := c.call(map[string]any{"op": "hb"}); f.str("op") != OpHB {
+	if f := c.call(map[string]any{"op": "hb"}); f.str("op") != protocol.OpHB {
 		t.Fatalf("hb %v", f)
 	}
 	// The token expires while connected: the session ends
 	// (TestTokenExpiryEndsSession has the details).
 	clock.Advance(2 * time.Hour)
-	c.expectError(CodeTokenExpired)
+	c.expectError(protocol.CodeTokenExpired)
 	if got := n.Stats().AuthFailed; got != 8 {
 		t.Fatalf("auth failures %d", got)
 	}

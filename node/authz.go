@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/rollcall/rollcall/auth"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // Authorization: every request that reads another user's presence, joins a
@@ -57,7 +58,7 @@ func checkReadAs(g *auth.Grants, self string, users []string) *requestError {
 	if n > len(refused) {
 		more = " and " + utoa(uint64(n-len(refused))) + " more"
 	}
-	return errorf(CodeForbidden, "the token does not allow reading %s%s (grant user:NAME or * in rollcall.read)",
+	return errorf(protocol.CodeForbidden, "the token does not allow reading %s%s (grant user:NAME or * in rollcall.read)",
 		strings.Join(refused, ", "), more)
 }
 
@@ -72,14 +73,14 @@ func checkReadGroupAs(g *auth.Grants, group string) *requestError {
 	if g.MayReadGroup(group) {
 		return nil
 	}
-	return errorf(CodeForbidden, "the token does not allow reading group %s (grant group:%s or * in rollcall.read)", group, group)
+	return errorf(protocol.CodeForbidden, "the token does not allow reading group %s (grant group:%s or * in rollcall.read)", group, group)
 }
 
 // checkJoin refuses joining any of groups that g does not allow.
 func checkJoin(g *auth.Grants, groups []string) *requestError {
 	for _, gr := range groups {
 		if !g.MayJoin(gr) {
-			return errorf(CodeForbidden, "the token does not allow joining group %s (grant %s or * in rollcall.join)", gr, gr)
+			return errorf(protocol.CodeForbidden, "the token does not allow joining group %s (grant %s or * in rollcall.join)", gr, gr)
 		}
 	}
 	return nil
@@ -93,5 +94,5 @@ func checkSend(c *conn, user string, onlineGroups func() []string) *requestError
 	if g.MaySend(user, nil) || g.MaySend(user, onlineGroups()) {
 		return nil
 	}
-	return errorf(CodeForbidden, "the token does not allow sending to %s (grant user:%s, a group:NAME it is online in, or * in rollcall.send)", user, user)
+	return errorf(protocol.CodeForbidden, "the token does not allow sending to %s (grant user:%s, a group:NAME it is online in, or * in rollcall.send)", user, user)
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/rollcall/rollcall/auth"
 	"github.com/rollcall/rollcall/crdt"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // secretSigner signs HS256 tokens with testSecret.
@@ -69,10 +70,10 @@ func newAuthNode(t *testing.T, mut func(*Config)) (*Node, *fakeClock) {
 func expectForbidden(t *testing.T, c *client, req map[string]any, says string) {
 	t.Helper()
 	f := c.call(req)
-	if f.str("op") != OpError || f.str("code") != string(CodeForbidden) || !strings.Contains(f.str("message"), says) {
+	if f.str("op") != protocol.OpError || f.str("code") != string(protocol.CodeForbidden) || !strings.Contains(f.str("message"), says) {
 		t.Fatalf("%v: want forbidden saying %q, got %v", req, says, f)
 	}
-	if f := c.call(map[string]any{"op": "hb"}); f.str("op") != OpHB {
+	if f := c.call(map[string]any{"op": "hb"}); f.str("op") != protocol.OpHB {
 		t.Fatalf("after a forbidden %v the connection does not serve: %v", req["op"], f)
 	}
 }
@@ -88,10 +89,10 @@ func TestDefaultGrants(t *testing.T) {
 	}
 	bob, _ := connect(t, n, "bob", "d", tok("bob"))
 	alice, _ := connect(t, n, "alice", "d", tok("alice"))
-	if f := alice.call(map[string]any{"op": "get", "users": []string{"alice"}}); f.str("op") != OpPresence {
+	if f := alice.call(map[string]any{"op": "get", "users": []string{"alice"}}); f.str("op") != protocol.OpPresence {
 		t.Fatalf("alice reading herself: %v", f)
 	}
-	if f := alice.call(map[string]any{"op": "locate", "user": "alice"}); f.str("op") != OpLocate {
+	if f := alice.call(map[string]any{"op": "locate", "user": "alice"}); f.str("op") != protocol.OpLocate {
 		t.Fatalf("alice locating herself: %v", f)
 	}
 	alice.ok(map[string]any{"op": "sub", "users": []string{"alice"}})
@@ -109,7 +110,7 @@ func TestDefaultGrants(t *testing.T) {
 	// stays for a hello without it.
 	c := dial(t, n)
 	c.send(map[string]any{"op": "hello", "user": "carol", "token": tok("carol")["token"], "groups": []string{"eng"}, "id": 1})
-	if f := c.expectError(CodeForbidden); !strings.Contains(f.str("message"), "joining group eng") {
+	if f := c.expectError(protocol.CodeForbidden); !strings.Contains(f.str("message"), "joining group eng") {
 		t.Fatalf("hello with groups: %v", f)
 	}
 	c.hello("carol", "d", tok("carol"))
@@ -142,11 +143,11 @@ func TestGrantedReads(t *testing.T) {
 	carol, _ := connect(t, n, "carol", "d", tok("carol", nil))
 	dave, _ := connect(t, n, "dave", "d", tok("dave", &auth.GrantsClaim{Join: []string{"*"}}))
 
-	if f := alice.call(map[string]any{"op": "get", "users": []string{"bob", "alice"}}); f.str("op") != OpPresence {
+	if f := alice.call(map[string]any{"op": "get", "users": []string{"bob", "alice"}}); f.str("op") != protocol.OpPresence {
 		t.Fatalf("get bob: %v", f)
 	}
 	expectForbidden(t, alice, map[string]any{"op": "get", "users": []string{"bob", "carol", "dave"}}, "reading carol, dave")
-	if f := alice.call(map[string]any{"op": "group", "group": "eng"}); f.str("op") != OpGroup || f.num("online") != 1 {
+	if f := alice.call(map[string]any{"op": "group", "group": "eng"}); f.str("op") != protocol.OpGroup || f.num("online") != 1 {
 		t.Fatalf("group eng: %v", f)
 	}
 	expectForbidden(t, alice, map[string]any{"op": "group", "group": "ops"}, "reading group ops")
@@ -159,17 +160,17 @@ func TestGrantedReads(t *testing.T) {
 	expectForbidden(t, alice, map[string]any{"op": "join", "group": "ops"}, "joining group ops")
 	alice.ok(map[string]any{"op": "leave", "group": "eng"})
 
-	if f := alice.call(map[string]any{"op": "send", "to": "carol", "body": "hi"}); f.str("op") != OpOK || f.num("delivered") != 1 {
+	if f := alice.call(map[string]any{"op": "send", "to": "carol", "body": "hi"}); f.str("op") != protocol.OpOK || f.num("delivered") != 1 {
 		t.Fatalf("send carol: %v", f)
 	}
-	carol.expect(OpMessage)
+	carol.expect(protocol.OpMessage)
 	// dave may be messaged while he is online in ops, and only then.
 	expectForbidden(t, alice, map[string]any{"op": "send", "to": "dave", "body": "hi"}, "sending to dave")
 	dave.ok(map[string]any{"op": "join", "group": "ops"})
-	if f := alice.call(map[string]any{"op": "send", "to": "dave", "body": "hi"}); f.str("op") != OpOK || f.num("delivered") != 1 {
+	if f := alice.call(map[string]any{"op": "send", "to": "dave", "body": "hi"}); f.str("op") != protocol.OpOK || f.num("delivered") != 1 {
 		t.Fatalf("send dave in ops: %v", f)
 	}
-	dave.expect(OpMessage)
+	dave.expect(protocol.OpMessage)
 	dave.ok(map[string]any{"op": "leave", "group": "ops"})
 	expectForbidden(t, alice, map[string]any{"op": "send", "to": "dave", "body": "hi"}, "sending to dave")
 	expectForbidden(t, alice, map[string]any{"op": "send", "to": "bob", "body": "hi"}, "sending to bob")
@@ -183,13 +184,13 @@ func TestBackendToken(t *testing.T) {
 	bob, _ := connect(t, n, "bob", "d", map[string]any{"token": mint(t, s, auth.TokenSpec{User: "bob", Grants: &auth.GrantsClaim{Join: []string{"eng"}}}, clock.Now())})
 	bob.ok(map[string]any{"op": "join", "group": "eng"})
 	svc, _ := connect(t, n, "svc", "d", map[string]any{"token": mint(t, s, auth.TokenSpec{User: "svc", Grants: &auth.GrantsClaim{Backend: true}}, clock.Now())})
-	if f := svc.call(map[string]any{"op": "get", "users": []string{"bob", "carol", "x"}}); f.str("op") != OpPresence {
+	if f := svc.call(map[string]any{"op": "get", "users": []string{"bob", "carol", "x"}}); f.str("op") != protocol.OpPresence {
 		t.Fatalf("get: %v", f)
 	}
-	if f := svc.call(map[string]any{"op": "locate", "user": "bob"}); f.str("op") != OpLocate {
+	if f := svc.call(map[string]any{"op": "locate", "user": "bob"}); f.str("op") != protocol.OpLocate {
 		t.Fatalf("locate: %v", f)
 	}
-	if f := svc.call(map[string]any{"op": "group", "group": "eng"}); f.str("op") != OpGroup || f.num("online") != 1 {
+	if f := svc.call(map[string]any{"op": "group", "group": "eng"}); f.str("op") != protocol.OpGroup || f.num("online") != 1 {
 		t.Fatalf("group: %v", f)
 	}
 	svc.ok(map[string]any{"op": "sub", "users": []string{"bob", "carol"}, "group": "eng"})
@@ -205,7 +206,7 @@ func TestDevAllowsEverything(t *testing.T) {
 		{"op": "get", "users": []string{"bob"}}, {"op": "locate", "user": "bob"}, {"op": "group", "group": "x"},
 		{"op": "join", "group": "x"}, {"op": "send", "to": "bob", "body": 1}, {"op": "refresh", "token": "anything"},
 	} {
-		if f := c.call(req); f.str("op") == OpError {
+		if f := c.call(req); f.str("op") == protocol.OpError {
 			t.Fatalf("%v: %v", req, f)
 		}
 	}
@@ -231,11 +232,11 @@ func TestTokenExpiryEndsSession(t *testing.T) {
 	// Within the leeway past exp the session lives.
 	clock.Advance(time.Minute + auth.DefaultLeeway - time.Second)
 	waitSweeps(t, n)
-	if f := alice.call(map[string]any{"op": "hb"}); f.str("op") != OpHB {
+	if f := alice.call(map[string]any{"op": "hb"}); f.str("op") != protocol.OpHB {
 		t.Fatalf("hb within the leeway: %v", f)
 	}
 	clock.Advance(2 * time.Second)
-	alice.expectError(CodeTokenExpired)
+	alice.expectError(protocol.CodeTokenExpired)
 	alice.expectClosed()
 	if ev := bob.expectEvent("alice"); ev["online"].(bool) {
 		t.Fatalf("alice still online: %v", ev)
@@ -259,25 +260,25 @@ func TestRefresh(t *testing.T) {
 	alice, _ := connect(t, n, "alice", "d", map[string]any{"token": mint(t, s, auth.TokenSpec{User: "alice", TTL: time.Minute}, clock.Now())})
 	clock.Advance(50 * time.Second)
 	f := alice.call(map[string]any{"op": "refresh", "token": mint(t, s, auth.TokenSpec{User: "alice", TTL: time.Hour}, clock.Now())})
-	if f.str("op") != OpOK || f.str("token_expires_at") != n.formatTime(clock.Now().Add(time.Hour)) {
+	if f.str("op") != protocol.OpOK || f.str("token_expires_at") != n.formatTime(clock.Now().Add(time.Hour)) {
 		t.Fatalf("refresh: %v", f)
 	}
 	clock.Advance(10 * time.Minute) // well past the first token's exp
 	waitSweeps(t, n)
-	if f := alice.call(map[string]any{"op": "hb"}); f.str("op") != OpHB {
+	if f := alice.call(map[string]any{"op": "hb"}); f.str("op") != protocol.OpHB {
 		t.Fatalf("after the refresh: %v", f)
 	}
 	// A shorter-lived token: the session ends at its exp, not the longer
 	// one's.
 	alice.ok(map[string]any{"op": "refresh", "token": mint(t, s, auth.TokenSpec{User: "alice", TTL: time.Minute}, clock.Now())})
 	clock.Advance(time.Minute + auth.DefaultLeeway + time.Second)
-	alice.expectError(CodeTokenExpired)
+	alice.expectError(protocol.CodeTokenExpired)
 	alice.expectClosed()
 
 	// Another user's token: auth_failed, and the connection closes.
 	bob, _ := connect(t, n, "bob", "d", map[string]any{"token": mint(t, s, auth.TokenSpec{User: "bob"}, clock.Now())})
 	bob.send(map[string]any{"op": "refresh", "token": mint(t, s, auth.TokenSpec{User: "mallory", TTL: 24 * time.Hour}, clock.Now()), "id": 1})
-	if f := bob.expectError(CodeAuthFailed); !strings.Contains(f.str("message"), "another user") {
+	if f := bob.expectError(protocol.CodeAuthFailed); !strings.Contains(f.str("message"), "another user") {
 		t.Fatalf("refresh as another user: %v", f)
 	}
 	bob.expectClosed()
@@ -285,7 +286,7 @@ func TestRefresh(t *testing.T) {
 	// An invalid token is refused the same way.
 	carol, _ := connect(t, n, "carol", "d", map[string]any{"token": mint(t, s, auth.TokenSpec{User: "carol"}, clock.Now())})
 	carol.send(map[string]any{"op": "refresh", "token": "x.y.z", "id": 1})
-	carol.expectError(CodeAuthFailed)
+	carol.expectError(protocol.CodeAuthFailed)
 	carol.expectClosed()
 }
 
@@ -364,7 +365,7 @@ func TestTokenChecksAtHello(t *testing.T) {
 	} {
 		c := dial(t, n)
 		c.send(map[string]any{"op": "hello", "user": "alice", "token": tc.token, "id": 1})
-		if f := c.expectError(CodeAuthFailed); !strings.Contains(f.str("message"), tc.says) {
+		if f := c.expectError(protocol.CodeAuthFailed); !strings.Contains(f.str("message"), tc.says) {
 			t.Errorf("%s: %v, want it to say %q", tc.name, f, tc.says)
 		}
 		c.expectClosed()
@@ -414,11 +415,11 @@ func TestKeyRotation(t *testing.T) {
 	}
 	c := dial(t, n)
 	c.send(map[string]any{"op": "hello", "user": "bob", "token": tok("2026-11", "bob")})
-	if f := c.expectError(CodeAuthFailed); !strings.Contains(f.str("message"), `unknown key id "2026-11"`) {
+	if f := c.expectError(protocol.CodeAuthFailed); !strings.Contains(f.str("message"), `unknown key id "2026-11"`) {
 		t.Fatalf("old key after rotation: %v", f)
 	}
 	connect(t, n, "bob", "new", map[string]any{"token": tok("2026-12", "bob")})
-	if f := old.call(map[string]any{"op": "hb"}); f.str("op") != OpHB {
+	if f := old.call(map[string]any{"op": "hb"}); f.str("op") != protocol.OpHB {
 		t.Fatalf("the session opened with the old key: %v", f)
 	}
 	// Refreshing it needs a token of a key still in force.

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // Benchmarks. Run them with:
@@ -114,7 +116,7 @@ func BenchmarkStatusChangeFanout(b *testing.B) {
 		var wg sync.WaitGroup
 		for _, w := range watchers {
 			wg.Go(func() {
-				line, err := w.r.ReadSlice('\n')
+				line, err := w.r.ReadLine()
 				if err != nil || !strings.Contains(string(line), `"op":"event"`) {
 					b.Errorf("%q %v", line, err)
 				}
@@ -259,7 +261,7 @@ func BenchmarkHeartbeatConns(b *testing.B) {
 			if line, err := r.ReadString('\n'); err != nil || line != "ready\n" {
 				b.Fatalf("client process: %q %v", line, err)
 			}
-			seen := func() uint64 { return n.Metrics().Requests[OpHB] }
+			seen := func() uint64 { return n.Metrics().Requests[protocol.OpHB] }
 			base := seen()
 			var sent uint64
 			b.ReportAllocs()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rollcall/rollcall/crdt"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // remote is a peer gateway's replica, writing as n2.
@@ -128,7 +129,7 @@ func TestRemoteDeltasEmitEventsAndSupersede(t *testing.T) {
 	if err := n.ApplyDeltas([]crdt.Delta{d}); err != nil {
 		t.Fatal(err)
 	}
-	local.expectError(CodeSuperseded)
+	local.expectError(protocol.CodeSuperseded)
 	local.expectClosed()
 	e := w.expectEvent("alice")
 	if ss := e["sessions"].([]any); e["status"] != "away" || len(ss) != 1 || ss[0].(map[string]any)["gateway"] != "n2" {
@@ -153,7 +154,7 @@ func TestRemoteDeltasEmitEventsAndSupersede(t *testing.T) {
 	offline := map[string]bool{}
 	for len(offline) < 2 {
 		e := w.recv()
-		if e.str("op") == OpEvent && e["online"] == false {
+		if e.str("op") == protocol.OpEvent && e["online"] == false {
 			offline[e.str("user")] = true
 		}
 	}
@@ -185,7 +186,7 @@ func TestApplySyncSupersedesAndDigest(t *testing.T) {
 	if err := n.ApplySync(sync); err != nil {
 		t.Fatal(err)
 	}
-	local.expectError(CodeSuperseded)
+	local.expectError(protocol.CodeSuperseded)
 	if e := w.expectEvent("alice"); e.num("sessions") != 0 && e["sessions"].([]any)[0].(map[string]any)["epoch"] != newer {
 		t.Fatalf("event %v", e)
 	}
@@ -233,7 +234,7 @@ func TestSendLocalAndRouted(t *testing.T) {
 		t.Fatalf("send %v", f)
 	}
 	for _, b := range []*client{b1, b2} {
-		m := b.expect(OpMessage)
+		m := b.expect(protocol.OpMessage)
 		body, _ := json.Marshal(m["body"])
 		if m.str("from") != "alice" || m.str("from_device") != "phone" || string(body) != `{"n":1,"text":"hi"}` {
 			t.Fatalf("message %v", m)
@@ -272,7 +273,7 @@ func TestSendLocalAndRouted(t *testing.T) {
 	if k := n.DeliverLocal(Message{To: "alice", From: "zed", FromDevice: "d", Body: json.RawMessage(`[1]`)}); k != 1 {
 		t.Fatalf("DeliverLocal %d", k)
 	}
-	if m := a.expect(OpMessage); m.str("from") != "zed" {
+	if m := a.expect(protocol.OpMessage); m.str("from") != "zed" {
 		t.Fatalf("message %v", m)
 	}
 	if k := n.DeliverLocal(Message{To: "alice", Body: json.RawMessage(`{bad`)}); k != 0 {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rollcall/rollcall/auth"
 	"github.com/rollcall/rollcall/crdt"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // Config configures a Node. Take DefaultConfig and change what you need;
@@ -83,7 +84,7 @@ type Config struct {
 
 	// MaxLineBytes is the longest request line accepted, newline excluded.
 	// A longer line gets line_too_long and the connection is closed.
-	// Default 64 KiB (MaxLineBytesDefault).
+	// Default 64 KiB (protocol.MaxLineBytes).
 	MaxLineBytes int
 
 	// OutboundQueue is how many frames (replies, events, messages) may wait
@@ -389,7 +390,7 @@ func (c *Config) fill() error {
 		c.StallThreshold = min(max(c.Timeout/4, 2*c.SweepInterval), c.Timeout/2)
 	}
 	if c.MaxLineBytes == 0 {
-		c.MaxLineBytes = MaxLineBytesDefault
+		c.MaxLineBytes = protocol.MaxLineBytes
 	}
 	if c.OutboundQueue == 0 {
 		c.OutboundQueue = DefaultOutboundQueue
@@ -468,8 +469,8 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("client advertise address %q is unspecified: give an address clients can reach", a))
 		}
 	}
-	if c.MaxLineBytes < minMaxLineBytes {
-		errs = append(errs, fmt.Errorf("max line bytes must be at least %d", minMaxLineBytes))
+	if c.MaxLineBytes < MinMaxLineBytes {
+		errs = append(errs, fmt.Errorf("max line bytes must be at least %d", MinMaxLineBytes))
 	}
 	if err := c.validateUI(); err != nil {
 		errs = append(errs, err)

@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/tls"
 	"encoding/json"
@@ -18,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rollcall/rollcall/auth"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // Connection states (conn.state).
@@ -42,8 +42,6 @@ const keepInput = 256
 // to close its side after the final frame, so the frame is not lost to a
 // reset.
 const lingerTimeout = 2 * time.Second
-
-var errLineTooLong = errors.New("line too long")
 
 // conn is one client connection. Its requests are read and handled in
 // order by one of two drivers: a reader goroutine (readLoop) for TLS,
@@ -87,9 +85,8 @@ type conn struct {
 	wheelGen uint64
 
 	// Owned by the reader (the reader goroutine, or whoever holds rmu).
-	br       *bufio.Reader // readLoop's, made when it starts
-	long     []byte
-	requests tokenBucket // the connection's allowance of requests (Config.RequestRate)
+	lr       *protocol.Reader // readLoop's, made when it starts
+	requests tokenBucket      // the connection's allowance of requests (Config.RequestRate)
 
 	// The event loop (netpoll_linux.go); poll is nil for a connection
 	// served by goroutines. Static after newConn, but fd, which closing
@@ -149,7 +146,7 @@ type outQueue struct {
 
 	// closeCode is the error code the connection is closing with, if
 	// any: the reason its session ended, for the disconnect counters.
-	closeCode ErrorCode
+	closeCode protocol.ErrorCode
 
 	// A sub's snapshot (sendSnapshot, backpressure.go) waits in frames
 	// without counting against the bound: snapFrames frames, snapBytes
@@ -210,22 +207,22 @@ func (c *conn) serve() {
 func (c *conn) readLoop() {
 	defer c.n.connWG.Done()
 	defer c.finish()
-	c.br = bufio.NewReaderSize(c.nc, readBufferSize)
+	c.lr = protocol.NewReader(c.nc, readBufferSize, c.n.cfg.MaxLineBytes)
 	handshakeDeadline := time.Now().Add(c.n.cfg.HandshakeTimeout)
 	c.nc.SetReadDeadline(handshakeDeadline) //nolint:errcheck // a failed deadline shows up as a read error
 	if c.tls != nil && !c.handshakeTLS(handshakeDeadline) {
 		return
 	}
 	for {
-		line, err := c.readLine()
+		line, err := c.lr.ReadLine()
 		if err != nil {
 			st := c.state.Load()
 			switch {
-			case errors.Is(err, errLineTooLong) && st != stateClosing:
-				c.closeWithError(nil, CodeLineTooLong, "line longer than "+strconv.Itoa(c.n.cfg.MaxLineBytes)+" bytes")
+			case errors.Is(err, protocol.ErrLineTooLong) && st != stateClosing:
+				c.closeWithError(nil, protocol.CodeLineTooLong, "line longer than "+strconv.Itoa(c.n.cfg.MaxLineBytes)+" bytes")
 				c.drainInput()
 			case errors.Is(err, os.ErrDeadlineExceeded) && st == stateConnecting:
-				c.closeWithError(nil, CodeHandshakeTimeout, "no hello within "+c.n.cfg.HandshakeTimeout.String())
+				c.closeWithError(nil, protocol.CodeHandshakeTimeout, "no hello within "+c.n.cfg.HandshakeTimeout.String())
 				c.drainInput()
 			case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), st == stateClosing:
 			default:
@@ -293,23 +290,15 @@ func (c *conn) lines(buf []byte) []byte {
 		if c.state.Load() == stateClosing {
 			return nil // discard input until the client or the writer closes
 		}
-		i := bytes.IndexByte(buf, '\n')
-		if i < 0 {
-			if len(buf) > max+2 {
-				c.lineTooLong()
-				return nil
-			}
-			return buf
-		}
-		line := buf[:i]
-		buf = buf[i+1:]
-		if n := len(line); n > 0 && line[n-1] == '\r' {
-			line = line[:n-1]
-		}
-		if len(line) > max {
+		line, rest, found, err := protocol.Cut(buf, max)
+		if err != nil {
 			c.lineTooLong()
 			return nil
 		}
+		if !found {
+			return buf
+		}
+		buf = rest
 		if c.handleLine(line) {
 			if c.await != nil {
 				// The request is still being handled on a goroutine.
@@ -327,7 +316,7 @@ func (c *conn) lines(buf []byte) []byte {
 // that follows is discarded until the client closes or the linger passes.
 func (c *conn) lineTooLong() {
 	if c.state.Load() != stateClosing {
-		c.closeWithError(nil, CodeLineTooLong, "line longer than "+strconv.Itoa(c.n.cfg.MaxLineBytes)+" bytes")
+		c.closeWithError(nil, protocol.CodeLineTooLong, "line longer than "+strconv.Itoa(c.n.cfg.MaxLineBytes)+" bytes")
 	}
 }
 
@@ -340,7 +329,7 @@ func (c *conn) handshakeExpired() {
 	}
 	c.hsTimer = nil
 	if c.state.Load() == stateConnecting {
-		c.closeWithError(nil, CodeHandshakeTimeout, "no hello within "+c.n.cfg.HandshakeTimeout.String())
+		c.closeWithError(nil, protocol.CodeHandshakeTimeout, "no hello within "+c.n.cfg.HandshakeTimeout.String())
 	}
 }
 
@@ -362,56 +351,10 @@ func (c *conn) handshakeDone() {
 func (c *conn) drainInput() {
 	c.nc.SetReadDeadline(time.Now().Add(lingerTimeout)) //nolint:errcheck // best effort
 	for {
-		if _, err := c.readLine(); err != nil && !errors.Is(err, errLineTooLong) {
+		if _, err := c.lr.ReadLine(); err != nil && !errors.Is(err, protocol.ErrLineTooLong) {
 			return
 		}
 	}
-}
-
-// readLine returns the next line, without its newline. The slice is valid
-// until the next call.
-func (c *conn) readLine() ([]byte, error) {
-	max := c.n.cfg.MaxLineBytes
-	c.long = c.long[:0]
-	for {
-		frag, err := c.br.ReadSlice('\n')
-		switch {
-		case err == nil:
-			line := frag
-			if len(c.long) > 0 {
-				c.long = append(c.long, frag...)
-				line = c.long
-			}
-			line = line[:len(line)-1]
-			if n := len(line); n > 0 && line[n-1] == '\r' {
-				line = line[:n-1]
-			}
-			if len(line) > max {
-				c.releaseLong()
-				return nil, errLineTooLong
-			}
-			return line, nil
-		case errors.Is(err, bufio.ErrBufferFull):
-			if len(c.long)+len(frag) > max+2 {
-				// No need to read the rest: the error closes the connection.
-				c.releaseLong()
-				return nil, errLineTooLong
-			}
-			c.long = append(c.long, frag...)
-		default:
-			c.releaseLong()
-			return nil, err
-		}
-	}
-}
-
-// releaseLong drops a large assembly buffer so an idle connection stays
-// small.
-func (c *conn) releaseLong() {
-	if cap(c.long) > 4*readBufferSize {
-		c.long = nil
-	}
-	c.long = c.long[:0]
 }
 
 // handleLine handles one request line and reports whether it may have
@@ -436,7 +379,7 @@ func (c *conn) handleLine(raw []byte) (replied bool) {
 			return false
 		}
 		c.reqOp.Store(opHB)
-		c.sendError(nil, CodeNotAuthenticated, "send hello first")
+		c.sendError(nil, protocol.CodeNotAuthenticated, "send hello first")
 		return true
 	}
 	req, rerr := decodeRequest(line)
@@ -539,11 +482,11 @@ func (c *conn) send(frame []byte) bool {
 	}
 	if len(q.frames)-q.snapFrames >= c.n.cfg.OutboundQueue || q.bytes-q.snapBytes+len(frame) > c.n.cfg.OutboundQueueBytes {
 		clear(q.frames)
-		q.frames = append(q.frames[:0], encodeError(nil, CodeSlowConsumer, "outbound queue full: the client does not read fast enough"))
+		q.frames = append(q.frames[:0], encodeError(nil, protocol.CodeSlowConsumer, "outbound queue full: the client does not read fast enough"))
 		q.bytes = 0
 		q.releaseSnapLocked()
 		q.closing = true
-		q.closeCode = CodeSlowConsumer
+		q.closeCode = protocol.CodeSlowConsumer
 		q.mu.Unlock()
 		c.state.Store(stateClosing)
 		c.n.stats.slowConsumers.Add(1)
@@ -566,7 +509,7 @@ func (c *conn) send(frame []byte) bool {
 
 // closeWithError queues a final error line (it bypasses the queue limits)
 // and closes the connection once it is written.
-func (c *conn) closeWithError(id json.RawMessage, code ErrorCode, msg string) {
+func (c *conn) closeWithError(id json.RawMessage, code protocol.ErrorCode, msg string) {
 	c.closeWithCode(encodeError(id, code, msg), code)
 }
 
@@ -575,7 +518,7 @@ func (c *conn) closeWith(frame []byte) { c.closeWithCode(frame, "") }
 
 // closeWithCode is closeWith for a connection closing with error code
 // (empty for none).
-func (c *conn) closeWithCode(frame []byte, code ErrorCode) {
+func (c *conn) closeWithCode(frame []byte, code protocol.ErrorCode) {
 	q := &c.q
 	q.mu.Lock()
 	if q.closing {
@@ -592,7 +535,7 @@ func (c *conn) closeWithCode(frame []byte, code ErrorCode) {
 }
 
 // setCloseCode records why a connection closes unless a reason is set.
-func (q *outQueue) setCloseCode(code ErrorCode) {
+func (q *outQueue) setCloseCode(code protocol.ErrorCode) {
 	q.mu.Lock()
 	if q.closeCode == "" {
 		q.closeCode = code
@@ -696,7 +639,7 @@ func (c *conn) writeLoop() {
 // writeFailed drops the connection after a failed write.
 func (c *conn) writeFailed(err error) {
 	if errors.Is(err, os.ErrDeadlineExceeded) {
-		c.q.setCloseCode(CodeSlowConsumer)
+		c.q.setCloseCode(protocol.CodeSlowConsumer)
 		c.n.stats.slowConsumers.Add(1)
 		c.n.log.Info("write timed out; dropping client", zap.Uint64("conn", c.id), zap.String("remote", c.remote))
 	}
@@ -705,18 +648,18 @@ func (c *conn) writeFailed(err error) {
 
 // sendValue encodes v as a line and queues it.
 func (c *conn) sendValue(v any) bool {
-	b, err := json.Marshal(v)
+	b, err := protocol.Marshal(v)
 	if err != nil {
 		c.n.log.Error("encode reply", zap.Error(err))
 		return false
 	}
-	return c.send(append(b, '\n'))
+	return c.send(b)
 }
 
 // sendError queues an error line in reply to the request being handled,
 // closing the connection after it for the codes that close, and counts it
 // by the request's op and the code.
-func (c *conn) sendError(id json.RawMessage, code ErrorCode, msg string) {
+func (c *conn) sendError(id json.RawMessage, code protocol.ErrorCode, msg string) {
 	c.n.stats.m.requestFailed(c.reqOp.Load(), code)
 	if code.Closes() {
 		c.closeWithError(id, code, msg)
@@ -725,11 +668,11 @@ func (c *conn) sendError(id json.RawMessage, code ErrorCode, msg string) {
 	c.send(encodeError(id, code, msg))
 }
 
-func encodeError(id json.RawMessage, code ErrorCode, msg string) []byte {
-	b, err := json.Marshal(ErrorFrame{Op: OpError, Code: code, Message: msg, ID: id})
+func encodeError(id json.RawMessage, code protocol.ErrorCode, msg string) []byte {
+	b, err := protocol.Marshal(protocol.ErrorFrame{Op: protocol.OpError, Code: code, Message: msg, ID: id})
 	if err != nil {
 		// Only an invalid id can fail, and ids are checked on decode.
-		b, _ = json.Marshal(ErrorFrame{Op: OpError, Code: code, Message: msg})
+		b, _ = protocol.Marshal(protocol.ErrorFrame{Op: protocol.OpError, Code: code, Message: msg})
 	}
-	return append(b, '\n')
+	return b
 }

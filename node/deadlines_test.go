@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/rollcall/rollcall/crdt"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // TestWheel drives the timer wheel by hand: a session is found due only
@@ -91,7 +92,7 @@ func checkActive(t *testing.T, n *Node, user string) {
 // says he expired at want.
 func checkExpired(t *testing.T, n *Node, bob *client, want time.Time) {
 	t.Helper()
-	bob.expectError(CodeExpired)
+	bob.expectError(protocol.CodeExpired)
 	bob.expectClosed()
 	s, _ := sessionOf(n, crdt.Key{User: "bob", Device: "phone"})
 	if s.State != crdt.StateExpired || s.ExpiresAt != want.UnixNano() {
@@ -184,7 +185,7 @@ func TestStallDetectionDisabled(t *testing.T) {
 	stalls.Advance(5 * time.Second)
 	waitSweeps(t, n)
 	checkExpired(t, n, bob, start.Add(3*time.Second))
-	alice.expectError(CodeExpired)
+	alice.expectError(protocol.CodeExpired)
 }
 
 // TestStallThresholdConfig checks the default and its bounds.

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"unicode/utf8"
+
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // decodeRequest parses one request line (newline and trailing "\r" already
@@ -12,11 +15,11 @@ import (
 // op, an id that is a string or a number); each handler checks its fields.
 // On failure the returned Request still carries the id when one could be
 // read, so the error can echo it.
-func decodeRequest(line []byte) (Request, *requestError) {
+func decodeRequest(line []byte) (protocol.Request, *requestError) {
 	if len(line) == 0 || line[0] != '{' {
-		return Request{}, errorf(CodeBadJSON, "not a JSON object")
+		return protocol.Request{}, errorf(protocol.CodeBadJSON, "not a JSON object")
 	}
-	var req Request
+	var req protocol.Request
 	if err := json.Unmarshal(line, &req); err != nil {
 		var typeErr *json.UnmarshalTypeError
 		if errors.As(err, &typeErr) {
@@ -25,9 +28,9 @@ func decodeRequest(line []byte) (Request, *requestError) {
 			if !validID(req.ID) {
 				req.ID = nil
 			}
-			return req, errorf(CodeBadRequest, "field %q has the wrong type (%s)", typeErr.Field, typeErr.Value)
+			return req, errorf(protocol.CodeBadRequest, "field %q has the wrong type (%s)", typeErr.Field, typeErr.Value)
 		}
-		return Request{}, errorf(CodeBadJSON, "not a JSON object: %v", err)
+		return protocol.Request{}, errorf(protocol.CodeBadJSON, "not a JSON object: %v", err)
 	}
 	if !utf8.Valid(line) {
 		// JSON text is UTF-8 (RFC 8259 section 8.1). encoding/json replaces
@@ -42,17 +45,17 @@ func decodeRequest(line []byte) (Request, *requestError) {
 		if !utf8.Valid(req.Body) {
 			what = "body"
 		}
-		return req, errorf(CodeBadRequest, "%s is not valid UTF-8", what)
+		return req, errorf(protocol.CodeBadRequest, "%s is not valid UTF-8", what)
 	}
 	if !validID(req.ID) {
 		req.ID = nil
-		return req, errorf(CodeBadRequest, "id must be a string or a number")
+		return req, errorf(protocol.CodeBadRequest, "id must be a string or a number")
 	}
 	if req.Op == "" {
-		return req, errorf(CodeBadRequest, "missing op")
+		return req, errorf(protocol.CodeBadRequest, "missing op")
 	}
-	if !knownOp(req.Op) {
-		return req, errorf(CodeUnknownOp, "unknown op %q", truncate(req.Op, 64))
+	if !protocol.IsRequestOp(req.Op) {
+		return req, errorf(protocol.CodeUnknownOp, "unknown op %q", truncate(req.Op, 64))
 	}
 	return req, nil
 }
@@ -66,15 +69,6 @@ func validID(id json.RawMessage) bool {
 	switch c := id[0]; {
 	case c == '"', c == '-', c >= '0' && c <= '9':
 		return utf8.Valid(id)
-	}
-	return false
-}
-
-func knownOp(op string) bool {
-	switch op {
-	case OpHello, OpHB, OpStatus, OpAccount, OpJoin, OpLeave, OpGet, OpGroup,
-		OpLocate, OpSub, OpUnsub, OpSend, OpBye, OpRefresh:
-		return true
 	}
 	return false
 }
@@ -117,4 +111,16 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+// requestError is a failed request: the code and message to send.
+type requestError struct {
+	code protocol.ErrorCode
+	msg  string
+}
+
+func (e *requestError) Error() string { return string(e.code) + ": " + e.msg }
+
+func errorf(code protocol.ErrorCode, format string, args ...any) *requestError {
+	return &requestError{code: code, msg: fmt.Sprintf(format, args...)}
 }

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rollcall/rollcall/crdt"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // The lame-duck drain for rolling restarts. Drain tells every client
@@ -158,7 +159,7 @@ func (n *Node) endLocalSessionsLocked(now time.Time) []crdt.Delta {
 			}
 		}
 	}
-	n.stats.m.disconnected(codeIndex(CodeShuttingDown), len(deltas))
+	n.stats.m.disconnected(codeIndex(protocol.CodeShuttingDown), len(deltas))
 	return deltas
 }
 
@@ -175,7 +176,7 @@ func (n *Node) otherGateways() []string {
 // any), listing gateways in a random order so the clients of a draining
 // gateway spread over the others.
 func shuttingDownFrame(id json.RawMessage, gateways []string) []byte {
-	f := ErrorFrame{Op: OpError, Code: CodeShuttingDown, ID: id,
+	f := protocol.ErrorFrame{Op: protocol.OpError, Code: protocol.CodeShuttingDown, ID: id,
 		Message: "the gateway is shutting down; reconnect to another gateway with last_epoch"}
 	if len(gateways) > 0 {
 		f.Gateways = make([]string, len(gateways))
@@ -183,11 +184,11 @@ func shuttingDownFrame(id json.RawMessage, gateways []string) []byte {
 			f.Gateways[i] = gateways[j]
 		}
 	}
-	b, err := json.Marshal(f)
+	b, err := protocol.Marshal(f)
 	if err != nil {
-		return encodeError(nil, CodeShuttingDown, f.Message) // only an invalid id fails, and ids are checked on decode
+		return encodeError(nil, protocol.CodeShuttingDown, f.Message) // only an invalid id fails, and ids are checked on decode
 	}
-	return append(b, '\n')
+	return b
 }
 
 // Readiness reports whether the gateway should be sent new clients (GET

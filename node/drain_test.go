@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rollcall/rollcall/crdt"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // mesh is an in-process cluster of nodes: each node's published deltas are
@@ -108,7 +109,7 @@ func expectPresence(t *testing.T, f frame, user, gw string) {
 	t.Helper()
 	ss, _ := f["sessions"].([]any)
 	switch {
-	case f.str("op") != OpEvent || f.str("user") != user:
+	case f.str("op") != protocol.OpEvent || f.str("user") != user:
 		t.Fatalf("want an event for %s, got %v", user, f)
 	case gw == "" && (f["online"] != false || len(ss) != 0):
 		t.Fatalf("want %s offline, got %v", user, f)
@@ -132,7 +133,7 @@ func TestDrainReconnectWithinGraceNeverShowsOffline(t *testing.T) {
 
 	drained := make(chan error, 1)
 	go func() { drained <- a.Drain(t.Context()) }()
-	e := alice.expectError(CodeShuttingDown)
+	e := alice.expectError(protocol.CodeShuttingDown)
 	var hint []string
 	for _, g := range e["gateways"].([]any) {
 		hint = append(hint, g.(string))
@@ -189,7 +190,7 @@ func TestDrainGraceEndsUnclaimedSessions(t *testing.T) {
 	start := time.Now()
 	drained := make(chan error, 1)
 	go func() { drained <- a.Drain(t.Context()) }()
-	bob.expectError(CodeShuttingDown)
+	bob.expectError(protocol.CodeShuttingDown)
 	bob.expectClosed()
 	expectPresence(t, w.recv(), "bob", "")
 	if took := time.Since(start); took < grace {
@@ -212,7 +213,7 @@ func TestDrainWithoutOtherGatewaysEndsAtOnce(t *testing.T) {
 	a, _ := connect(t, n, "alice", "phone")
 	done := make(chan error, 1)
 	go func() { done <- n.Drain(t.Context()) }()
-	e := a.expectError(CodeShuttingDown)
+	e := a.expectError(protocol.CodeShuttingDown)
 	if _, ok := e["gateways"]; ok {
 		t.Fatalf("shutting_down of a standalone gateway lists gateways: %v", e)
 	}

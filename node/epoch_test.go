@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/rollcall/rollcall/crdt"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // Epochs that cannot grow are refused with a clear error, never accepted
@@ -19,11 +20,11 @@ import (
 // 0 and every hello of the key got internal.
 func TestHelloRefusesHugeLastEpoch(t *testing.T) {
 	n := newTestNode(t, nil)
-	for i, last := range []uint64{math.MaxUint64 - 2, math.MaxUint64, 1 << 60, MaxEpoch, MaxEpoch + 1} {
+	for i, last := range []uint64{math.MaxUint64 - 2, math.MaxUint64, 1 << 60, protocol.MaxEpoch, protocol.MaxEpoch + 1} {
 		c := dial(t, n)
 		dev := "d" + utoa(uint64(i))
 		c.send(map[string]any{"op": "hello", "user": "mallory", "device": dev, "last_epoch": last, "id": 1})
-		f := c.expectError(CodeBadRequest)
+		f := c.expectError(protocol.CodeBadRequest)
 		if f.num("id") != 1 {
 			t.Fatalf("last_epoch %d: error without the id: %v", last, f)
 		}
@@ -47,22 +48,22 @@ func TestHelloRefusesHugeLastEpoch(t *testing.T) {
 func TestEpochExhausted(t *testing.T) {
 	n := newTestNode(t, nil)
 	a := dial(t, n)
-	w := a.hello("ann", "phone", map[string]any{"last_epoch": MaxEpoch - 2})
-	if got := uint64(w.num("epoch")); got != MaxEpoch-1 {
-		t.Fatalf("epoch %d, want %d", got, uint64(MaxEpoch-1))
+	w := a.hello("ann", "phone", map[string]any{"last_epoch": protocol.MaxEpoch - 2})
+	if got := uint64(w.num("epoch")); got != protocol.MaxEpoch-1 {
+		t.Fatalf("epoch %d, want %d", got, uint64(protocol.MaxEpoch-1))
 	}
 	// A reconnect without last_epoch takes the last epoch there is.
 	b := dial(t, n)
 	w = b.hello("ann", "phone")
-	if got := uint64(w.num("epoch")); got != MaxEpoch {
-		t.Fatalf("epoch %d, want MaxEpoch %d", got, uint64(MaxEpoch))
+	if got := uint64(w.num("epoch")); got != protocol.MaxEpoch {
+		t.Fatalf("epoch %d, want MaxEpoch %d", got, uint64(protocol.MaxEpoch))
 	}
-	a.expectError(CodeSuperseded)
+	a.expectError(protocol.CodeSuperseded)
 	// The next one cannot grow: refused, and the session at MaxEpoch lives.
 	for i := range 3 {
 		c := dial(t, n)
 		c.send(map[string]any{"op": "hello", "user": "ann", "device": "phone", "id": "h"})
-		f := c.expectError(CodeEpochExhausted)
+		f := c.expectError(protocol.CodeEpochExhausted)
 		if f.str("id") != "h" {
 			t.Fatalf("error without the id: %v", f)
 		}
@@ -73,7 +74,7 @@ func TestEpochExhausted(t *testing.T) {
 		}
 		c.ok(map[string]any{"op": "bye"})
 	}
-	if p := presenceOf(n, "ann"); !p.Online || len(p.Sessions) != 1 || p.Sessions[0].Epoch != MaxEpoch {
+	if p := presenceOf(n, "ann"); !p.Online || len(p.Sessions) != 1 || p.Sessions[0].Epoch != protocol.MaxEpoch {
 		t.Fatalf("ann %+v", p)
 	}
 	b.ok(map[string]any{"op": "status", "status": "away"})
@@ -87,25 +88,25 @@ func TestEpochExhausted(t *testing.T) {
 func TestEpochFromPeerExhausts(t *testing.T) {
 	n := newTestNode(t, nil)
 	peer := newRemote(t, "n2")
-	for i, epoch := range []uint64{math.MaxUint64, MaxEpoch, MaxEpoch + 5} {
+	for i, epoch := range []uint64{math.MaxUint64, protocol.MaxEpoch, protocol.MaxEpoch + 5} {
 		user := "u" + utoa(uint64(i))
 		if err := n.ApplyDeltas([]crdt.Delta{peer.put(user, "d", epoch, crdt.StateDisconnected, crdt.StatusAvailable)}); err != nil {
 			t.Fatal(err)
 		}
 		c := dial(t, n)
 		c.send(map[string]any{"op": "hello", "user": user, "device": "d", "last_epoch": 3})
-		c.expectError(CodeEpochExhausted)
+		c.expectError(protocol.CodeEpochExhausted)
 		c.send(map[string]any{"op": "hello", "user": user, "device": "d"})
-		c.expectError(CodeEpochExhausted)
+		c.expectError(protocol.CodeEpochExhausted)
 		if w := c.hello(user, "other"); !clockEpoch(w.num("epoch"), time.Now().Add(-time.Minute)) {
 			t.Fatalf("epoch %v", w["epoch"])
 		}
 	}
 	// Just below the limit still works.
-	if err := n.ApplyDeltas([]crdt.Delta{peer.put("v", "d", MaxEpoch-1, crdt.StateActive, crdt.StatusAvailable)}); err != nil {
+	if err := n.ApplyDeltas([]crdt.Delta{peer.put("v", "d", protocol.MaxEpoch-1, crdt.StateActive, crdt.StatusAvailable)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, w := connect(t, n, "v", "d"); uint64(w.num("epoch")) != MaxEpoch {
+	if _, w := connect(t, n, "v", "d"); uint64(w.num("epoch")) != protocol.MaxEpoch {
 		t.Fatalf("epoch %v, want MaxEpoch", w["epoch"])
 	}
 	if got := n.Stats().BadRequests; got == 0 {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // The change stream for backends that hold no session (docs/protocol.md,
@@ -196,7 +198,7 @@ func (s *eventStream) take() ([]streamFrame, bool) {
 }
 
 // eventsError answers a request refused before the stream starts.
-func (n *Node) eventsError(w http.ResponseWriter, code int, ec ErrorCode, msg string) {
+func (n *Node) eventsError(w http.ResponseWriter, code int, ec protocol.ErrorCode, msg string) {
 	n.writeJSON(w, code, map[string]string{"error": msg, "code": string(ec)})
 }
 
@@ -210,9 +212,9 @@ func eventsSubjects(r *http.Request) (users []string, group string, rerr *reques
 	}
 	group = q.Get("group")
 	if _, ok := q["group"]; ok && group == "" {
-		return nil, "", errorf(CodeBadRequest, "group is empty")
+		return nil, "", errorf(protocol.CodeBadRequest, "group is empty")
 	}
-	req := &Request{Users: users, Group: group}
+	req := &protocol.Request{Users: users, Group: group}
 	if rerr := checkSubjects(req); rerr != nil {
 		return nil, "", errorf(rerr.code, "%s (query: users=a,b and/or group=g)", rerr.msg)
 	}
@@ -221,8 +223,8 @@ func eventsSubjects(r *http.Request) (users []string, group string, rerr *reques
 	if group != "" {
 		k++
 	}
-	if k > MaxSubscriptions {
-		return nil, "", errorf(CodeBadRequest, "at most %d subscriptions per stream", MaxSubscriptions)
+	if k > protocol.MaxSubscriptions {
+		return nil, "", errorf(protocol.CodeBadRequest, "at most %d subscriptions per stream", protocol.MaxSubscriptions)
 	}
 	return users, group, nil
 }
@@ -275,7 +277,7 @@ func (n *Node) handleEvents(w http.ResponseWriter, r *http.Request) {
 	case <-n.streams.stop:
 		n.mu.Unlock()
 		w.Header().Set("Retry-After", "2")
-		n.eventsError(w, http.StatusServiceUnavailable, CodeShuttingDown, "the gateway is shutting down; connect to another gateway with Last-Event-ID")
+		n.eventsError(w, http.StatusServiceUnavailable, protocol.CodeShuttingDown, "the gateway is shutting down; connect to another gateway with Last-Event-ID")
 		return
 	default:
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rollcall/rollcall/auth"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // openChanges opens GET /v1/events with query q.
@@ -21,11 +22,11 @@ func openChanges(t testing.TB, n *Node, q url.Values, header http.Header) *sseSt
 
 // expectEventOf returns the next event, which must be called name and be
 // about user, with an id that is the token of its version.
-func (s *sseStream) expectEventOf(n *Node, name, user string) (Event, sseEvent) {
+func (s *sseStream) expectEventOf(n *Node, name, user string) (protocol.Event, sseEvent) {
 	s.t.Helper()
-	var e Event
+	var e protocol.Event
 	ev := s.expect(name, &e)
-	if e.Op != OpEvent || e.User != user {
+	if e.Op != protocol.OpEvent || e.User != user {
 		s.t.Fatalf("want a %s event of %s, got %s", name, user, ev.data)
 	}
 	if ev.id != n.eventToken(e.Version) {
@@ -220,7 +221,7 @@ func TestEventStreamAuthorization(t *testing.T) {
 		{"an empty user", "users=alice,,bob", backend, http.StatusBadRequest, "missing user"},
 		{"an empty group", "group=", backend, http.StatusBadRequest, "group is empty"},
 		{"a bad group", "group=%01", backend, http.StatusBadRequest, "control character"},
-		{"too many users", "users=" + strings.Repeat("u,", MaxUsersPerRequest) + "u", backend, http.StatusBadRequest, "at most"},
+		{"too many users", "users=" + strings.Repeat("u,", protocol.MaxUsersPerRequest) + "u", backend, http.StatusBadRequest, "at most"},
 	} {
 		code, challenge, body := httpDo(t, http.DefaultClient, "GET", base+tc.query, tc.token)
 		var e struct{ Error, Code string }

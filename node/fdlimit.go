@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // File descriptors. Every client connection holds one, and so does
@@ -149,7 +151,7 @@ func (n *Node) refuseWithoutFDs(ln net.Listener, s *spareFD, err error) bool {
 	n.stats.accepted.Add(1)
 	n.stats.overloaded.Add(1)
 	n.stats.outOfFiles.Add(1)
-	n.refuse(nc, n.tls == nil, CodeOverloaded, "the gateway is out of file descriptors; try another gateway")
+	n.refuse(nc, n.tls == nil, protocol.CodeOverloaded, "the gateway is out of file descriptors; try another gateway")
 	s.refused++
 	if now := time.Now(); now.Sub(s.logged) >= time.Second {
 		limit, _ := n.FileLimit()

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rollcall/rollcall/protocol"
 )
 
 func TestConnectionsForFileLimit(t *testing.T) {
@@ -103,7 +105,7 @@ func TestFileLimitAdmission(t *testing.T) {
 		c.hello("u"+strconv.Itoa(i), "d")
 	}
 	c := dial(t, n)
-	if f := c.recv(); f.str("code") != string(CodeOverloaded) {
+	if f := c.recv(); f.str("code") != string(protocol.CodeOverloaded) {
 		t.Fatalf("third connection got %v, want overloaded", f)
 	}
 }
@@ -174,8 +176,8 @@ func TestOutOfFilesAnswersOverloaded(t *testing.T) {
 			nc.Close()
 			t.Fatalf("client %d: %v (want an overloaded error line, not a hang)", i, err)
 		}
-		var f ErrorFrame
-		if err := json.Unmarshal(line, &f); err != nil || f.Op != OpError || f.Code != CodeOverloaded {
+		var f protocol.ErrorFrame
+		if err := json.Unmarshal(line, &f); err != nil || f.Op != protocol.OpError || f.Code != protocol.CodeOverloaded {
 			t.Fatalf("client %d got %q, want an overloaded error", i, line)
 		}
 		if _, err := r.ReadByte(); err != io.EOF {

@@ -1,11 +1,8 @@
 package node
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
-	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -13,6 +10,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // FuzzDecodeRequest checks the request decoder on arbitrary lines: it never
@@ -36,7 +35,7 @@ func FuzzDecodeRequest(f *testing.F) {
 		}
 		req, rerr := decodeRequest(line)
 		if isPlainHeartbeat(line) {
-			if rerr != nil || req.Op != OpHB || req.ID != nil {
+			if rerr != nil || req.Op != protocol.OpHB || req.ID != nil {
 				t.Fatalf("fast path accepted %q, decoder says %+v %v", line, req, rerr)
 			}
 		}
@@ -45,19 +44,19 @@ func FuzzDecodeRequest(f *testing.F) {
 		}
 		if rerr != nil {
 			switch rerr.code {
-			case CodeBadJSON, CodeBadRequest, CodeUnknownOp:
+			case protocol.CodeBadJSON, protocol.CodeBadRequest, protocol.CodeUnknownOp:
 			default:
 				t.Fatalf("decoder returned %s", rerr.code)
 			}
 			// The error line must encode, as valid UTF-8 (it echoes the id).
 			line := encodeError(req.ID, rerr.code, rerr.msg)
-			var ef ErrorFrame
+			var ef protocol.ErrorFrame
 			if err := json.Unmarshal(line, &ef); err != nil || !utf8.Valid(line) {
 				t.Fatalf("error frame %q does not decode: %v", line, err)
 			}
 			return
 		}
-		if !knownOp(req.Op) {
+		if !protocol.IsRequestOp(req.Op) {
 			t.Fatalf("accepted unknown op %q", req.Op)
 		}
 		// Raw values are echoed (id) or passed on (body): an accepted line
@@ -73,39 +72,6 @@ func FuzzDecodeRequest(f *testing.F) {
 		again, rerr := decodeRequest(b)
 		if rerr != nil || again.Op != req.Op || string(again.ID) != string(req.ID) || again.User != req.User {
 			t.Fatalf("round trip %q -> %q: %+v %v", line, b, again, rerr)
-		}
-	})
-}
-
-// FuzzReadLine feeds an arbitrary byte stream through a connection's line
-// reader with a small limit: lines never exceed it or hold a newline, and
-// an over-long line is reported, not split.
-func FuzzReadLine(f *testing.F) {
-	f.Add([]byte("{\"op\":\"hb\"}\n{\"op\":\"hb\"}\r\n"))
-	f.Add(bytes.Repeat([]byte("x"), 5000))
-	f.Add(append(bytes.Repeat([]byte("y"), 3000), '\n', 'z', '\n'))
-	f.Fuzz(func(t *testing.T, stream []byte) {
-		const limit = minMaxLineBytes
-		c := &conn{n: &Node{cfg: Config{MaxLineBytes: limit}}, br: bufio.NewReaderSize(bytes.NewReader(stream), readBufferSize)}
-		total := 0
-		for {
-			line, err := c.readLine()
-			if errors.Is(err, errLineTooLong) {
-				return
-			}
-			if err != nil {
-				if !errors.Is(err, io.EOF) {
-					t.Fatal(err)
-				}
-				return
-			}
-			if len(line) > limit || bytes.IndexByte(line, '\n') >= 0 {
-				t.Fatalf("line of %d bytes", len(line))
-			}
-			total += len(line) + 1
-			if total > len(stream)+1 {
-				t.Fatal("read more than the stream")
-			}
 		}
 	})
 }
@@ -130,7 +96,7 @@ func FuzzMessageFrame(f *testing.F) {
 			}
 			return
 		}
-		line := encodeLine(MessageFrame{Op: OpMessage, From: from, FromDevice: device, Body: body})
+		line := encodeLine(protocol.MessageFrame{Op: protocol.OpMessage, From: from, FromDevice: device, Body: body})
 		if !utf8.Valid(line) || !json.Valid(line) {
 			t.Fatalf("body %q made an invalid line %q", body, line)
 		}
@@ -141,7 +107,7 @@ func FuzzMessageFrame(f *testing.F) {
 			Op   string          `json:"op"`
 			Body json.RawMessage `json:"body"`
 		}
-		if err := json.Unmarshal(line, &got); err != nil || got.Op != OpMessage {
+		if err := json.Unmarshal(line, &got); err != nil || got.Op != protocol.OpMessage {
 			t.Fatalf("line %q: %+v, %v", line, got, err)
 		}
 		var want, have any
@@ -204,7 +170,7 @@ func FuzzVerifyToken(f *testing.F) {
 	n := tokenNode(f, testSecret, now)
 	other := tokenNode(f, []byte("another secret, also 32 bytes long"), now)
 	f.Fuzz(func(t *testing.T, token, user string) {
-		if len(token) > MaxTokenLen {
+		if len(token) > protocol.MaxTokenLen {
 			return // checkHello refuses these before verifying
 		}
 		if _, err := n.verifyToken(token, user); err != nil {

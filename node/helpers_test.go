@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +16,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/rollcall/rollcall/crdt"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // testSecret is the HS256 key of token tests.
@@ -181,7 +181,16 @@ func (f frame) num(k string) float64 {
 type client struct {
 	t  testing.TB
 	nc net.Conn
-	r  *bufio.Reader
+	r  *protocol.Reader
+}
+
+// maxReplyLine bounds a line a test client reads: replies (a large get or
+// group) are longer than requests.
+const maxReplyLine = 64 << 20
+
+// newClient is a test client on an open connection.
+func newClient(t testing.TB, nc net.Conn) *client {
+	return &client{t: t, nc: nc, r: protocol.NewReader(nc, 64<<10, maxReplyLine)}
 }
 
 // dial connects a test client to n over the transport under test
@@ -206,7 +215,7 @@ func dialAddr(t testing.TB, addr string) *client {
 		t.Fatalf("dial: %v", err)
 	}
 	t.Cleanup(func() { nc.Close() })
-	return &client{t: t, nc: nc, r: bufio.NewReaderSize(nc, 64<<10)}
+	return newClient(t, nc)
 }
 
 func (c *client) sendRaw(line string) {
@@ -219,11 +228,14 @@ func (c *client) sendRaw(line string) {
 
 func (c *client) send(v any) {
 	c.t.Helper()
-	b, err := json.Marshal(v)
+	b, err := protocol.Marshal(v)
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	c.sendRaw(string(b))
+	c.nc.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.nc.Write(b); err != nil {
+		c.t.Fatalf("write: %v", err)
+	}
 }
 
 // recv reads the next frame, failing the test after 5s.
@@ -238,7 +250,7 @@ func (c *client) recv() frame {
 
 func (c *client) tryRecv(d time.Duration) (frame, error) {
 	c.nc.SetReadDeadline(time.Now().Add(d))
-	line, err := c.r.ReadBytes('\n')
+	line, err := c.r.ReadLine()
 	if err != nil {
 		return nil, err
 	}
@@ -282,7 +294,7 @@ func (c *client) expect(op string) frame {
 		switch {
 		case f.str("op") == op:
 			return f
-		case f.str("op") == OpEvent || f.str("op") == OpMessage:
+		case f.str("op") == protocol.OpEvent || f.str("op") == protocol.OpMessage:
 			continue
 		default:
 			c.t.Fatalf("want %q, got %v", op, f)
@@ -291,9 +303,9 @@ func (c *client) expect(op string) frame {
 }
 
 // expectError reads until an error frame and checks its code.
-func (c *client) expectError(code ErrorCode) frame {
+func (c *client) expectError(code protocol.ErrorCode) frame {
 	c.t.Helper()
-	f := c.expect(OpError)
+	f := c.expect(protocol.OpError)
 	if f.str("code") != string(code) {
 		c.t.Fatalf("want error %s, got %v", code, f)
 	}
@@ -305,10 +317,10 @@ func (c *client) expectEvent(user string) frame {
 	c.t.Helper()
 	for {
 		f := c.recv()
-		if f.str("op") == OpEvent && f.str("user") == user {
+		if f.str("op") == protocol.OpEvent && f.str("user") == user {
 			return f
 		}
-		if f.str("op") == OpError {
+		if f.str("op") == protocol.OpError {
 			c.t.Fatalf("want event for %s, got %v", user, f)
 		}
 	}
@@ -320,7 +332,7 @@ func (c *client) expectClosed() {
 	for {
 		f, err := c.tryRecv(5 * time.Second)
 		if err == nil {
-			if f.str("op") == OpEvent || f.str("op") == OpMessage {
+			if f.str("op") == protocol.OpEvent || f.str("op") == protocol.OpMessage {
 				continue
 			}
 			c.t.Fatalf("want EOF, got %v", f)
@@ -360,7 +372,7 @@ func (c *client) hello(user, device string, extra ...map[string]any) frame {
 		}
 	}
 	c.send(req)
-	return c.expect(OpWelcome)
+	return c.expect(protocol.OpWelcome)
 }
 
 // call sends a request with an id and returns the reply carrying it,
@@ -384,7 +396,7 @@ func (c *client) callEvents(req map[string]any) (frame, []frame) {
 		if f.str("id") == "c" {
 			return f, skipped
 		}
-		if f.str("op") != OpEvent && f.str("op") != OpMessage {
+		if f.str("op") != protocol.OpEvent && f.str("op") != protocol.OpMessage {
 			c.t.Fatalf("unexpected frame %v waiting for reply to %v", f, req)
 		}
 		skipped = append(skipped, f)
@@ -395,7 +407,7 @@ func (c *client) callEvents(req map[string]any) (frame, []frame) {
 func (c *client) ok(req map[string]any) frame {
 	c.t.Helper()
 	f := c.call(req)
-	if f.str("op") != OpOK {
+	if f.str("op") != protocol.OpOK {
 		c.t.Fatalf("%v: want ok, got %v", req, f)
 	}
 	return f

@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rollcall/rollcall/crdt"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // The Host side of a Node: what the cluster layer calls (gossip.Host, which
@@ -97,7 +98,7 @@ func (n *Node) closeSuperseded(lost []*conn) {
 	for _, c := range lost {
 		n.stats.superseded.Add(1)
 		n.log.Info("session superseded by another gateway", zap.Uint64("conn", c.id))
-		c.closeWithError(nil, CodeSuperseded, "a newer connection on another gateway took this session")
+		c.closeWithError(nil, protocol.CodeSuperseded, "a newer connection on another gateway took this session")
 	}
 }
 

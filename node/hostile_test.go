@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rollcall/rollcall/crdt"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // The hostile-client test: thousands of
@@ -89,7 +90,7 @@ func (l latencies) quantile(q float64) time.Duration {
 type goodClient struct {
 	user string
 	nc   net.Conn
-	r    *bufio.Reader
+	r    *protocol.Reader
 	id   int
 }
 
@@ -98,13 +99,13 @@ func dialGood(addr, user string) (*goodClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &goodClient{user: user, nc: nc, r: bufio.NewReaderSize(nc, 64<<10)}
-	f, err := g.call(map[string]any{"op": "hello", "user": user, "device": "phone", "groups": []string{"good"}})
+	g := &goodClient{user: user, nc: nc, r: protocol.NewReader(nc, 64<<10, maxReplyLine)}
+	f, err := g.call(map[string]any{"op": protocol.OpHello, "user": user, "device": "phone", "groups": []string{"good"}})
 	if err != nil {
 		nc.Close()
 		return nil, err
 	}
-	if f.str("op") != OpWelcome {
+	if f.str("op") != protocol.OpWelcome {
 		nc.Close()
 		return nil, fmt.Errorf("%s: hello got %v", user, f)
 	}
@@ -117,13 +118,13 @@ func (g *goodClient) call(req map[string]any) (frame, error) {
 	g.id++
 	id := strconv.Itoa(g.id)
 	req["id"] = id
-	b, _ := json.Marshal(req)
+	b, _ := protocol.Marshal(req)
 	g.nc.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := g.nc.Write(append(b, '\n')); err != nil {
+	if _, err := g.nc.Write(b); err != nil {
 		return nil, err
 	}
 	for {
-		line, err := g.r.ReadBytes('\n')
+		line, err := g.r.ReadLine()
 		if err != nil {
 			return nil, fmt.Errorf("%s: waiting for reply to %s: %w", g.user, req["op"], err)
 		}
@@ -134,7 +135,7 @@ func (g *goodClient) call(req map[string]any) (frame, error) {
 		if f.str("id") == id {
 			return f, nil
 		}
-		if op := f.str("op"); op != OpEvent && op != OpMessage {
+		if op := f.str("op"); op != protocol.OpEvent && op != protocol.OpMessage {
 			return nil, fmt.Errorf("%s: unexpected %v waiting for reply to %s", g.user, f, req["op"])
 		}
 	}
@@ -162,15 +163,15 @@ func (g *goodClient) work(peers []string, pace time.Duration, phase *atomic.Int3
 		want := ""
 		switch i % 5 {
 		case 0:
-			req, want = map[string]any{"op": "hb"}, OpHB
+			req, want = map[string]any{"op": "hb"}, protocol.OpHB
 		case 1:
-			req, want = map[string]any{"op": "get", "users": peers}, OpPresence
+			req, want = map[string]any{"op": "get", "users": peers}, protocol.OpPresence
 		case 2:
-			req, want = map[string]any{"op": "status", "status": statuses[i/5%2]}, OpOK
+			req, want = map[string]any{"op": "status", "status": statuses[i/5%2]}, protocol.OpOK
 		case 3:
-			req, want = map[string]any{"op": "group", "group": "good"}, OpGroup
+			req, want = map[string]any{"op": "group", "group": "good"}, protocol.OpGroup
 		case 4:
-			req, want = map[string]any{"op": "locate", "user": peers[i%len(peers)]}, OpLocate
+			req, want = map[string]any{"op": "locate", "user": peers[i%len(peers)]}, protocol.OpLocate
 		}
 		start := time.Now()
 		f, err := g.call(req)
@@ -181,7 +182,7 @@ func (g *goodClient) work(peers []string, pace time.Duration, phase *atomic.Int3
 		if f.str("op") != want {
 			return before, during, fmt.Errorf("%s: %v got %v", g.user, req, f)
 		}
-		if want == OpPresence {
+		if want == protocol.OpPresence {
 			for _, u := range f["users"].([]any) {
 				if u.(map[string]any)["online"] != true {
 					return before, during, fmt.Errorf("%s: a well-behaved peer shown offline: %v", g.user, u)
@@ -388,7 +389,7 @@ func rss() uint64 {
 // keeps OutboundQueueBytes small so the bound is tight.
 func hostileBound(spec hostileSpec, cfg Config) uint64 {
 	perConn := uint64(16<<10 + cfg.MaxLineBytes)
-	perFlood := uint64(cfg.OutboundQueueBytes) + uint64(MaxUsersPerRequest+len(spec.Victims))*512
+	perFlood := uint64(cfg.OutboundQueueBytes) + uint64(protocol.MaxUsersPerRequest+len(spec.Victims))*512
 	return 64<<20 + uint64(spec.connections())*perConn + uint64(spec.Flood)*perFlood
 }
 
@@ -403,7 +404,7 @@ func TestHostileClients(t *testing.T) {
 	mut := func(c *Config) { c.OutboundQueueBytes = 256 << 10 }
 	res := runHostile(t, spec, 8, 500*time.Millisecond, 2*time.Second, mut)
 	res.report(t, spec)
-	cfg := Config{MaxLineBytes: MaxLineBytesDefault}
+	cfg := Config{MaxLineBytes: protocol.MaxLineBytes}
 	mut(&cfg)
 	if bound := hostileBound(spec, cfg); res.peakHeap-min(res.peakHeap, res.baseHeap) > bound {
 		t.Errorf("the attack grew the node's heap by %.1f MiB, over the bound of %.1f MiB",
@@ -628,7 +629,7 @@ func (a *attacker) flood(k int, rng *rand.Rand) {
 	if k%2 == 0 {
 		go io.Copy(io.Discard, nc)
 	}
-	many := make([]string, MaxUsersPerRequest)
+	many := make([]string, protocol.MaxUsersPerRequest)
 	for i := range many {
 		many[i] = "u" + strconv.Itoa(rng.IntN(1_000_000))
 	}
@@ -669,7 +670,7 @@ func (a *attacker) hellos(k int, rng *rand.Rand) {
 	for i := range cap(groups) {
 		groups = append(groups, "g"+strconv.Itoa(i))
 	}
-	tooMany, _ := json.Marshal(groups[:MaxGroups+44])
+	tooMany, _ := json.Marshal(groups[:protocol.MaxGroups+44])
 	huge, _ := json.Marshal(groups) // past MaxLineBytes: closes the connection
 	user := "absurd" + strconv.Itoa(k)
 	absurd := []string{
@@ -689,7 +690,7 @@ func (a *attacker) hellos(k int, rng *rand.Rand) {
 		"{\"op\":\"hello\",\"user\":\"\xff\xfe\"}",
 		`{"op":"hello"}`,
 		`{"op":"hello","user":"` + user + `","groups":[` + strings.Repeat(`[`, 5000) + `]}`,
-		`{"op":"hello","user":"` + user + `","groups":["` + strings.Repeat("g", MaxNameLen+1) + `"]}`,
+		`{"op":"hello","user":"` + user + `","groups":["` + strings.Repeat("g", protocol.MaxNameLen+1) + `"]}`,
 		`{"op":"hello","user":"` + user + `","groups":` + string(huge) + `}`,
 	}
 	go io.Copy(io.Discard, nc)

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"testing"
+
+	"github.com/rollcall/rollcall/protocol"
 )
 
 func getJSON(t *testing.T, url string, wantCode int, into any) {
@@ -32,7 +34,7 @@ func TestHTTP(t *testing.T) {
 	if health["status"] != "ok" || health["node"] != "n1" {
 		t.Fatalf("healthz %v", health)
 	}
-	var p Presence
+	var p protocol.Presence
 	getJSON(t, base+"/v1/presence/alice", http.StatusOK, &p)
 	if !p.Online || p.Status != "available" || len(p.Sessions) != 1 || p.Sessions[0].Status != "busy" || p.Version == 0 {
 		t.Fatalf("presence %+v", p)
@@ -59,7 +61,7 @@ func TestHTTP(t *testing.T) {
 		t.Fatalf("POST /healthz: %d", resp.StatusCode)
 	}
 	go n.Drain(t.Context())
-	a.expectError(CodeShuttingDown)
+	a.expectError(protocol.CodeShuttingDown)
 	getJSON(t, base+"/healthz", http.StatusServiceUnavailable, &health)
 	if health["status"] != "draining" {
 		t.Fatalf("healthz %v", health)

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rollcall/rollcall/protocol"
 )
 
 const testAdminToken = "an-admin-token-of-at-least-32-bytes!"
@@ -169,7 +171,7 @@ func TestReadEndpointsNeedAToken(t *testing.T) {
 			t.Errorf("%s: GET %s: %d, want %d: %s", tc.name, tc.path, code, tc.want, body)
 		}
 	}
-	var p Presence
+	var p protocol.Presence
 	_, _, body := httpDo(t, http.DefaultClient, "GET", base+"/v1/presence/alice", alice)
 	if err := json.Unmarshal([]byte(body), &p); err != nil || !p.Online {
 		t.Fatalf("alice's presence with her token: %s", body)

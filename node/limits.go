@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rollcall/rollcall/crdt"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // Abuse limits. Each protects the sessions already on a gateway from one
@@ -51,7 +52,7 @@ const (
 	DefaultMaxConnectionsPerIP = 10_000
 
 	// MinMaxLineBytes is the smallest MaxLineBytes a Config accepts.
-	MinMaxLineBytes = minMaxLineBytes
+	MinMaxLineBytes = 1 << 10
 
 	// MinRequestsPerHeartbeat is the fewest requests per heartbeat
 	// interval a RequestRate may allow: a client that heartbeats as told,
@@ -198,7 +199,7 @@ func (c *conn) allowRequest(line []byte, now int64) bool {
 		req, _ := decodeRequest(line)
 		id = req.ID
 	}
-	c.sendError(id, CodeRateLimited, "at most "+strconv.FormatFloat(lim.RequestRate, 'g', -1, 64)+
+	c.sendError(id, protocol.CodeRateLimited, "at most "+strconv.FormatFloat(lim.RequestRate, 'g', -1, 64)+
 		" requests per second ("+strconv.Itoa(lim.RequestBurst)+" at once) per connection; the next is allowed in "+
 		strconv.FormatInt(max(wait.Milliseconds(), 1), 10)+"ms")
 	return false
@@ -218,15 +219,15 @@ func remoteIP(nc net.Conn) netip.Addr {
 // code and message to refuse it with otherwise. The gateway's cap is
 // MaxConnections, or less under the open-file limit (capMaxConnections).
 // The caller holds n.mu.
-func (n *Node) admitLocked(ip netip.Addr) (refuse ErrorCode, msg string) {
+func (n *Node) admitLocked(ip netip.Addr) (refuse protocol.ErrorCode, msg string) {
 	lim := n.limits.Load()
 	if max := n.capMaxConnections(lim.MaxConnections); max > 0 && len(n.conns) >= max {
 		n.stats.overloaded.Add(1)
-		return CodeOverloaded, "the gateway is at its connection limit; try another gateway"
+		return protocol.CodeOverloaded, "the gateway is at its connection limit; try another gateway"
 	}
 	if max := lim.MaxConnectionsPerIP; max > 0 && ip.IsValid() && n.perIP[ip] >= max {
 		n.stats.tooManyConnections.Add(1)
-		return CodeTooManyConnections, "this address holds " + strconv.Itoa(n.perIP[ip]) +
+		return protocol.CodeTooManyConnections, "this address holds " + strconv.Itoa(n.perIP[ip]) +
 			" connections to the gateway, the most allowed; close one first"
 	}
 	return "", ""
@@ -271,5 +272,5 @@ func (n *Node) sessionCapLocked(c *conn, user, device string) *requestError {
 	n.stats.tooManySessions.Add(1)
 	n.log.Info("hello refused: too many sessions", zap.Uint64("conn", c.id), zap.String("remote", c.remote),
 		zap.String("user", user), zap.Int("held", held), zap.Int("max", max))
-	return errorf(CodeTooManySessions, "user %s holds %d active sessions, the most allowed; end one, or reconnect with the device name of one", truncate(user, 64), held)
+	return errorf(protocol.CodeTooManySessions, "user %s holds %d active sessions, the most allowed; end one, or reconnect with the device name of one", truncate(user, 64), held)
 }

@@ -3,6 +3,8 @@ package node
 import (
 	"testing"
 	"time"
+
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // TestMaxConnections: past the cap a connection is told "overloaded" and
@@ -18,7 +20,7 @@ func TestMaxConnections(t *testing.T) {
 	b.expect("welcome")
 
 	c := dial(t, n)
-	if f := c.recv(); f.str("code") != string(CodeOverloaded) {
+	if f := c.recv(); f.str("code") != string(protocol.CodeOverloaded) {
 		t.Fatalf("third connection got %v, want overloaded", f)
 	}
 	if _, err := c.tryRecv(2 * time.Second); err == nil {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rollcall/rollcall/crdt"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // TestConcurrentClientsHeartbeating connects 1,000 clients at once, has each
@@ -173,8 +174,8 @@ func TestSlowConsumer(t *testing.T) {
 			slow.nc.Close()
 			break
 		}
-		if f.str("op") == OpError {
-			if f.str("code") != string(CodeSlowConsumer) {
+		if f.str("op") == protocol.OpError {
+			if f.str("code") != string(protocol.CodeSlowConsumer) {
 				t.Fatalf("slow got %v", f)
 			}
 			sawError = true
@@ -190,7 +191,7 @@ func TestSlowConsumer(t *testing.T) {
 	if f := sender.ok(map[string]any{"op": "send", "to": "bystander", "body": 1}); f.num("delivered") != 1 {
 		t.Fatalf("send %v", f)
 	}
-	bystander.expect(OpMessage)
+	bystander.expect(protocol.OpMessage)
 	checkInvariants(t, n)
 }
 

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/rollcall/rollcall/crdt"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // What the node counts for exporters (package metrics serves it as
@@ -37,33 +38,33 @@ const (
 // opIndex returns the counter index of a request op.
 func opIndex(op string) int32 {
 	switch op {
-	case OpHello:
+	case protocol.OpHello:
 		return opHello
-	case OpHB:
+	case protocol.OpHB:
 		return opHB
-	case OpStatus:
+	case protocol.OpStatus:
 		return opStatus
-	case OpAccount:
+	case protocol.OpAccount:
 		return opAccount
-	case OpJoin:
+	case protocol.OpJoin:
 		return opJoin
-	case OpLeave:
+	case protocol.OpLeave:
 		return opLeave
-	case OpGet:
+	case protocol.OpGet:
 		return opGet
-	case OpGroup:
+	case protocol.OpGroup:
 		return opGroup
-	case OpLocate:
+	case protocol.OpLocate:
 		return opLocate
-	case OpSub:
+	case protocol.OpSub:
 		return opSub
-	case OpUnsub:
+	case protocol.OpUnsub:
 		return opUnsub
-	case OpSend:
+	case protocol.OpSend:
 		return opSend
-	case OpBye:
+	case protocol.OpBye:
 		return opBye
-	case OpRefresh:
+	case protocol.OpRefresh:
 		return opRefresh
 	}
 	return opUnknown
@@ -71,18 +72,19 @@ func opIndex(op string) int32 {
 
 // opNames returns the label value of each op index.
 func opNames() [numOps]string {
-	return [numOps]string{"unknown", OpHello, OpHB, OpStatus, OpAccount, OpJoin, OpLeave,
-		OpGet, OpGroup, OpLocate, OpSub, OpUnsub, OpSend, OpBye, OpRefresh}
+	return [numOps]string{"unknown", protocol.OpHello, protocol.OpHB, protocol.OpStatus, protocol.OpAccount, protocol.OpJoin, protocol.OpLeave,
+		protocol.OpGet, protocol.OpGroup, protocol.OpLocate, protocol.OpSub, protocol.OpUnsub, protocol.OpSend, protocol.OpBye, protocol.OpRefresh}
 }
 
 // errorCodes returns every error code, in the order of the error
 // counters; a code missing here is counted as "other" (codeOther).
-// TestMetricsKnowEveryCode checks that protocol.go's codes are all here.
-func errorCodes() [numCodes]ErrorCode {
-	return [numCodes]ErrorCode{CodeBadJSON, CodeLineTooLong, CodeUnknownOp, CodeBadRequest, CodeAuthFailed,
-		CodeHandshakeTimeout, CodeNotAuthenticated, CodeSuperseded, CodeShuttingDown, CodeSlowConsumer,
-		CodeExpired, CodeInternal, CodeOverloaded, CodeEpochExhausted, CodeRateLimited,
-		CodeTooManySessions, CodeTooManyConnections, CodeForbidden, CodeTokenExpired, CodeUnsupportedProtocol}
+// TestMetricsKnowEveryCode checks that protocol/protocol.go's codes are
+// all here.
+func errorCodes() [numCodes]protocol.ErrorCode {
+	return [numCodes]protocol.ErrorCode{protocol.CodeBadJSON, protocol.CodeLineTooLong, protocol.CodeUnknownOp, protocol.CodeBadRequest, protocol.CodeAuthFailed,
+		protocol.CodeHandshakeTimeout, protocol.CodeNotAuthenticated, protocol.CodeSuperseded, protocol.CodeShuttingDown, protocol.CodeSlowConsumer,
+		protocol.CodeExpired, protocol.CodeInternal, protocol.CodeOverloaded, protocol.CodeEpochExhausted, protocol.CodeRateLimited,
+		protocol.CodeTooManySessions, protocol.CodeTooManyConnections, protocol.CodeForbidden, protocol.CodeTokenExpired, protocol.CodeUnsupportedProtocol}
 }
 
 // numCodes is the number of error codes counted apart; codeOther counts
@@ -94,7 +96,7 @@ const (
 
 // codeIndex returns the counter index of an error code. It scans a short
 // list: errors are not a hot path.
-func codeIndex(code ErrorCode) int {
+func codeIndex(code protocol.ErrorCode) int {
 	for i, c := range errorCodes() {
 		if c == code {
 			return i
@@ -146,7 +148,7 @@ type metricCounters struct {
 }
 
 // requestFailed counts an error reply to a request of op index op.
-func (m *metricCounters) requestFailed(op int32, code ErrorCode) {
+func (m *metricCounters) requestFailed(op int32, code protocol.ErrorCode) {
 	if op < 0 || op >= numOps {
 		op = opUnknown
 	}

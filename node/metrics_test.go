@@ -2,19 +2,21 @@ package node
 
 import (
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/rollcall/rollcall/crdt"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // TestMetricsKnowEveryCode keeps the counters' label tables in step with
-// the protocol: an op or error code added to protocol.go without a slot
-// here would be counted as "unknown" or "other".
+// the protocol: an op or error code added to protocol/protocol.go without
+// a slot here would be counted as "unknown" or "other".
 func TestMetricsKnowEveryCode(t *testing.T) {
-	src, err := os.ReadFile("protocol.go")
+	src, err := os.ReadFile(filepath.Join("..", "protocol", "protocol.go"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,7 +25,7 @@ func TestMetricsKnowEveryCode(t *testing.T) {
 		t.Fatalf("found only %d error codes in protocol.go: has its layout changed?", len(codes))
 	}
 	for _, m := range codes {
-		if code := ErrorCode(m[1]); codeIndex(code) == codeOther {
+		if code := protocol.ErrorCode(m[1]); codeIndex(code) == codeOther {
 			t.Errorf("error code %q has no counter slot: add it to errorCodes in metrics.go", code)
 		}
 	}
@@ -75,7 +77,7 @@ func TestMetricsCountSessionsAndRequests(t *testing.T) {
 	n := newTestNode(t, func(c *Config) {
 		c.Timeout = 400 * time.Millisecond
 		c.Heartbeat = 100 * time.Millisecond
-		c.MaxLineBytes = minMaxLineBytes
+		c.MaxLineBytes = MinMaxLineBytes
 	})
 	base := n.Metrics()
 
@@ -86,13 +88,13 @@ func TestMetricsCountSessionsAndRequests(t *testing.T) {
 	}
 	a.call(map[string]any{"op": "hb"})
 	a.ok(map[string]any{"op": "status", "status": "away"})
-	if f := a.call(map[string]any{"op": "status", "status": "sleepy"}); f.str("code") != string(CodeBadRequest) {
+	if f := a.call(map[string]any{"op": "status", "status": "sleepy"}); f.str("code") != string(protocol.CodeBadRequest) {
 		t.Fatalf("bad status: %v", f)
 	}
 	a.sendRaw(`{"op":"dance","id":1}`)
-	a.expectError(CodeUnknownOp)
+	a.expectError(protocol.CodeUnknownOp)
 	a.sendRaw(`not json`)
-	a.expectError(CodeBadJSON)
+	a.expectError(protocol.CodeBadJSON)
 	a.ok(map[string]any{"op": "bye"})
 	a.expectClosed()
 
@@ -101,10 +103,10 @@ func TestMetricsCountSessionsAndRequests(t *testing.T) {
 	b, _ := connect(t, n, "bob", "laptop")
 	b.nc.Close()
 	c, _ := connect(t, n, "carol", "tablet")
-	c.sendRaw(`{"op":"hb","pad":"` + strings.Repeat("x", minMaxLineBytes) + `"}`)
-	c.expectError(CodeLineTooLong)
+	c.sendRaw(`{"op":"hb","pad":"` + strings.Repeat("x", MinMaxLineBytes) + `"}`)
+	c.expectError(protocol.CodeLineTooLong)
 	d, _ := connect(t, n, "dave", "watch")
-	d.expectError(CodeExpired)
+	d.expectError(protocol.CodeExpired)
 	e, _ := connect(t, n, "erin", "desk")
 	stop := keepBeating(e, 50*time.Millisecond)
 	defer stop()
@@ -141,18 +143,18 @@ func TestMetricsCountSessionsAndRequests(t *testing.T) {
 	if total := n.Stats().Disconnected; total != 4 {
 		t.Errorf("Stats.Disconnected %d, want 4", total)
 	}
-	moved("hello requests", m.Requests[OpHello], base.Requests[OpHello], 5)
-	moved("status requests", m.Requests[OpStatus], base.Requests[OpStatus], 2)
-	moved("bye requests", m.Requests[OpBye], base.Requests[OpBye], 1)
-	moved("sub requests", m.Requests[OpSub], base.Requests[OpSub], 1)
+	moved("hello requests", m.Requests[protocol.OpHello], base.Requests[protocol.OpHello], 5)
+	moved("status requests", m.Requests[protocol.OpStatus], base.Requests[protocol.OpStatus], 2)
+	moved("bye requests", m.Requests[protocol.OpBye], base.Requests[protocol.OpBye], 1)
+	moved("sub requests", m.Requests[protocol.OpSub], base.Requests[protocol.OpSub], 1)
 	moved("unknown requests", m.Requests["unknown"], base.Requests["unknown"], 2)
-	if hb := m.Requests[OpHB] - base.Requests[OpHB]; hb < 6 {
+	if hb := m.Requests[protocol.OpHB] - base.Requests[protocol.OpHB]; hb < 6 {
 		t.Errorf("heartbeats moved by %d, want at least alice's 6", hb)
 	}
 	for k, want := range map[OpCode]uint64{
-		{OpStatus, string(CodeBadRequest)}: 1,
-		{"unknown", string(CodeUnknownOp)}: 1,
-		{"unknown", string(CodeBadJSON)}:   1,
+		{protocol.OpStatus, string(protocol.CodeBadRequest)}: 1,
+		{"unknown", string(protocol.CodeUnknownOp)}:          1,
+		{"unknown", string(protocol.CodeBadJSON)}:            1,
 	} {
 		moved("errors "+k.Op+"/"+k.Code, m.RequestErrors[k], base.RequestErrors[k], want)
 	}

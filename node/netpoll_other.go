@@ -2,7 +2,9 @@
 
 package node
 
-import "net"
+import (
+	"net"
+)
 
 // On systems other than Linux every client connection is served by
 // goroutines (conn.readLoop, conn.writeLoop); the event loop

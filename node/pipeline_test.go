@@ -29,7 +29,7 @@ func TestPipelinedRequestsArePacedNotCut(t *testing.T) {
 	prefix := []byte(`{"op":"presence"`)
 	for i := range count {
 		c.nc.SetReadDeadline(time.Now().Add(60 * time.Second))
-		got, err := c.r.ReadSlice('\n')
+		got, err := c.r.ReadLine()
 		if err != nil {
 			t.Fatalf("reply %d: %v", i, err)
 		}

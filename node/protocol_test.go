@@ -5,23 +5,26 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rollcall/rollcall/crdt"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 func TestErrorsBeforeHello(t *testing.T) {
 	n := newTestNode(t, nil)
 	c := dial(t, n)
 	c.sendRaw(`{"op":"get","users":["bob"],"id":"q1"}`)
-	if f := c.expectError(CodeNotAuthenticated); f.str("id") != "q1" {
+	if f := c.expectError(protocol.CodeNotAuthenticated); f.str("id") != "q1" {
 		t.Fatalf("error %v", f)
 	}
 	c.sendRaw(`{"op":"hb"}`)
-	c.expectError(CodeNotAuthenticated)
+	c.expectError(protocol.CodeNotAuthenticated)
 	c.sendRaw(`not json`)
-	c.expectError(CodeBadJSON)
+	c.expectError(protocol.CodeBadJSON)
 	c.sendRaw(`{"op":"hello"}`) // no user
-	c.expectError(CodeBadRequest)
+	c.expectError(protocol.CodeBadRequest)
 	c.sendRaw(`{"op":"hello","user":"a","status":"sleepy"}`)
-	c.expectError(CodeBadRequest)
+	c.expectError(protocol.CodeBadRequest)
 	// The connection is still usable.
 	c.hello("alice", "phone")
 }
@@ -31,22 +34,22 @@ func TestProtocolErrors(t *testing.T) {
 	c, _ := connect(t, n, "alice", "phone")
 	cases := []struct {
 		line string
-		code ErrorCode
+		code protocol.ErrorCode
 		id   any
 	}{
-		{`{"op":"status"`, CodeBadJSON, nil},
-		{`[1,2]`, CodeBadJSON, nil},
-		{`"hb"`, CodeBadJSON, nil},
-		{`null`, CodeBadJSON, nil},
-		{`{"op":"hb"} {"op":"hb"}`, CodeBadJSON, nil},
-		{`{"op":"dance","id":4}`, CodeUnknownOp, 4.0},
-		{`{"id":"x"}`, CodeBadRequest, "x"},
-		{`{"op":"hb","id":{"a":1}}`, CodeBadRequest, nil},
-		{`{"op":"hb","id":[1]}`, CodeBadRequest, nil},
-		{`{"op":5,"id":"y"}`, CodeBadRequest, "y"},
-		{`{"op":"get","users":"bob","id":"z"}`, CodeBadRequest, "z"},
-		{`{"op":"hello","user":"alice","id":"h"}`, CodeBadRequest, "h"},
-		{"{\"op\":\"status\",\"status\":\"away\xff\"}", CodeBadRequest, nil},
+		{`{"op":"status"`, protocol.CodeBadJSON, nil},
+		{`[1,2]`, protocol.CodeBadJSON, nil},
+		{`"hb"`, protocol.CodeBadJSON, nil},
+		{`null`, protocol.CodeBadJSON, nil},
+		{`{"op":"hb"} {"op":"hb"}`, protocol.CodeBadJSON, nil},
+		{`{"op":"dance","id":4}`, protocol.CodeUnknownOp, 4.0},
+		{`{"id":"x"}`, protocol.CodeBadRequest, "x"},
+		{`{"op":"hb","id":{"a":1}}`, protocol.CodeBadRequest, nil},
+		{`{"op":"hb","id":[1]}`, protocol.CodeBadRequest, nil},
+		{`{"op":5,"id":"y"}`, protocol.CodeBadRequest, "y"},
+		{`{"op":"get","users":"bob","id":"z"}`, protocol.CodeBadRequest, "z"},
+		{`{"op":"hello","user":"alice","id":"h"}`, protocol.CodeBadRequest, "h"},
+		{"{\"op\":\"status\",\"status\":\"away\xff\"}", protocol.CodeBadRequest, nil},
 	}
 	for _, tc := range cases {
 		c.sendRaw(tc.line)
@@ -62,7 +65,7 @@ func TestProtocolErrors(t *testing.T) {
 	c.sendRaw("")
 	c.sendRaw("   ")
 	c.sendRaw("{\"op\":\"hb\",\"id\":1}\r")
-	if f := c.recv(); f.str("op") != OpHB {
+	if f := c.recv(); f.str("op") != protocol.OpHB {
 		t.Fatalf("hb %v", f)
 	}
 	if n.SessionCount() != 1 {
@@ -77,11 +80,11 @@ func TestLineTooLong(t *testing.T) {
 	// Exactly the limit is fine.
 	ok := `{"op":"hb","id":"` + strings.Repeat("x", 2048-len(`{"op":"hb","id":""}`)) + `"}`
 	c.sendRaw(ok)
-	if f := c.recv(); f.str("op") != OpHB {
+	if f := c.recv(); f.str("op") != protocol.OpHB {
 		t.Fatalf("hb %v", f)
 	}
 	c.sendRaw(`{"op":"hb","id":"` + strings.Repeat("x", 100_000) + `"}`)
-	c.expectError(CodeLineTooLong)
+	c.expectError(protocol.CodeLineTooLong)
 	c.expectClosed()
 	other.call(map[string]any{"op": "hb"})
 	waitFor(t, "alice to disconnect", func() bool { return !presenceOf(n, "alice").Online })
@@ -91,9 +94,9 @@ func TestHandshakeTimeout(t *testing.T) {
 	n := newTestNode(t, func(c *Config) { c.HandshakeTimeout = 100 * time.Millisecond })
 	c := dial(t, n)
 	c.sendRaw(`{"op":"get","users":["x"]}`) // errors do not extend the deadline
-	c.expectError(CodeNotAuthenticated)
+	c.expectError(protocol.CodeNotAuthenticated)
 	start := time.Now()
-	c.expectError(CodeHandshakeTimeout)
+	c.expectError(protocol.CodeHandshakeTimeout)
 	c.expectClosed()
 	if time.Since(start) > 2*time.Second {
 		t.Fatal("handshake timeout too late")
@@ -102,9 +105,9 @@ func TestHandshakeTimeout(t *testing.T) {
 	// keeps its connection past the handshake timeout.
 	quiet := dial(t, n)
 	good, _ := connect(t, n, "alice", "phone")
-	quiet.expectError(CodeHandshakeTimeout)
+	quiet.expectError(protocol.CodeHandshakeTimeout)
 	time.Sleep(150 * time.Millisecond)
-	if f := good.call(map[string]any{"op": "hb"}); f.str("op") != OpHB {
+	if f := good.call(map[string]any{"op": "hb"}); f.str("op") != protocol.OpHB {
 		t.Fatalf("hb %v", f)
 	}
 }
@@ -119,7 +122,7 @@ func TestShuttingDown(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- n.Drain(t.Context()) }()
 	for _, c := range []*client{a, b, pending} {
-		c.expectError(CodeShuttingDown)
+		c.expectError(protocol.CodeShuttingDown)
 		c.expectClosed()
 	}
 	if err := <-done; err != nil {
@@ -146,20 +149,35 @@ func TestShuttingDown(t *testing.T) {
 }
 
 // TestHelloProtocolVersion: hello may name the protocol version it speaks;
-// the gateway speaks ProtocolVersion and refuses any other, closing.
+// the gateway speaks protocol.Version and refuses any other, closing.
 func TestHelloProtocolVersion(t *testing.T) {
 	n := newTestNode(t, nil)
 	c := dial(t, n)
-	if w := c.hello("alice", "a", map[string]any{"protocol": ProtocolVersion}); w.num("protocol") != ProtocolVersion {
+	if w := c.hello("alice", "a", map[string]any{"protocol": protocol.Version}); w.num("protocol") != protocol.Version {
 		t.Fatalf("welcome %v", w)
 	}
 	c = dial(t, n)
-	c.send(map[string]any{"op": "hello", "user": "bob", "protocol": ProtocolVersion + 1, "id": 1})
-	if f := c.expectError(CodeUnsupportedProtocol); f.num("id") != 1 {
+	c.send(map[string]any{"op": "hello", "user": "bob", "protocol": protocol.Version + 1, "id": 1})
+	if f := c.expectError(protocol.CodeUnsupportedProtocol); f.num("id") != 1 {
 		t.Fatalf("error %v", f)
 	}
 	c.expectClosed()
 	if p := presenceOf(n, "bob"); len(p.Sessions) != 0 {
 		t.Fatalf("a session for a refused hello: %+v", p)
+	}
+}
+
+// TestProtocolLimitsMatchCRDT: the protocol's name, group and epoch limits
+// are the ones the CRDT enforces, so a request within them is never
+// refused by the state underneath.
+func TestProtocolLimitsMatchCRDT(t *testing.T) {
+	if protocol.MaxEpoch != crdt.MaxIssuedEpoch {
+		t.Errorf("protocol.MaxEpoch %d, crdt.MaxIssuedEpoch %d", uint64(protocol.MaxEpoch), uint64(crdt.MaxIssuedEpoch))
+	}
+	if protocol.MaxGroups != crdt.MaxGroups {
+		t.Errorf("protocol.MaxGroups %d, crdt.MaxGroups %d", protocol.MaxGroups, crdt.MaxGroups)
+	}
+	if protocol.MaxNameLen != crdt.MaxNameLen {
+		t.Errorf("protocol.MaxNameLen %d, crdt.MaxNameLen %d", protocol.MaxNameLen, crdt.MaxNameLen)
 	}
 }

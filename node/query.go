@@ -1,17 +1,21 @@
 package node
 
-import "github.com/rollcall/rollcall/crdt"
+import (
+	"github.com/rollcall/rollcall/crdt"
+
+	"github.com/rollcall/rollcall/protocol"
+)
 
 // Queries answer from this node's replica: the local projection of the
 // whole cluster, which may lag other gateways by the dissemination delay.
 
 // handleGet returns the presence of each requested user, in request order.
-func (n *Node) handleGet(c *conn, req *Request) (any, *requestError) {
+func (n *Node) handleGet(c *conn, req *protocol.Request) (any, *requestError) {
 	if len(req.Users) == 0 {
-		return nil, errorf(CodeBadRequest, "want users")
+		return nil, errorf(protocol.CodeBadRequest, "want users")
 	}
-	if len(req.Users) > MaxUsersPerRequest {
-		return nil, errorf(CodeBadRequest, "at most %d users per request", MaxUsersPerRequest)
+	if len(req.Users) > protocol.MaxUsersPerRequest {
+		return nil, errorf(protocol.CodeBadRequest, "at most %d users per request", protocol.MaxUsersPerRequest)
 	}
 	for _, u := range req.Users {
 		if rerr := checkName("user", u); rerr != nil {
@@ -21,18 +25,18 @@ func (n *Node) handleGet(c *conn, req *Request) (any, *requestError) {
 	if rerr := checkRead(c, req.Users); rerr != nil {
 		return nil, rerr
 	}
-	out := make([]Presence, 0, len(req.Users))
+	out := make([]protocol.Presence, 0, len(req.Users))
 	n.mu.Lock()
 	v := n.nextVersionLocked()
 	for _, u := range req.Users {
 		out = append(out, presenceJSON(n.replica.Presence(u), v))
 	}
 	n.mu.Unlock()
-	return PresenceReply{Op: OpPresence, ID: req.ID, Users: out}, nil
+	return protocol.PresenceReply{Op: protocol.OpPresence, ID: req.ID, Users: out}, nil
 }
 
 // handleGroup returns a group's online members.
-func (n *Node) handleGroup(c *conn, req *Request) (any, *requestError) {
+func (n *Node) handleGroup(c *conn, req *protocol.Request) (any, *requestError) {
 	if rerr := checkName("group", req.Group); rerr != nil {
 		return nil, rerr
 	}
@@ -42,16 +46,16 @@ func (n *Node) handleGroup(c *conn, req *Request) (any, *requestError) {
 	n.mu.Lock()
 	v := n.nextVersionLocked()
 	users := n.replica.GroupOnlineUsers(req.Group)
-	members := make([]Presence, 0, len(users))
+	members := make([]protocol.Presence, 0, len(users))
 	for _, u := range users {
 		members = append(members, presenceJSON(n.replica.Presence(u), v))
 	}
 	n.mu.Unlock()
-	return GroupReply{Op: OpGroup, ID: req.ID, Group: req.Group, Online: len(members), Members: members}, nil
+	return protocol.GroupReply{Op: protocol.OpGroup, ID: req.ID, Group: req.Group, Online: len(members), Members: members}, nil
 }
 
 // handleLocate returns a user's active sessions, with their gateways.
-func (n *Node) handleLocate(c *conn, req *Request) (any, *requestError) {
+func (n *Node) handleLocate(c *conn, req *protocol.Request) (any, *requestError) {
 	if rerr := checkName("user", req.User); rerr != nil {
 		return nil, rerr
 	}
@@ -62,9 +66,9 @@ func (n *Node) handleLocate(c *conn, req *Request) (any, *requestError) {
 	sessions := n.activeSessionsLocked(req.User)
 	n.mu.Unlock()
 	book, _ := n.getCluster().(AddressBook)
-	out := make([]SessionInfo, 0, len(sessions))
+	out := make([]protocol.SessionInfo, 0, len(sessions))
 	for _, s := range sessions {
-		info := SessionInfo{Session: s.ID, Device: s.Device, Epoch: s.Epoch, Gateway: s.Gateway, Status: s.Status.String()}
+		info := protocol.SessionInfo{Session: s.ID, Device: s.Device, Epoch: s.Epoch, Gateway: s.Gateway, Status: s.Status.String()}
 		switch {
 		case s.Gateway == n.cfg.Name:
 			info.GatewayAddr = n.AdvertisedClientAddr()
@@ -73,7 +77,7 @@ func (n *Node) handleLocate(c *conn, req *Request) (any, *requestError) {
 		}
 		out = append(out, info)
 	}
-	return LocateReply{Op: OpLocate, ID: req.ID, User: req.User, Sessions: out}, nil
+	return protocol.LocateReply{Op: protocol.OpLocate, ID: req.ID, User: req.User, Sessions: out}, nil
 }
 
 // activeSessionsLocked returns the user's sessions that are active in this

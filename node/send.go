@@ -10,13 +10,14 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rollcall/rollcall/crdt"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // handleSend delivers a message to every active session of the recipient:
 // this node's directly, every other gateway's through one Cluster.Route call
 // per gateway, all concurrently and bounded by RouteTimeout. It replies with
 // the number of sessions reached.
-func (n *Node) handleSend(c *conn, req *Request) (any, *requestError) {
+func (n *Node) handleSend(c *conn, req *protocol.Request) (any, *requestError) {
 	if rerr := checkName("to", req.To); rerr != nil {
 		return nil, rerr
 	}
@@ -38,7 +39,7 @@ func (n *Node) handleSend(c *conn, req *Request) (any, *requestError) {
 	if ok, wait := s.sends.allow(n.mono(), lim.SendRate, lim.SendBurst); !ok {
 		n.mu.Unlock()
 		n.stats.rateLimited.Add(1)
-		return nil, errorf(CodeRateLimited, "at most %g sends per second (%d at once) per session; the next is allowed in %dms",
+		return nil, errorf(protocol.CodeRateLimited, "at most %g sends per second (%d at once) per session; the next is allowed in %dms",
 			lim.SendRate, lim.SendBurst, max(wait.Milliseconds(), 1))
 	}
 	msg := Message{To: req.To, From: s.user, FromDevice: s.device, Body: slices.Clone(req.Body)}
@@ -62,14 +63,14 @@ func (n *Node) handleSend(c *conn, req *Request) (any, *requestError) {
 			go func() {
 				defer close(done)
 				total := delivered + n.route(msg, remote)
-				c.sendValue(OK{Op: OpOK, ID: id, Delivered: &total})
+				c.sendValue(protocol.OK{Op: protocol.OpOK, ID: id, Delivered: &total})
 			}()
 			c.await = done
 			return nil, nil
 		}
 		delivered += n.route(msg, remote)
 	}
-	return OK{Op: OpOK, ID: req.ID, Delivered: &delivered}, nil
+	return protocol.OK{Op: protocol.OpOK, ID: req.ID, Delivered: &delivered}, nil
 }
 
 // sessionGroups returns the groups of sessions, unsorted, possibly with
@@ -135,7 +136,7 @@ func (n *Node) DeliverLocal(msg Message) int {
 	if len(conns) == 0 {
 		return 0
 	}
-	frame := encodeLine(MessageFrame{Op: OpMessage, From: msg.From, FromDevice: msg.FromDevice, Body: msg.Body})
+	frame := encodeLine(protocol.MessageFrame{Op: protocol.OpMessage, From: msg.From, FromDevice: msg.FromDevice, Body: msg.Body})
 	k := 0
 	for _, c := range conns {
 		if c.sendMessage(frame) {
@@ -154,11 +155,11 @@ func (n *Node) DeliverLocal(msg Message) int {
 func checkBody(body []byte) *requestError {
 	switch {
 	case len(body) == 0:
-		return errorf(CodeBadRequest, "missing body")
+		return errorf(protocol.CodeBadRequest, "missing body")
 	case !utf8.Valid(body):
-		return errorf(CodeBadRequest, "body is not valid UTF-8")
+		return errorf(protocol.CodeBadRequest, "body is not valid UTF-8")
 	case !json.Valid(body):
-		return errorf(CodeBadRequest, "body is not a JSON value")
+		return errorf(protocol.CodeBadRequest, "body is not a JSON value")
 	}
 	return nil
 }

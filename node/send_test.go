@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/rollcall/rollcall/crdt"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // recvRaw reads the next line as the gateway wrote it and fails the test
@@ -20,7 +21,7 @@ import (
 func (c *client) recvRaw() frame {
 	c.t.Helper()
 	c.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
-	line, err := c.r.ReadBytes('\n')
+	line, err := c.r.ReadLine()
 	if err != nil {
 		c.t.Fatalf("recv: %v", err)
 	}
@@ -47,7 +48,7 @@ func TestSendRefusesInvalidBody(t *testing.T) {
 	} {
 		a.sendRaw(`{"op":"send","to":"bob","id":` + utoa(uint64(i)) + `,"body":` + body + `}`)
 		f := a.recvRaw()
-		if f.str("op") != OpError || f.str("code") != string(CodeBadRequest) || f.num("id") != float64(i) {
+		if f.str("op") != protocol.OpError || f.str("code") != string(protocol.CodeBadRequest) || f.num("id") != float64(i) {
 			t.Fatalf("body %q: got %v, want bad_request with id %d", body, f, i)
 		}
 	}
@@ -56,7 +57,7 @@ func TestSendRefusesInvalidBody(t *testing.T) {
 		t.Fatalf("valid send: %v", f)
 	}
 	f := b.recvRaw()
-	if f.str("op") != OpMessage || f["body"].(map[string]any)["text"] != "caf\u00e9 \u2603 <b>" {
+	if f.str("op") != protocol.OpMessage || f["body"].(map[string]any)["text"] != "caf\u00e9 \u2603 <b>" {
 		t.Fatalf("bob got %v", f)
 	}
 	if got := n.Stats().Messages; got != 1 {
@@ -76,7 +77,7 @@ func TestRepliesAreValidUTF8(t *testing.T) {
 		"{\"op\":\"nope\xff\",\"id\":2}",
 	} {
 		c.sendRaw(line)
-		if f := c.recvRaw(); f.str("op") != OpError {
+		if f := c.recvRaw(); f.str("op") != protocol.OpError {
 			t.Fatalf("%q: got %v", line, f)
 		}
 	}
@@ -89,7 +90,7 @@ func TestRepliesAreValidUTF8(t *testing.T) {
 	} {
 		c.sendRaw(line)
 		f := c.recvRaw()
-		if f.str("op") != OpError || f.str("code") != string(CodeBadRequest) {
+		if f.str("op") != protocol.OpError || f.str("code") != string(protocol.CodeBadRequest) {
 			t.Fatalf("%q: got %v, want bad_request", line, f)
 		}
 	}
@@ -112,7 +113,7 @@ func TestDeliverLocalRefusesInvalidBody(t *testing.T) {
 		t.Fatalf("valid body delivered to %d sessions", k)
 	}
 	f := b.recvRaw()
-	if f.str("op") != OpMessage || f.str("from") == "" {
+	if f.str("op") != protocol.OpMessage || f.str("from") == "" {
 		t.Fatalf("bob got %v", f)
 	}
 }
@@ -142,12 +143,12 @@ func floodSends(t *testing.T, c *client, to string, count, bodyLen int) (deliver
 	for range count {
 		// A prompt reader: refusals are told apart by their prefix alone.
 		c.nc.SetReadDeadline(time.Now().Add(30 * time.Second))
-		line, err := c.r.ReadSlice('\n')
+		line, err := c.r.ReadLine()
 		if err != nil {
 			t.Fatalf("sender: %v (after %d delivered, %v refused)", err, delivered, refused)
 		}
 		if rest, ok := bytes.CutPrefix(line, errPrefix); ok {
-			if code, _, ok := bytes.Cut(rest, []byte(`"`)); ok && string(code) != string(CodeSlowConsumer) {
+			if code, _, ok := bytes.Cut(rest, []byte(`"`)); ok && string(code) != string(protocol.CodeSlowConsumer) {
 				refused[string(code)]++
 				continue
 			}
@@ -157,9 +158,9 @@ func floodSends(t *testing.T, c *client, to string, count, bodyLen int) (deliver
 			t.Fatalf("sender got %q: %v", line, err)
 		}
 		switch f.str("op") {
-		case OpOK:
+		case protocol.OpOK:
 			delivered += int(f.num("delivered"))
-		case OpError:
+		case protocol.OpError:
 			refused[f.str("code")]++
 		default:
 			t.Fatalf("sender got %v", f)
@@ -186,7 +187,7 @@ func readInBackground(c *client) *reader {
 		defer close(r.done)
 		for {
 			c.nc.SetReadDeadline(time.Now().Add(time.Minute))
-			line, err := c.r.ReadBytes('\n')
+			line, err := c.r.ReadLine()
 			if err != nil {
 				return
 			}
@@ -196,9 +197,9 @@ func readInBackground(c *client) *reader {
 				continue
 			}
 			switch f.str("op") {
-			case OpMessage:
+			case protocol.OpMessage:
 				r.messages.Add(1)
-			case OpError:
+			case protocol.OpError:
 				r.errs <- f
 			}
 		}
@@ -250,7 +251,7 @@ func TestSendFloodIsThrottled(t *testing.T) {
 
 	const flood = 20000
 	delivered, refused := floodSends(t, mallory, "victim", flood, 200)
-	if delivered != 25 || refused[string(CodeRateLimited)] != flood-25 || len(refused) != 1 {
+	if delivered != 25 || refused[string(protocol.CodeRateLimited)] != flood-25 || len(refused) != 1 {
 		t.Fatalf("delivered %d, refused %v; want 25 delivered and %d rate_limited", delivered, refused, flood-25)
 	}
 	r.waitMessages(t, delivered)
@@ -258,13 +259,13 @@ func TestSendFloodIsThrottled(t *testing.T) {
 	// The allowance refills at SendRate: 1s later, 10 more.
 	fc.Advance(time.Second)
 	delivered, refused = floodSends(t, mallory, "victim", 12, 10)
-	if delivered != 10 || refused[string(CodeRateLimited)] != 2 {
+	if delivered != 10 || refused[string(protocol.CodeRateLimited)] != 2 {
 		t.Fatalf("after 1s: delivered %d, refused %v; want 10 and 2 rate_limited", delivered, refused)
 	}
 	r.waitMessages(t, 35)
 	// The refusal says what the limit is.
 	f := mallory.call(map[string]any{"op": "send", "to": "victim", "body": 1})
-	if f.str("code") != string(CodeRateLimited) || !strings.Contains(f.str("message"), "10 sends per second") {
+	if f.str("code") != string(protocol.CodeRateLimited) || !strings.Contains(f.str("message"), "10 sends per second") {
 		t.Fatalf("refusal %v", f)
 	}
 	// The sender's other requests are not limited, and both stay connected.

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // acceptLoop accepts client connections until the listener closes. spare
@@ -79,7 +81,7 @@ func (n *Node) serveClient(nc net.Conn, plain bool, newc func() *conn) {
 // refuse closes a connection the accept loop will not serve, after a
 // best-effort error line on plain TCP (over TLS it would need a handshake in
 // the accept loop; see tls.go).
-func (n *Node) refuse(nc net.Conn, plain bool, code ErrorCode, msg string) {
+func (n *Node) refuse(nc net.Conn, plain bool, code protocol.ErrorCode, msg string) {
 	if plain {
 		nc.SetWriteDeadline(time.Now().Add(time.Second)) //nolint:errcheck // best effort
 		nc.Write(encodeError(nil, code, msg))            //nolint:errcheck // best effort
@@ -89,13 +91,13 @@ func (n *Node) refuse(nc net.Conn, plain bool, code ErrorCode, msg string) {
 
 // dispatch runs one decoded request on the connection's reader goroutine.
 // Replies are queued in request order.
-func (n *Node) dispatch(c *conn, req *Request) {
-	if req.Op == OpHello {
+func (n *Node) dispatch(c *conn, req *protocol.Request) {
+	if req.Op == protocol.OpHello {
 		n.handleHello(c, req)
 		return
 	}
 	if c.state.Load() != stateActive {
-		c.sendError(req.ID, CodeNotAuthenticated, "send hello first")
+		c.sendError(req.ID, protocol.CodeNotAuthenticated, "send hello first")
 		return
 	}
 	// Any valid request refreshes the deadline.
@@ -105,48 +107,48 @@ func (n *Node) dispatch(c *conn, req *Request) {
 		rerr  *requestError
 	)
 	switch req.Op {
-	case OpHB:
+	case protocol.OpHB:
 		if req.ID == nil {
 			return
 		}
-		reply = HBReply{Op: OpHB, ID: req.ID, ExpiresAt: n.formatTime(n.clock.Now().Add(n.cfg.Timeout))}
-	case OpStatus:
+		reply = protocol.HBReply{Op: protocol.OpHB, ID: req.ID, ExpiresAt: n.formatTime(n.clock.Now().Add(n.cfg.Timeout))}
+	case protocol.OpStatus:
 		reply, rerr = n.handleStatus(c, req)
-	case OpAccount:
+	case protocol.OpAccount:
 		reply, rerr = n.handleAccount(c, req)
-	case OpJoin, OpLeave:
+	case protocol.OpJoin, protocol.OpLeave:
 		reply, rerr = n.handleJoinLeave(c, req)
-	case OpGet:
+	case protocol.OpGet:
 		reply, rerr = n.handleGet(c, req)
-	case OpGroup:
+	case protocol.OpGroup:
 		reply, rerr = n.handleGroup(c, req)
-	case OpLocate:
+	case protocol.OpLocate:
 		reply, rerr = n.handleLocate(c, req)
-	case OpSub:
+	case protocol.OpSub:
 		// handleSub queues its reply itself, ahead of the first events.
 		if rerr = n.handleSub(c, req); rerr == nil {
 			return
 		}
-	case OpUnsub:
+	case protocol.OpUnsub:
 		reply, rerr = n.handleUnsub(c, req)
-	case OpSend:
+	case protocol.OpSend:
 		// A send routed to other gateways on the event loop queues its
 		// reply itself (handleSend): reply and rerr are both nil.
 		if reply, rerr = n.handleSend(c, req); reply == nil && rerr == nil {
 			return
 		}
-	case OpRefresh:
+	case protocol.OpRefresh:
 		reply, rerr = n.handleRefresh(c, req)
-	case OpBye:
+	case protocol.OpBye:
 		rerr = n.handleBye(c, req)
 		if rerr == nil {
 			return
 		}
 	default:
-		rerr = errorf(CodeUnknownOp, "unknown op %q", truncate(req.Op, 64))
+		rerr = errorf(protocol.CodeUnknownOp, "unknown op %q", truncate(req.Op, 64))
 	}
 	if rerr != nil {
-		if rerr.code == CodeForbidden {
+		if rerr.code == protocol.CodeForbidden {
 			n.stats.forbidden.Add(1)
 		}
 		n.stats.badRequests.Add(1)

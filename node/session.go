@@ -12,6 +12,7 @@ import (
 
 	"github.com/rollcall/rollcall/auth"
 	"github.com/rollcall/rollcall/crdt"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // localSession is the session a connection owns. Guarded by n.mu.
@@ -42,9 +43,9 @@ type localSession struct {
 //	                            newer record already replaced ours
 
 // handleHello authenticates the connection and opens its session.
-func (n *Node) handleHello(c *conn, req *Request) {
+func (n *Node) handleHello(c *conn, req *protocol.Request) {
 	if c.state.Load() != stateConnecting {
-		c.sendError(req.ID, CodeBadRequest, "already authenticated")
+		c.sendError(req.ID, protocol.CodeBadRequest, "already authenticated")
 		return
 	}
 	if req.Token == "" {
@@ -65,7 +66,7 @@ func (n *Node) handleHello(c *conn, req *Request) {
 			n.stats.authFailed.Add(1)
 			n.log.Info("authentication failed", zap.Uint64("conn", c.id), zap.String("remote", c.remote),
 				zap.String("user", req.User), zap.Error(err))
-			c.sendError(req.ID, CodeAuthFailed, err.Error())
+			c.sendError(req.ID, protocol.CodeAuthFailed, err.Error())
 			return
 		}
 		grants, tokenExpires = id.Grants, n.formatTime(id.Expires)
@@ -120,8 +121,8 @@ func (n *Node) handleHello(c *conn, req *Request) {
 		n.mu.Unlock()
 		n.stats.badRequests.Add(1)
 		n.log.Info("hello refused: epoch exhausted", zap.Uint64("conn", c.id), zap.String("key", key.String()), zap.Uint64("held", exh.Held))
-		c.sendError(req.ID, CodeEpochExhausted, "no newer epoch exists for "+key.String()+
-			": it holds epoch "+utoa(exh.Held)+" and the largest is "+utoa(MaxEpoch)+"; connect with another device name")
+		c.sendError(req.ID, protocol.CodeEpochExhausted, "no newer epoch exists for "+key.String()+
+			": it holds epoch "+utoa(exh.Held)+" and the largest is "+utoa(protocol.MaxEpoch)+"; connect with another device name")
 		return
 	}
 	if !c.state.CompareAndSwap(stateConnecting, stateActive) {
@@ -138,7 +139,7 @@ func (n *Node) handleHello(c *conn, req *Request) {
 		c.state.Store(stateConnecting)
 		n.mu.Unlock()
 		n.log.Error("open session", zap.String("key", key.String()), zap.Error(err))
-		c.sendError(req.ID, CodeInternal, "could not open the session")
+		c.sendError(req.ID, protocol.CodeInternal, "could not open the session")
 		return
 	}
 	old := n.local[sess.user][sess.device]
@@ -152,25 +153,25 @@ func (n *Node) handleHello(c *conn, req *Request) {
 	n.stats.sessionsOpened.Add(1)
 	c.handshakeDone() // the sweeper takes over from the handshake deadline
 	n.wheel.add(c, c.deadline(int64(n.cfg.Timeout)))
-	c.sendValue(Welcome{
-		Op: OpWelcome, ID: req.ID, Session: sess.id, User: sess.user, Device: sess.device,
+	c.sendValue(protocol.Welcome{
+		Op: protocol.OpWelcome, ID: req.ID, Session: sess.id, User: sess.user, Device: sess.device,
 		Epoch: sess.epoch, Gateway: n.cfg.Name,
 		HeartbeatMS: n.cfg.Heartbeat.Milliseconds(), TimeoutMS: n.cfg.Timeout.Milliseconds(),
-		ExpiresAt: n.formatTime(now.Add(n.cfg.Timeout)), Protocol: ProtocolVersion,
+		ExpiresAt: n.formatTime(now.Add(n.cfg.Timeout)), Protocol: protocol.Version,
 		TokenExpiresAt: tokenExpires,
 	})
 	n.log.Debug("session opened", zap.Uint64("conn", c.id), zap.String("user", sess.user),
 		zap.String("device", sess.device), zap.Uint64("epoch", sess.epoch), zap.String("session", sess.id))
 	if old != nil {
 		n.stats.superseded.Add(1)
-		old.closeWithError(nil, CodeSuperseded, "a newer connection (epoch "+utoa(sess.epoch)+") took "+key.String())
+		old.closeWithError(nil, protocol.CodeSuperseded, "a newer connection (epoch "+utoa(sess.epoch)+") took "+key.String())
 	}
 }
 
 // checkHello validates a hello's fields.
-func checkHello(req *Request) *requestError {
-	if req.Protocol != 0 && req.Protocol != ProtocolVersion {
-		return errorf(CodeUnsupportedProtocol, "protocol %d is not supported: this gateway speaks protocol %d", req.Protocol, ProtocolVersion)
+func checkHello(req *protocol.Request) *requestError {
+	if req.Protocol != 0 && req.Protocol != protocol.Version {
+		return errorf(protocol.CodeUnsupportedProtocol, "protocol %d is not supported: this gateway speaks protocol %d", req.Protocol, protocol.Version)
 	}
 	if rerr := checkName("user", req.User); rerr != nil {
 		return rerr
@@ -182,22 +183,22 @@ func checkHello(req *Request) *requestError {
 	}
 	if req.Status != "" {
 		if _, err := crdt.ParseStatus(req.Status); err != nil {
-			return errorf(CodeBadRequest, "%v", err)
+			return errorf(protocol.CodeBadRequest, "%v", err)
 		}
 	}
-	if len(req.Groups) > MaxGroups {
-		return errorf(CodeBadRequest, "at most %d groups", MaxGroups)
+	if len(req.Groups) > protocol.MaxGroups {
+		return errorf(protocol.CodeBadRequest, "at most %d groups", protocol.MaxGroups)
 	}
 	for _, g := range req.Groups {
 		if rerr := checkName("group", g); rerr != nil {
 			return rerr
 		}
 	}
-	if req.LastEpoch >= MaxEpoch {
-		return errorf(CodeBadRequest, "last_epoch %d out of range: epochs are below %d (2^53-1)", req.LastEpoch, uint64(MaxEpoch))
+	if req.LastEpoch >= protocol.MaxEpoch {
+		return errorf(protocol.CodeBadRequest, "last_epoch %d out of range: epochs are below %d (2^53-1)", req.LastEpoch, uint64(protocol.MaxEpoch))
 	}
-	if len(req.Token) > MaxTokenLen {
-		return errorf(CodeBadRequest, "token longer than %d bytes", MaxTokenLen)
+	if len(req.Token) > protocol.MaxTokenLen {
+		return errorf(protocol.CodeBadRequest, "token longer than %d bytes", protocol.MaxTokenLen)
 	}
 	return nil
 }
@@ -206,27 +207,27 @@ func checkHello(req *Request) *requestError {
 // of UTF-8 without control characters.
 func checkName(what, s string) *requestError {
 	if s == "" {
-		return errorf(CodeBadRequest, "missing %s", what)
+		return errorf(protocol.CodeBadRequest, "missing %s", what)
 	}
-	if len(s) > MaxNameLen {
-		return errorf(CodeBadRequest, "%s longer than %d bytes", what, MaxNameLen)
+	if len(s) > protocol.MaxNameLen {
+		return errorf(protocol.CodeBadRequest, "%s longer than %d bytes", what, protocol.MaxNameLen)
 	}
 	if !utf8.ValidString(s) {
-		return errorf(CodeBadRequest, "%s is not valid UTF-8", what)
+		return errorf(protocol.CodeBadRequest, "%s is not valid UTF-8", what)
 	}
 	for _, r := range s {
 		if r < 0x20 || r == 0x7f || r == utf8.RuneError {
-			return errorf(CodeBadRequest, "%s contains a control character", what)
+			return errorf(protocol.CodeBadRequest, "%s contains a control character", what)
 		}
 	}
 	return nil
 }
 
 // handleStatus sets the device's status.
-func (n *Node) handleStatus(c *conn, req *Request) (any, *requestError) {
+func (n *Node) handleStatus(c *conn, req *protocol.Request) (any, *requestError) {
 	st, err := crdt.ParseStatus(req.Status)
 	if err != nil {
-		return nil, errorf(CodeBadRequest, "%v", err)
+		return nil, errorf(protocol.CodeBadRequest, "%v", err)
 	}
 	return n.updateSession(c, req, func(s *localSession) bool {
 		if s.status == st {
@@ -238,12 +239,12 @@ func (n *Node) handleStatus(c *conn, req *Request) (any, *requestError) {
 }
 
 // handleJoinLeave adds the session to a group or removes it.
-func (n *Node) handleJoinLeave(c *conn, req *Request) (any, *requestError) {
+func (n *Node) handleJoinLeave(c *conn, req *protocol.Request) (any, *requestError) {
 	if rerr := checkName("group", req.Group); rerr != nil {
 		return nil, rerr
 	}
 	g := req.Group
-	if req.Op == OpJoin {
+	if req.Op == protocol.OpJoin {
 		if rerr := checkJoin(c.sessionGrants(), []string{g}); rerr != nil {
 			return nil, rerr
 		}
@@ -252,14 +253,14 @@ func (n *Node) handleJoinLeave(c *conn, req *Request) (any, *requestError) {
 	reply, uerr := n.updateSession(c, req, func(s *localSession) bool {
 		i, in := slices.BinarySearch(s.groups, g)
 		switch {
-		case req.Op == OpJoin && !in:
-			if len(s.groups) >= MaxGroups {
-				rerr = errorf(CodeBadRequest, "at most %d groups per session", MaxGroups)
+		case req.Op == protocol.OpJoin && !in:
+			if len(s.groups) >= protocol.MaxGroups {
+				rerr = errorf(protocol.CodeBadRequest, "at most %d groups per session", protocol.MaxGroups)
 				return false
 			}
 			s.groups = slices.Insert(slices.Clone(s.groups), i, g)
 			return true
-		case req.Op == OpLeave && in:
+		case req.Op == protocol.OpLeave && in:
 			s.groups = slices.Delete(slices.Clone(s.groups), i, i+1)
 			return true
 		}
@@ -273,7 +274,7 @@ func (n *Node) handleJoinLeave(c *conn, req *Request) (any, *requestError) {
 
 // updateSession applies change to the connection's session and writes it.
 // change returns false for a no-op, which is acknowledged without a write.
-func (n *Node) updateSession(c *conn, req *Request, change func(*localSession) bool) (any, *requestError) {
+func (n *Node) updateSession(c *conn, req *protocol.Request, change func(*localSession) bool) (any, *requestError) {
 	now := n.clock.Now()
 	n.mu.Lock()
 	s, rerr := n.ownedLocked(c)
@@ -284,7 +285,7 @@ func (n *Node) updateSession(c *conn, req *Request, change func(*localSession) b
 	saved := *s
 	if !change(s) {
 		n.mu.Unlock()
-		return OK{Op: OpOK, ID: req.ID}, nil
+		return protocol.OK{Op: protocol.OpOK, ID: req.ID}, nil
 	}
 	d, err := n.replica.PutLocal(n.recordLocked(c, crdt.StateActive, now), now.UnixNano())
 	if err != nil {
@@ -295,7 +296,7 @@ func (n *Node) updateSession(c *conn, req *Request, change func(*localSession) b
 	}
 	n.markDirtyLocked(s.user)
 	n.unlockAndPublish([]crdt.Delta{d})
-	return OK{Op: OpOK, ID: req.ID}, nil
+	return protocol.OK{Op: protocol.OpOK, ID: req.ID}, nil
 }
 
 // writeFailedLocked handles a failed PutLocal of c's session: a newer
@@ -304,22 +305,22 @@ func (n *Node) writeFailedLocked(c *conn, err error) *requestError {
 	if errors.Is(err, crdt.ErrSuperseded) {
 		n.unregisterLocked(c)
 		n.stats.superseded.Add(1)
-		return errorf(CodeSuperseded, "a newer connection took this session")
+		return errorf(protocol.CodeSuperseded, "a newer connection took this session")
 	}
 	n.log.Error("session write failed", zap.Uint64("conn", c.id), zap.Error(err))
-	return errorf(CodeInternal, "could not write the session")
+	return errorf(protocol.CodeInternal, "could not write the session")
 }
 
 // handleAccount writes the user's account record.
-func (n *Node) handleAccount(c *conn, req *Request) (any, *requestError) {
+func (n *Node) handleAccount(c *conn, req *protocol.Request) (any, *requestError) {
 	if req.Override == nil && req.AuthoritativeDevice == nil {
-		return nil, errorf(CodeBadRequest, "want override and/or authoritative_device")
+		return nil, errorf(protocol.CodeBadRequest, "want override and/or authoritative_device")
 	}
 	var ov crdt.Override
 	if req.Override != nil {
 		o, err := crdt.ParseOverride(*req.Override)
 		if err != nil {
-			return nil, errorf(CodeBadRequest, "%v", err)
+			return nil, errorf(protocol.CodeBadRequest, "%v", err)
 		}
 		ov = o
 	}
@@ -346,15 +347,15 @@ func (n *Node) handleAccount(c *conn, req *Request) (any, *requestError) {
 	if err != nil {
 		n.mu.Unlock()
 		n.log.Error("account write failed", zap.Error(err))
-		return nil, errorf(CodeInternal, "could not write the account")
+		return nil, errorf(protocol.CodeInternal, "could not write the account")
 	}
 	n.markDirtyLocked(s.user)
 	n.unlockAndPublish([]crdt.Delta{d})
-	return OK{Op: OpOK, ID: req.ID}, nil
+	return protocol.OK{Op: protocol.OpOK, ID: req.ID}, nil
 }
 
 // handleBye ends the session cleanly; the connection closes after the ok.
-func (n *Node) handleBye(c *conn, req *Request) *requestError {
+func (n *Node) handleBye(c *conn, req *protocol.Request) *requestError {
 	now := n.clock.Now()
 	n.mu.Lock()
 	if _, rerr := n.ownedLocked(c); rerr != nil {
@@ -369,7 +370,7 @@ func (n *Node) handleBye(c *conn, req *Request) *requestError {
 	}
 	n.unlockAndPublish(deltas)
 	n.stats.m.disconnected(reasonBye, 1)
-	c.closeWith(encodeLine(OK{Op: OpOK, ID: req.ID}))
+	c.closeWith(encodeLine(protocol.OK{Op: protocol.OpOK, ID: req.ID}))
 	return nil
 }
 
@@ -430,10 +431,10 @@ func (n *Node) expireSession(c *conn, nowMono int64) {
 			deltas = append(deltas, d)
 		}
 		n.unlockAndPublish(deltas)
-		n.stats.m.disconnected(codeIndex(CodeTokenExpired), len(deltas))
+		n.stats.m.disconnected(codeIndex(protocol.CodeTokenExpired), len(deltas))
 		n.stats.tokenExpired.Add(1)
 		n.log.Debug("session token expired", zap.Uint64("conn", c.id))
-		c.closeWithError(nil, CodeTokenExpired, "the session's token expired without a refresh; reconnect with a new token")
+		c.closeWithError(nil, protocol.CodeTokenExpired, "the session's token expired without a refresh; reconnect with a new token")
 		return
 	}
 	var deltas []crdt.Delta
@@ -443,20 +444,20 @@ func (n *Node) expireSession(c *conn, nowMono int64) {
 	n.unlockAndPublish(deltas)
 	n.stats.expired.Add(1)
 	n.log.Debug("session expired", zap.Uint64("conn", c.id))
-	c.closeWithError(nil, CodeExpired, "no request within "+n.cfg.Timeout.String())
+	c.closeWithError(nil, protocol.CodeExpired, "no request within "+n.cfg.Timeout.String())
 }
 
 // ownedLocked returns c's session if c still owns it.
 func (n *Node) ownedLocked(c *conn) (*localSession, *requestError) {
 	s := c.sess
 	if s == nil {
-		return nil, errorf(CodeNotAuthenticated, "send hello first")
+		return nil, errorf(protocol.CodeNotAuthenticated, "send hello first")
 	}
 	if n.local[s.user][s.device] != c {
 		if n.draining {
-			return nil, errorf(CodeShuttingDown, "the gateway is shutting down")
+			return nil, errorf(protocol.CodeShuttingDown, "the gateway is shutting down")
 		}
-		return nil, errorf(CodeSuperseded, "this session has ended or was superseded")
+		return nil, errorf(protocol.CodeSuperseded, "this session has ended or was superseded")
 	}
 	return s, nil
 }

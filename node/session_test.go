@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/rollcall/rollcall/crdt"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 func TestHelloWelcome(t *testing.T) {
@@ -14,7 +15,7 @@ func TestHelloWelcome(t *testing.T) {
 	c := dial(t, n)
 	c.send(map[string]any{"op": "hello", "id": 7, "user": "user_142", "device": "phone",
 		"status": "away", "groups": []string{"team-7", "team-7", "ops"}})
-	w := c.expect(OpWelcome)
+	w := c.expect(protocol.OpWelcome)
 	if w.num("id") != 7 || w.str("user") != "user_142" || w.str("device") != "phone" ||
 		!clockEpoch(w.num("epoch"), start) || w.str("gateway") != "n1" || w.num("heartbeat_ms") != 5000 ||
 		w.num("timeout_ms") != 15000 || !strings.HasPrefix(w.str("session"), "ses_") {
@@ -29,7 +30,7 @@ func TestHelloWelcome(t *testing.T) {
 	}
 	// hello twice is a bad request; the session stays.
 	c.send(map[string]any{"op": "hello", "user": "user_142"})
-	c.expectError(CodeBadRequest)
+	c.expectError(protocol.CodeBadRequest)
 	if n.SessionCount() != 1 {
 		t.Fatal("session lost")
 	}
@@ -70,7 +71,7 @@ func TestStatusAccountGetLocate(t *testing.T) {
 	get := func(user string) frame {
 		t.Helper()
 		f := b.call(map[string]any{"op": "get", "users": []string{user}})
-		if f.str("op") != OpPresence {
+		if f.str("op") != protocol.OpPresence {
 			t.Fatalf("get: %v", f)
 		}
 		return f["users"].([]any)[0].(map[string]any)
@@ -107,7 +108,7 @@ func TestStatusAccountGetLocate(t *testing.T) {
 
 	loc := b.call(map[string]any{"op": "locate", "user": "alice"})
 	ss := loc["sessions"].([]any)
-	if loc.str("op") != OpLocate || loc.str("user") != "alice" || len(ss) != 2 {
+	if loc.str("op") != protocol.OpLocate || loc.str("user") != "alice" || len(ss) != 2 {
 		t.Fatalf("locate %v", loc)
 	}
 	first := ss[1].(map[string]any) // sorted by device: desktop, phone
@@ -125,12 +126,12 @@ func TestStatusAccountGetLocate(t *testing.T) {
 		{"op": "locate"},
 		{"op": "group"},
 		{"op": "join"},
-		{"op": "join", "group": strings.Repeat("g", MaxNameLen+1)},
+		{"op": "join", "group": strings.Repeat("g", protocol.MaxNameLen+1)},
 		{"op": "send", "to": "bob"},
 		{"op": "sub"},
 		{"op": "unsub"},
 	} {
-		if f := a.call(req); f.str("op") != OpError || f.str("code") != string(CodeBadRequest) {
+		if f := a.call(req); f.str("op") != protocol.OpError || f.str("code") != string(protocol.CodeBadRequest) {
 			t.Fatalf("%v: want bad_request, got %v", req, f)
 		}
 	}
@@ -144,7 +145,7 @@ func TestJoinLeaveGroup(t *testing.T) {
 	group := func() frame {
 		t.Helper()
 		f := b.call(map[string]any{"op": "group", "group": "team"})
-		if f.str("op") != OpGroup || f.str("group") != "team" {
+		if f.str("op") != protocol.OpGroup || f.str("group") != "team" {
 			t.Fatalf("group %v", f)
 		}
 		return f
@@ -177,7 +178,7 @@ func TestHeartbeat(t *testing.T) {
 	c.sendRaw(`{"op":"hb"}`)
 	c.sendRaw(` { "op" : "hb" } `)
 	f := c.call(map[string]any{"op": "hb"})
-	if f.str("op") != OpHB {
+	if f.str("op") != protocol.OpHB {
 		t.Fatalf("hb reply %v", f)
 	}
 	want := clock.Now().Add(15 * time.Second)
@@ -185,7 +186,7 @@ func TestHeartbeat(t *testing.T) {
 		t.Fatalf("expires_at %v (%v), want %v", f.str("expires_at"), err, want)
 	}
 	c.sendRaw(`{"op":"hb","id":9}`)
-	if f := c.recv(); f.str("op") != OpHB || f.num("id") != 9 {
+	if f := c.recv(); f.str("op") != protocol.OpHB || f.num("id") != 9 {
 		t.Fatalf("hb reply %v", f)
 	}
 	c.expectQuiet(50 * time.Millisecond) // plain heartbeats got no reply
@@ -230,7 +231,7 @@ func TestExpiryAfterSilence(t *testing.T) {
 	if bobGone["online"] != false || bobGone["status"] != "offline" {
 		t.Fatalf("event %v", bobGone)
 	}
-	b.expectError(CodeExpired)
+	b.expectError(protocol.CodeExpired)
 	b.expectClosed()
 	s, _ := sessionOf(n, crdt.Key{User: "bob", Device: "phone"})
 	if s.State != crdt.StateExpired {
@@ -258,7 +259,7 @@ func TestByeAndTCPClose(t *testing.T) {
 	w.expectEvent("bob")
 
 	a.send(map[string]any{"op": "bye", "id": "x"})
-	if f := a.recv(); f.str("op") != OpOK || f.str("id") != "x" {
+	if f := a.recv(); f.str("op") != protocol.OpOK || f.str("id") != "x" {
 		t.Fatalf("bye reply %v", f)
 	}
 	a.expectClosed()
@@ -301,13 +302,13 @@ func TestSupersede(t *testing.T) {
 	// if it won the race) and is closed.
 	for {
 		f := old.recv()
-		if f.str("op") == OpError {
-			if f.str("code") != string(CodeSuperseded) {
+		if f.str("op") == protocol.OpError {
+			if f.str("code") != string(protocol.CodeSuperseded) {
 				t.Fatalf("old got %v", f)
 			}
 			break
 		}
-		if f.str("op") != OpOK || f.num("id") != 1 {
+		if f.str("op") != protocol.OpOK || f.num("id") != 1 {
 			t.Fatalf("old got %v", f)
 		}
 	}

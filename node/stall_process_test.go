@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // TestStallProcess is the stall of a whole process end to end: a gateway process
@@ -104,14 +106,14 @@ func TestStallProcess(t *testing.T) {
 	// The silent client expires once the sweeper, running again, finds its
 	// deadline (extended by the stall) passed: by then it has had every
 	// chance to expire the heartbeating clients too.
-	silent.expectError(CodeExpired)
+	silent.expectError(protocol.CodeExpired)
 	close(stop)
 	<-beating
 	expired := 0
 	for _, c := range good {
 		c.send(map[string]any{"op": "hb", "id": 1})
-		if f := c.recv(); f.str("op") != OpHB {
-			if f.str("code") != string(CodeExpired) {
+		if f := c.recv(); f.str("op") != protocol.OpHB {
+			if f.str("code") != string(protocol.CodeExpired) {
 				t.Fatalf("want an hb reply, got %v", f)
 			}
 			expired++

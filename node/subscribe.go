@@ -1,7 +1,6 @@
 package node
 
 import (
-	"encoding/json"
 	"maps"
 	"slices"
 	"time"
@@ -9,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rollcall/rollcall/crdt"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // Subscriptions and events.
@@ -79,7 +79,7 @@ func (n *Node) nextVersionLocked() uint64 {
 // ok and then one event per current subject itself, so that no change event
 // can overtake them, outside the queue's bound (sendSnapshot), and returns
 // its reader reads on once they have left the queue.
-func (n *Node) handleSub(c *conn, req *Request) *requestError {
+func (n *Node) handleSub(c *conn, req *protocol.Request) *requestError {
 	if rerr := checkSubjects(req); rerr != nil {
 		return rerr
 	}
@@ -107,13 +107,13 @@ func (n *Node) handleSub(c *conn, req *Request) *requestError {
 			added++
 		}
 	}
-	if len(c.subUsers)+len(c.subGroups)+added > MaxSubscriptions {
+	if len(c.subUsers)+len(c.subGroups)+added > protocol.MaxSubscriptions {
 		n.mu.Unlock()
-		return errorf(CodeBadRequest, "at most %d subscriptions per connection", MaxSubscriptions)
+		return errorf(protocol.CodeBadRequest, "at most %d subscriptions per connection", protocol.MaxSubscriptions)
 	}
 	version := n.nextVersionLocked()
 	frames := make([][]byte, 0, len(req.Users)+1)
-	frames = append(frames, encodeLine(OK{Op: OpOK, ID: req.ID}))
+	frames = append(frames, encodeLine(protocol.OK{Op: protocol.OpOK, ID: req.ID}))
 	for _, u := range uniqueStrings(req.Users) {
 		if c.subUsers == nil {
 			c.subUsers = make(map[string]struct{})
@@ -146,7 +146,7 @@ func (n *Node) handleSub(c *conn, req *Request) *requestError {
 }
 
 // handleUnsub removes subscriptions. Unknown subjects are ignored.
-func (n *Node) handleUnsub(c *conn, req *Request) (any, *requestError) {
+func (n *Node) handleUnsub(c *conn, req *protocol.Request) (any, *requestError) {
 	if rerr := checkSubjects(req); rerr != nil {
 		return nil, rerr
 	}
@@ -167,15 +167,15 @@ func (n *Node) handleUnsub(c *conn, req *Request) (any, *requestError) {
 			n.unwatchGroupLocked(g, c)
 		}
 	}
-	return OK{Op: OpOK, ID: req.ID}, nil
+	return protocol.OK{Op: protocol.OpOK, ID: req.ID}, nil
 }
 
-func checkSubjects(req *Request) *requestError {
+func checkSubjects(req *protocol.Request) *requestError {
 	if len(req.Users) == 0 && req.Group == "" {
-		return errorf(CodeBadRequest, "want users and/or group")
+		return errorf(protocol.CodeBadRequest, "want users and/or group")
 	}
-	if len(req.Users) > MaxUsersPerRequest {
-		return errorf(CodeBadRequest, "at most %d users per request", MaxUsersPerRequest)
+	if len(req.Users) > protocol.MaxUsersPerRequest {
+		return errorf(protocol.CodeBadRequest, "at most %d users per request", protocol.MaxUsersPerRequest)
 	}
 	for _, u := range req.Users {
 		if rerr := checkName("user", u); rerr != nil {
@@ -468,11 +468,11 @@ func uniqueStrings(s []string) []string {
 }
 
 // presenceJSON converts a crdt aggregate to its wire form.
-func presenceJSON(p crdt.Presence, version uint64) Presence {
-	out := Presence{User: p.User, Online: p.Online, Status: p.Status.String(),
-		Sessions: make([]SessionInfo, 0, len(p.Sessions)), Version: version}
+func presenceJSON(p crdt.Presence, version uint64) protocol.Presence {
+	out := protocol.Presence{User: p.User, Online: p.Online, Status: p.Status.String(),
+		Sessions: make([]protocol.SessionInfo, 0, len(p.Sessions)), Version: version}
 	for _, s := range p.Sessions {
-		out.Sessions = append(out.Sessions, SessionInfo{
+		out.Sessions = append(out.Sessions, protocol.SessionInfo{
 			Session: s.Session, Device: s.Device, Epoch: s.Epoch, Gateway: s.Gateway, Status: s.Status.String(),
 		})
 	}
@@ -480,16 +480,16 @@ func presenceJSON(p crdt.Presence, version uint64) Presence {
 }
 
 func encodeEvent(p crdt.Presence, version uint64, group string, member *bool) []byte {
-	return encodeLine(Event{Op: OpEvent, Presence: presenceJSON(p, version), Group: group, Member: member})
+	return encodeLine(protocol.Event{Op: protocol.OpEvent, Presence: presenceJSON(p, version), Group: group, Member: member})
 }
 
 // encodeLine encodes a protocol value as one line. The values are plain
 // structs of strings, numbers and validated raw JSON, so encoding cannot
 // fail; if it ever did, the line would be an internal error.
 func encodeLine(v any) []byte {
-	b, err := json.Marshal(v)
+	b, err := protocol.Marshal(v)
 	if err != nil {
-		return encodeError(nil, CodeInternal, "encode: "+err.Error())
+		return encodeError(nil, protocol.CodeInternal, "encode: "+err.Error())
 	}
-	return append(b, '\n')
+	return b
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/rollcall/rollcall/protocol"
 )
 
 func TestSubUser(t *testing.T) {
@@ -12,14 +14,14 @@ func TestSubUser(t *testing.T) {
 	a, wa := connect(t, n, "alice", "phone")
 
 	w.send(map[string]any{"op": "sub", "users": []string{"alice", "bob", "alice"}, "id": "s"})
-	if f := w.recv(); f.str("op") != OpOK || f.str("id") != "s" {
+	if f := w.recv(); f.str("op") != protocol.OpOK || f.str("id") != "s" {
 		t.Fatalf("sub reply %v", f)
 	}
 	// One event per current subject, at once.
 	got := map[string]frame{}
 	for range 2 {
 		f := w.recv()
-		if f.str("op") != OpEvent {
+		if f.str("op") != protocol.OpEvent {
 			t.Fatalf("want event, got %v", f)
 		}
 		got[f.str("user")] = f
@@ -67,7 +69,7 @@ func TestSubUser(t *testing.T) {
 	a.ok(map[string]any{"op": "account", "override": "none"})
 	b1.ok(map[string]any{"op": "status", "status": "away"})
 	// Only bob's event arrives.
-	if e := w.recv(); e.str("op") != OpEvent || e.str("user") != "bob" {
+	if e := w.recv(); e.str("op") != protocol.OpEvent || e.str("user") != "bob" {
 		t.Fatalf("after unsub: %v", e)
 	}
 	w.expectQuiet(50 * time.Millisecond)
@@ -152,7 +154,7 @@ func TestEventVersionsIncreaseAndCoalesce(t *testing.T) {
 	a.sendRaw(joinLines(`{"op":"status","status":"away"}`, `{"op":"status","status":"busy"}`,
 		`{"op":"status","status":"available"}`, `{"op":"status","status":"away"}`))
 	for range 4 {
-		a.expect(OpOK)
+		a.expect(protocol.OpOK)
 	}
 	w.expectQuiet(50 * time.Millisecond) // the window is open
 	endWindow()
@@ -164,8 +166,8 @@ func TestEventVersionsIncreaseAndCoalesce(t *testing.T) {
 	last = e.num("version")
 	// A flap that ends where it started: none.
 	a.sendRaw(joinLines(`{"op":"status","status":"available"}`, `{"op":"status","status":"away"}`))
-	a.expect(OpOK)
-	a.expect(OpOK)
+	a.expect(protocol.OpOK)
+	a.expect(protocol.OpOK)
 	endWindow()
 	w.expectQuiet(150 * time.Millisecond)
 	// Versions keep increasing across many changes.
@@ -192,14 +194,14 @@ func TestEventVersionsIncreaseAndCoalesce(t *testing.T) {
 func TestSubLimits(t *testing.T) {
 	n := newTestNode(t, nil)
 	w, _ := connect(t, n, "watcher", "w")
-	users := make([]string, MaxUsersPerRequest+1)
+	users := make([]string, protocol.MaxUsersPerRequest+1)
 	for i := range users {
 		users[i] = "u" + utoa(uint64(i))
 	}
-	if f := w.call(map[string]any{"op": "sub", "users": users}); f.str("code") != string(CodeBadRequest) {
+	if f := w.call(map[string]any{"op": "sub", "users": users}); f.str("code") != string(protocol.CodeBadRequest) {
 		t.Fatalf("over-long sub: %v", f)
 	}
-	if f := w.call(map[string]any{"op": "get", "users": users}); f.str("code") != string(CodeBadRequest) {
+	if f := w.call(map[string]any{"op": "get", "users": users}); f.str("code") != string(protocol.CodeBadRequest) {
 		t.Fatalf("over-long get: %v", f)
 	}
 }

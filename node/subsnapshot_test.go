@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rollcall/rollcall/crdt"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // The initial events of a sub must never make a prompt reader a slow
@@ -41,7 +42,7 @@ func subStorm(t *testing.T, n *Node, subs []map[string]any, events []int) {
 	c, _ := connect(t, n, "watcher", "w")
 	var lines strings.Builder
 	for i, s := range subs {
-		s["op"], s["id"] = OpSub, i
+		s["op"], s["id"] = protocol.OpSub, i
 		b, err := json.Marshal(s)
 		if err != nil {
 			t.Fatal(err)
@@ -52,13 +53,13 @@ func subStorm(t *testing.T, n *Node, subs []map[string]any, events []int) {
 	c.sendRaw(strings.TrimSuffix(lines.String(), "\n"))
 	for i := range subs {
 		f := c.recv()
-		if f.str("op") != OpOK || f.num("id") != float64(i) {
+		if f.str("op") != protocol.OpOK || f.num("id") != float64(i) {
 			t.Fatalf("sub %d: want its ok, got %v", i, f)
 		}
 		for k := range events[i] {
 			// A prompt reader: check the op without decoding the rest.
 			c.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
-			line, err := c.r.ReadSlice('\n')
+			line, err := c.r.ReadLine()
 			if err != nil || !bytes.HasPrefix(line, []byte(`{"op":"event",`)) {
 				t.Fatalf("sub %d: event %d of %d: got %q, %v", i, k, events[i], line, err)
 			}
@@ -66,7 +67,7 @@ func subStorm(t *testing.T, n *Node, subs []map[string]any, events []int) {
 	}
 	// Still connected, and nothing else was queued.
 	c.send(map[string]any{"op": "get", "users": []string{"m0000"}, "id": "g"})
-	if f := c.recv(); f.str("op") != OpPresence || f.str("id") != "g" {
+	if f := c.recv(); f.str("op") != protocol.OpPresence || f.str("id") != "g" {
 		t.Fatalf("after the subs: got %v", f)
 	}
 	c.ok(map[string]any{"op": "bye"})
@@ -177,6 +178,6 @@ func TestSubSnapshotsStayBounded(t *testing.T) {
 	w, _ := connect(t, n, "w", "w")
 	w.ok(map[string]any{"op": "sub", "users": members})
 	for range members {
-		w.expect(OpEvent)
+		w.expect(protocol.OpEvent)
 	}
 }

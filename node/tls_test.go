@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/tls"
 	"crypto/x509"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/rollcall/rollcall/internal/testcerts"
 	"github.com/rollcall/rollcall/internal/tlsconf"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // tlsFixture is a CA, a gateway certificate it signed, and the files a
@@ -68,7 +68,7 @@ func dialTLS(t *testing.T, n *Node, config *tls.Config) (*client, error) {
 		return nil, err
 	}
 	t.Cleanup(func() { nc.Close() })
-	return &client{t: t, nc: nc, r: bufio.NewReaderSize(nc, 64<<10)}, nil
+	return newClient(t, nc), nil
 }
 
 // refused reports whether a TLS client that completed its side of the
@@ -234,7 +234,7 @@ func TestTLSReload(t *testing.T) {
 	if ev := bob.expectEvent("alice"); ev["online"] != true {
 		t.Fatalf("bob's event %v", ev)
 	}
-	if hb := bob.call(map[string]any{"op": "hb"}); hb.str("op") != OpHB {
+	if hb := bob.call(map[string]any{"op": "hb"}); hb.str("op") != protocol.OpHB {
 		t.Fatalf("bob's heartbeat: %v", hb)
 	}
 	if !bytes.Equal(leaf(bob), oldLeaf) {

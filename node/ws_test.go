@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/rollcall/rollcall/crdt"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // The protocol suite runs over either transport: -transport=ws (or
@@ -73,7 +73,7 @@ func tryDialWS(t testing.TB, url string, opts *websocket.DialOptions) (*client, 
 	nc := newWSConn(ws, wsAddr(url), wsAddr(url), func() error { go ws.CloseNow(); return nil }) //nolint:errcheck // best effort
 	go nc.pump()
 	t.Cleanup(func() { nc.Close(); nc.closeNow() })
-	return &client{t: t, nc: nc, r: bufio.NewReaderSize(nc, 64<<10)}, resp, nil
+	return newClient(t, nc), resp, nil
 }
 
 type wsAddr string
@@ -126,7 +126,7 @@ func TestWSOrigins(t *testing.T) {
 			// Served: the gateway answers (a hello without a token on the
 			// strict node fails authentication, which is an answer).
 			c.send(map[string]any{"op": "hb", "id": 1})
-			c.expectError(CodeNotAuthenticated)
+			c.expectError(protocol.CodeNotAuthenticated)
 		})
 	}
 }
@@ -232,7 +232,7 @@ func TestWSUpgradeToken(t *testing.T) {
 			user = "bob"
 		}
 		c.send(map[string]any{"op": "hello", "user": user})
-		if f := c.recv(); f.str("code") != string(CodeAuthFailed) {
+		if f := c.recv(); f.str("code") != string(protocol.CodeAuthFailed) {
 			t.Fatalf("%s: want auth_failed, got %v", name, f)
 		}
 		c.expectClosed()
@@ -301,7 +301,7 @@ func TestWSOverTLS(t *testing.T) {
 		t.Fatalf("wss dial: %v", err)
 	}
 	c.hello("alice", "web")
-	if f := c.call(map[string]any{"op": "get", "users": []string{"alice"}}); f.str("op") != OpPresence {
+	if f := c.call(map[string]any{"op": "get", "users": []string{"alice"}}); f.str("op") != protocol.OpPresence {
 		t.Fatalf("get: %v", f)
 	}
 	if _, _, err := tryDialWS(t, "ws://"+n.HTTPAddr().String()+"/ws", nil); err == nil {
@@ -318,7 +318,7 @@ func TestWSDedicatedListener(t *testing.T) {
 	})
 	c := dialWS(t, "ws://"+n.WSAddr().String()+"/ws", nil)
 	c.hello("alice", "web")
-	if f := c.call(map[string]any{"op": "get", "users": []string{"alice"}}); f.str("op") != OpPresence {
+	if f := c.call(map[string]any{"op": "get", "users": []string{"alice"}}); f.str("op") != protocol.OpPresence {
 		t.Fatalf("get: %v", f)
 	}
 	resp, err := http.Get("http://" + n.WSAddr().String() + "/healthz")

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/rollcall/rollcall/gossip"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // TestThreeAgentProcesses runs three real `rollcall agent` processes joined
@@ -240,15 +240,19 @@ func newLineClient(t *testing.T, conn net.Conn, user, device string, extra map[s
 	t.Cleanup(func() { close(c.stop); conn.Close() })
 	go func() {
 		defer close(c.in)
-		sc := bufio.NewScanner(conn)
-		for sc.Scan() {
+		lr := protocol.NewReader(conn, 64<<10, 1<<20)
+		for {
+			line, err := lr.ReadLine()
+			if err != nil {
+				return
+			}
 			var m map[string]any
-			if json.Unmarshal(sc.Bytes(), &m) == nil {
+			if json.Unmarshal(line, &m) == nil {
 				c.in <- m
 			}
 		}
 	}()
-	hello := map[string]any{"op": "hello", "user": user, "device": device}
+	hello := map[string]any{"op": protocol.OpHello, "user": user, "device": device}
 	for k, v := range extra {
 		hello[k] = v
 	}
@@ -258,8 +262,8 @@ func newLineClient(t *testing.T, conn net.Conn, user, device string, extra map[s
 }
 
 func (c *lineClient) send(m map[string]any) {
-	b, _ := json.Marshal(m)
-	_, _ = c.conn.Write(append(b, '\n'))
+	b, _ := protocol.Marshal(m)
+	_, _ = c.conn.Write(b)
 }
 
 func (c *lineClient) heartbeat(every time.Duration) {

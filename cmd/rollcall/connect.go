@@ -19,6 +19,7 @@ import (
 	"github.com/rollcall/rollcall/client"
 	"github.com/rollcall/rollcall/internal/tlsconf"
 	"github.com/rollcall/rollcall/node"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 const connectHelp = `commands:
@@ -212,20 +213,20 @@ func (cl *interactive) currentToken(context.Context) (string, error) {
 
 // restoredOps are the requests whose effect a reconnect loses: connect
 // sends them again, in order, after the new welcome.
-var restoredOps = map[string]bool{node.OpStatus: true, node.OpAccount: true, node.OpJoin: true,
-	node.OpLeave: true, node.OpSub: true, node.OpUnsub: true}
+var restoredOps = map[string]bool{protocol.OpStatus: true, protocol.OpAccount: true, protocol.OpJoin: true,
+	protocol.OpLeave: true, protocol.OpSub: true, protocol.OpUnsub: true}
 
 // note remembers a request line about to be sent: a refresh's token for
 // the next hello, a state change to send again after a reconnect.
 func (cl *interactive) note(req []byte) {
-	var r node.Request
+	var r protocol.Request
 	if json.Unmarshal(req, &r) != nil {
 		return
 	}
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	switch {
-	case r.Op == node.OpRefresh && r.Token != "":
+	case r.Op == protocol.OpRefresh && r.Token != "":
 		cl.token = r.Token
 	case restoredOps[r.Op]:
 		cl.restore = slices.DeleteFunc(cl.restore, func(b []byte) bool { return bytes.Equal(b, req) })
@@ -255,7 +256,7 @@ func (cl *interactive) show(ctx context.Context, l client.RawLine) {
 	default:
 		cl.printf("%s", formatReply(m))
 	}
-	if _, ok := m.(*node.Welcome); ok {
+	if _, ok := m.(*protocol.Welcome); ok {
 		cl.mu.Lock()
 		again := cl.lost
 		cl.lost = false
@@ -275,9 +276,9 @@ func (cl *interactive) show(ctx context.Context, l client.RawLine) {
 }
 
 // decodeReply decodes a line from the gateway into node's type for its op:
-// *node.Welcome, *okReply, *node.HBReply, *node.PresenceReply,
-// *node.GroupReply, *node.LocateReply, *node.Event, *node.MessageFrame or
-// *node.ErrorFrame. It fails on a line that is not JSON, not one of these
+// *protocol.Welcome, *okReply, *protocol.HBReply, *protocol.PresenceReply,
+// *protocol.GroupReply, *protocol.LocateReply, *protocol.Event, *protocol.MessageFrame or
+// *protocol.ErrorFrame. It fails on a line that is not JSON, not one of these
 // ops, or not of its op's shape.
 func decodeReply(line []byte) (any, error) {
 	var head struct {
@@ -288,9 +289,9 @@ func decodeReply(line []byte) (any, error) {
 	}
 	var v any
 	switch head.Op {
-	case node.OpWelcome:
-		v = &node.Welcome{}
-	case node.OpOK:
+	case protocol.OpWelcome:
+		v = &protocol.Welcome{}
+	case protocol.OpOK:
 		var ok okReply
 		if err := json.Unmarshal(line, &ok.OK); err != nil {
 			return nil, err
@@ -299,20 +300,20 @@ func decodeReply(line []byte) (any, error) {
 			return nil, err
 		}
 		return &ok, nil
-	case node.OpHB:
-		v = &node.HBReply{}
-	case node.OpPresence:
-		v = &node.PresenceReply{}
-	case node.OpGroup:
-		v = &node.GroupReply{}
-	case node.OpLocate:
-		v = &node.LocateReply{}
-	case node.OpEvent:
-		v = &node.Event{}
-	case node.OpMessage:
-		v = &node.MessageFrame{}
-	case node.OpError:
-		v = &node.ErrorFrame{}
+	case protocol.OpHB:
+		v = &protocol.HBReply{}
+	case protocol.OpPresence:
+		v = &protocol.PresenceReply{}
+	case protocol.OpGroup:
+		v = &protocol.GroupReply{}
+	case protocol.OpLocate:
+		v = &protocol.LocateReply{}
+	case protocol.OpEvent:
+		v = &protocol.Event{}
+	case protocol.OpMessage:
+		v = &protocol.MessageFrame{}
+	case protocol.OpError:
+		v = &protocol.ErrorFrame{}
 	default:
 		return nil, fmt.Errorf("unknown op %q", head.Op)
 	}
@@ -325,14 +326,14 @@ func decodeReply(line []byte) (any, error) {
 // okReply is an ok line, which replies to several requests: send's fills
 // Delivered, refresh's TokenExpiresAt, the others neither.
 type okReply struct {
-	OK      node.OK
-	Refresh node.RefreshReply
+	OK      protocol.OK
+	Refresh protocol.RefreshReply
 }
 
 // formatReply renders a reply from decodeReply for people.
 func formatReply(reply any) string {
 	switch m := reply.(type) {
-	case *node.Welcome:
+	case *protocol.Welcome:
 		s := fmt.Sprintf("connected to %s as %s/%s (session %s, epoch %d); heartbeat every %v, session expires after %v of silence",
 			m.Gateway, m.User, m.Device, m.Session, m.Epoch,
 			time.Duration(m.HeartbeatMS)*time.Millisecond, time.Duration(m.TimeoutMS)*time.Millisecond)
@@ -348,9 +349,9 @@ func formatReply(reply any) string {
 			return "ok: token expires at " + m.Refresh.TokenExpiresAt
 		}
 		return "ok"
-	case *node.HBReply:
+	case *protocol.HBReply:
 		return "hb ok, session expires at " + m.ExpiresAt
-	case *node.PresenceReply:
+	case *protocol.PresenceReply:
 		var b strings.Builder
 		for i, p := range m.Users {
 			if i > 0 {
@@ -359,21 +360,21 @@ func formatReply(reply any) string {
 			b.WriteString(formatPresence(p))
 		}
 		return b.String()
-	case *node.GroupReply:
+	case *protocol.GroupReply:
 		var b strings.Builder
 		fmt.Fprintf(&b, "group %s: %d online", m.Group, m.Online)
 		for _, p := range m.Members {
 			b.WriteString("\n  " + formatPresence(p))
 		}
 		return b.String()
-	case *node.LocateReply:
+	case *protocol.LocateReply:
 		var b strings.Builder
 		fmt.Fprintf(&b, "%s: %d active session(s)", m.User, len(m.Sessions))
 		for _, s := range m.Sessions {
 			fmt.Fprintf(&b, "\n  %s on %s: %s, epoch %d, %s", s.Device, s.Gateway, s.Session, s.Epoch, s.Status)
 		}
 		return b.String()
-	case *node.Event:
+	case *protocol.Event:
 		prefix := "* "
 		if m.Group != "" {
 			prefix = "* [" + m.Group + "] "
@@ -385,14 +386,14 @@ func formatReply(reply any) string {
 			}
 		}
 		return prefix + formatPresence(m.Presence) + fmt.Sprintf("  (v%d)", m.Version)
-	case *node.MessageFrame:
+	case *protocol.MessageFrame:
 		body := string(m.Body)
 		var s string
 		if json.Unmarshal(m.Body, &s) == nil {
 			body = s
 		}
 		return fmt.Sprintf("<%s/%s> %s", m.From, m.FromDevice, body)
-	case *node.ErrorFrame:
+	case *protocol.ErrorFrame:
 		if len(m.Gateways) > 0 {
 			return fmt.Sprintf("error %s: %s (other gateways: %s)", m.Code, m.Message, strings.Join(m.Gateways, ", "))
 		}
@@ -403,7 +404,7 @@ func formatReply(reply any) string {
 
 // formatPresence renders a presence in one line: "bob: busy (phone busy
 // @n1, desktop available @n2)".
-func formatPresence(p node.Presence) string {
+func formatPresence(p protocol.Presence) string {
 	if !p.Online {
 		return p.User + ": offline"
 	}
@@ -429,7 +430,7 @@ func parseCommand(line string) (req []byte, quit bool, err error) {
 	}
 	f := strings.Fields(line)
 	cmd, args := f[0], f[1:]
-	var v node.Request
+	var v protocol.Request
 	need := func(n int, usage string) error {
 		if len(args) < n {
 			return fmt.Errorf("usage: %s", usage)
@@ -440,12 +441,12 @@ func parseCommand(line string) (req []byte, quit bool, err error) {
 	case "bye", "quit", "exit":
 		return nil, true, nil
 	case "hb":
-		v = node.Request{Op: node.OpHB, ID: json.RawMessage(`"hb"`)}
+		v = protocol.Request{Op: protocol.OpHB, ID: json.RawMessage(`"hb"`)}
 	case "status":
 		if err := need(1, "status available|away|busy"); err != nil {
 			return nil, false, err
 		}
-		v = node.Request{Op: node.OpStatus, Status: args[0]}
+		v = protocol.Request{Op: protocol.OpStatus, Status: args[0]}
 	case "account":
 		if err := need(1, "account none|away|dnd|busy  or  account auth DEVICE"); err != nil {
 			return nil, false, err
@@ -458,39 +459,39 @@ func parseCommand(line string) (req []byte, quit bool, err error) {
 			if dev == "-" {
 				dev = ""
 			}
-			v = node.Request{Op: node.OpAccount, AuthoritativeDevice: &dev}
+			v = protocol.Request{Op: protocol.OpAccount, AuthoritativeDevice: &dev}
 		} else {
-			v = node.Request{Op: node.OpAccount, Override: &args[0]}
+			v = protocol.Request{Op: protocol.OpAccount, Override: &args[0]}
 		}
 	case "get":
 		if err := need(1, "get USER..."); err != nil {
 			return nil, false, err
 		}
-		v = node.Request{Op: node.OpGet, Users: args}
+		v = protocol.Request{Op: protocol.OpGet, Users: args}
 	case "group", "join", "leave":
 		if err := need(1, cmd+" NAME"); err != nil {
 			return nil, false, err
 		}
-		v = node.Request{Op: cmd, Group: args[0]}
+		v = protocol.Request{Op: cmd, Group: args[0]}
 	case "locate":
 		if err := need(1, cmd+" NAME"); err != nil {
 			return nil, false, err
 		}
-		v = node.Request{Op: node.OpLocate, User: args[0]}
+		v = protocol.Request{Op: protocol.OpLocate, User: args[0]}
 	case "sub", "unsub":
 		if err := need(1, cmd+" USER...  or  "+cmd+" group G"); err != nil {
 			return nil, false, err
 		}
 		if args[0] == "group" && len(args) == 2 {
-			v = node.Request{Op: cmd, Group: args[1]}
+			v = protocol.Request{Op: cmd, Group: args[1]}
 		} else {
-			v = node.Request{Op: cmd, Users: args}
+			v = protocol.Request{Op: cmd, Users: args}
 		}
 	case "refresh":
 		if err := need(1, "refresh TOKEN"); err != nil {
 			return nil, false, err
 		}
-		v = node.Request{Op: node.OpRefresh, Token: args[0]}
+		v = protocol.Request{Op: protocol.OpRefresh, Token: args[0]}
 	case "send":
 		if err := need(2, "send USER TEXT..."); err != nil {
 			return nil, false, err
@@ -504,7 +505,7 @@ func parseCommand(line string) (req []byte, quit bool, err error) {
 			}
 			body = quoted
 		}
-		v = node.Request{Op: node.OpSend, To: args[0], Body: body}
+		v = protocol.Request{Op: protocol.OpSend, To: args[0], Body: body}
 	default:
 		return nil, false, fmt.Errorf("unknown command %q", cmd)
 	}

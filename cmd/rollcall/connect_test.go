@@ -9,6 +9,7 @@ import (
 
 	"github.com/rollcall/rollcall/client"
 	"github.com/rollcall/rollcall/internal/testcluster"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // renderLine is how `rollcall connect` prints one line from the gateway.
@@ -196,7 +197,7 @@ func TestConnectSuperseded(t *testing.T) {
 // TestConnectExitError: what connect exits with when the gateway refuses
 // or ends the session.
 func TestConnectExitError(t *testing.T) {
-	err := exitError(fmt.Errorf("wrapped: %w", &client.Error{Code: client.CodeSuperseded, Message: "m"}))
+	err := exitError(fmt.Errorf("wrapped: %w", &client.Error{Code: protocol.CodeSuperseded, Message: "m"}))
 	if err.Error() != "gateway closed the session: superseded: m" {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rollcall/rollcall/gossip"
-	"github.com/rollcall/rollcall/node"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 func TestDrainAndAdvertiseFlags(t *testing.T) {
@@ -66,7 +66,7 @@ func TestAgentAdvertisesClientAddr(t *testing.T) {
 }
 
 func TestConnectShowsTheOtherGateways(t *testing.T) {
-	got := formatReply(&node.ErrorFrame{Op: node.OpError, Code: node.CodeShuttingDown, Message: "bye", Gateways: []string{"10.0.0.2:7400", "10.0.0.3:7400"}})
+	got := formatReply(&protocol.ErrorFrame{Op: protocol.OpError, Code: protocol.CodeShuttingDown, Message: "bye", Gateways: []string{"10.0.0.2:7400", "10.0.0.3:7400"}})
 	if got != "error shutting_down: bye (other gateways: 10.0.0.2:7400, 10.0.0.3:7400)" {
 		t.Fatal(got)
 	}

@@ -3,9 +3,7 @@
 package main
 
 import (
-	"bufio"
 	"compress/gzip"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -18,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // rlimitEnv tells TestRlimitExecHelper the RLIMIT_NOFILE ("soft:hard") to
@@ -112,10 +112,10 @@ func TestAgentUnderALowFileLimit(t *testing.T) {
 			t.Fatal(err)
 		}
 		nc.SetReadDeadline(time.Now().Add(10 * time.Second))
-		line, err := bufio.NewReader(nc).ReadString('\n')
+		line, err := protocol.NewReader(nc, 4<<10, protocol.MaxLineBytes).ReadLine()
 		nc.Close()
-		var f struct{ Op, Code string }
-		if err != nil || json.Unmarshal([]byte(line), &f) != nil || f.Op != "error" || f.Code != "overloaded" {
+		var f protocol.ErrorFrame
+		if err != nil || protocol.Unmarshal(line, &f) != nil || f.Op != protocol.OpError || f.Code != protocol.CodeOverloaded {
 			t.Fatalf("connection %d: %q %v; want an overloaded error line", conns+1+i, line, err)
 		}
 	}

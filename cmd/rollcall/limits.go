@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rollcall/rollcall/node"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // limitFlags are the agent's flags for the gateway's abuse limits and the
@@ -38,7 +39,7 @@ func (lf *limitFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&lf.requestBurst, "request-burst", node.DefaultRequestBurst, "requests one connection may make at once after a quiet spell")
 	fs.IntVar(&lf.maxSessionsPerUser, "max-sessions-per-user", node.DefaultMaxSessionsPerUser, "active sessions one user may hold across the cluster; one more is refused too_many_sessions (negative: no cap)")
 	fs.IntVar(&lf.maxConnectionsPerIP, "max-connections-per-ip", node.DefaultMaxConnectionsPerIP, "client connections one source address may hold on this gateway; one more is refused too_many_connections (negative: no cap)")
-	fs.IntVar(&lf.maxLineBytes, "max-line-bytes", node.MaxLineBytesDefault, "longest client request line in bytes; a longer one is refused line_too_long and the connection closed")
+	fs.IntVar(&lf.maxLineBytes, "max-line-bytes", protocol.MaxLineBytes, "longest client request line in bytes; a longer one is refused line_too_long and the connection closed")
 	fs.IntVar(&lf.outboundQueue, "outbound-queue", node.DefaultOutboundQueue, "frames that may wait for one client; a client that lets more pile up is dropped slow_consumer")
 	fs.IntVar(&lf.outboundQueueBytes, "outbound-queue-bytes", node.DefaultOutboundQueueBytes, "bytes that may wait for one client (must exceed --max-line-bytes)")
 	fs.DurationVar(&lf.writeTimeout, "write-timeout", node.DefaultWriteTimeout, "bound on one write to a client; a client that reads nothing for this long is dropped slow_consumer")

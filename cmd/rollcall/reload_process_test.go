@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"net"
@@ -18,6 +16,7 @@ import (
 
 	"github.com/rollcall/rollcall/internal/testcerts"
 	"github.com/rollcall/rollcall/node"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // SIGHUP on a running agent re-reads its TLS certificate files and applies
@@ -141,13 +140,13 @@ func TestSIGHUPReloadsTokenKeys(t *testing.T) {
 	}
 	stale := dial()
 	defer stale.Close()
-	hello, _ := json.Marshal(map[string]any{"op": "hello", "user": "carol", "device": "d", "token": token(oldKey, "carol")})
-	if _, err := stale.Write(append(hello, '\n')); err != nil {
+	hello, _ := protocol.Marshal(protocol.Request{Op: protocol.OpHello, User: "carol", Device: "d", Token: token(oldKey, "carol")})
+	if _, err := stale.Write(hello); err != nil {
 		t.Fatal(err)
 	}
 	stale.SetReadDeadline(time.Now().Add(10 * time.Second)) //nolint:errcheck // a missed deadline fails the read below
-	var reply map[string]any
-	if line, err := bufio.NewReader(stale).ReadBytes('\n'); err != nil || json.Unmarshal(line, &reply) != nil || reply["code"] != "auth_failed" {
+	var reply protocol.ErrorFrame
+	if line, err := protocol.NewReader(stale, 4<<10, protocol.MaxLineBytes).ReadLine(); err != nil || protocol.Unmarshal(line, &reply) != nil || reply.Code != protocol.CodeAuthFailed {
 		t.Fatalf("a token of the replaced key: %s %v", line, err)
 	}
 	newLineClient(t, dial(), "dave", "d", map[string]any{"token": token(newKey, "dave")})

@@ -7,7 +7,7 @@ import (
 	"runtime"
 	"runtime/debug"
 
-	"github.com/rollcall/rollcall/node"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // Set at build time by make build and make image from git, with -ldflags
@@ -29,13 +29,13 @@ type buildInfo struct {
 	Time      string // commit time (RFC 3339), empty when unknown
 	Modified  bool   // the work tree had uncommitted changes
 	GoVersion string
-	Protocol  int // node.ProtocolVersion
+	Protocol  int // protocol.Version
 }
 
 // readBuildInfo gathers the version from the linker flag and from the build
 // information the go command embeds.
 func readBuildInfo() buildInfo {
-	bi := buildInfo{GoVersion: runtime.Version(), Protocol: node.ProtocolVersion}
+	bi := buildInfo{GoVersion: runtime.Version(), Protocol: protocol.Version}
 	if info, ok := debug.ReadBuildInfo(); ok {
 		if v := info.Main.Version; v != "" && v != "(devel)" {
 			bi.Version = v

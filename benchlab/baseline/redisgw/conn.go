@@ -17,29 +17,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-)
 
-// Error codes, as Rollcall's (node/protocol.go).
-const (
-	codeBadJSON          = "bad_json"
-	codeLineTooLong      = "line_too_long"
-	codeUnknownOp        = "unknown_op"
-	codeBadRequest       = "bad_request"
-	codeHandshakeTimeout = "handshake_timeout"
-	codeNotAuthenticated = "not_authenticated"
-	codeSuperseded       = "superseded"
-	codeSlowConsumer     = "slow_consumer"
-	codeExpired          = "expired"
-	codeInternal         = "internal"
-	codeEpochExhausted   = "epoch_exhausted"
-	codeUnsupported      = "unsupported_protocol"
-	codeShuttingDown     = "shutting_down"
-)
-
-const (
-	maxUsersPerRequest = 1000
-	maxSubscriptions   = 10000
-	maxNameLen         = 256
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // conn is one client connection.
@@ -67,43 +46,38 @@ type conn struct {
 	closing  atomic.Bool     // a closing line is queued: the connection ends after it
 }
 
-// request is any client request.
+// request is any client request: the protocol's, with the hello fields
+// the baseline checks itself read raw (an exact whole number, a protocol
+// named at all).
 type request struct {
-	Op        string          `json:"op"`
-	ID        json.RawMessage `json:"id,omitempty"`
-	User      string          `json:"user,omitempty"`
-	Device    string          `json:"device,omitempty"`
-	Token     string          `json:"token,omitempty"`
-	Status    string          `json:"status,omitempty"`
-	LastEpoch json.Number     `json:"last_epoch,omitempty"`
-	Groups    []string        `json:"groups,omitempty"`
-	Users     []string        `json:"users,omitempty"`
-	Protocol  *int            `json:"protocol,omitempty"`
+	protocol.Request
+	LastEpoch json.Number `json:"last_epoch,omitempty"`
+	Protocol  *int        `json:"protocol,omitempty"`
 }
 
 var plainHB = []byte(`{"op":"hb"}`)
 
 // parseRequest decodes a request line. A returned id is kept even when the
 // rest of the request is bad, so the error can carry it.
-func parseRequest(line []byte) (request, string, string) {
+func parseRequest(line []byte) (request, protocol.ErrorCode, string) {
 	var r request
 	if err := json.Unmarshal(line, &r); err != nil {
 		var probe map[string]json.RawMessage
 		if json.Unmarshal(line, &probe) != nil {
-			return r, codeBadJSON, "the line is not a JSON object"
+			return r, protocol.CodeBadJSON, "the line is not a JSON object"
 		}
 		r = request{}
 		if id, ok := probe["id"]; ok && validID(id) {
 			r.ID = id
 		}
-		return r, codeBadRequest, fmt.Sprintf("malformed request: %v", err)
+		return r, protocol.CodeBadRequest, fmt.Sprintf("malformed request: %v", err)
 	}
 	if len(r.ID) > 0 && !validID(r.ID) {
 		r.ID = nil
-		return r, codeBadRequest, "id must be a JSON string or number"
+		return r, protocol.CodeBadRequest, "id must be a JSON string or number"
 	}
 	if r.Op == "" {
-		return r, codeBadRequest, "missing op"
+		return r, protocol.CodeBadRequest, "missing op"
 	}
 	return r, "", ""
 }
@@ -121,7 +95,7 @@ func validID(id json.RawMessage) bool {
 }
 
 func validName(s string) bool {
-	if len(s) == 0 || len(s) > maxNameLen {
+	if len(s) == 0 || len(s) > protocol.MaxNameLen {
 		return false
 	}
 	for _, r := range s {
@@ -162,7 +136,7 @@ func (g *Gateway) serveConn(ctx context.Context, nc net.Conn) {
 		wg.Wait()
 		c.cleanup()
 	}()
-	stop := context.AfterFunc(ctx, func() { c.fail(codeShuttingDown, "the gateway is shutting down", nil) })
+	stop := context.AfterFunc(ctx, func() { c.fail(protocol.CodeShuttingDown, "the gateway is shutting down", nil) })
 	defer stop()
 
 	_ = nc.SetReadDeadline(time.Now().Add(g.cfg.HandshakeTimeout))
@@ -171,7 +145,7 @@ func (g *Gateway) serveConn(ctx context.Context, nc net.Conn) {
 		line, err := br.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {
 			if len(long)+len(line) > g.cfg.MaxLineBytes+1 {
-				c.fail(codeLineTooLong, fmt.Sprintf("a line is at most %d bytes", g.cfg.MaxLineBytes), nil)
+				c.fail(protocol.CodeLineTooLong, fmt.Sprintf("a line is at most %d bytes", g.cfg.MaxLineBytes), nil)
 				return
 			}
 			long = append(long, line...)
@@ -183,7 +157,7 @@ func (g *Gateway) serveConn(ctx context.Context, nc net.Conn) {
 		}
 		if err != nil {
 			if !active && errors.Is(err, os.ErrDeadlineExceeded) {
-				c.fail(codeHandshakeTimeout, fmt.Sprintf("no hello within %v", g.cfg.HandshakeTimeout), nil)
+				c.fail(protocol.CodeHandshakeTimeout, fmt.Sprintf("no hello within %v", g.cfg.HandshakeTimeout), nil)
 				return
 			}
 			if len(line) == 0 || errors.Is(err, os.ErrDeadlineExceeded) {
@@ -196,7 +170,7 @@ func (g *Gateway) serveConn(ctx context.Context, nc net.Conn) {
 		}
 		line = bytes.TrimRight(line, "\r\n")
 		if len(line) > g.cfg.MaxLineBytes {
-			c.fail(codeLineTooLong, fmt.Sprintf("a line is at most %d bytes", g.cfg.MaxLineBytes), nil)
+			c.fail(protocol.CodeLineTooLong, fmt.Sprintf("a line is at most %d bytes", g.cfg.MaxLineBytes), nil)
 			return
 		}
 		if len(bytes.TrimSpace(line)) == 0 {
@@ -216,8 +190,8 @@ func (g *Gateway) serveConn(ctx context.Context, nc net.Conn) {
 			continue
 		}
 		if !active {
-			if r.Op != "hello" {
-				c.reply(errorLine(codeNotAuthenticated, "say hello first", r.ID))
+			if r.Op != protocol.OpHello {
+				c.reply(errorLine(protocol.CodeNotAuthenticated, "say hello first", r.ID))
 				continue
 			}
 			if c.hello(ctx, r) {
@@ -245,24 +219,24 @@ func (c *conn) touch() {
 func (c *conn) hello(ctx context.Context, r request) bool {
 	g := c.g
 	if r.Protocol != nil && *r.Protocol != 1 {
-		c.fail(codeUnsupported, fmt.Sprintf("this gateway speaks protocol 1, not %d", *r.Protocol), r.ID)
+		c.fail(protocol.CodeUnsupportedProtocol, fmt.Sprintf("this gateway speaks protocol 1, not %d", *r.Protocol), r.ID)
 		return false
 	}
 	if !validName(r.User) {
-		c.reply(errorLine(codeBadRequest, "user must be 1-256 bytes without control characters", r.ID))
+		c.reply(errorLine(protocol.CodeBadRequest, "user must be 1-256 bytes without control characters", r.ID))
 		return false
 	}
 	device := r.Device
 	if device == "" {
 		device = "dev-" + randomHex(8)
 	} else if !validName(device) {
-		c.reply(errorLine(codeBadRequest, "device must be 1-256 bytes without control characters", r.ID))
+		c.reply(errorLine(protocol.CodeBadRequest, "device must be 1-256 bytes without control characters", r.ID))
 		return false
 	}
 	status := "available"
 	if r.Status != "" {
 		if !validStatus(r.Status) {
-			c.reply(errorLine(codeBadRequest, fmt.Sprintf("unknown device status %q (want available, away or busy)", r.Status), r.ID))
+			c.reply(errorLine(protocol.CodeBadRequest, fmt.Sprintf("unknown device status %q (want available, away or busy)", r.Status), r.ID))
 			return false
 		}
 		status = r.Status
@@ -271,7 +245,7 @@ func (c *conn) hello(ctx context.Context, r request) bool {
 	if r.LastEpoch != "" {
 		v, err := parseEpoch(r.LastEpoch)
 		if err != nil {
-			c.reply(errorLine(codeBadRequest, err.Error(), r.ID))
+			c.reply(errorLine(protocol.CodeBadRequest, err.Error(), r.ID))
 			return false
 		}
 		last = v
@@ -281,12 +255,12 @@ func (c *conn) hello(ctx context.Context, r request) bool {
 	epoch, err := g.st.hello(ctx, r.User, device, uint64(now.UnixMilli()), last, g.cfg.Timeout.Milliseconds(),
 		value(status, session, g.cfg.Name))
 	if errors.Is(err, errEpochExhausted) {
-		c.reply(errorLine(codeEpochExhausted, "this (user, device) has used up its epochs; say hello with another device", r.ID))
+		c.reply(errorLine(protocol.CodeEpochExhausted, "this (user, device) has used up its epochs; say hello with another device", r.ID))
 		return false
 	}
 	if err != nil {
 		g.log.Warn("hello", zap.Error(err))
-		c.reply(errorLine(codeInternal, "the presence store failed", r.ID))
+		c.reply(errorLine(protocol.CodeInternal, "the presence store failed", r.ID))
 		return false
 	}
 	c.user, c.device, c.session, c.epoch, c.status = r.User, device, session, epoch, status
@@ -294,20 +268,9 @@ func (c *conn) hello(ctx context.Context, r request) bool {
 	g.mu.Lock()
 	g.conns[c] = struct{}{}
 	g.mu.Unlock()
-	w := struct {
-		Op          string          `json:"op"`
-		ID          json.RawMessage `json:"id,omitempty"`
-		Session     string          `json:"session"`
-		User        string          `json:"user"`
-		Device      string          `json:"device"`
-		Epoch       uint64          `json:"epoch"`
-		Gateway     string          `json:"gateway"`
-		HeartbeatMS int64           `json:"heartbeat_ms"`
-		TimeoutMS   int64           `json:"timeout_ms"`
-		ExpiresAt   string          `json:"expires_at"`
-		Protocol    int             `json:"protocol"`
-	}{"welcome", r.ID, session, r.User, device, epoch, g.cfg.Name, g.cfg.Heartbeat.Milliseconds(),
-		g.cfg.Timeout.Milliseconds(), formatTime(now.Add(g.cfg.Timeout)), 1}
+	w := protocol.Welcome{Op: protocol.OpWelcome, ID: r.ID, Session: session, User: r.User, Device: device, Epoch: epoch,
+		Gateway: g.cfg.Name, HeartbeatMS: g.cfg.Heartbeat.Milliseconds(), TimeoutMS: g.cfg.Timeout.Milliseconds(),
+		ExpiresAt: formatTime(now.Add(g.cfg.Timeout)), Protocol: protocol.Version}
 	b, _ := json.Marshal(w)
 	c.reply(b)
 	return true
@@ -316,10 +279,10 @@ func (c *conn) hello(ctx context.Context, r request) bool {
 func parseEpoch(n json.Number) (uint64, error) {
 	var v uint64
 	if _, err := fmt.Sscan(string(n), &v); err != nil || fmt.Sprint(v) != string(n) {
-		return 0, fmt.Errorf("last_epoch must be a whole number below %d", uint64(maxEpoch))
+		return 0, fmt.Errorf("last_epoch must be a whole number below %d", uint64(protocol.MaxEpoch))
 	}
-	if v >= maxEpoch {
-		return 0, fmt.Errorf("last_epoch must be below %d", uint64(maxEpoch))
+	if v >= protocol.MaxEpoch {
+		return 0, fmt.Errorf("last_epoch must be below %d", uint64(protocol.MaxEpoch))
 	}
 	return v, nil
 }
@@ -372,7 +335,7 @@ func (c *conn) heartbeat(ctx context.Context) {
 func (c *conn) written(r *writeReq, id json.RawMessage) bool {
 	if r.err != nil {
 		c.g.log.Warn("session write", zap.Error(r.err))
-		c.reply(errorLine(codeInternal, "the presence store failed", id))
+		c.reply(errorLine(protocol.CodeInternal, "the presence store failed", id))
 		return true
 	}
 	if !r.ok {
@@ -384,7 +347,7 @@ func (c *conn) written(r *writeReq, id json.RawMessage) bool {
 
 func (c *conn) supersede() {
 	c.noDelete.Store(true)
-	c.fail(codeSuperseded, "a newer connection of this device took over the session", nil)
+	c.fail(protocol.CodeSuperseded, "a newer connection of this device took over the session", nil)
 }
 
 // handle serves one request of an active session; false ends the
@@ -392,7 +355,7 @@ func (c *conn) supersede() {
 func (c *conn) handle(ctx context.Context, r request) bool {
 	g := c.g
 	switch r.Op {
-	case "hb":
+	case protocol.OpHB:
 		c.waitPending()
 		w := c.queue(ctx, false)
 		<-w.done
@@ -400,16 +363,12 @@ func (c *conn) handle(ctx context.Context, r request) bool {
 			return w.err != nil
 		}
 		if len(r.ID) > 0 {
-			b, _ := json.Marshal(struct {
-				Op        string          `json:"op"`
-				ID        json.RawMessage `json:"id"`
-				ExpiresAt string          `json:"expires_at"`
-			}{"hb", r.ID, formatTime(time.Now().Add(g.cfg.Timeout))})
+			b, _ := json.Marshal(protocol.HBReply{Op: protocol.OpHB, ID: r.ID, ExpiresAt: formatTime(time.Now().Add(g.cfg.Timeout))})
 			c.reply(b)
 		}
-	case "status":
+	case protocol.OpStatus:
 		if !validStatus(r.Status) {
-			c.reply(errorLine(codeBadRequest, fmt.Sprintf("unknown device status %q (want available, away or busy)", r.Status), r.ID))
+			c.reply(errorLine(protocol.CodeBadRequest, fmt.Sprintf("unknown device status %q (want available, away or busy)", r.Status), r.ID))
 			return true
 		}
 		c.waitPending()
@@ -422,27 +381,27 @@ func (c *conn) handle(ctx context.Context, r request) bool {
 		if w.err == nil {
 			c.reply(okLine(r.ID))
 		}
-	case "sub", "unsub", "get":
-		if len(r.Users) == 0 || len(r.Users) > maxUsersPerRequest {
-			c.reply(errorLine(codeBadRequest, fmt.Sprintf("%s needs 1-%d users", r.Op, maxUsersPerRequest), r.ID))
+	case protocol.OpSub, protocol.OpUnsub, protocol.OpGet:
+		if len(r.Users) == 0 || len(r.Users) > protocol.MaxUsersPerRequest {
+			c.reply(errorLine(protocol.CodeBadRequest, fmt.Sprintf("%s needs 1-%d users", r.Op, protocol.MaxUsersPerRequest), r.ID))
 			return true
 		}
 		for _, u := range r.Users {
 			if !validName(u) {
-				c.reply(errorLine(codeBadRequest, "a user must be 1-256 bytes without control characters", r.ID))
+				c.reply(errorLine(protocol.CodeBadRequest, "a user must be 1-256 bytes without control characters", r.ID))
 				return true
 			}
 		}
 		switch r.Op {
-		case "sub":
+		case protocol.OpSub:
 			added := 0
 			for _, u := range r.Users {
 				if !c.subs[u] {
 					added++
 				}
 			}
-			if len(c.subs)+added > maxSubscriptions {
-				c.reply(errorLine(codeBadRequest, fmt.Sprintf("at most %d subscriptions per connection", maxSubscriptions), r.ID))
+			if len(c.subs)+added > protocol.MaxSubscriptions {
+				c.reply(errorLine(protocol.CodeBadRequest, fmt.Sprintf("at most %d subscriptions per connection", protocol.MaxSubscriptions), r.ID))
 				return true
 			}
 			g.mu.Lock()
@@ -456,42 +415,38 @@ func (c *conn) handle(ctx context.Context, r request) bool {
 			g.mu.Unlock()
 			c.reply(okLine(r.ID))
 			g.sendEvents(ctx, r.Users, c)
-		case "unsub":
+		case protocol.OpUnsub:
 			g.mu.Lock()
 			for _, u := range r.Users {
 				c.unsubLocked(u)
 			}
 			g.mu.Unlock()
 			c.reply(okLine(r.ID))
-		case "get":
+		case protocol.OpGet:
 			sts, err := g.st.presences(ctx, r.Users)
 			if err != nil {
 				g.log.Warn("get", zap.Error(err))
-				c.reply(errorLine(codeInternal, "the presence store failed", r.ID))
+				c.reply(errorLine(protocol.CodeInternal, "the presence store failed", r.ID))
 				return true
 			}
-			ps := make([]presence, len(r.Users))
+			ps := make([]protocol.Presence, len(r.Users))
 			v := g.nextVersion()
 			for i, u := range r.Users {
 				ps[i] = makePresence(u, sts[i], v)
 			}
-			b, _ := json.Marshal(struct {
-				Op    string          `json:"op"`
-				ID    json.RawMessage `json:"id,omitempty"`
-				Users []presence      `json:"users"`
-			}{"presence", r.ID, ps})
+			b, _ := json.Marshal(protocol.PresenceReply{Op: protocol.OpPresence, ID: r.ID, Users: ps})
 			c.reply(b)
 		}
-	case "bye":
+	case protocol.OpBye:
 		c.reply(okLine(r.ID))
 		c.closeAfterWrites()
 		return false
-	case "hello":
-		c.reply(errorLine(codeBadRequest, "already said hello", r.ID))
-	case "account", "join", "leave", "group", "locate", "send", "refresh":
-		c.reply(errorLine(codeBadRequest, fmt.Sprintf("%s is not supported by the Redis baseline gateway", r.Op), r.ID))
+	case protocol.OpHello:
+		c.reply(errorLine(protocol.CodeBadRequest, "already said hello", r.ID))
+	case protocol.OpAccount, protocol.OpJoin, protocol.OpLeave, protocol.OpGroup, protocol.OpLocate, protocol.OpSend, protocol.OpRefresh:
+		c.reply(errorLine(protocol.CodeBadRequest, fmt.Sprintf("%s is not supported by the Redis baseline gateway", r.Op), r.ID))
 	default:
-		c.reply(errorLine(codeUnknownOp, fmt.Sprintf("unknown op %q", r.Op), r.ID))
+		c.reply(errorLine(protocol.CodeUnknownOp, fmt.Sprintf("unknown op %q", r.Op), r.ID))
 	}
 	return true
 }
@@ -519,7 +474,7 @@ func (c *conn) push(b []byte) {
 	}
 	if len(c.outq) >= c.g.cfg.OutboundQueue {
 		c.qmu.Unlock()
-		c.g.log.Info("slow consumer dropped", zap.String("user", c.user), zap.String("code", codeSlowConsumer))
+		c.g.log.Info("slow consumer dropped", zap.String("user", c.user), zap.String("code", protocol.CodeSlowConsumer.String()))
 		c.end()
 		return
 	}
@@ -536,9 +491,9 @@ func (c *conn) signal() {
 }
 
 // fail sends a closing error and closes the connection after it.
-func (c *conn) fail(code, msg string, id json.RawMessage) {
+func (c *conn) fail(code protocol.ErrorCode, msg string, id json.RawMessage) {
 	c.failOnce.Do(func() {
-		if code == codeExpired {
+		if code == protocol.CodeExpired {
 			c.noDelete.Store(true)
 		}
 		c.push(errorLine(code, msg, id))
@@ -579,7 +534,7 @@ func (c *conn) writer() {
 		c.qmu.Unlock()
 		buf = buf[:0]
 		for _, b := range lines {
-			buf = append(append(buf, b...), '\n')
+			buf = protocol.AppendLine(buf, b)
 		}
 		clear(lines)
 		if len(buf) > 0 {
@@ -640,19 +595,11 @@ func (c *conn) cleanup() {
 }
 
 func okLine(id json.RawMessage) []byte {
-	b, _ := json.Marshal(struct {
-		Op string          `json:"op"`
-		ID json.RawMessage `json:"id,omitempty"`
-	}{"ok", id})
+	b, _ := json.Marshal(protocol.OK{Op: protocol.OpOK, ID: id})
 	return b
 }
 
-func errorLine(code, msg string, id json.RawMessage) []byte {
-	b, _ := json.Marshal(struct {
-		Op      string          `json:"op"`
-		Code    string          `json:"code"`
-		Message string          `json:"message"`
-		ID      json.RawMessage `json:"id,omitempty"`
-	}{"error", code, msg, id})
+func errorLine(code protocol.ErrorCode, msg string, id json.RawMessage) []byte {
+	b, _ := json.Marshal(protocol.ErrorFrame{Op: protocol.OpError, Code: code, Message: msg, ID: id})
 	return b
 }

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // FuzzParseRequest: any line gets a request or an error code, never a
@@ -25,7 +27,7 @@ func FuzzParseRequest(f *testing.F) {
 			t.Fatal("accepted a request without op")
 		}
 		if code == "" && r.LastEpoch != "" {
-			if v, err := parseEpoch(r.LastEpoch); err == nil && v >= maxEpoch {
+			if v, err := parseEpoch(r.LastEpoch); err == nil && v >= protocol.MaxEpoch {
 				t.Fatalf("last_epoch %d accepted", v)
 			}
 		}

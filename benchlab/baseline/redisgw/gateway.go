@@ -24,10 +24,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
-)
 
-// maxEpoch is Rollcall's largest epoch (2^53-1, node.MaxEpoch).
-const maxEpoch = 1<<53 - 1
+	"github.com/rollcall/rollcall/protocol"
+)
 
 // Config configures a Gateway. Zero fields take the documented defaults.
 type Config struct {
@@ -463,7 +462,7 @@ func (g *Gateway) sweep(ctx context.Context) {
 			}
 			g.mu.Unlock()
 			for _, c := range late {
-				c.fail(codeExpired, fmt.Sprintf("no request for %v", g.cfg.Timeout), nil)
+				c.fail(protocol.CodeExpired, fmt.Sprintf("no request for %v", g.cfg.Timeout), nil)
 			}
 		}
 	}

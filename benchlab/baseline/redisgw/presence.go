@@ -4,32 +4,16 @@ import (
 	"encoding/json"
 	"slices"
 	"strings"
+
+	"github.com/rollcall/rollcall/protocol"
 )
-
-// sessionInfo and presence are Rollcall's presence shapes
-// (docs/protocol.md#presence-and-events).
-type sessionInfo struct {
-	Session string `json:"session"`
-	Device  string `json:"device"`
-	Epoch   uint64 `json:"epoch"`
-	Gateway string `json:"gateway"`
-	Status  string `json:"status"`
-}
-
-type presence struct {
-	User     string        `json:"user"`
-	Online   bool          `json:"online"`
-	Status   string        `json:"status"`
-	Sessions []sessionInfo `json:"sessions"`
-	Version  uint64        `json:"version"`
-}
 
 // makePresence aggregates a user's live sessions as Rollcall does without
 // account settings: offline with none, away when all are away, otherwise
 // available (busy from a device that is not authoritative counts as
 // available, and the baseline has no authoritative device).
-func makePresence(user string, sts []stored, version uint64) presence {
-	p := presence{User: user, Status: "offline", Sessions: []sessionInfo{}, Version: version}
+func makePresence(user string, sts []stored, version uint64) protocol.Presence {
+	p := protocol.Presence{User: user, Status: "offline", Sessions: []protocol.SessionInfo{}, Version: version}
 	if len(sts) == 0 {
 		return p
 	}
@@ -37,7 +21,7 @@ func makePresence(user string, sts []stored, version uint64) presence {
 	p.Online = true
 	p.Status = "away"
 	for _, s := range sts {
-		p.Sessions = append(p.Sessions, sessionInfo{Session: s.Session, Device: s.Device, Epoch: s.Epoch,
+		p.Sessions = append(p.Sessions, protocol.SessionInfo{Session: s.Session, Device: s.Device, Epoch: s.Epoch,
 			Gateway: s.Gateway, Status: s.Status})
 		if s.Status != "away" {
 			p.Status = "available"
@@ -47,9 +31,6 @@ func makePresence(user string, sts []stored, version uint64) presence {
 }
 
 func eventLine(user string, sts []stored, version uint64) []byte {
-	b, _ := json.Marshal(struct {
-		Op string `json:"op"`
-		presence
-	}{"event", makePresence(user, sts, version)})
+	b, _ := json.Marshal(protocol.Event{Op: protocol.OpEvent, Presence: makePresence(user, sts, version)})
 	return b
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // The Redis data model of the baseline, the design a team would build on
@@ -142,7 +144,7 @@ var errEpochExhausted = errors.New("epoch exhausted")
 
 func (s *store) hello(ctx context.Context, user, device string, nowMS, lastEpoch uint64, ttlMS int64, val string) (uint64, error) {
 	r, err := helloScript.Run(ctx, s.rdb, []string{s.sessionKey(user, device), s.userKey(user)},
-		nowMS, lastEpoch, ttlMS, device, val, s.channel, user, maxEpoch).Result()
+		nowMS, lastEpoch, ttlMS, device, val, s.channel, user, protocol.MaxEpoch).Result()
 	if err != nil {
 		return 0, fmt.Errorf("redis hello: %w", err)
 	}

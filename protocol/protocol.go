@@ -1,49 +1,8 @@
-package node
+package protocol
 
-import (
-	"encoding/json"
-	"fmt"
+import "encoding/json"
 
-	"github.com/rollcall/rollcall/crdt"
-)
-
-// The client protocol, in one place. docs/protocol.md is the reference for
-// client authors; this file is the reference for the code.
-//
-// Transport: TCP, newline-delimited JSON, one object per line, at most
-// MaxLineBytes (64 KiB) per line, newline excluded. A trailing "\r" is
-// ignored, and so are empty lines. Unknown fields are ignored, so the
-// protocol grows by adding fields.
-//
-// Flow:
-//
-//	client                                   gateway
-//	  | -- TCP connect ----------------------> |  Connecting: hello due within
-//	  | -- {"op":"hello",user,token,...} ----> |  HandshakeTimeout (10s)
-//	  | <- {"op":"welcome",session,epoch,...}- |  Active: crdt write (active)
-//	  | -- {"op":"hb"} (every heartbeat_ms) -> |  deadline refreshed, no reply,
-//	  |                                        |  no crdt write
-//	  | -- {"op":"status",...,"id":1} -------> |  crdt write
-//	  | <- {"op":"ok","id":1} ---------------- |
-//	  | -- {"op":"sub","users":["bob"]} -----> |
-//	  | <- {"op":"ok"} ----------------------- |
-//	  | <- {"op":"event","user":"bob",...} --- |  one per subject at once,
-//	  | <- {"op":"event",...} ---------------- |  then one per change
-//	  | -- {"op":"bye"} ---------------------> |  crdt write (disconnected)
-//	  | <- {"op":"ok"} ----------------------- |  connection closed
-//
-// Every request but hb gets exactly one reply (hb only when it carries an
-// id); replies echo the request's "id" (a string or a number) and come in
-// request order. Events and messages may come between replies at any time.
-// Any valid request refreshes the session's deadline; a session that sends
-// nothing for Timeout expires (error "expired", connection closed). Closing
-// the TCP connection ends the session at once (disconnected).
-//
-// Errors are {"op":"error","code":C,"message":M[,"id":I]}. After a code
-// whose ErrorCode.Closes is true, the gateway writes the error line and
-// closes the connection.
-
-// ProtocolVersion is the version of the client protocol, sent in
+// Version is the version of the client protocol, sent in
 // welcome.protocol and printed by `rollcall version`. It changes only with
 // an incompatible change: an op, field or code removed, or one whose
 // meaning changes. New ops, new fields and new error codes keep it (clients
@@ -56,31 +15,30 @@ import (
 //	   compatible change, clients treat unknown codes as errors); refresh,
 //	   welcome.token_expires_at, forbidden and token_expired joined with
 //	   authorization from token claims.
-const ProtocolVersion = 1
+const Version = 1
 
 // Limits.
 const (
-	// MaxLineBytesDefault is the default longest request line.
-	MaxLineBytesDefault = 64 << 10
-	minMaxLineBytes     = 1 << 10
+	// MaxLineBytes is the default longest request line, newline excluded
+	// (a gateway may be configured for longer ones).
+	MaxLineBytes = 64 << 10
 	// MaxUsersPerRequest bounds the users of one get, sub or unsub.
 	MaxUsersPerRequest = 1000
 	// MaxSubscriptions bounds the subjects (users plus groups) one
 	// connection subscribes to.
 	MaxSubscriptions = 10000
-	// MaxGroups bounds the groups of one session (as crdt.MaxGroups).
+	// MaxGroups bounds the groups of one session.
 	MaxGroups = 256
 	// MaxNameLen bounds user, device, group and token-subject names, in
-	// bytes (as crdt.MaxNameLen).
+	// bytes.
 	MaxNameLen = 256
 	// MaxTokenLen bounds a hello's token.
 	MaxTokenLen = 8 << 10
-	// MaxEpoch is the largest session epoch a gateway issues
-	// (crdt.MaxIssuedEpoch, 2^53-1, the largest integer a browser holds
-	// exactly). A hello's last_epoch must be below it, and a (user, device)
-	// whose next epoch would exceed it is refused with CodeEpochExhausted
-	// (crdt.NextEpoch).
-	MaxEpoch = crdt.MaxIssuedEpoch
+	// MaxEpoch is the largest session epoch a gateway issues: 2^53-1, the
+	// largest integer a browser holds exactly. A hello's last_epoch must be
+	// below it, and a (user, device) whose next epoch would exceed it is
+	// refused with CodeEpochExhausted.
+	MaxEpoch = 1<<53 - 1
 )
 
 // Ops. Requests are sent by clients; the rest by the gateway.
@@ -108,13 +66,23 @@ const (
 	OpError    = "error"    // reply or pushed: something went wrong
 )
 
+// IsRequestOp reports whether op is one a client may send.
+func IsRequestOp(op string) bool {
+	switch op {
+	case OpHello, OpHB, OpStatus, OpAccount, OpJoin, OpLeave, OpGet, OpGroup,
+		OpLocate, OpSub, OpUnsub, OpSend, OpBye, OpRefresh:
+		return true
+	}
+	return false
+}
+
 // ErrorCode is the machine-readable code of an error line.
 type ErrorCode string
 
 // Error codes.
 const (
 	CodeBadJSON          ErrorCode = "bad_json"          // the line is not a JSON object
-	CodeLineTooLong      ErrorCode = "line_too_long"     // the line exceeds MaxLineBytes; closes
+	CodeLineTooLong      ErrorCode = "line_too_long"     // the line exceeds the gateway's longest line; closes
 	CodeUnknownOp        ErrorCode = "unknown_op"        // op is not one of the request ops
 	CodeBadRequest       ErrorCode = "bad_request"       // a field is missing, malformed or over a limit
 	CodeAuthFailed       ErrorCode = "auth_failed"       // the token is missing, invalid or for another user; closes
@@ -125,23 +93,23 @@ const (
 	CodeSlowConsumer     ErrorCode = "slow_consumer"     // the client did not read fast enough; closes
 	CodeExpired          ErrorCode = "expired"           // no request within the timeout; closes
 	CodeInternal         ErrorCode = "internal"          // a gateway-side failure; the request changed nothing
-	CodeOverloaded       ErrorCode = "overloaded"        // the gateway holds MaxConnections already; closes at once
+	CodeOverloaded       ErrorCode = "overloaded"        // the gateway holds its most connections already; closes at once
 	CodeEpochExhausted   ErrorCode = "epoch_exhausted"   // the (user, device) holds MaxEpoch: no newer epoch exists
-	CodeRateLimited      ErrorCode = "rate_limited"      // the connection's requests (RequestRate) or the session's sends (SendRate) came too fast; nothing was done
+	CodeRateLimited      ErrorCode = "rate_limited"      // the connection's requests or the session's sends came too fast; nothing was done
 
 	CodeForbidden    ErrorCode = "forbidden"     // the session's token does not allow the request; nothing was done
 	CodeTokenExpired ErrorCode = "token_expired" // the session's token expired without a refresh; closes (a clean disconnect)
 
 	// CodeTooManySessions refuses a hello of a user that already holds
-	// MaxSessionsPerUser active sessions in the cluster, unless it
+	// the most active sessions a user may hold in the cluster, unless it
 	// reconnects one of their devices; closes.
 	CodeTooManySessions ErrorCode = "too_many_sessions"
 	// CodeTooManyConnections refuses a connection, right after accept,
-	// from an address that already holds MaxConnectionsPerIP connections
-	// to this gateway; closes at once.
+	// from an address that already holds the most connections one address
+	// may hold to this gateway; closes at once.
 	CodeTooManyConnections ErrorCode = "too_many_connections"
 	// CodeUnsupportedProtocol refuses a hello that asks for a protocol
-	// version other than ProtocolVersion; closes.
+	// version other than Version; closes.
 	CodeUnsupportedProtocol ErrorCode = "unsupported_protocol"
 )
 
@@ -174,7 +142,7 @@ type Request struct {
 	LastEpoch uint64   `json:"last_epoch,omitempty"`
 	Groups    []string `json:"groups,omitempty"`
 	// Protocol is the protocol version the client speaks (absent or 0:
-	// ProtocolVersion).
+	// Version).
 	Protocol int `json:"protocol,omitempty"`
 
 	// hello, status
@@ -192,6 +160,17 @@ type Request struct {
 	// send
 	To   string          `json:"to,omitempty"`
 	Body json.RawMessage `json:"body,omitempty"`
+}
+
+// Head is the envelope of any line from the gateway: what a client first
+// decodes a line into to route it (a reply by ID, a push by Op), with an
+// error line's fields.
+type Head struct {
+	Op       string          `json:"op"`
+	ID       json.RawMessage `json:"id,omitempty"`
+	Code     ErrorCode       `json:"code"`
+	Message  string          `json:"message"`
+	Gateways []string        `json:"gateways,omitempty"`
 }
 
 // Welcome is the reply to a successful hello.
@@ -248,10 +227,9 @@ type SessionInfo struct {
 	GatewayAddr string `json:"gateway_addr,omitempty"`
 }
 
-// Presence is a user's aggregate presence (crdt.Aggregate's rules).
-// Version orders observations of one user on one gateway: higher means
-// newer or equal state. It is strictly increasing per user within one
-// connection's event stream.
+// Presence is a user's aggregate presence. Version orders observations of
+// one user on one gateway: higher means newer or equal state. It is
+// strictly increasing per user within one connection's event stream.
 type Presence struct {
 	User     string        `json:"user"`
 	Online   bool          `json:"online"`
@@ -312,16 +290,4 @@ type ErrorFrame struct {
 	// other live gateways (host:port, in random order), where the client
 	// may reconnect at once with last_epoch. Absent when none is known.
 	Gateways []string `json:"gateways,omitempty"`
-}
-
-// requestError is a failed request: the code and message to send.
-type requestError struct {
-	code ErrorCode
-	msg  string
-}
-
-func (e *requestError) Error() string { return string(e.code) + ": " + e.msg }
-
-func errorf(code ErrorCode, format string, args ...any) *requestError {
-	return &requestError{code: code, msg: fmt.Sprintf(format, args...)}
 }
