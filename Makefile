@@ -77,8 +77,7 @@ fuzz:
 chaos: build
 	$(GO) run ./cmd/chaos --bin $(BIN) --duration $(CHAOS_DURATION) --gateways $(CHAOS_GATEWAYS) $(if $(CHAOS_SEEDS),--seeds $(CHAOS_SEEDS)) $(if $(CHAOS_NETNS),--netns)
 
-# Real gossip nodes (one process each) moving 1,000,000 sessions: a late
-# joiner, a restart, a partition; at most 10 minutes (cmd/scale).
+# Real gossip nodes, a process each, holding 1,000,000 sessions: joiner, restart, partition (cmd/scale; <= 10 min).
 SCALE_ARGS ?=
 scale:
 	$(GO) run ./cmd/scale $(SCALE_ARGS)
