@@ -44,6 +44,8 @@ type config struct {
 	scenarios       []string
 	partition       time.Duration
 	partitionWrites int
+	budget          time.Duration
+	gcPercent       int
 }
 
 func parseFlags(args []string) (config, error) {
@@ -56,14 +58,16 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&scen, "scenarios", "joiner,restart,partition", "scenarios to run, in order")
 	fs.DurationVar(&c.partition, "partition", 30*time.Second, "how long the partition scenario's partition lasts")
 	fs.IntVar(&c.partitionWrites, "partition-writes", 30_000, "new sessions the senders write during the partition, between them")
+	fs.DurationVar(&c.budget, "budget", 9*time.Minute, "the whole run's time: the waits shrink below -timeout to fit it")
+	fs.IntVar(&c.gcPercent, "gcpercent", nodeGCPercent, "the nodes' debug.SetGCPercent")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	if c.sessions < 1 || c.nodes < 1 || c.timeout <= 0 || c.partition <= 0 || c.partitionWrites < 0 {
-		return c, errors.New("-sessions and -nodes must be positive, -timeout and -partition too, -partition-writes not negative")
+	if c.sessions < 1 || c.nodes < 1 || c.timeout <= 0 || c.partition <= 0 || c.budget <= 0 || c.partitionWrites < 0 || c.gcPercent < 1 {
+		return c, errors.New("-sessions, -nodes, -timeout, -partition, -budget and -gcpercent must be positive, -partition-writes not negative")
 	}
 	var err error
 	if c.scenarios, err = parseScenarios(scen); err != nil {
@@ -144,6 +148,39 @@ type harness struct {
 	procs  []*proc
 	total  int // sessions the senders should hold
 	nextID int // next user index for sessions written during the run
+
+	deadline time.Time // the end of the budget
+	phases   []string  // the phases not done yet: "setup", then the scenarios
+}
+
+// phaseOverhead is what a phase takes besides its wait: starting or
+// stopping a node, the collections and the settle.
+const phaseOverhead = 10 * time.Second
+
+// timeout returns how long the current phase (h.phases[0]) may wait: the
+// -timeout, or less so that the phases left fit the budget, each getting an
+// equal share of what the budget has left beyond their fixed durations (the
+// partition's). Never below 5 s.
+func (h *harness) timeout() time.Duration {
+	left := time.Until(h.deadline)
+	for _, ph := range h.phases {
+		left -= phaseOverhead
+		if ph == "partition" {
+			left -= h.cfg.partition + writesGrace
+		}
+	}
+	return max(min(h.cfg.timeout, left/time.Duration(max(len(h.phases), 1))), 5*time.Second)
+}
+
+// writesGrace is how long after the partition's end its writes may take to
+// finish before the heal goes ahead anyway.
+const writesGrace = 10 * time.Second
+
+// done ends the current phase.
+func (h *harness) done() {
+	if len(h.phases) > 0 {
+		h.phases = h.phases[1:]
+	}
 }
 
 func run(ctx context.Context, args []string, out io.Writer) error {
@@ -159,13 +196,15 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("log directory: %w", err)
 	}
-	h := &harness{cfg: cfg, exe: exe, dir: dir, out: out, total: cfg.sessions, nextID: cfg.sessions}
+	h := &harness{cfg: cfg, exe: exe, dir: dir, out: out, total: cfg.sessions, nextID: cfg.sessions,
+		deadline: time.Now().Add(cfg.budget), phases: append([]string{"setup"}, cfg.scenarios...)}
 	defer h.stopAll()
 	h.header()
 	senders, err := h.setup(ctx)
 	if err != nil {
 		return err
 	}
+	h.done()
 	var results []result
 	var joiner *proc
 	for _, sc := range cfg.scenarios {
@@ -181,6 +220,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("scenario %s: %w", sc, err)
 		}
+		h.done()
 		fmt.Fprint(out, r.table())
 		results = append(results, r)
 	}
@@ -194,8 +234,8 @@ func (h *harness) header() {
 	fmt.Fprintf(h.out, "each node a process: gossip.New over gossip.ReplicaHost, memberlist profile %q on 127.0.0.1, stats every %v\n",
 		profile, statsInterval)
 	fmt.Fprintf(h.out, "nodes run with debug.SetGCPercent(%d): a collection every %d%% of heap growth, so /gc/heap/live:bytes (sampled every %v for the peak) follows the heap\n",
-		nodeGCPercent, nodeGCPercent, sampleInterval)
-	fmt.Fprintf(h.out, "timeout %v per scenario; node logs in %s\n\n", h.cfg.timeout, h.dir)
+		h.cfg.gcPercent, h.cfg.gcPercent, sampleInterval)
+	fmt.Fprintf(h.out, "timeout %v per scenario, less when the %v budget requires; node logs in %s\n\n", h.cfg.timeout, h.cfg.budget, h.dir)
 }
 
 // start launches a node process and waits for its first stats line.
@@ -204,7 +244,7 @@ func (h *harness) start(ctx context.Context, name, bind, join string, sessions, 
 		bind = "127.0.0.1:0"
 	}
 	args := []string{"-role", "node", "-name", name, "-bind", bind, "-profile", profile,
-		"-incarnation", strconv.FormatInt(time.Now().UnixNano(), 10),
+		"-incarnation", strconv.FormatInt(time.Now().UnixNano(), 10), "-gcpercent", strconv.Itoa(h.cfg.gcPercent),
 		"-sessions", strconv.Itoa(sessions), "-base", strconv.Itoa(base)}
 	if join != "" {
 		args = append(args, "-join", join)
@@ -371,7 +411,8 @@ func (h *harness) setup(ctx context.Context) ([]*proc, error) {
 	}
 	senders = append(senders, rest[1:]...)
 	written := time.Since(t0)
-	err = h.wait(ctx, time.Now().Add(h.cfg.timeout), senders, func() bool {
+	timeout := h.timeout()
+	err = h.wait(ctx, time.Now().Add(timeout), senders, func() bool {
 		for _, p := range senders {
 			if st, _ := p.stats(); st.Held < h.total || !st.Ready {
 				return false
@@ -389,7 +430,7 @@ func (h *harness) setup(ctx context.Context) ([]*proc, error) {
 	}
 	state := "converged"
 	if err != nil {
-		state = "NOT converged within the timeout"
+		state = "NOT converged within " + fmtDur(timeout)
 	}
 	fmt.Fprintf(h.out, "senders started and seeded in %v, %s after %v: %s\n\n",
 		fmtDur(written), state, fmtDur(time.Since(t0)-written), strings.Join(held, "; "))
@@ -398,11 +439,13 @@ func (h *harness) setup(ctx context.Context) ([]*proc, error) {
 
 // result is one scenario's measurements.
 type result struct {
-	name     string
-	about    string
-	observed string // the node measured
-	target   int    // records the senders hold
-	timedOut bool
+	name       string
+	about      string
+	observed   string // the node measured
+	target     int    // records the senders hold
+	timeout    time.Duration
+	timedOut   bool
+	writesLeft int // partition: writes not made by the heal
 
 	readyAfter   time.Duration // harness clock from the scenario's start (or heal); -1: not ready
 	readyNode    time.Duration // node clock from gossip.New; -1: not ready or not applicable
@@ -442,7 +485,8 @@ func counters(ps []*proc) []nodeStats {
 func (h *harness) observe(ctx context.Context, r *result, senders []*proc, before []nodeStats, p *proc, t0 time.Time, nodeBefore nodeStats) error {
 	r.target = h.total
 	r.readyAfter, r.readyNode, r.fullAfter = -1, -1, -1
-	deadline := t0.Add(h.cfg.timeout)
+	r.timeout = h.timeout()
+	deadline := t0.Add(r.timeout)
 	err := h.wait(ctx, deadline, append([]*proc{p}, senders...), func() bool {
 		st, ok := p.stats()
 		if !ok {
@@ -559,7 +603,7 @@ func (h *harness) partition(ctx context.Context, senders []*proc, p *proc) (*pro
 		if p, err = h.start(ctx, "j1", "", senders[0].bind, 0, 0); err != nil {
 			return nil, r, err
 		}
-		_ = h.wait(ctx, time.Now().Add(h.cfg.timeout), []*proc{p}, func() bool { st, _ := p.stats(); return st.Ready })
+		_ = h.wait(ctx, time.Now().Add(h.timeout()), []*proc{p}, func() bool { st, _ := p.stats(); return st.Ready })
 	}
 	if err := h.command(ctx, "mark", senders...); err != nil {
 		return nil, r, err
@@ -587,17 +631,21 @@ func (h *harness) partition(ctx context.Context, senders []*proc, p *proc) (*pro
 		return nil, r, ctx.Err()
 	case <-time.After(h.cfg.partition):
 	}
-	// The writes end with the partition (give or take a tick).
-	if err := h.wait(ctx, time.Now().Add(h.cfg.timeout), senders, func() bool {
+	// The writes end with the partition, give or take a tick, unless the
+	// senders are too busy to make them.
+	queued := func() int {
+		n := 0
 		for _, s := range senders {
-			if st, _ := s.stats(); st.WritesQueued > 0 {
-				return false
-			}
+			st, _ := s.stats()
+			n += st.WritesQueued
 		}
-		return true
-	}); err != nil {
+		return n
+	}
+	err := h.wait(ctx, time.Now().Add(writesGrace), senders, func() bool { return queued() == 0 })
+	if err != nil && !errors.Is(err, errTimeout) {
 		return nil, r, fmt.Errorf("writes during the partition: %w", err)
 	}
+	r.writesLeft = queued()
 	atHeal, _ := p.stats()
 	r.heldAtStart = atHeal.Held
 	t0 := time.Now()

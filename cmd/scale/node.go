@@ -26,7 +26,7 @@ import (
 	"github.com/rollcall/rollcall/gossip"
 )
 
-// nodeGCPercent is the collector's target in a node process: a cycle every
+// nodeGCPercent is the collector's default target in a node process: a cycle every
 // 10% of heap growth, so the live-heap metric (updated at each cycle's end)
 // follows the heap closely.
 const nodeGCPercent = 10
@@ -76,6 +76,7 @@ type nodeFlags struct {
 	profile     string
 	sessions    int // local sessions written before the cluster starts
 	base        int // the first user index of this node's sessions
+	gcPercent   int
 }
 
 // node is the running node role.
@@ -108,13 +109,14 @@ func runNode(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs.StringVar(&f.profile, "profile", "local", "memberlist profile")
 	fs.IntVar(&f.sessions, "sessions", 0, "local sessions written before the cluster starts")
 	fs.IntVar(&f.base, "base", 0, "first user index of the local sessions")
+	fs.IntVar(&f.gcPercent, "gcpercent", nodeGCPercent, "debug.SetGCPercent")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if f.name == "" {
 		return errors.New("node: -name is required")
 	}
-	debug.SetGCPercent(nodeGCPercent)
+	debug.SetGCPercent(f.gcPercent)
 	h, err := gossip.NewReplicaHost(crdt.Origin{Node: f.name, Incarnation: f.incarnation}, nil)
 	if err != nil {
 		return fmt.Errorf("node %s: %w", f.name, err)

@@ -48,6 +48,14 @@ func fmtCount[T int | uint64](n T) string {
 	return b.String()
 }
 
+// pages formats a count of sync messages.
+func pages(n uint64) string {
+	if n == 1 {
+		return "1 page"
+	}
+	return fmtCount(n) + " pages"
+}
+
 // table renders rows of (label, value) under a title, labels aligned.
 func table(title string, rows [][2]string) string {
 	w := 0
@@ -76,9 +84,9 @@ func (r result) table() string {
 		}
 		rows = append(rows, [2]string{"time to ready", v})
 	default:
-		rows = append(rows, [2]string{"time to ready", "not ready within the timeout: " + r.why})
+		rows = append(rows, [2]string{"time to ready", "not ready within " + fmtDur(r.timeout) + ": " + r.why})
 	}
-	full := "not within the timeout"
+	full := "not within " + fmtDur(r.timeout)
 	if r.fullAfter >= 0 {
 		full = fmtDur(r.fullAfter)
 	}
@@ -98,12 +106,15 @@ func (r result) table() string {
 	}
 	if r.partitionKind {
 		rows = append(rows, [2]string{"records held at the heal", fmtCount(r.heldAtStart)})
+		if r.writesLeft > 0 {
+			rows = append(rows, [2]string{"writes not made by the heal", fmtCount(r.writesLeft) + " (the senders were too busy)"})
+		}
 	}
 	rows = append(rows,
-		[2]string{"sync sent (senders)", fmt.Sprintf("%s records, %s, %s pages", fmtCount(r.syncRecordsSent),
-			fmtBytes(r.syncBytesSent), fmtCount(r.syncPagesSent))},
-		[2]string{"sync received (" + r.observed + ")", fmt.Sprintf("%s records, %s, %s pages", fmtCount(r.syncRecordsRecv),
-			fmtBytes(r.syncBytesRecv), fmtCount(r.syncPagesRecv))},
+		[2]string{"sync sent (senders, refused included)", fmt.Sprintf("%s records, %s, %s", fmtCount(r.syncRecordsSent),
+			fmtBytes(r.syncBytesSent), pages(r.syncPagesSent))},
+		[2]string{"sync received (" + r.observed + ")", fmt.Sprintf("%s records, %s, %s", fmtCount(r.syncRecordsRecv),
+			fmtBytes(r.syncBytesRecv), pages(r.syncPagesRecv))},
 		[2]string{"sender send errors", fmt.Sprintf("%d (answers dropped: %d)", r.sendErrors, r.answersDropped)},
 		[2]string{"sender peak extra heap", fmt.Sprintf("%s (%s; live heap peak over its value after a GC at the start)",
 			fmtBytes(r.senderExtra), r.senderExtraName)},
@@ -147,7 +158,7 @@ func (r result) verdicts() []verdict {
 		v := verdict{scenario: r.name, target: readyTarget, outcome: "FAIL"}
 		switch {
 		case r.readyAfter < 0:
-			v.detail = fmt.Sprintf("not ready within %v, holds %s", fmtDurTimeout(r), fmtCount(r.held))
+			v.detail = fmt.Sprintf("not ready within %s, holds %s", fmtDur(r.timeout), fmtCount(r.held))
 		case r.heldAtReady < r.target:
 			v.detail = fmt.Sprintf("ready holding %s", fmtCount(r.heldAtReady))
 		case r.fullAfter < 0 || r.fullAfter > targetReady:
@@ -183,14 +194,6 @@ func (r result) verdicts() []verdict {
 		out = append(out, v)
 	}
 	return out
-}
-
-// fmtDurTimeout is the time a result waited before giving up.
-func fmtDurTimeout(r result) string {
-	if r.timedOut {
-		return "the timeout"
-	}
-	return "the wait"
 }
 
 // verdicts renders every result's verdicts, one line each.
