@@ -428,12 +428,11 @@ func (h *harness) setup(ctx context.Context) ([]*proc, error) {
 		st, _ := p.stats()
 		held = append(held, fmt.Sprintf("%s %d (ready %v, %s live heap)", p.name, st.Held, st.Ready, fmtBytes(st.HeapLive)))
 	}
-	state := "converged"
+	state := "converged after " + fmtDur(time.Since(t0)-written)
 	if err != nil {
 		state = "NOT converged within " + fmtDur(timeout)
 	}
-	fmt.Fprintf(h.out, "senders started and seeded in %v, %s after %v: %s\n\n",
-		fmtDur(written), state, fmtDur(time.Since(t0)-written), strings.Join(held, "; "))
+	fmt.Fprintf(h.out, "senders started and seeded in %v, %s: %s\n\n", fmtDur(written), state, strings.Join(held, "; "))
 	return senders, nil
 }
 

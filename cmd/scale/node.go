@@ -10,7 +10,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
@@ -26,9 +25,9 @@ import (
 	"github.com/rollcall/rollcall/gossip"
 )
 
-// nodeGCPercent is the collector's default target in a node process: a cycle every
-// 10% of heap growth, so the live-heap metric (updated at each cycle's end)
-// follows the heap closely.
+// nodeGCPercent is the collector's default target in a node process: a
+// cycle every 10% of heap growth, so the live-heap metric (updated at each
+// cycle's end) follows the heap closely.
 const nodeGCPercent = 10
 
 // statsInterval is how often a node prints its stats line.
@@ -81,19 +80,19 @@ type nodeFlags struct {
 
 // node is the running node role.
 type node struct {
-	f     nodeFlags
-	host  *gossip.ReplicaHost
-	c     *gossip.Cluster
-	fault *gossip.FaultNetwork
-	start time.Time // just before gossip.New
-	out   io.Writer
+	f      nodeFlags
+	host   *gossip.ReplicaHost
+	c      *gossip.Cluster
+	fault  *gossip.FaultNetwork
+	start  time.Time // just before gossip.New
+	out    io.Writer // stats lines
+	errOut io.Writer // errors and the cluster's log
 
 	mu          sync.Mutex // guards the fields below and writes to out
 	seq         uint64
 	readyMS     int64
 	heldAtReady int
 	partitioned bool
-	blockedAll  bool
 	queued      int
 	heapBase    uint64
 	heapPeak    uint64
@@ -121,7 +120,7 @@ func runNode(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("node %s: %w", f.name, err)
 	}
-	n := &node{f: f, host: h, fault: gossip.NewFaultNetwork(f.incarnation), out: stdout}
+	n := &node{f: f, host: h, fault: gossip.NewFaultNetwork(f.incarnation), out: stdout, errOut: stderr}
 	if err := n.writeNow(f.base, f.sessions); err != nil {
 		return err
 	}
@@ -193,7 +192,7 @@ func (n *node) writeOver(first, k int, d time.Duration) {
 			d, err := n.host.Put(session(first))
 			first++
 			if err != nil {
-				fmt.Fprintf(os.Stderr, "node %s: write: %v\n", n.f.name, err)
+				fmt.Fprintf(n.errOut, "node %s: write: %v\n", n.f.name, err)
 				continue
 			}
 			ds = append(ds, d)
@@ -295,7 +294,7 @@ func (n *node) print() {
 	}
 	b, err := json.Marshal(line)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "node %s: stats: %v\n", n.f.name, err)
+		fmt.Fprintf(n.errOut, "node %s: stats: %v\n", n.f.name, err)
 		return
 	}
 	_, _ = n.out.Write(append(b, '\n'))
@@ -325,7 +324,7 @@ func (n *node) commands(stdin io.Reader) error {
 	for sc.Scan() {
 		cmd, err := parseCommand(sc.Text())
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "node %s: %v\n", n.f.name, err)
+			fmt.Fprintf(n.errOut, "node %s: %v\n", n.f.name, err)
 			continue
 		}
 		if cmd.op == opQuit {
