@@ -32,7 +32,7 @@ MODIFIED    := $(shell test -n "$$(git status --porcelain 2>/dev/null)" && echo 
 LDFLAGS     := -X main.version=$(VERSION) -X main.revision=$(REVISION) -X main.commitTime=$(COMMIT_TIME) -X main.modified=$(MODIFIED)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.7.0
 
-.PHONY: bench-compare all build test test-short bench lint fuzz run clean image secrets e2e calibrate calibrate-bench pgo chaos
+.PHONY: bench-compare all build test test-short bench lint fuzz run clean image secrets e2e calibrate calibrate-bench pgo chaos scale
 
 all: build
 
@@ -85,6 +85,11 @@ fuzz:
 # promises. One summary line per seed; exits 1 on any violation.
 chaos: build
 	$(GO) run ./cmd/chaos --bin $(BIN) --duration $(CHAOS_DURATION) --gateways $(CHAOS_GATEWAYS) $(if $(CHAOS_SEEDS),--seeds $(CHAOS_SEEDS)) $(if $(CHAOS_NETNS),--netns)
+
+# Real gossip nodes, a process each, holding 1,000,000 sessions: joiner, restart, partition (cmd/scale; <= 10 min).
+SCALE_ARGS ?=
+scale:
+	$(GO) run ./cmd/scale $(SCALE_ARGS)
 
 # A single development node on loopback that accepts any user (no tokens).
 run: build
