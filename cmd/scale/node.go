@@ -300,22 +300,15 @@ func (n *node) print() {
 	_, _ = n.out.Write(append(b, '\n'))
 }
 
-// syncTraffic returns the sync messages (pages) this node sent and
-// received, and the bytes of those received, from the per-type counters.
-// With Stats.SyncPagesSent and SyncPagesReceived the first two are those.
+// syncTraffic returns the pages of anti-entropy answers this node sent and
+// received, and the bytes of the answers received.
 func syncTraffic(st *gossip.Stats) (pagesSent, pagesReceived, bytesReceived uint64) {
-	for _, t := range st.Sent() {
-		if t.Type == "sync" {
-			pagesSent += t.Messages
-		}
-	}
 	for _, t := range st.Received() {
-		if t.Type == "sync" {
-			pagesReceived += t.Messages
+		if t.Type == "sync" || t.Type == "sync-page" {
 			bytesReceived += t.Bytes
 		}
 	}
-	return pagesSent, pagesReceived, bytesReceived
+	return st.SyncPagesSent.Load(), st.SyncPagesReceived.Load(), bytesReceived
 }
 
 // commands obeys stdin until "quit" or its end.
