@@ -15,7 +15,7 @@ import (
 // TestScripts runs the scripts of testdata/core/: a few cores over the test
 // harness, every output they ask for printed. Directives:
 //
-//	nodes n0 n1 n2 [eager-threshold=N] [lease=D] [alive=D] [page=N]
+//	nodes n0 n1 n2 [eager-threshold=N] [lease=D] [alive=D] [page=N] [relay=R]
 //	                    page: records per page of an anti-entropy answer
 //	publish n0 user=u [device=d] [status=away] [state=disconnected]
 //	                    a write: sent at once (its Ready printed), or pending
@@ -87,8 +87,15 @@ func runCmd(hp **harness, c *datadriven.Cmd) (string, error) {
 		if err != nil {
 			return "", err
 		}
+		relay := RelayTree
+		if v, ok := c.Arg("relay"); ok {
+			if relay, err = ParseRelay(v); err != nil {
+				return "", err
+			}
+		}
 		nh, err := newHarness(pos, func(cfg *Config) {
 			cfg.EagerThreshold, cfg.LeaseTimeout, cfg.AliveInterval = thr, lease, alive
+			cfg.Relay = relay
 		})
 		if err != nil {
 			return "", err

@@ -35,7 +35,7 @@ type Config struct {
 	// relayed as Relay says (ModeTree or ModeEpidemic).
 	EagerThreshold int
 	// Relay is how writes travel beyond EagerThreshold. Default
-	// RelayEpidemic.
+	// RelayTree.
 	Relay Relay
 	// AliveInterval is how often this node announces itself.
 	AliveInterval time.Duration
@@ -533,14 +533,16 @@ func (n *Node) flush(reliable bool) {
 	}
 }
 
-// announce sends this node's alive message: to every member while eager
-// or relaying along a tree, through the piggyback queue when epidemic.
+// announce sends this node's alive message: to every member while eager,
+// through the piggyback queue beyond the eager threshold (an
+// announcement straight to every member each second would cost the
+// cluster N² packets a second).
 func (n *Node) announce() {
 	m, err := NewAlive(TypeAlive, n.alive())
 	if err != nil {
 		panic(fmt.Sprintf("dissem: encode alive: %v", err))
 	}
-	if n.Mode() != ModeEpidemic {
+	if n.Mode() == ModeEager {
 		n.sendLive(m, false)
 		return
 	}

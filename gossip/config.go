@@ -71,7 +71,7 @@ type Config struct {
 	// Relay is how deltas travel beyond EagerThreshold: dissem.RelayEpidemic
 	// (memberlist's piggyback queue) or dissem.RelayTree (a relay tree
 	// over the members alive: about one copy per member, two hops).
-	// Default dissem.RelayEpidemic.
+	// Default dissem.RelayTree.
 	Relay dissem.Relay
 	// PacketBudget is the payload bytes of one best-effort packet.
 	// Default dissem.DefaultPacketBudget (1300).

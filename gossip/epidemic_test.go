@@ -7,13 +7,15 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/rollcall/rollcall/dissem"
 )
 
 // TestEpidemicModeConverges forces the epidemic path (cluster larger than
 // EagerThreshold) and checks that every node converges and that relays,
 // not the owner alone, carried the changes.
 func TestEpidemicModeConverges(t *testing.T) {
-	tc := newTestCluster(t, 6, func(c *Config) { c.EagerThreshold = 2 })
+	tc := newTestCluster(t, 6, func(c *Config) { c.EagerThreshold, c.Relay = 2, dissem.RelayEpidemic })
 	tc.waitMembers(6)
 	for i := range 30 {
 		tc.hosts[i%6].connect(t, fmt.Sprintf("e%d", i), "d", "g")
@@ -42,7 +44,11 @@ func TestEpidemicModeConverges(t *testing.T) {
 // node is cut off from everyone: the piggyback queue must stay bounded, and
 // anti-entropy must still deliver everything after the heal.
 func TestEpidemicQueueStaysBounded(t *testing.T) {
-	tc := newTestCluster(t, 4, func(c *Config) { c.EagerThreshold = 2; c.MaxQueue = 4; c.BatchDelay = time.Microsecond })
+	tc := newTestCluster(t, 4, func(c *Config) {
+		c.EagerThreshold, c.Relay = 2, dissem.RelayEpidemic
+		c.MaxQueue = 4
+		c.BatchDelay = time.Microsecond
+	})
 	tc.waitMembers(4)
 	var rest []string
 	for i := 1; i < 4; i++ {

@@ -30,7 +30,7 @@ type Stats struct {
 	StreamsSent         atomic.Uint64
 	BytesSent           atomic.Uint64
 	SendErrors          atomic.Uint64
-	DeltaCopies         atomic.Uint64 // delta copies sent directly (not counting piggyback retransmits)
+	DeltaCopies         atomic.Uint64 // delta copies sent point to point: owners' sends and seeds, tree relays (not piggyback retransmits)
 	DeltaBytes          atomic.Uint64 // bytes of delta messages sent directly
 	AliveBytes          atomic.Uint64 // bytes of alive announcements sent directly
 	StateBytes          atomic.Uint64 // bytes of push/pull digests handed to memberlist

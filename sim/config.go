@@ -56,7 +56,7 @@ type Config struct {
 	BatchDelay     time.Duration
 	EagerThreshold int
 	// Relay is how writes travel beyond EagerThreshold (dissem.Config.Relay):
-	// memberlist's piggyback gossip (the default) or a relay tree.
+	// a relay tree (the default) or memberlist's piggyback gossip.
 	Relay        dissem.Relay
 	PacketBudget int
 	MaxQueue     int

@@ -44,8 +44,9 @@ type Result struct {
 	// CopiesPerChange is delta copies sent per change: direct sends,
 	// piggybacked retransmissions and relays (anti-entropy excluded).
 	CopiesPerChange float64 `json:"copies_per_change"`
-	// DirectCopiesPerChange counts only the owner's direct sends, as
-	// dissem.Stats.DeltaCopies does.
+	// DirectCopiesPerChange counts only the copies sent point to point (an
+	// owner's sends and seeds, tree relays; not piggybacked ones), as
+	// gossip's Stats.DeltaCopies does.
 	DirectCopiesPerChange float64 `json:"direct_copies_per_change"`
 
 	// OfflineDetection pools silent client failures and gateway crashes.

@@ -68,7 +68,7 @@ type Sim struct {
 type counters struct {
 	packets, streams, bytes, lost uint64
 	deltaCopies                   uint64 // delta copies in packets and streams, piggyback included
-	directCopies                  uint64 // delta copies sent straight by owners (gossip's Stats.DeltaCopies)
+	directCopies                  uint64 // delta copies sent point to point, not piggybacked (gossip's Stats.DeltaCopies)
 	antiEntropyBytes              uint64
 	syncRecords                   uint64
 	gapPulls, pushPulls           uint64

@@ -119,7 +119,7 @@ func agentFlagSet(af *agentFlags, stderr io.Writer) (*flag.FlagSet, *string) {
 	fs.StringVar(&cf.GossipKeyFile, "gossip-key-file", "", "file holding the base64 gossip key (the form not visible in ps)")
 	fs.StringVar(&cf.KeyringFile, "keyring-file", "", "file of base64 gossip keys, one per line, primary first")
 	fs.StringVar(&cf.GossipAdvertise, "gossip-advertise", "", "gossip address to advertise to peers (default: the bind address)")
-	fs.Var(&cf.GossipRelay, "gossip-relay", "how changes travel in a cluster above 64 gateways: epidemic (memberlist's piggyback gossip) or tree (a relay tree over the gateways: about one copy per gateway, two hops)")
+	fs.Var(&cf.GossipRelay, "gossip-relay", "how changes travel in a cluster above 64 gateways: tree (a relay tree over the gateways: about one copy per gateway, two hops) or epidemic (memberlist's piggyback gossip)")
 	fs.DurationVar(&cf.GossipBatch, "gossip-batch", gossip.DefaultConfig().BatchDelay, "write window of the gossip: a change with no flush in the last window goes to the other gateways at once, changes within a window of a flush wait for its end and go together (0: no window)")
 	fs.BoolVar(&cf.GossipCompress, "gossip-compress", false, "LZW-compress gossip messages (memberlist's compression): smaller full-state transfers to joining members, at a third more CPU per status change; deltas are too small to shrink")
 	fs.DurationVar(&cf.PurgeHorizon, "purge-horizon", 30*time.Minute, "how long a dead gateway's sessions stay (shown expired) before they are purged")

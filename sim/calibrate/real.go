@@ -271,6 +271,7 @@ func (rr *realRun) start(i int) error {
 	cfg.Profile = "local"
 	cfg.LeaseTimeout, cfg.AliveInterval = leaseTimeout, aliveInterval
 	cfg.EagerThreshold = rr.sc.EagerThreshold
+	cfg.Relay = dissem.RelayEpidemic // the calibrated relay beyond the threshold
 	cfg.Memberlist = fastMemberlist
 	cfg.WrapTransport = func(t memberlist.NodeAwareTransport) memberlist.NodeAwareTransport {
 		return &countingTransport{NodeAwareTransport: t, copies: &rr.copies, node: i, name: name, sends: &rr.sends, log: &rr.log}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
+	"github.com/rollcall/rollcall/dissem"
 	"github.com/rollcall/rollcall/sim"
 )
 
@@ -93,6 +94,7 @@ func SimConfig(sc Scenario) sim.Config {
 	cfg.PushPullInterval = pushPullInterval
 	cfg.LeaseTimeout, cfg.AliveInterval = leaseTimeout, aliveInterval
 	cfg.EagerThreshold = sc.EagerThreshold
+	cfg.Relay = dissem.RelayEpidemic // the calibrated relay beyond the threshold
 	cfg.Latency = sc.Latency
 	cfg.Changes = sc.Changes
 	cfg.Churn = sim.Churn{Connect: 1, Status: 1}

@@ -71,8 +71,8 @@ func NewFlagSet(o *Options, out io.Writer) *flag.FlagSet {
 	fs.DurationVar(&c.LeaseTimeout, "lease", 0, "Rollcall peer lease: a peer not heard from this long is shown failed, a duration (default 15s)")
 	fs.DurationVar(&c.AliveInterval, "alive", 0, "Rollcall alive announcement interval, a duration (default 1s)")
 	fs.DurationVar(&c.BatchDelay, "batch-delay", 0, "the owner's write window: a write with no flush in the last window goes out at once, writes within one wait for its end and share packets, a duration (default 500µs)")
-	fs.Var(&c.Relay, "relay", "how deltas travel beyond the eager threshold: epidemic (memberlist's piggyback gossip) or tree (a relay tree over the members), a name")
-	fs.IntVar(&c.EagerThreshold, "eager-threshold", 0, "largest cluster that sends deltas straight to every member; larger ones gossip epidemically, a node count (default 64)")
+	fs.Var(&c.Relay, "relay", "how deltas travel beyond the eager threshold: tree (a relay tree over the members) or epidemic (memberlist's piggyback gossip), a name")
+	fs.IntVar(&c.EagerThreshold, "eager-threshold", 0, "largest cluster that sends deltas straight to every member; larger ones relay them (--relay), a node count (default 64)")
 	fs.Float64Var(&c.Loss, "loss", 0, "probability that a UDP packet is lost, a fraction in [0,1) (0.05 = 5%)")
 	fs.Func("latency", "one-way network delay: fixed (1ms), uniform (1ms..5ms), normal:MEAN,SD (normal:2ms,500us) or lognormal:MEDIAN,SHAPE (lognormal:2ms,0.5) (default 1ms)", func(s string) error {
 		l, err := sim.ParseLatency(s)

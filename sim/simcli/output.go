@@ -131,7 +131,7 @@ func writeSummary(w io.Writer, r *sim.Result) {
 	p("convergence per node", "p50 %gms  p90 %gms  p99 %gms", r.NodeConvergence.P50, r.NodeConvergence.P90, r.NodeConvergence.P99)
 	p("converged fraction", "%g (%d changes never reached every live node)", r.ConvergedFraction, r.Unconverged)
 	p("traffic per node", "%g bytes/s, %g messages/s", r.BytesPerNodePerS, r.MessagesPerNodePerS)
-	p("copies per change", "%g (%g sent directly by the owner)", r.CopiesPerChange, r.DirectCopiesPerChange)
+	p("copies per change", "%g (%g sent point to point, not piggybacked)", r.CopiesPerChange, r.DirectCopiesPerChange)
 	p("anti-entropy", "%d bytes (%g bytes/s per node), %d gap pulls, %d push/pulls", r.AntiEntropyBytes, r.AntiEntropyBytesPerNodePerS, r.Counters.GapPulls, r.Counters.PushPulls)
 	det := func(d sim.Detection) string {
 		if d.Samples == 0 {
