@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/rollcall/rollcall/crdt"
+	"github.com/rollcall/rollcall/dissem"
 )
 
 // The cluster benchmarks run real memberlist clusters on loopback and report
@@ -243,4 +245,58 @@ func BenchmarkClusterQuietAntiEntropy16(b *testing.B) {
 		b.ReportMetric(float64(ae()-ae0)/n, "ae-bytes/node/min")
 		b.ReportMetric(float64(alive()-al0)/n, "alive-bytes/node/min")
 	}
+}
+
+// BenchmarkClusterTree100: 100 real memberlist nodes in one process, past
+// the eager threshold so deltas travel the relay tree, with background
+// load of about 1,000 changes/s spread over the nodes; per iteration, the
+// time from a probe connect on one node to its appearance at all 99
+// others, and the copies sent per change (background included).
+func BenchmarkClusterTree100(b *testing.B) {
+	const n, rate = 100, 1000
+	tc, w := benchClusterN(b, n, lanProfile)
+	if m := tc.nodes[0].core.Mode(); m != dissem.ModeTree {
+		b.Fatalf("mode %s at %d members", m, n)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var background atomic.Int64
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(time.Second / rate)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			tc.hosts[i%n].connect(b, fmt.Sprintf("bg-%d", i%5000), fmt.Sprintf("d%d", i%n), "team-7")
+			background.Add(1)
+		}
+	}()
+	time.Sleep(2 * time.Second) // the load reaches its rate
+	var lat []time.Duration
+	copies0 := sumStats(tc, func(s *Stats) uint64 { return s.DeltaCopies.Load() })
+	bg0 := background.Load()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		src := i % n
+		user := fmt.Sprintf("probe-%d", i)
+		start := time.Now()
+		tc.hosts[src].connect(b, user, "phone", "team-7")
+		last := w.waitAll(b, user, true, others(n, src), 30*time.Second)
+		lat = append(lat, last.Sub(start))
+	}
+	b.StopTimer()
+	elapsed := b.Elapsed()
+	close(stop)
+	wg.Wait()
+	changes := uint64(b.N) + uint64(background.Load()-bg0)
+	copies := sumStats(tc, func(s *Stats) uint64 { return s.DeltaCopies.Load() }) - copies0
+	b.ReportMetric(float64(percentile(lat, 0.5).Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(percentile(lat, 0.99).Microseconds())/1000, "p99-ms")
+	b.ReportMetric(float64(copies)/float64(changes), "copies/change")
+	b.ReportMetric(float64(changes)/elapsed.Seconds(), "changes/s")
 }
