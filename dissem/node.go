@@ -194,6 +194,7 @@ type Node struct {
 	pulling   map[string]bool
 	transfers map[string]*transfer // paged answers coming in, by sender; nil while empty
 	relayTree *relayTree           // ModeTree's member list; nil when members changed
+	treeGaps  map[int32]treeGap    // ModeTree: versions seen, to be held by the next check
 	reviving  map[string]revival   // nil while empty
 	answering int
 	leaving   bool
@@ -423,6 +424,7 @@ func (n *Node) Tick(now int64) {
 		n.aliveAt = now + int64(n.cfg.AliveInterval)
 		n.announce()
 		n.checkTransfers(now)
+		n.checkTreeGaps(now)
 	}
 	if now >= n.reconnectAt {
 		n.reconnectAt = now + int64(n.cfg.ReconnectInterval)
@@ -678,6 +680,7 @@ func (n *Node) stepDeltas(m *Message, now int64) {
 		// Tree relay: on to this node's children in the owner's tree, once
 		// (a repeat is not fresh).
 		n.sendTree(m, ds[0].Origin().Node)
+		n.watchTreeGaps(ds, nums, now)
 	}
 }
 

@@ -1,6 +1,11 @@
 package dissem
 
-import "slices"
+import (
+	"maps"
+	"slices"
+
+	"github.com/rollcall/rollcall/crdt"
+)
 
 // Relay tree (ModeTree): a deterministic tree over the sorted list of the
 // members alive, one per owner, for dissemination beyond EagerThreshold.
@@ -92,4 +97,66 @@ func (n *Node) sendTree(m *Message, owner string) {
 		}
 	}
 	visit(t.pos[n.name])
+}
+
+// treeGapWait is how long a hole below a relayed version may last before
+// it is pulled: an alive interval, checked at each announcement. Copies of
+// one origin's writes come down one path in order, so a hole is a lost
+// copy; pulling sooner measured worse under loss (a fifth of an interval,
+// at 10% loss, 100 nodes, 2,000 changes/s: p99 6.1 s against 2.9 s), as
+// owners drop the answers past their bound and members pull again.
+func (n *Node) treeGapWait() int64 { return int64(n.cfg.AliveInterval) }
+
+// treeGap is the newest version of an origin a node saw relayed, and
+// when: by the next check its replica should hold every write up to it.
+type treeGap struct {
+	origin  crdt.Origin
+	version uint64
+	since   int64
+}
+
+// watchTreeGaps notes the versions a relayed batch brought. A copy lost on
+// the way leaves a hole below them: its writes' owners announce only
+// through the piggyback queue, which reaches each member now and then, so
+// the hole is found from the deltas themselves.
+func (n *Node) watchTreeGaps(ds []crdt.Delta, nums []int32, now int64) {
+	for i := range ds {
+		o := ds[i].Origin()
+		if o.Node == n.name {
+			continue
+		}
+		if _, ok := n.treeGaps[nums[i]]; ok {
+			continue
+		}
+		if n.treeGaps == nil {
+			n.treeGaps = make(map[int32]treeGap)
+		}
+		n.treeGaps[nums[i]] = treeGap{origin: o, version: n.seen[nums[i]].version, since: now}
+	}
+}
+
+// checkTreeGaps pulls from the owner of each origin whose writes up to a
+// version seen treeGapWait ago are still not all held, in origin order.
+func (n *Node) checkTreeGaps(now int64) {
+	for _, w := range slices.Sorted(maps.Keys(n.treeGaps)) {
+		g := n.treeGaps[w]
+		if n.replica.Watermark(g.origin) >= g.version {
+			delete(n.treeGaps, w)
+			continue
+		}
+		if now-g.since < n.treeGapWait() {
+			continue
+		}
+		// Kept until the hole is filled: a pull whose answer the owner
+		// dropped (answers past its bound) is made again an interval on.
+		g.since = now
+		n.treeGaps[w] = g
+		name := g.origin.Node
+		if n.pulling[name] || len(n.transfers) > 0 {
+			continue
+		}
+		n.pulling[name] = true
+		n.out().Pulls = append(n.rd.Pulls, name)
+		n.out().Notes = append(n.rd.Notes, Note{Kind: NoteGapPull, Node: name, Version: g.version})
+	}
 }

@@ -3,6 +3,7 @@ package dissem
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/rollcall/rollcall/crdt"
 )
@@ -72,5 +73,46 @@ func TestTreeRelaySkipsADownMemberForItsChildren(t *testing.T) {
 		if _, ok := h.nodes[name].r.Session(crdt.Key{User: "u", Device: "d"}); !ok {
 			t.Fatalf("%s missed the write", name)
 		}
+	}
+}
+
+// A relayed copy lost on the way (here the owner's copy to its first child,
+// so that child's subtree misses it too) is pulled once a later write shows
+// the hole and an alive interval passes: the replicas converge.
+func TestTreeRelayPullsALostCopy(t *testing.T) {
+	const members = 30
+	h := treeHarness(t, members)
+	owner := h.nodes["n000"]
+	if err := h.write(owner, "lost", "d", crdt.StatusAvailable, crdt.StateActive); err != nil {
+		t.Fatal(err)
+	}
+	h.drive(owner, "publish")
+	dropped := false
+	for i, f := range h.flight {
+		if f.msg.Type == TypeDeltas && f.to == "n001" {
+			h.drop(i)
+			dropped = true
+			break
+		}
+	}
+	if !dropped {
+		t.Fatal("no copy from the owner to n001 in flight")
+	}
+	h.stabilize()
+	if _, ok := h.nodes["n001"].r.Session(crdt.Key{User: "lost", Device: "d"}); ok {
+		t.Fatal("n001 holds the write whose copy was dropped")
+	}
+	h.advance(10 * time.Millisecond) // past the write window
+	if err := h.write(owner, "later", "d", crdt.StatusAvailable, crdt.StateActive); err != nil {
+		t.Fatal(err)
+	}
+	h.drive(owner, "publish")
+	h.stabilize()
+	for range 3 {
+		h.advance(time.Second)
+		h.stabilize()
+	}
+	if err := h.converged(); err != nil {
+		t.Fatalf("after the gap pulls: %v", err)
 	}
 }
