@@ -367,3 +367,50 @@ func TestConsoleLogColourOnlyOnTerminal(t *testing.T) {
 		}
 	}
 }
+
+// flagCell matches a table cell of docs/operations/configuration.md that
+// names flags and nothing else ("`--request-rate`, `--request-burst`"),
+// and flagName each name in it.
+var (
+	flagCell = regexp.MustCompile("^(`--[a-z][a-z0-9-]*`(, )?)+$")
+	flagName = regexp.MustCompile("`--([a-z][a-z0-9-]*)`")
+)
+
+// docs/operations/configuration.md has a row for every agent flag, and no
+// row for a flag the agent does not have.
+func TestFlagTableMatchesTheFlags(t *testing.T) {
+	const doc = "../../docs/operations/configuration.md"
+	text, err := os.ReadFile(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]bool{}
+	for _, line := range strings.Split(string(text), "\n") {
+		cells := strings.Split(line, "|")
+		if !strings.HasPrefix(line, "|") || len(cells) < 4 {
+			continue
+		}
+		for _, c := range cells[1:3] { // the flag tables' first column, the limits table's second
+			if c = strings.TrimSpace(c); flagCell.MatchString(c) {
+				for _, m := range flagName.FindAllStringSubmatch(c, -1) {
+					rows[m[1]] = true
+				}
+			}
+		}
+	}
+	fs, _ := agentFlagSet(&agentFlags{}, io.Discard)
+	// The actions loadAgentFlags adds (--config, which names the file, is
+	// described above the tables).
+	for _, name := range []string{"print-config", "validate-config"} {
+		fs.Bool(name, false, "")
+	}
+	fs.VisitAll(func(f *flag.Flag) {
+		if !rows[f.Name] {
+			t.Errorf("%s has no row for --%s (%s)", doc, f.Name, f.Usage)
+		}
+		delete(rows, f.Name)
+	})
+	for name := range rows {
+		t.Errorf("%s has a row for --%s, which the agent does not have", doc, name)
+	}
+}
