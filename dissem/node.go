@@ -229,6 +229,9 @@ type peer struct {
 	forgotten   bool  // dead past ReconnectTimeout
 	deadSince   int64 // when memberlist declared it dead
 	rejoinAt    int64 // last rejoin asked because it was heard while dead
+	// announcedInc is the incarnation of its last announcement heard: the
+	// first one of an incarnation is pulled on at once when it shows a gap.
+	announcedInc uint64
 }
 
 // setState changes a peer's state, keeping the node's count of dead
@@ -702,7 +705,16 @@ func (n *Node) stepAlive(a Alive, now int64) {
 	p.sessions, p.clientAddr = a.Sessions, a.ClientAddr
 	// While a paged answer comes in, it brings what the gap is: a pull
 	// now would start a second answer of the same records.
-	pull := p.gap.observe(a.Origin, a.Watermark, local) && !n.pulling[name] && len(n.transfers) == 0
+	//
+	// The first announcement heard of an incarnation that shows a gap is
+	// pulled on at once: a member that just joined (or that this one just
+	// learned of) may lack the writes made before the owner listed it,
+	// which no delta will bring, and waiting for a second announcement
+	// would show those sessions offline meanwhile.
+	first := p.announcedInc != a.Origin.Incarnation
+	p.announcedInc = a.Origin.Incarnation
+	gapped := p.gap.observe(a.Origin, a.Watermark, local) || (first && local < a.Watermark)
+	pull := gapped && !n.pulling[name] && len(n.transfers) == 0
 	if pull {
 		n.pulling[name] = true
 	}
@@ -853,9 +865,20 @@ func (n *Node) MemberAlive(name string, meta Meta, now int64) {
 	if meta.ClientAddr != "" {
 		p.clientAddr = meta.ClientAddr
 	}
+	wasAlive := p.state == StateAlive && p.listed
 	p.setState(n, StateAlive, false)
 	p.listed, p.leaving = true, false
 	p.lease.begin(now)
+	if a := n.alive(); !wasAlive && !n.leaving && a.Watermark > 0 {
+		// Tell it at once how far this node's writes go: it learns of
+		// any it lacks (those made before this node listed it) from this,
+		// not an interval later.
+		m, err := NewAlive(TypeAlive, a)
+		if err != nil {
+			panic(fmt.Sprintf("dissem: encode alive: %v", err))
+		}
+		n.out().Sends = append(n.rd.Sends, Send{To: name, Msg: m})
+	}
 	if newInc {
 		n.out().Apply = append(n.rd.Apply, Apply{Kind: Retire, Origin: crdt.Origin{Node: name, Incarnation: meta.Incarnation}})
 	}
