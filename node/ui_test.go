@@ -320,8 +320,10 @@ func TestStalledStreamDoesNotBlockFanOut(t *testing.T) {
 			break
 		}
 	}
-	if dropped.Dropped == 0 || dropped.Dropped > st.StreamDrops {
-		t.Fatalf("stream reported %d dropped, feed counted %d", dropped.Dropped, st.StreamDrops)
+	// Read again: a change recorded after the first reading (the
+	// watcher's own session, a coalesced flush) may have been dropped too.
+	if counted := n.feed.stats().StreamDrops; dropped.Dropped == 0 || dropped.Dropped > counted {
+		t.Fatalf("stream reported %d dropped, feed counted %d", dropped.Dropped, counted)
 	}
 }
 
