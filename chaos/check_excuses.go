@@ -54,10 +54,10 @@ func (c netCut) deafens(o, g string) bool {
 
 // gwModel is what the history says about one gateway.
 type gwModel struct {
-	down   []window    // not expected to answer or be answered: paused, dead, or recovering
-	pauses []window    // SIGSTOP..SIGCONT
-	deaths []downEvent // kills, crashes, terms
-	ready  []readyEvent
+	down   []window     // not expected to answer or be answered: paused, dead, or recovering
+	pauses []window     // SIGSTOP..SIGCONT
+	deaths []downEvent  // kills, crashes, terms
+	ready  []readyEvent // every ready, the first start's included
 }
 
 // readyEvent is a gateway's ready: it joined the cluster (first start or
