@@ -58,6 +58,12 @@ type Bounds struct {
 	// restart is ready (and its peers, about it): one announcement to be
 	// heard + Repair + coalesce + Slack.
 	Recovery time.Duration
+	// JustJoined is how long after its ready a gateway counts as just
+	// joined: Recovery + Timeout + LeaseCheck. Its leases on its peers all
+	// began at its join, so the first that passes for want of a peer that
+	// does not speak to it yet passes a Timeout later. A client shown
+	// offline there in that window is a Joined violation.
+	JustJoined time.Duration
 	// Convergence bounds, from the end of the last fault, every running
 	// gateway answering the same for every user whose state is not
 	// changing: Timeout + LeaseCheck + Repair + coalesce + 2*Slack.
@@ -87,6 +93,7 @@ func DeriveBounds(heartbeat, timeout, slack time.Duration) Bounds {
 	b.SilentExpiry = timeout + b.Sweep + b.Propagation
 	b.CrashExpiry = timeout + b.LeaseCheck + eventCoalesce + slack
 	b.Recovery = b.Alive + b.Repair + eventCoalesce + slack
+	b.JustJoined = b.Recovery + timeout + b.LeaseCheck
 	b.Convergence = timeout + b.LeaseCheck + b.Repair + eventCoalesce + 2*slack
 	b.Rejoin = rejoinInterval + b.Recovery
 	b.Grace = heartbeat
@@ -109,6 +116,7 @@ func (b Bounds) Describe() string {
 	p("silent", "last request + timeout + sweep + propagation", b.SilentExpiry)
 	p("crash", "kill + timeout + lease check + coalesce + slack", b.CrashExpiry)
 	p("recovery", "after resume/ready: alive + repair + coalesce + slack", b.Recovery)
+	p("just joined", "after ready: recovery + timeout + lease check", b.JustJoined)
 	p("convergence", "after faults: timeout + lease check + repair + coalesce + 2*slack", b.Convergence)
 	p("rejoin", "after a network fault heals: reconnect round 10s + recovery", b.Rejoin)
 	p("grace", "a request gap under timeout-grace is heartbeating", b.Grace)

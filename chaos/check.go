@@ -14,6 +14,7 @@ import (
 const (
 	Convergence = "convergence" // running gateways disagree about a user whose state is not changing
 	Lost        = "lost"        // a connected, heartbeating client shown offline or stale, or cut off
+	Joined      = "joined"      // lost, on a gateway that just joined: shown offline within Bounds.JustJoined of its ready
 	Ghost       = "ghost"       // an ended session shown online past its bound
 	Order       = "order"       // an older epoch after a newer one, or a version going back
 	Process     = "process"     // an agent crashed, failed to restart, or left uncleanly

@@ -54,9 +54,17 @@ func (c netCut) deafens(o, g string) bool {
 
 // gwModel is what the history says about one gateway.
 type gwModel struct {
-	down   []window    // not expected to answer or be answered: paused, dead, or recovering
-	pauses []window    // SIGSTOP..SIGCONT
-	deaths []downEvent // kills, crashes, terms
+	down   []window     // not expected to answer or be answered: paused, dead, or recovering
+	pauses []window     // SIGSTOP..SIGCONT
+	deaths []downEvent  // kills, crashes, terms
+	ready  []readyEvent // every ready, the first start's included
+}
+
+// readyEvent is a gateway's ready: it joined the cluster (first start or
+// restart) and caught up with a member.
+type readyEvent struct {
+	at   float64
+	line int
 }
 
 // cutWindows returns the windows in which gateways o and g may not see
@@ -173,6 +181,7 @@ func (m *model) buildGateways(idx []int) {
 		case "restart-failed":
 			m.restartFailed = append(m.restartFailed, line)
 		case "ready":
+			g.ready = append(g.ready, readyEvent{at: r.T, line: line})
 			if o := downAt[r.GW]; o != nil {
 				g.down = append(g.down, window{a: o.at, b: r.T + m.b.recovery, line: o.line, why: o.why})
 				g.deaths[len(g.deaths)-1].ready = r.T
@@ -222,6 +231,21 @@ func (m *model) deathDuring(gw string, from, to float64) *downEvent {
 		}
 	}
 	return nil
+}
+
+// justJoined returns the last ready of gateway gw at or before t if it is
+// within the just-joined bound of t.
+func (m *model) justJoined(gw string, t float64) (readyEvent, bool) {
+	g := m.gw[gw]
+	if g == nil {
+		return readyEvent{}, false
+	}
+	for i := len(g.ready) - 1; i >= 0; i-- {
+		if r := g.ready[i]; r.at <= t {
+			return r, t-r.at <= m.b.joined
+		}
+	}
+	return readyEvent{}, false
 }
 
 // downAt returns the down window of gateway gw containing t, if any.

@@ -55,10 +55,17 @@ func (m *model) lostOn(c *connModel, o string, a, b float64) []Violation {
 		switch {
 		case e == nil && !missing:
 			missing = true
-			out = append(out, Violation{Kind: Lost, At: max(lo, asOf), User: c.user,
+			at := max(lo, asOf)
+			v := Violation{Kind: Lost, At: at, User: c.user,
 				Msg: fmt.Sprintf("%s shows %s offline (%s) while its client is connected and heartbeating (welcomed %s, last request %s)",
 					o, c.name(), how, fmtT(c.helloT), fmtT(last.t)),
-				Lines: uniq(append([]int{ob.line, c.helloLine, last.line}, m.contextLines(max(lo, asOf), o, c.gw)...)...)})
+				Lines: uniq(append([]int{ob.line, c.helloLine, last.line}, m.contextLines(at, o, c.gw)...)...)}
+			if r, ok := m.justJoined(o, at); ok {
+				v.Kind = Joined
+				v.Msg = fmt.Sprintf("%s, %s after it was ready (at %s)", v.Msg, fmtT(at-r.at), fmtT(r.at))
+				v.Lines = uniq(append(v.Lines, r.line)...)
+			}
+			out = append(out, v)
 		case e != nil && !stale:
 			allowed := m.allowedStatuses(c, lo, hi)
 			if !slices.Contains(allowed, e.Status) {

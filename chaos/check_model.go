@@ -80,13 +80,14 @@ type model struct {
 
 // boundsMS are the bounds in history milliseconds.
 type boundsMS struct {
-	prop, silent, crash, recovery, conv, grace, timeout, drain, rejoin, slack float64
+	prop, silent, crash, recovery, conv, grace, timeout, drain, rejoin, slack, joined float64
 }
 
 func newBoundsMS(ri *RunInfo) boundsMS {
 	b := ri.Bounds()
 	return boundsMS{prop: ms(b.Propagation), silent: ms(b.SilentExpiry), crash: ms(b.CrashExpiry),
-		recovery: ms(b.Recovery), conv: ms(b.Convergence), rejoin: ms(b.Rejoin), slack: ms(b.Slack), grace: ms(b.Grace), timeout: ms(b.Timeout), drain: ri.DrainMS}
+		recovery: ms(b.Recovery), conv: ms(b.Convergence), rejoin: ms(b.Rejoin), slack: ms(b.Slack), grace: ms(b.Grace), timeout: ms(b.Timeout), drain: ri.DrainMS,
+		joined: ms(b.JustJoined)}
 }
 
 // buildModel reads a history into a model. It returns nil if the history

@@ -201,3 +201,31 @@ func TestCheckNetworkCut(t *testing.T) {
 	wantKinds(t, edit(t, h, nil, append(offline, cut...)...), map[string]int{})
 	wantKinds(t, edit(t, h, nil, offline...), map[string]int{Lost: 1})
 }
+
+// TestCheckJustJoined: a client shown offline by a gateway that became
+// ready within the just-joined bound (4351ms here) is a joined violation,
+// not only a lost one. In good.jsonl, gw2 is ready at 0; here it shows
+// u1/phone (on gw1) offline from 5000 to 7000, and is ready at 0 (lost) or
+// at 2000 (joined: 3000ms before).
+func TestCheckJustJoined(t *testing.T) {
+	h := mustRead(t, "testdata/good.jsonl")
+	var offline []Record
+	keep := func(r Record) bool {
+		if r.K == KindObs && r.Src == "get" && r.GW == "gw2" && r.Sent >= 5000 && r.Sent <= 7000 {
+			r.P = slices.Clone(r.P)
+			for i := range r.P {
+				if r.P[i].User == "u1" {
+					r.P[i] = protocol.Presence{User: "u1", Status: "offline", Sessions: []protocol.SessionInfo{}, Version: r.P[i].Version}
+				}
+			}
+			offline = append(offline, r)
+			return false
+		}
+		return true
+	}
+	h = edit(t, h, keep)
+	wantKinds(t, edit(t, h, nil, offline...), map[string]int{Lost: 1})
+	late := func(r Record) bool { return !(r.K == KindGW && r.GW == "gw2" && r.Ev == "ready") }
+	ready := Record{T: 2000, K: KindGW, GW: "gw2", Life: 1, Ev: "ready"}
+	wantKinds(t, edit(t, h, late, append(offline, ready)...), map[string]int{Joined: 1})
+}

@@ -22,6 +22,8 @@ import (
 //	                    until the open write window ends
 //	tick [D]            advance time by D (default 1ms) and tick every node
 //	leave n0            the node leaves (Node.Leave)
+//	restart n0 inc=K    a new incarnation of n0 (empty replica) joins every
+//	                    member; what was in flight to or from it is lost
 //	deliver [from=X] [to=Y] [type=T] [n=K]   deliver matching messages in flight
 //	drop [from=X] [to=Y] [type=T] [n=K]      lose them
 //	gossip              one round: every piggyback queue to every member
@@ -154,6 +156,21 @@ func runCmd(hp **harness, c *datadriven.Cmd) (string, error) {
 		}
 		n.core.Leave()
 		h.drive(n, "leave")
+	case "restart":
+		if len(pos) == 0 {
+			return "", fmt.Errorf("restart NODE inc=K")
+		}
+		v, ok := c.Arg("inc")
+		if !ok {
+			return "", fmt.Errorf("restart NODE inc=K")
+		}
+		k, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return "", err
+		}
+		if err := h.restart(pos[0], uint64(harnessEpoch)+k); err != nil {
+			return "", err
+		}
 	case "deliver", "drop":
 		idx, err := h.match(c)
 		if err != nil {

@@ -25,6 +25,7 @@
 //   - repair: alive announcements of each origin's watermark, a pull when a
 //     gap persists across two of them, answers to digests
 //     (bounded in flight), rejoining members memberlist holds dead
+//     or left that are heard from (a new incarnation, for one that left)
 //   - leave and drain announcements
 //
 // The driving loop:

@@ -26,6 +26,8 @@ type harness struct {
 	pageRecords int
 	// delivered counts the messages delivered, by type.
 	delivered map[Type]int
+	// cfg adjusts every node's Config, at the start and at a restart.
+	cfg func(*Config)
 }
 
 type hnode struct {
@@ -51,27 +53,12 @@ type flight struct {
 const harnessEpoch = int64(1_700_000_000_000_000_000)
 
 func newHarness(names []string, cfg func(*Config)) (*harness, error) {
-	h := &harness{now: harnessEpoch, names: names, nodes: make(map[string]*hnode)}
+	h := &harness{now: harnessEpoch, names: names, nodes: make(map[string]*hnode), cfg: cfg}
 	for i, name := range names {
-		self := crdt.Origin{Node: name, Incarnation: uint64(harnessEpoch) + uint64(i) + 1}
-		r, err := crdt.NewReplica(crdt.Config{Self: self})
+		hn, err := h.newNode(i, uint64(harnessEpoch)+uint64(i)+1)
 		if err != nil {
 			return nil, err
 		}
-		hn := &hnode{h: h, name: name, r: r, dead: make(map[string]bool), members: len(names)}
-		c := Config{Name: name, Incarnation: self.Incarnation, ClientAddr: "10.0.0." + fmt.Sprint(i+1) + ":7400",
-			BatchDelay: 2 * time.Millisecond, PacketBudget: DefaultPacketBudget, EagerThreshold: 64,
-			AliveInterval: time.Second, LeaseTimeout: 3 * time.Second,
-			ReconnectInterval: 10 * time.Second, ReconnectTimeout: time.Hour,
-			Rand: rand.New(rand.NewPCG(uint64(i)+1, 7))}
-		if cfg != nil {
-			cfg(&c)
-		}
-		core, err := New(c, hn, hn)
-		if err != nil {
-			return nil, err
-		}
-		hn.core = core
 		h.nodes[name] = hn
 	}
 	for _, name := range names {
@@ -85,6 +72,68 @@ func newHarness(names []string, cfg func(*Config)) (*harness, error) {
 		h.drive(hn, "join")
 	}
 	return h, nil
+}
+
+// newNode makes the i-th node, with an empty replica, as incarnation inc.
+func (h *harness) newNode(i int, inc uint64) (*hnode, error) {
+	name := h.names[i]
+	self := crdt.Origin{Node: name, Incarnation: inc}
+	r, err := crdt.NewReplica(crdt.Config{Self: self})
+	if err != nil {
+		return nil, err
+	}
+	hn := &hnode{h: h, name: name, r: r, dead: make(map[string]bool), members: len(h.names)}
+	c := Config{Name: name, Incarnation: self.Incarnation, ClientAddr: "10.0.0." + fmt.Sprint(i+1) + ":7400",
+		BatchDelay: 2 * time.Millisecond, PacketBudget: DefaultPacketBudget, EagerThreshold: 64,
+		AliveInterval: time.Second, LeaseTimeout: 3 * time.Second,
+		ReconnectInterval: 10 * time.Second, ReconnectTimeout: time.Hour,
+		Rand: rand.New(rand.NewPCG(uint64(i)+1, 7))}
+	if h.cfg != nil {
+		h.cfg(&c)
+	}
+	core, err := New(c, hn, hn)
+	if err != nil {
+		return nil, err
+	}
+	hn.core = core
+	return hn, nil
+}
+
+// restart replaces a node by a new incarnation of it with an empty
+// replica, as a restarted process: what was in flight to or from it is
+// lost (printed), its memberlist reports every other member alive (it
+// joined them all), and it starts its timers. The others' memberlist
+// reports nothing: the script says what each learns (member-alive).
+func (h *harness) restart(name string, inc uint64) error {
+	i := slices.Index(h.names, name)
+	if i < 0 {
+		return fmt.Errorf("no node %q", name)
+	}
+	hn, err := h.newNode(i, inc)
+	if err != nil {
+		return err
+	}
+	kept := h.flight[:0]
+	for _, f := range h.flight {
+		if f.from != name && f.to != name {
+			kept = append(kept, f)
+			continue
+		}
+		fmt.Fprintf(&h.out, "dropped %s -> %s %s\n", f.from, f.to, Describe(f.msg))
+		if f.done != nil {
+			f.done()
+		}
+	}
+	h.flight = kept
+	h.nodes[name] = hn
+	for _, peer := range h.names {
+		if peer != name {
+			hn.core.MemberAlive(peer, Meta{Incarnation: h.nodes[peer].core.cfg.Incarnation}, h.now)
+		}
+	}
+	hn.core.Start(h.now, false)
+	h.drive(hn, "restart")
+	return nil
 }
 
 // Members and Replica, as each node sees them.

@@ -228,10 +228,14 @@ type peer struct {
 	leaving     bool  // it announced a graceful leave
 	forgotten   bool  // dead past ReconnectTimeout
 	deadSince   int64 // when memberlist declared it dead
-	rejoinAt    int64 // last rejoin asked because it was heard while dead
+	rejoinAt    int64 // last rejoin asked because it was heard while dead (or restarted after it left)
 	// announcedInc is the incarnation of its last announcement heard: the
 	// first one of an incarnation is pulled on at once when it shows a gap.
 	announcedInc uint64
+	// leftInc is the incarnation it had when memberlist reported its
+	// graceful leave: an announcement of a newer one is a restart that
+	// memberlist's view here has missed.
+	leftInc uint64
 }
 
 // setState changes a peer's state, keeping the node's count of dead
@@ -731,7 +735,17 @@ func (n *Node) stepAlive(a Alive, now int64) {
 	// memberlist holds it dead, but it speaks to us: its verdict is stale
 	// (a pause or partition that ended). Rejoin it now instead of at the
 	// next reconnect round, so memberlist's view heals in one round trip.
-	if p.state == StateDead && !p.forgotten && now-p.rejoinAt >= int64(2*n.cfg.AliveInterval) {
+	//
+	// Likewise for a member that left gracefully and now announces a newer
+	// incarnation: it restarted, and memberlist here missed its rejoin (the
+	// alive that refutes its old leave is gossiped to only a few members,
+	// RetransmitMult × log(N+1) times, and a member it misses learns it
+	// only at a push/pull, PushPullInterval apart). Until then this node
+	// does not count it live and sends it nothing, not even announcements,
+	// so its lease on this node would expire and it would show this node's
+	// sessions offline. No reconnect round rejoins a member that left.
+	stale := (p.state == StateDead && !p.forgotten) || (p.state == StateLeft && a.Origin.Incarnation > p.leftInc)
+	if stale && now-p.rejoinAt >= int64(2*n.cfg.AliveInterval) {
 		p.rejoinAt = now
 		n.out().Rejoin = append(n.rd.Rejoin, name)
 	}
@@ -897,6 +911,7 @@ func (n *Node) MemberFailed(name string, left bool, now int64) {
 	p.deadSince, p.listed = now, true
 	if left {
 		p.setState(n, StateLeft, false)
+		p.leftInc = p.incarnation
 	} else {
 		p.setState(n, StateDead, false)
 	}

@@ -34,8 +34,8 @@ type Ready struct {
 	// NewSyncPage (unless it is the first and only page and empty), and
 	// calls AnswerDone when that is over.
 	Answers []Answer
-	// Rejoin names members memberlist holds dead to join again (the driver
-	// knows their addresses).
+	// Rejoin names members memberlist holds dead, or left while they have
+	// since restarted, to join again (the driver knows their addresses).
 	Rejoin []string
 	// Forget names members dead longer than ReconnectTimeout: the driver
 	// stops listing them in Members.
