@@ -150,8 +150,10 @@ func (m *model) settle(c *connModel) {
 		}
 		break
 	}
-	// Its gateway died.
-	if d := m.deathDuring(c.gw, c.helloT, min(c.endAct, c.endT, m.stop)); d != nil {
+	// Its gateway died. Counted from the hello's sending, not its welcome:
+	// a gateway signalled between the two may still welcome the session
+	// while it drains, and its death bounds that session like any other.
+	if d := m.deathDuring(c.gw, c.helloSent, min(c.endAct, c.endT, m.stop)); d != nil {
 		act(d.at, d.kind+" of its gateway", d.line)
 		if d.kind == "term" {
 			// The drain holds sessions online for --drain-grace (2s
@@ -179,7 +181,7 @@ func (m *model) settle(c *connModel) {
 	// An end the gateway must write itself (an expiry, a disconnect) is
 	// not guaranteed if the gateway dies before that write is due: the
 	// survivors' leases end the session then, by the crash bound.
-	if d := m.deathDuring(c.gw, c.helloT, m.stop); d != nil {
+	if d := m.deathDuring(c.gw, c.helloSent, m.stop); d != nil {
 		c.deadline = inf
 		for i := range c.causes {
 			k := &c.causes[i]

@@ -229,3 +229,33 @@ func TestCheckJustJoined(t *testing.T) {
 	ready := Record{T: 2000, K: KindGW, GW: "gw2", Life: 1, Ev: "ready"}
 	wantKinds(t, edit(t, h, late, append(offline, ready)...), map[string]int{Joined: 1})
 }
+
+// TestSettleCountsADeathBetweenHelloAndWelcome: a gateway SIGTERMed after a
+// hello was sent but before it welcomed it still drains that session: it
+// closes the connection at once but holds the session online for the drain
+// grace, so the session is bounded by the SIGTERM's rules (at the latest
+// its crash expiry), not by the close + propagation.
+func TestSettleCountsADeathBetweenHelloAndWelcome(t *testing.T) {
+	b := boundsMS{prop: 1862, crash: 3110, recovery: 2260, drain: 2000, timeout: 2000, grace: 500}
+	settled := func(termAt float64) *connModel {
+		m := &model{b: b, stop: 60_000, gw: map[string]*gwModel{
+			"gw3": {deaths: []downEvent{{at: termAt, ready: inf, exit: termAt + 2100, kind: "term"}}},
+		}}
+		c := &connModel{gw: "gw3", welcomed: true, helloSent: 1000, helloT: 1010,
+			silentAt: inf, closeAt: inf, byeSent: inf, endT: termAt + 10, endLine: 7, endReason: "eof"}
+		m.settle(c)
+		return c
+	}
+	// SIGTERM 0.2 ms after the hello was sent, 10 ms before its welcome.
+	c := settled(1000.2)
+	if want := 1000.2 + b.crash; c.deadline < want {
+		t.Errorf("deadline %.1f (%s), want at least SIGTERM + crash expiry = %.1f", c.deadline, c.deadlineWhy, want)
+	}
+	if !strings.Contains(c.deadlineWhy, "term") {
+		t.Errorf("deadline's cause %q does not name the SIGTERM", c.deadlineWhy)
+	}
+	// A SIGTERM before the hello was sent is not this session's death.
+	if c := settled(999); strings.Contains(c.deadlineWhy, "term") {
+		t.Errorf("a SIGTERM before the hello was sent bounds the session: %q", c.deadlineWhy)
+	}
+}
