@@ -15,7 +15,7 @@ import (
 
 func TestDrainAndAdvertiseFlags(t *testing.T) {
 	config := func(args ...string) (string, error) {
-		var af agentFlags
+		af := defaultAgentConfig()
 		fs, _ := agentFlagSet(&af, io.Discard)
 		if err := parseFlags(fs, append([]string{"--dev", "--name", "n"}, args...), nil); err != nil {
 			t.Fatal(err)
