@@ -62,6 +62,8 @@ lint:
 	@echo "== go vet"
 	$(GO) vet $(PKGS)
 	cd $(LAB) && $(GO) vet $(PKGS)
+	@echo "== links: relative links and anchors of README.md and docs/ (.ci/checklinks.py)"
+	python3 .ci/checklinks.py
 	@echo "== staticcheck ($(STATICCHECK); the first run downloads and builds it, a few minutes)"
 	@if $(GO) run $(STATICCHECK) -version >/dev/null 2>&1; then \
 		$(GO) run $(STATICCHECK) $(PKGS) && (cd $(LAB) && $(GO) run $(STATICCHECK) $(PKGS)) && echo "staticcheck: no findings"; \
