@@ -70,7 +70,7 @@ lint:
 	else echo "staticcheck unavailable: skipped"; fi
 
 # A short run of every fuzz target, the bench lab's too; the corpora live
-# in testdata/<pkg>/fuzz (the lab's in benchlab/testdata/<pkg>/fuzz).
+# in each package's testdata/fuzz.
 fuzz:
 	@for mod in . $(LAB); do \
 		for pkg in $$($(GO) -C $$mod list ./...); do \
