@@ -18,6 +18,7 @@ import (
 
 	"github.com/rollcall/rollcall/gossip"
 	"github.com/rollcall/rollcall/internal/testcerts"
+	"github.com/rollcall/rollcall/internal/testkit"
 	"github.com/rollcall/rollcall/internal/tlsconf"
 	"github.com/rollcall/rollcall/node"
 )
@@ -176,7 +177,7 @@ func TestGossipKeyNeverShown(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary and runs an agent process")
 	}
-	bin := buildBinary(t)
+	bin := testkit.BuildRollcall(t)
 	dir := t.TempDir()
 	oldKey := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{0x5a}, 32))
 	newKey := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{0xa5}, 32))
