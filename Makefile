@@ -62,13 +62,15 @@ lint:
 	@echo "== go vet"
 	$(GO) vet $(PKGS)
 	cd $(LAB) && $(GO) vet $(PKGS)
+	@echo "== links: relative links and anchors of README.md and docs/ (.ci/checklinks.py)"
+	python3 .ci/checklinks.py
 	@echo "== staticcheck ($(STATICCHECK); the first run downloads and builds it, a few minutes)"
 	@if $(GO) run $(STATICCHECK) -version >/dev/null 2>&1; then \
 		$(GO) run $(STATICCHECK) $(PKGS) && (cd $(LAB) && $(GO) run $(STATICCHECK) $(PKGS)) && echo "staticcheck: no findings"; \
 	else echo "staticcheck unavailable: skipped"; fi
 
 # A short run of every fuzz target, the bench lab's too; the corpora live
-# in testdata/<pkg>/fuzz (the lab's in benchlab/testdata/<pkg>/fuzz).
+# in each package's testdata/fuzz.
 fuzz:
 	@for mod in . $(LAB); do \
 		for pkg in $$($(GO) -C $$mod list ./...); do \

@@ -13,7 +13,9 @@
 //
 // The driving calls, as the gateway makes them:
 //
-//	v, err := auth.NewVerifier(auth.Source{KeyFiles: files}, auth.Options{Audience: "rollcall"})
+//	opts := auth.DefaultOptions()        // 5s of clock skew allowed
+//	opts.Audience = "rollcall"
+//	v, err := auth.NewVerifier(auth.Source{KeyFiles: files}, opts)
 //	id, err := v.Verify(token, now)      // at hello and at refresh
 //	id.Grants.MayRead(id.User, "bob")    // before get, sub, locate, ...
 //	changed, err := v.Reload()           // on SIGHUP: new keys, or the old ones kept

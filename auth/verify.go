@@ -23,20 +23,20 @@ type Options struct {
 	// Issuer, when not empty, must equal the token's "iss". Empty: iss is
 	// not checked.
 	Issuer string
-	// Leeway is the clock skew allowed on exp, nbf and iat. Default
-	// DefaultLeeway (5s); negative allows none.
+	// Leeway is the clock skew allowed on exp, nbf and iat. Zero (or
+	// negative) allows none. DefaultOptions sets DefaultLeeway (5s).
 	Leeway time.Duration
+}
+
+// DefaultOptions returns the Options of a verifier that checks neither aud
+// nor iss and allows DefaultLeeway of clock skew.
+func DefaultOptions() Options {
+	return Options{Leeway: DefaultLeeway}
 }
 
 // leeway returns the effective leeway.
 func (o Options) leeway() time.Duration {
-	switch {
-	case o.Leeway == 0:
-		return DefaultLeeway
-	case o.Leeway < 0:
-		return 0
-	}
-	return o.Leeway
+	return max(o.Leeway, 0)
 }
 
 // Identity is what a verified token says.

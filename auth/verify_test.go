@@ -39,7 +39,7 @@ func verifierWith(t *testing.T, opts Options) *Verifier {
 
 func TestVerifyAcceptsEveryAlg(t *testing.T) {
 	k := keys(t)
-	v := verifierWith(t, Options{})
+	v := verifierWith(t, DefaultOptions())
 	secret, _ := NewSecretSigner(testSecret)
 	edKID, _ := Thumbprint(k.ed.Public())
 	for _, tc := range []struct {
@@ -185,11 +185,12 @@ func TestVerifyLeeway(t *testing.T) {
 		at     time.Time
 		ok     bool
 	}{
-		{0, exp.Add(DefaultLeeway - time.Second), true}, // the default, 5s
-		{0, exp.Add(DefaultLeeway + time.Second), false},
+		{DefaultOptions().Leeway, exp.Add(DefaultLeeway - time.Second), true}, // the default, 5s
+		{DefaultOptions().Leeway, exp.Add(DefaultLeeway + time.Second), false},
 		{time.Minute, exp.Add(59 * time.Second), true},
-		{-1, exp.Add(time.Second), false}, // negative: none
-		{-1, exp.Add(-time.Second), true},
+		{0, exp.Add(time.Second), false}, // zero: none
+		{0, exp.Add(-time.Second), true},
+		{-1, exp.Add(time.Second), false}, // negative: none too
 	} {
 		v := NewStaticVerifier(ks, Options{Leeway: tc.leeway})
 		_, err := v.Verify(tok, tc.at)
@@ -200,7 +201,7 @@ func TestVerifyLeeway(t *testing.T) {
 	// A token issued a little in the future (the minting clock runs ahead)
 	// is accepted within the leeway.
 	ahead := mustSign(t, s, TokenSpec{User: "alice"}, testNow.Add(3*time.Second))
-	if _, err := NewStaticVerifier(ks, Options{}).Verify(ahead, testNow); err != nil {
+	if _, err := NewStaticVerifier(ks, DefaultOptions()).Verify(ahead, testNow); err != nil {
 		t.Errorf("iat 3s ahead: %v", err)
 	}
 }

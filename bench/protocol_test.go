@@ -84,8 +84,7 @@ func TestBenchWorkerReportsBadInput(t *testing.T) {
 	}
 }
 
-// FuzzDecodeMsg: seed corpus testdata/fuzz/FuzzDecodeMsg (bench/testdata
-// links to testdata/bench).
+// FuzzDecodeMsg: seed corpus testdata/fuzz/FuzzDecodeMsg.
 func FuzzDecodeMsg(f *testing.F) {
 	for _, m := range []Msg{{Type: MsgStart}, {Type: MsgConfig, Config: validConfig()}, {Type: MsgError, Error: "x"}} {
 		b, _ := EncodeMsg(m)

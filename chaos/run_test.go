@@ -3,13 +3,14 @@ package chaos
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rollcall/rollcall/internal/testkit"
 )
 
 func TestParseSeeds(t *testing.T) {
@@ -108,10 +109,7 @@ func TestChaos(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cfg.Bin = filepath.Join(t.TempDir(), "rollcall")
-	if out, err := exec.Command("go", "build", "-o", cfg.Bin, "../cmd/rollcall").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	cfg.Bin = testkit.BuildRollcall(t)
 	cfg.Command = "CHAOS_DURATION=" + d + " CHAOS_SEEDS=" + strconv.FormatUint(seed, 10) + " go test -run TestChaos ./chaos"
 	ctx, cancel := context.WithTimeout(context.Background(), dur+2*time.Minute)
 	defer cancel()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rollcall/rollcall/internal/testcluster"
+	"github.com/rollcall/rollcall/internal/testkit"
 	"github.com/rollcall/rollcall/node"
 )
 
@@ -46,14 +47,7 @@ func startCluster(t testing.TB, n int) []*testcluster.Gateway {
 
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s", what)
+	testkit.WaitFor(t, 15*time.Second, what, cond)
 }
 
 // cutter is a DialFunc that remembers its connections so a test can cut

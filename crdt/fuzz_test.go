@@ -15,8 +15,7 @@ import (
 // whatever decodes must be safe to hand to a replica (its invariants hold
 // afterwards, and it can still answer and apply digests and syncs).
 //
-// The seed corpus lives in testdata/fuzz/FuzzXxx (crdt/testdata is a link
-// to testdata/crdt). Regenerate its valid encodings with
+// The seed corpus lives in testdata/fuzz/FuzzXxx. Regenerate its valid encodings with
 // go test -run TestWriteFuzzSeeds -write-fuzz-seeds ./crdt.
 
 var writeFuzzSeeds = flag.Bool("write-fuzz-seeds", false, "write the generated seed corpus to testdata/fuzz")

@@ -54,8 +54,10 @@ type Config struct {
 	// BatchDelay is the write window (dissem.Config.BatchDelay), Nagle-style:
 	// a write with no flush in the last BatchDelay goes out at once, and the
 	// writes within BatchDelay of a flush wait for that window's end and go
-	// out together, sharing packets. Default 500µs; negative: no window, every
-	// write goes out at once.
+	// out together, sharing packets. Zero (or negative): no window, every
+	// write goes out at once. DefaultConfig sets 500µs (dissem's default);
+	// Validate leaves a zero as it is, so a Config not from DefaultConfig
+	// has no window.
 	BatchDelay time.Duration
 	// Compress LZW-compresses memberlist's messages (memberlist's
 	// EnableCompression). Default false: a delta is about 70 bytes a copy,
@@ -161,7 +163,6 @@ func (c *Config) Validate() error {
 	}
 	setDur(&c.LeaseTimeout, d.LeaseTimeout)
 	setDur(&c.AliveInterval, d.AliveInterval)
-	setDur(&c.BatchDelay, d.BatchDelay)
 	setDur(&c.RouteTimeout, d.RouteTimeout)
 	setDur(&c.ReconnectInterval, d.ReconnectInterval)
 	setDur(&c.ReconnectTimeout, d.ReconnectTimeout)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rollcall/rollcall/cluster"
 	"github.com/rollcall/rollcall/crdt"
+	"github.com/rollcall/rollcall/internal/testkit"
 )
 
 // fakeHost is a ReplicaHost with test helpers.
@@ -201,14 +202,7 @@ func (tc *testCluster) crash(i int) {
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("timed out after %v waiting for %s", d, what)
+	testkit.WaitFor(t, d, what, cond)
 }
 
 // converged reports whether every live node holds the same records.

@@ -13,8 +13,7 @@ import (
 // --keyring-file (LoadKeyring). They error, never panic, and what they
 // accept is usable: keys of an AES size that round-trip through base64, a
 // keyring whose primary is the file's first key. Seed corpora:
-// testdata/fuzz/FuzzParseKey and FuzzLoadKeyring (gossip/testdata links to
-// testdata/gossip).
+// testdata/fuzz/FuzzParseKey and FuzzLoadKeyring.
 
 func FuzzParseKey(f *testing.F) {
 	for _, n := range []int{0, 1, 15, 16, 24, 32, 33, 64} {

@@ -1,11 +1,8 @@
 package metrics
 
 import (
-	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,8 +16,8 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/rollcall/rollcall/gossip"
+	"github.com/rollcall/rollcall/internal/testkit"
 	"github.com/rollcall/rollcall/node"
-	"github.com/rollcall/rollcall/protocol"
 )
 
 // gateway is one in-process Rollcall gateway (node and gossip) serving
@@ -108,7 +105,7 @@ func startGateways(t *testing.T, k int, timeout time.Duration, withMemberlist bo
 		g.reg.MustRegister(NewClusterCollector(c))
 		gws = append(gws, g)
 	}
-	waitFor(t, fmt.Sprintf("%d alive members everywhere", k), func() bool {
+	testkit.WaitFor(t, 10*time.Second, fmt.Sprintf("%d alive members everywhere", k), func() bool {
 		for _, g := range gws {
 			alive := 0
 			for _, m := range g.c.Members() {
@@ -123,18 +120,6 @@ func startGateways(t *testing.T, k int, timeout time.Duration, withMemberlist bo
 		return true
 	})
 	return gws
-}
-
-// waitFor polls cond until it holds or 10s pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // scrape is one GET /metrics, parsed.
@@ -196,109 +181,11 @@ samples:
 	return sum
 }
 
-// client is a protocol client for these tests.
-type client struct {
-	t    *testing.T
-	conn net.Conn
-	mu   sync.Mutex // guards writes
-	in   chan map[string]any
-	stop chan struct{}
-}
-
 // dial connects to g and says hello as user/device.
-func (g *gateway) dial(t *testing.T, user, device string, extra map[string]any) *client {
+func (g *gateway) dial(t *testing.T, user, device string, extra map[string]any) *testkit.LineClient {
 	t.Helper()
-	conn, err := net.Dial("tcp", g.n.ClientAddr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &client{t: t, conn: conn, in: make(chan map[string]any, 256), stop: make(chan struct{})}
-	go func() {
-		defer close(c.in)
-		lr := protocol.NewReader(conn, 64<<10, 1<<20)
-		for {
-			line, err := lr.ReadLine()
-			if err != nil {
-				return
-			}
-			var m map[string]any
-			if json.Unmarshal(line, &m) == nil {
-				c.in <- m
-			}
-		}
-	}()
-	t.Cleanup(c.close)
-	hello := map[string]any{"op": protocol.OpHello, "user": user, "device": device}
-	for k, v := range extra {
-		hello[k] = v
-	}
-	c.send(hello)
-	c.expect("welcome")
-	return c
+	return testkit.DialLine(t, g.n.ClientAddr().String(), user, device, extra)
 }
 
-func (c *client) send(m map[string]any) {
-	c.t.Helper()
-	if err := c.write(m); err != nil {
-		c.t.Fatalf("write: %v", err)
-	}
-}
-
-func (c *client) write(m map[string]any) error {
-	b, _ := protocol.Marshal(m)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.conn.SetWriteDeadline(time.Now().Add(5 * time.Second)) //nolint:errcheck // a failed write fails Write
-	_, err := c.conn.Write(b)
-	return err
-}
-
-// expect returns the next frame with op, skipping events and messages.
-func (c *client) expect(op string) map[string]any {
-	c.t.Helper()
-	timer := time.NewTimer(10 * time.Second)
-	defer timer.Stop()
-	for {
-		select {
-		case m, ok := <-c.in:
-			if !ok {
-				c.t.Fatalf("connection closed while waiting for %q", op)
-			}
-			if m["op"] == op {
-				return m
-			}
-			if m["op"] == "error" {
-				c.t.Fatalf("error while waiting for %q: %v", op, m)
-			}
-		case <-timer.C:
-			c.t.Fatalf("no %q within 10s", op)
-		}
-	}
-}
-
-// heartbeat keeps the session alive until the client closes.
-func (c *client) heartbeat(every time.Duration) {
-	go func() {
-		tk := time.NewTicker(every)
-		defer tk.Stop()
-		for {
-			select {
-			case <-c.stop:
-				return
-			case <-tk.C:
-				if c.write(map[string]any{"op": "hb"}) != nil {
-					return
-				}
-			}
-		}
-	}()
-}
-
-func (c *client) close() {
-	select {
-	case <-c.stop:
-	default:
-		close(c.stop)
-	}
-	c.conn.Close()
-}
+// replyWithin bounds a test's wait for a frame.
+const replyWithin = 10 * time.Second

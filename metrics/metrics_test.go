@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/rollcall/rollcall/internal/testkit"
 )
 
 // TestScrapeAfterConnectStatusSendExpiry runs two gateways, scrapes both
@@ -38,27 +40,27 @@ func TestScrapeAfterConnectStatusSendExpiry(t *testing.T) {
 	// A connect on g0, seen by g1. Each write waits for the previous one
 	// to reach g1, so none is coalesced with another.
 	alice := g0.dial(t, "alice", "phone", nil)
-	alice.heartbeat(timeout / 5)
-	waitFor(t, "g1 to merge alice's connect", merged(1))
+	alice.Heartbeat(timeout / 5)
+	testkit.WaitFor(t, 10*time.Second, "g1 to merge alice's connect", merged(1))
 	// A status change.
-	alice.send(map[string]any{"op": "status", "status": "busy", "id": 1})
-	alice.expect("ok")
-	waitFor(t, "g1 to merge alice's status", merged(2))
+	alice.Send(map[string]any{"op": "status", "status": "busy", "id": 1})
+	alice.Expect("ok", replyWithin)
+	testkit.WaitFor(t, 10*time.Second, "g1 to merge alice's status", merged(2))
 	// A send from g1 to alice on g0.
 	bob := g1.dial(t, "bob", "laptop", nil)
-	bob.heartbeat(timeout / 5)
-	bob.send(map[string]any{"op": "send", "to": "alice", "body": map[string]any{"text": "hi"}, "id": 2})
-	if ok := bob.expect("ok"); ok["delivered"] != 1.0 {
+	bob.Heartbeat(timeout / 5)
+	bob.Send(map[string]any{"op": "send", "to": "alice", "body": map[string]any{"text": "hi"}, "id": 2})
+	if ok := bob.Expect("ok", replyWithin); ok["delivered"] != 1.0 {
 		t.Fatalf("send: %v", ok)
 	}
-	alice.expect("message")
+	alice.Expect("message", replyWithin)
 	// An expiry: carol says nothing after hello.
 	carol := g0.dial(t, "carol", "tablet", nil)
-	carol.expect("error") // expired
-	waitFor(t, "g1 to show carol expired", func() bool {
+	carol.Expect("error", replyWithin) // expired
+	testkit.WaitFor(t, 10*time.Second, "g1 to show carol expired", func() bool {
 		return g1.scrape(t).value("rollcall_sessions", "owner", "remote", "state", "expired") == 1
 	})
-	waitFor(t, "g1 to merge g0's four writes", merged(4))
+	testkit.WaitFor(t, 10*time.Second, "g1 to merge g0's four writes", merged(4))
 	after0, after1 := g0.scrape(t), g1.scrape(t)
 
 	// g0: two sessions opened, one expired; its writes; the message it
@@ -121,7 +123,7 @@ func TestScrapeAfterConnectStatusSendExpiry(t *testing.T) {
 	// bob expired.
 	g1.c.Shutdown() //nolint:errcheck // a crash
 	g1.n.Close()
-	waitFor(t, "g0 to mark g1 down", func() bool { return g0.scrape(t).value("rollcall_gossip_members_down") == 1 })
+	testkit.WaitFor(t, 10*time.Second, "g0 to mark g1 down", func() bool { return g0.scrape(t).value("rollcall_gossip_members_down") == 1 })
 	crashed := g0.scrape(t)
 	if got := crashed.value("rollcall_gossip_leases_expired_total") + crashed.value("rollcall_gossip_member_failures_total", "state", "dead") -
 		after0.value("rollcall_gossip_leases_expired_total") - after0.value("rollcall_gossip_member_failures_total", "state", "dead"); got != 1 {
@@ -137,23 +139,23 @@ func TestScrapeAfterConnectStatusSendExpiry(t *testing.T) {
 func exercise(t *testing.T, gws []*gateway, timeout time.Duration) []string {
 	names := []string{"zed-user-name", "zed-device-name", "zed-group-name", "zed-peer-name", "zed-silent-name"}
 	a := gws[0].dial(t, names[0], names[1], map[string]any{"groups": []string{names[2]}})
-	a.heartbeat(timeout / 5)
+	a.Heartbeat(timeout / 5)
 	b := gws[1].dial(t, names[3], names[1], nil)
-	b.heartbeat(timeout / 5)
-	b.send(map[string]any{"op": "sub", "users": []string{names[0]}, "group": names[2], "id": 1})
-	b.expect("ok")
-	a.send(map[string]any{"op": "status", "status": "away", "id": 2})
-	a.expect("ok")
-	b.send(map[string]any{"op": "send", "to": names[0], "body": "x", "id": 3})
-	b.expect("ok")
-	b.send(map[string]any{"op": names[3], "id": 4}) // an unknown op, named like a user
-	if e := b.expect("error"); e["code"] != "unknown_op" {
+	b.Heartbeat(timeout / 5)
+	b.Send(map[string]any{"op": "sub", "users": []string{names[0]}, "group": names[2], "id": 1})
+	b.Expect("ok", replyWithin)
+	a.Send(map[string]any{"op": "status", "status": "away", "id": 2})
+	a.Expect("ok", replyWithin)
+	b.Send(map[string]any{"op": "send", "to": names[0], "body": "x", "id": 3})
+	b.Expect("ok", replyWithin)
+	b.Send(map[string]any{"op": names[3], "id": 4}) // an unknown op, named like a user
+	if e := b.Expect("error", replyWithin); e["code"] != "unknown_op" {
 		t.Fatalf("unknown op: %v", e)
 	}
 	s := gws[0].dial(t, names[4], names[1], nil)
-	s.expect("error") // expired
-	a.send(map[string]any{"op": "bye", "id": 5})
-	a.expect("ok")
+	s.Expect("error", replyWithin) // expired
+	a.Send(map[string]any{"op": "bye", "id": 5})
+	a.Expect("ok", replyWithin)
 	return names
 }
 
@@ -165,7 +167,7 @@ func TestMetricsFollowNamingConventions(t *testing.T) {
 	const timeout = time.Second
 	gws := startGateways(t, 2, timeout, true)
 	exercise(t, gws, timeout)
-	waitFor(t, "memberlist's push/pull metrics", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "memberlist's push/pull metrics", func() bool {
 		return gws[0].scrape(t).value("rollcall_memberlist_pushpull_seconds") > 0
 	})
 	problems, err := testutil.GatherAndLint(gws[0].reg)

@@ -55,7 +55,7 @@ func newTokenVerifier(cfg Config) (*auth.Verifier, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
-	return auth.NewStaticVerifier(ks, auth.Options{}), nil
+	return auth.NewStaticVerifier(ks, auth.DefaultOptions()), nil
 }
 
 // verifyToken checks that token is valid now and is user's. The error is

@@ -17,7 +17,8 @@ import (
 )
 
 // Config configures a Node. Take DefaultConfig and change what you need;
-// New calls Validate, which fills zero values with the defaults below.
+// New calls Validate, which fills zero values with the defaults below
+// (except EventCoalesce, whose zero means no window).
 type Config struct {
 	// Name is the node (gateway) name: the origin of every record it writes
 	// and the "gateway" clients see. Unique in a cluster. Default: hostname.
@@ -147,8 +148,10 @@ type Config struct {
 	// within it that returns to the state last sent produces none. So an
 	// isolated change waits for nothing, and under churn the node flushes
 	// at most once per window. Larger saves work under churn, smaller
-	// bounds the wait. Default 1ms; negative disables the window (each
-	// change flushes at once).
+	// bounds the wait. Zero (or negative) disables the window: each change
+	// flushes at once. DefaultConfig sets 1ms (DefaultEventCoalesce);
+	// Validate leaves a zero as it is, so a Config not from DefaultConfig
+	// has no window.
 	EventCoalesce time.Duration
 
 	// The status page at /ui/ on the HTTP endpoint (ui.go).
@@ -232,11 +235,17 @@ type Config struct {
 	// the sessions of long-dead gateways. Default 1m.
 	GCInterval time.Duration
 
-	// TombstoneHorizon and PurgeHorizon are passed to crdt.Config (zero
-	// takes crdt's defaults, 10m and 30m): how long ended sessions and the
-	// sessions of a failed gateway stay in the projection.
+	// TombstoneHorizon is passed to crdt.Config: how long ended sessions
+	// stay in the projection as tombstones. Zero takes crdt's default, 10m.
 	TombstoneHorizon time.Duration
-	PurgeHorizon     time.Duration
+
+	// PurgeHorizon is passed to crdt.Config: how long the sessions of a
+	// failed gateway stay in the projection (shown expired) before they are
+	// purged. If the gateway is heard from later (a partition longer than
+	// this healed), anti-entropy fetches its live sessions again. Longer
+	// keeps a dead gateway's sessions visible longer; shorter frees them
+	// sooner. Default 30m (crdt.DefaultPurgeHorizon).
+	PurgeHorizon time.Duration
 
 	// DrainTimeout bounds Serve's graceful shutdown when its context ends.
 	// Default 10s.
@@ -356,7 +365,7 @@ const (
 // (which has none), Dev (false), and SweepInterval and StallThreshold (zero:
 // Validate derives them from the Timeout the caller settles on).
 func DefaultConfig() Config {
-	c := Config{}
+	c := Config{EventCoalesce: DefaultEventCoalesce}
 	_ = c.fill()
 	c.SweepInterval, c.StallThreshold = 0, 0
 	return c
@@ -404,9 +413,6 @@ func (c *Config) fill() error {
 	if c.WriteTimeout == 0 {
 		c.WriteTimeout = DefaultWriteTimeout
 	}
-	if c.EventCoalesce == 0 {
-		c.EventCoalesce = DefaultEventCoalesce
-	}
 	c.fillUI()
 	if c.RouteTimeout == 0 {
 		c.RouteTimeout = DefaultRouteTimeout
@@ -418,6 +424,9 @@ func (c *Config) fill() error {
 		c.SendBurst = DefaultSendBurst
 	}
 	c.fillLimits()
+	if c.PurgeHorizon == 0 {
+		c.PurgeHorizon = crdt.DefaultPurgeHorizon
+	}
 	if c.GCInterval == 0 {
 		c.GCInterval = DefaultGCInterval
 	}

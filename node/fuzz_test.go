@@ -17,8 +17,7 @@ import (
 // FuzzDecodeRequest checks the request decoder on arbitrary lines: it never
 // panics, an accepted request has a known op and a string or number id,
 // and the allocation-free heartbeat fast path agrees with the decoder.
-// Seed corpus: testdata/fuzz/FuzzDecodeRequest (node/testdata links to
-// testdata/node).
+// Seed corpus: testdata/fuzz/FuzzDecodeRequest.
 func FuzzDecodeRequest(f *testing.F) {
 	for _, s := range []string{
 		`{"op":"hb"}`, ` { "op" : "hb" } `, `{"op":"hb","id":1}`, `{"op":"hello","user":"u","device":"d","token":"t","status":"away","last_epoch":16,"groups":["a","b"]}`,

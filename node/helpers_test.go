@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/rollcall/rollcall/crdt"
+	"github.com/rollcall/rollcall/internal/testkit"
 	"github.com/rollcall/rollcall/protocol"
 )
 
@@ -424,13 +425,7 @@ func connect(t testing.TB, n *Node, user, device string, extra ...map[string]any
 // waitFor polls cond until it holds or 5s pass.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	testkit.WaitFor(t, 5*time.Second, what, cond)
 }
 
 // presenceOf returns the node's view of user.

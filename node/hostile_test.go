@@ -208,7 +208,7 @@ func runHostile(t testing.TB, spec hostileSpec, good int, quiet, attack time.Dur
 		c.Heartbeat = time.Second
 		c.Timeout = 3 * time.Second
 		c.HandshakeTimeout = 2 * time.Second
-		c.EventCoalesce = 0
+		c.EventCoalesce = DefaultEventCoalesce
 		c.Logger = zap.NewNop()
 		if mut != nil {
 			mut(c)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rollcall/rollcall/bench"
+	"github.com/rollcall/rollcall/internal/testkit"
 )
 
 // TestBenchAgainstTwoAgents runs `rollcall bench` over two generator
@@ -22,7 +23,7 @@ func TestBenchAgainstTwoAgents(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary and runs four processes")
 	}
-	bin := buildBinary(t)
+	bin := testkit.BuildRollcall(t)
 	agents := startAgents(t, bin, 2, "--timeout", "1s", "--heartbeat", "200ms")
 	waitAlive(t, agents, 10*time.Second)
 	cmd := exec.Command(bin, "bench", "--dev", "--addrs", agents[0].client+","+agents[1].client,

@@ -41,58 +41,49 @@ var (
 // memberlist within the context's deadline.
 //
 // An empty --gossip-addr runs the agent standalone.
-func startCluster(_ context.Context, cf clusterFlags, n *node.Node, log *zap.Logger, api *clusterAPI) (node.Cluster, func(context.Context) error, error) {
-	if cf.GossipAddr == "" {
+func startCluster(_ context.Context, ac *agentConfig, n *node.Node, log *zap.Logger, api *clusterAPI) (node.Cluster, func(context.Context) error, error) {
+	if ac.Gossip.BindAddr == "" {
 		return nil, nil, nil
 	}
-	cfg := gossip.DefaultConfig()
+	cfg := ac.Gossip
 	cfg.Name = n.Name()
 	cfg.Incarnation = n.Origin().Incarnation
-	cfg.BindAddr = cf.GossipAddr
-	cfg.AdvertiseAddr = cf.GossipAdvertise
-	cfg.Join = cf.Join
-	cfg.Profile = cf.GossipProfile
-	cfg.BatchDelay = cf.GossipBatch
-	cfg.Relay = cf.GossipRelay
-	cfg.Compress = cf.GossipCompress
-	if cfg.BatchDelay == 0 {
-		cfg.BatchDelay = -1 // gossip.Config's "no window"; its zero is the default
-	}
 	cfg.LeaseTimeout = n.Config().Timeout
 	cfg.AliveInterval = min(time.Second, cfg.LeaseTimeout/5)
 	cfg.Logger = log
 	if a := n.Config().ClientAddr; a != "" {
 		cfg.ClientAddr = a
 	}
-	if cf.GossipKeyFile != "" {
-		if cf.GossipKey != "" {
-			return nil, nil, errors.New("give --gossip-key or --gossip-key-file, not both")
-		}
-		b, err := os.ReadFile(cf.GossipKeyFile)
-		if err != nil {
-			return nil, nil, fmt.Errorf("--gossip-key-file: %w", err)
-		}
-		cf.GossipKey = strings.TrimSpace(string(b))
-		if cf.GossipKey == "" {
-			return nil, nil, fmt.Errorf("--gossip-key-file %s is empty", cf.GossipKeyFile)
-		}
-	}
 	if a := n.Config().ClientAdvertise; a != "" {
 		cfg.ClientAddr = a // --client-advertise
 	}
+	gossipKey := ac.GossipKey
+	if ac.GossipKeyFile != "" {
+		if gossipKey != "" {
+			return nil, nil, errors.New("give --gossip-key or --gossip-key-file, not both")
+		}
+		b, err := os.ReadFile(ac.GossipKeyFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--gossip-key-file: %w", err)
+		}
+		gossipKey = strings.TrimSpace(string(b))
+		if gossipKey == "" {
+			return nil, nil, fmt.Errorf("--gossip-key-file %s is empty", ac.GossipKeyFile)
+		}
+	}
 	switch {
-	case cf.GossipKey != "" && cf.KeyringFile != "":
+	case gossipKey != "" && ac.KeyringFile != "":
 		return nil, nil, errors.New("give one of --gossip-key, --gossip-key-file and --keyring-file")
-	case cf.GossipKey != "":
-		key, err := gossip.ParseKey(cf.GossipKey)
+	case gossipKey != "":
+		key, err := gossip.ParseKey(gossipKey)
 		if err != nil {
 			return nil, nil, fmt.Errorf("--gossip-key: %w", err)
 		}
 		if cfg.Keyring, err = memberlistKeyring(key); err != nil {
 			return nil, nil, err
 		}
-	case cf.KeyringFile != "":
-		kr, err := gossip.LoadKeyring(cf.KeyringFile)
+	case ac.KeyringFile != "":
+		kr, err := gossip.LoadKeyring(ac.KeyringFile)
 		if err != nil {
 			return nil, nil, fmt.Errorf("--keyring-file: %w", err)
 		}
@@ -106,7 +97,7 @@ func startCluster(_ context.Context, cf clusterFlags, n *node.Node, log *zap.Log
 	}
 	api.cluster.Store(c)
 	api.keyring.Store(cfg.Keyring)
-	log.Info("gossip started", zap.String("gossip_addr", c.LocalAddr()), zap.Strings("join", cf.Join),
+	log.Info("gossip started", zap.String("gossip_addr", c.LocalAddr()), zap.Strings("join", cfg.Join),
 		zap.String("profile", cfg.Profile), zap.Bool("encrypted", cfg.Keyring != nil))
 	leave := func(ctx context.Context) error {
 		timeout := 5 * time.Second

@@ -1,21 +1,17 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/rollcall/rollcall/gossip"
-	"github.com/rollcall/rollcall/protocol"
+	"github.com/rollcall/rollcall/internal/testkit"
 )
 
 // TestThreeAgentProcesses runs three real `rollcall agent` processes joined
@@ -27,34 +23,34 @@ func TestThreeAgentProcesses(t *testing.T) {
 		t.Skip("builds the binary and runs three processes")
 	}
 	const timeout = 2 * time.Second
-	agents := startAgents(t, buildBinary(t), 3, "--timeout", timeout.String(), "--heartbeat", "500ms")
+	agents := startAgents(t, testkit.BuildRollcall(t), 3, "--timeout", timeout.String(), "--heartbeat", "500ms")
 	waitAlive(t, agents, 10*time.Second)
 
-	bob := dialLine(t, agents[1].client, "bob", "laptop", nil)
-	bob.heartbeat(300 * time.Millisecond)
-	bob.send(map[string]any{"op": "sub", "users": []string{"alice"}, "id": 1})
-	bob.expect("ok")
-	if ev := bob.expect("event"); ev["online"] != false {
+	bob := testkit.DialLine(t, agents[1].client, "bob", "laptop", nil)
+	bob.Heartbeat(300 * time.Millisecond)
+	bob.Send(map[string]any{"op": "sub", "users": []string{"alice"}, "id": 1})
+	bob.Expect("ok", replyWithin)
+	if ev := bob.Expect("event", replyWithin); ev["online"] != false {
 		t.Fatalf("alice online before she connected: %v", ev)
 	}
-	alice := dialLine(t, agents[0].client, "alice", "phone", nil)
-	alice.heartbeat(300 * time.Millisecond)
-	ev := bob.expect("event")
+	alice := testkit.DialLine(t, agents[0].client, "alice", "phone", nil)
+	alice.Heartbeat(300 * time.Millisecond)
+	ev := bob.Expect("event", replyWithin)
 	if ev["online"] != true {
 		t.Fatalf("bob on gw2 did not see alice connect on gw1: %v", ev)
 	}
 
-	bob.send(map[string]any{"op": "send", "to": "alice", "body": "hello from gw2", "id": 2})
-	if ok := bob.expect("ok"); ok["delivered"] != float64(1) {
+	bob.Send(map[string]any{"op": "send", "to": "alice", "body": "hello from gw2", "id": 2})
+	if ok := bob.Expect("ok", replyWithin); ok["delivered"] != float64(1) {
 		t.Fatalf("send: %v", ok)
 	}
-	if m := alice.expect("message"); m["body"] != "hello from gw2" || m["from"] != "bob" {
+	if m := alice.Expect("message", replyWithin); m["body"] != "hello from gw2" || m["from"] != "bob" {
 		t.Fatalf("alice got %v", m)
 	}
 
-	carol := dialLine(t, agents[2].client, "carol", "web", nil)
-	carol.send(map[string]any{"op": "locate", "user": "alice", "id": 3})
-	loc := carol.expect("locate")
+	carol := testkit.DialLine(t, agents[2].client, "carol", "web", nil)
+	carol.Send(map[string]any{"op": "locate", "user": "alice", "id": 3})
+	loc := carol.Expect("locate", replyWithin)
 	ss, _ := loc["sessions"].([]any)
 	if len(ss) != 1 || ss[0].(map[string]any)["gateway"] != "gw1" || ss[0].(map[string]any)["gateway_addr"] != agents[0].client {
 		t.Fatalf("locate from gw3: %v", loc)
@@ -65,19 +61,19 @@ func TestThreeAgentProcesses(t *testing.T) {
 	if err := agents[0].cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	if ev := bob.expectWithin("event", timeout+10*time.Second); ev["online"] != false {
+	if ev := bob.Expect("event", timeout+10*time.Second); ev["online"] != false {
 		t.Fatalf("after kill -9 of gw1: %v", ev)
 	}
 	t.Logf("kill -9 to offline at a subscriber on another node: %v (timeout %v)", time.Since(killed), timeout)
 
 	// Alice reconnects on gw3 with her last epoch.
-	last := alice.welcome["epoch"].(float64)
-	alice2 := dialLine(t, agents[2].client, "alice", "phone", map[string]any{"last_epoch": last})
-	if ep := alice2.welcome["epoch"].(float64); ep <= last {
+	last := alice.Welcome["epoch"].(float64)
+	alice2 := testkit.DialLine(t, agents[2].client, "alice", "phone", map[string]any{"last_epoch": last})
+	if ep := alice2.Welcome["epoch"].(float64); ep <= last {
 		t.Fatalf("reconnect epoch %v, old %v", ep, last)
 	}
-	alice2.heartbeat(300 * time.Millisecond)
-	ev = bob.expect("event")
+	alice2.Heartbeat(300 * time.Millisecond)
+	ev = bob.Expect("event", replyWithin)
 	sess, _ := ev["sessions"].([]any)
 	if ev["online"] != true || len(sess) != 1 || sess[0].(map[string]any)["gateway"] != "gw3" {
 		t.Fatalf("after reconnect on gw3: %v", ev)
@@ -93,10 +89,10 @@ func TestThreeAgentProcesses(t *testing.T) {
 	if err := runLeave(t.Context(), []string{"--http-addr", agents[2].http, "--admin-token-file", agents[2].adminTokenFile}, &syncBuffer{}, &syncBuffer{}); err != nil {
 		t.Fatal(err)
 	}
-	if e := alice2.expect("error"); e["code"] != "shutting_down" {
+	if e := alice2.Expect("error", replyWithin); e["code"] != "shutting_down" {
 		t.Fatalf("alice on leaving gw3 got %v", e)
 	}
-	if ev := bob.expect("event"); ev["online"] != false {
+	if ev := bob.Expect("event", replyWithin); ev["online"] != false {
 		t.Fatalf("after gw3 left: %v", ev)
 	}
 	t.Logf("graceful leave to offline at a subscriber: %v", time.Since(left))
@@ -118,11 +114,11 @@ func TestAllAgentsStoppedAtOnce(t *testing.T) {
 		t.Skip("builds the binary and runs three processes")
 	}
 	const drain = 8 * time.Second
-	agents := startAgents(t, buildBinary(t), 3, "--drain-timeout", drain.String())
+	agents := startAgents(t, testkit.BuildRollcall(t), 3, "--drain-timeout", drain.String())
 	waitAlive(t, agents, 10*time.Second)
 	for _, a := range agents {
-		c := dialLine(t, a.client, "user-"+a.name, "phone", nil)
-		c.heartbeat(300 * time.Millisecond)
+		c := testkit.DialLine(t, a.client, "user-"+a.name, "phone", nil)
+		c.Heartbeat(300 * time.Millisecond)
 	}
 	stopped := time.Now()
 	for _, a := range agents {
@@ -149,17 +145,6 @@ type agentProc struct {
 	adminTokenFile             string
 	cmd                        *exec.Cmd
 	exited                     chan error
-}
-
-// buildBinary builds rollcall into a temporary directory.
-func buildBinary(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "rollcall")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
 }
 
 // startAgents starts n agents gw1..gwN on loopback, gw2.. joining gw1, in
@@ -215,89 +200,5 @@ func waitAlive(t *testing.T, agents []*agentProc, d time.Duration) {
 	}
 }
 
-// lineClient speaks the client protocol for process tests.
-type lineClient struct {
-	t       *testing.T
-	conn    net.Conn
-	in      chan map[string]any
-	welcome map[string]any
-	stop    chan struct{}
-}
-
-func dialLine(t *testing.T, addr, user, device string, extra map[string]any) *lineClient {
-	t.Helper()
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return newLineClient(t, conn, user, device, extra)
-}
-
-// newLineClient says hello on conn and waits for the welcome.
-func newLineClient(t *testing.T, conn net.Conn, user, device string, extra map[string]any) *lineClient {
-	t.Helper()
-	c := &lineClient{t: t, conn: conn, in: make(chan map[string]any, 256), stop: make(chan struct{})}
-	t.Cleanup(func() { close(c.stop); conn.Close() })
-	go func() {
-		defer close(c.in)
-		lr := protocol.NewReader(conn, 64<<10, 1<<20)
-		for {
-			line, err := lr.ReadLine()
-			if err != nil {
-				return
-			}
-			var m map[string]any
-			if json.Unmarshal(line, &m) == nil {
-				c.in <- m
-			}
-		}
-	}()
-	hello := map[string]any{"op": protocol.OpHello, "user": user, "device": device}
-	for k, v := range extra {
-		hello[k] = v
-	}
-	c.send(hello)
-	c.welcome = c.expect("welcome")
-	return c
-}
-
-func (c *lineClient) send(m map[string]any) {
-	b, _ := protocol.Marshal(m)
-	_, _ = c.conn.Write(b)
-}
-
-func (c *lineClient) heartbeat(every time.Duration) {
-	go func() {
-		tk := time.NewTicker(every)
-		defer tk.Stop()
-		for {
-			select {
-			case <-c.stop:
-				return
-			case <-tk.C:
-				c.send(map[string]any{"op": "hb"})
-			}
-		}
-	}()
-}
-
-func (c *lineClient) expect(op string) map[string]any { return c.expectWithin(op, 10*time.Second) }
-
-func (c *lineClient) expectWithin(op string, d time.Duration) map[string]any {
-	c.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	for {
-		select {
-		case m, ok := <-c.in:
-			if !ok {
-				c.t.Fatalf("connection closed waiting for %q", op)
-			}
-			if m["op"] == op {
-				return m
-			}
-		case <-ctx.Done():
-			c.t.Fatalf("no %q within %v", op, d)
-		}
-	}
-}
+// replyWithin bounds a process test's wait for a frame.
+const replyWithin = 10 * time.Second

@@ -55,7 +55,8 @@ func envName(flagName string) string {
 // `rollcall members --config agent.yaml` asks the agent that file
 // configures.
 func configFlagSets() []*flag.FlagSet {
-	agent, _ := agentFlagSet(&agentFlags{}, io.Discard)
+	ac := defaultAgentConfig()
+	agent, _ := agentFlagSet(&ac, io.Discard)
 	connect, _ := connectFlagSet(io.Discard)
 	token, _ := tokenFlagSet(io.Discard)
 	members, _, _ := membersFlagSet(io.Discard)

@@ -29,9 +29,25 @@ func writeConfigFile(t *testing.T, text string) string {
 	return p
 }
 
-func parseAgent(t *testing.T, args, environ []string) (*agentFlags, error) {
+// newAgentFlagSet is the agent's flag set over its defaults.
+func newAgentFlagSet() *flag.FlagSet {
+	ac := defaultAgentConfig()
+	fs, _ := agentFlagSet(&ac, io.Discard)
+	return fs
+}
+
+// testAgentConfig is the agent's defaults with a name, a free client port
+// and short timings.
+func testAgentConfig() agentConfig {
+	ac := defaultAgentConfig()
+	ac.Node.Name, ac.Node.ClientAddr = "n", "127.0.0.1:0"
+	ac.Node.Heartbeat, ac.Node.Timeout = time.Second, 3*time.Second
+	return ac
+}
+
+func parseAgent(t *testing.T, args, environ []string) (*agentConfig, error) {
 	t.Helper()
-	af, _, _, err := loadAgentFlags(args, environ, io.Discard)
+	af, _, _, err := loadAgentConfig(args, environ, io.Discard)
 	return af, err
 }
 
@@ -52,30 +68,30 @@ join: [a:7946, "b:7946"]
 	if err != nil {
 		t.Fatal(err)
 	}
-	if af.heartbeat != 2*time.Second {
-		t.Errorf("heartbeat %v: the flag (2s) must win over env and file", af.heartbeat)
+	if af.Node.Heartbeat != 2*time.Second {
+		t.Errorf("heartbeat %v: the flag (2s) must win over env and file", af.Node.Heartbeat)
 	}
-	if af.timeout != 30*time.Second {
-		t.Errorf("timeout %v: the environment (30s) must win over the file", af.timeout)
+	if af.Node.Timeout != 30*time.Second {
+		t.Errorf("timeout %v: the environment (30s) must win over the file", af.Node.Timeout)
 	}
-	if af.clientAddr != "10.1.1.1:7400" || af.maxConns != 7 || af.sendRate != 2.5 || !af.dev {
+	if af.Node.ClientAddr != "10.1.1.1:7400" || af.Node.MaxConnections != 7 || af.Node.SendRate != 2.5 || !af.Node.Dev {
 		t.Errorf("file values not applied: %+v", af)
 	}
-	if af.drainTimeout != 10*time.Second || af.httpAddr != "127.0.0.1:7401" {
-		t.Errorf("defaults not kept: drain %v http %q", af.drainTimeout, af.httpAddr)
+	if af.Node.DrainTimeout != 10*time.Second || af.Node.HTTPAddr != "127.0.0.1:7401" {
+		t.Errorf("defaults not kept: drain %v http %q", af.Node.DrainTimeout, af.Node.HTTPAddr)
 	}
-	if len(af.cluster.Join) != 2 || af.cluster.Join[1] != "b:7946" {
-		t.Errorf("join from a YAML list: %q", af.cluster.Join)
+	if len(af.Gossip.Join) != 2 || af.Gossip.Join[1] != "b:7946" {
+		t.Errorf("join from a YAML list: %q", af.Gossip.Join)
 	}
 
 	// ROLLCALL_CONFIG names the file; --config wins over it.
 	af, err = parseAgent(t, nil, []string{"ROLLCALL_CONFIG=" + path})
-	if err != nil || af.clientAddr != "10.1.1.1:7400" {
+	if err != nil || af.Node.ClientAddr != "10.1.1.1:7400" {
 		t.Fatalf("ROLLCALL_CONFIG: %+v %v", af, err)
 	}
 	other := writeConfigFile(t, "client-addr: 10.2.2.2:7400\n")
 	af, err = parseAgent(t, []string{"--config", other}, []string{"ROLLCALL_CONFIG=" + path})
-	if err != nil || af.clientAddr != "10.2.2.2:7400" {
+	if err != nil || af.Node.ClientAddr != "10.2.2.2:7400" {
 		t.Fatalf("--config over ROLLCALL_CONFIG: %+v %v", af, err)
 	}
 }
@@ -83,19 +99,19 @@ join: [a:7946, "b:7946"]
 // ROLLCALL_HTTP_ADDR="" disables HTTP, over the file and the default.
 func TestConfigEmptyEnvHonoured(t *testing.T) {
 	af, err := parseAgent(t, nil, []string{"ROLLCALL_HTTP_ADDR="})
-	if err != nil || af.httpAddr != "" {
-		t.Fatalf("empty ROLLCALL_HTTP_ADDR over the default: %q %v", af.httpAddr, err)
+	if err != nil || af.Node.HTTPAddr != "" {
+		t.Fatalf("empty ROLLCALL_HTTP_ADDR over the default: %q %v", af.Node.HTTPAddr, err)
 	}
 	path := writeConfigFile(t, "http-addr: 127.0.0.1:9\ngossip-addr: 127.0.0.1:8\n")
 	af, err = parseAgent(t, []string{"--config", path}, []string{"ROLLCALL_HTTP_ADDR=", "ROLLCALL_GOSSIP_ADDR="})
-	if err != nil || af.httpAddr != "" || af.cluster.GossipAddr != "" {
-		t.Fatalf("empty env over the file: http %q gossip %q %v", af.httpAddr, af.cluster.GossipAddr, err)
+	if err != nil || af.Node.HTTPAddr != "" || af.Gossip.BindAddr != "" {
+		t.Fatalf("empty env over the file: http %q gossip %q %v", af.Node.HTTPAddr, af.Gossip.BindAddr, err)
 	}
 	// In the file, an empty or null value is empty too.
 	path = writeConfigFile(t, "http-addr: \"\"\ngossip-addr:\n")
 	af, err = parseAgent(t, []string{"--config", path}, nil)
-	if err != nil || af.httpAddr != "" || af.cluster.GossipAddr != "" {
-		t.Fatalf("empty file values: http %q gossip %q %v", af.httpAddr, af.cluster.GossipAddr, err)
+	if err != nil || af.Node.HTTPAddr != "" || af.Gossip.BindAddr != "" {
+		t.Fatalf("empty file values: http %q gossip %q %v", af.Node.HTTPAddr, af.Gossip.BindAddr, err)
 	}
 }
 
@@ -123,7 +139,7 @@ func TestConfigUnknownKeyRefused(t *testing.T) {
 	// A key of another subcommand is accepted (one file serves all) and
 	// not applied to this one.
 	path = writeConfigFile(t, "user: alice\nttl: 2h\nclient-addr: 10.0.0.1:7400\n")
-	if af, err := parseAgent(t, []string{"--config", path}, nil); err != nil || af.clientAddr != "10.0.0.1:7400" {
+	if af, err := parseAgent(t, []string{"--config", path}, nil); err != nil || af.Node.ClientAddr != "10.0.0.1:7400" {
 		t.Errorf("other subcommands' keys: %v", err)
 	}
 }
@@ -187,7 +203,7 @@ func TestExampleConfig(t *testing.T) {
 	for _, m := range keyInExample.FindAllStringSubmatch(string(text), -1) {
 		inExample[m[1]] = true
 	}
-	fs, _ := agentFlagSet(&agentFlags{}, io.Discard)
+	fs := newAgentFlagSet()
 	fs.VisitAll(func(f *flag.Flag) {
 		if !inExample[f.Name] {
 			t.Errorf("%s does not document --%s (%s)", example, f.Name, f.Usage)
@@ -206,7 +222,7 @@ func TestExampleConfig(t *testing.T) {
 	if err := af.check(); err != nil {
 		t.Fatalf("example config does not validate: %v", err)
 	}
-	if af.name != "gw-eu-1" || len(af.cluster.Join) != 2 || af.logFormat != "json" || af.dev {
+	if af.Node.Name != "gw-eu-1" || len(af.Gossip.Join) != 2 || af.LogFormat != "json" || af.Node.Dev {
 		t.Fatalf("example values not applied: %+v", af)
 	}
 	var out bytes.Buffer
@@ -257,14 +273,14 @@ func TestGossipProfileCheckedStandalone(t *testing.T) {
 // negative window is refused before anything listens.
 func TestGossipBatch(t *testing.T) {
 	path := writeConfigFile(t, "gossip-batch: 3ms\n")
-	af, _, _, err := loadAgentFlags([]string{"--config", path}, nil, io.Discard)
-	if err != nil || af.cluster.GossipBatch != 3*time.Millisecond {
-		t.Fatalf("gossip-batch from the config file: %v, %v", af.cluster.GossipBatch, err)
+	af, _, _, err := loadAgentConfig([]string{"--config", path}, nil, io.Discard)
+	if err != nil || af.Gossip.BatchDelay != 3*time.Millisecond {
+		t.Fatalf("gossip-batch from the config file: %v, %v", af.Gossip.BatchDelay, err)
 	}
-	if af, _, _, err := loadAgentFlags(nil, nil, io.Discard); err != nil || af.cluster.GossipBatch != gossip.DefaultConfig().BatchDelay {
-		t.Fatalf("gossip-batch default: %v, %v", af.cluster.GossipBatch, err)
+	if af, _, _, err := loadAgentConfig(nil, nil, io.Discard); err != nil || af.Gossip.BatchDelay != gossip.DefaultConfig().BatchDelay {
+		t.Fatalf("gossip-batch default: %v, %v", af.Gossip.BatchDelay, err)
 	}
-	af, _, _, err = loadAgentFlags([]string{"--dev", "--gossip-batch", "-1ms"}, nil, io.Discard)
+	af, _, _, err = loadAgentConfig([]string{"--dev", "--gossip-batch", "-1ms"}, nil, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,7 +320,7 @@ func TestPrintConfigRedactsSecrets(t *testing.T) {
 		if err != nil {
 			t.Fatalf("print-config is not YAML: %v\n%s", err, text)
 		}
-		fs, _ := agentFlagSet(&agentFlags{}, io.Discard)
+		fs := newAgentFlagSet()
 		fs.VisitAll(func(f *flag.Flag) {
 			if _, ok := values[f.Name]; !ok {
 				t.Errorf("print-config lacks %s", f.Name)
@@ -365,52 +381,5 @@ func TestConsoleLogColourOnlyOnTerminal(t *testing.T) {
 		if isTerminal(null) {
 			t.Fatal("/dev/null is taken for a terminal")
 		}
-	}
-}
-
-// flagCell matches a table cell of docs/operations/configuration.md that
-// names flags and nothing else ("`--request-rate`, `--request-burst`"),
-// and flagName each name in it.
-var (
-	flagCell = regexp.MustCompile("^(`--[a-z][a-z0-9-]*`(, )?)+$")
-	flagName = regexp.MustCompile("`--([a-z][a-z0-9-]*)`")
-)
-
-// docs/operations/configuration.md has a row for every agent flag, and no
-// row for a flag the agent does not have.
-func TestFlagTableMatchesTheFlags(t *testing.T) {
-	const doc = "../../docs/operations/configuration.md"
-	text, err := os.ReadFile(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rows := map[string]bool{}
-	for _, line := range strings.Split(string(text), "\n") {
-		cells := strings.Split(line, "|")
-		if !strings.HasPrefix(line, "|") || len(cells) < 4 {
-			continue
-		}
-		for _, c := range cells[1:3] { // the flag tables' first column, the limits table's second
-			if c = strings.TrimSpace(c); flagCell.MatchString(c) {
-				for _, m := range flagName.FindAllStringSubmatch(c, -1) {
-					rows[m[1]] = true
-				}
-			}
-		}
-	}
-	fs, _ := agentFlagSet(&agentFlags{}, io.Discard)
-	// The actions loadAgentFlags adds (--config, which names the file, is
-	// described above the tables).
-	for _, name := range []string{"print-config", "validate-config"} {
-		fs.Bool(name, false, "")
-	}
-	fs.VisitAll(func(f *flag.Flag) {
-		if !rows[f.Name] {
-			t.Errorf("%s has no row for --%s (%s)", doc, f.Name, f.Usage)
-		}
-		delete(rows, f.Name)
-	})
-	for name := range rows {
-		t.Errorf("%s has a row for --%s, which the agent does not have", doc, name)
 	}
 }

@@ -10,12 +10,13 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rollcall/rollcall/gossip"
+	"github.com/rollcall/rollcall/internal/testkit"
 	"github.com/rollcall/rollcall/protocol"
 )
 
 func TestDrainAndAdvertiseFlags(t *testing.T) {
 	config := func(args ...string) (string, error) {
-		var af agentFlags
+		af := defaultAgentConfig()
 		fs, _ := agentFlagSet(&af, io.Discard)
 		if err := parseFlags(fs, append([]string{"--dev", "--name", "n"}, args...), nil); err != nil {
 			t.Fatal(err)
@@ -44,7 +45,7 @@ func TestAgentAdvertisesClientAddr(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary and runs an agent")
 	}
-	agents := startAgents(t, buildBinary(t), 1, "--client-advertise", "gw1.example:7400")
+	agents := startAgents(t, testkit.BuildRollcall(t), 1, "--client-advertise", "gw1.example:7400")
 	agent := &agentClient{addr: agents[0].http, scheme: "http", http: &http.Client{}}
 	var ready map[string]string
 	if err := agent.call(t.Context(), "GET", "/readyz", nil, &ready); err != nil || ready["status"] != "ready" {
@@ -57,9 +58,9 @@ func TestAgentAdvertisesClientAddr(t *testing.T) {
 	if len(ms) != 1 || ms[0].ClientAddr != "gw1.example:7400" {
 		t.Fatalf("members %+v", ms)
 	}
-	c := dialLine(t, agents[0].client, "alice", "phone", nil)
-	c.send(map[string]any{"op": "locate", "user": "alice", "id": 1})
-	ss, _ := c.expect("locate")["sessions"].([]any)
+	c := testkit.DialLine(t, agents[0].client, "alice", "phone", nil)
+	c.Send(map[string]any{"op": "locate", "user": "alice", "id": 1})
+	ss, _ := c.Expect("locate", replyWithin)["sessions"].([]any)
 	if len(ss) != 1 || ss[0].(map[string]any)["gateway_addr"] != "gw1.example:7400" {
 		t.Fatalf("locate %v", ss)
 	}

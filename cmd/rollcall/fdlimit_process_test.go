@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rollcall/rollcall/internal/testkit"
 	"github.com/rollcall/rollcall/protocol"
 )
 
@@ -87,7 +88,7 @@ func TestAgentUnderALowFileLimit(t *testing.T) {
 	const soft, hard = 100, 300
 	const conns = hard - 64 // node.ConnectionsForFileLimit(300): the reserve is its minimum, 64
 	client, httpAddr := freeAddr(t), freeAddr(t)
-	a := startAgentWithFileLimit(t, soft, hard, buildBinary(t), "--name", "gw", "--dev", "--client-addr", client,
+	a := startAgentWithFileLimit(t, soft, hard, testkit.BuildRollcall(t), "--name", "gw", "--dev", "--client-addr", client,
 		"--http-addr", httpAddr, "--gossip-addr", "", "--log-format", "json", "--admin-token-file", writeAdminToken(t))
 	waitDial(t, client)
 	a.waitLog(t, `"open-file limit","soft":300,"hard":300`)
@@ -104,7 +105,7 @@ func TestAgentUnderALowFileLimit(t *testing.T) {
 	}
 
 	for i := range conns {
-		dialLine(t, client, "u"+strconv.Itoa(i), "d", nil)
+		testkit.DialLine(t, client, "u"+strconv.Itoa(i), "d", nil)
 	}
 	for i := range 2 {
 		nc, err := net.Dial("tcp", client)
@@ -128,7 +129,7 @@ func TestAgentPprof(t *testing.T) {
 		t.Skip("builds the binary and runs it")
 	}
 	client, httpAddr := freeAddr(t), freeAddr(t)
-	startLoggedAgent(t, buildBinary(t), "--name", "gw", "--dev", "--client-addr", client, "--http-addr", httpAddr,
+	startLoggedAgent(t, testkit.BuildRollcall(t), "--name", "gw", "--dev", "--client-addr", client, "--http-addr", httpAddr,
 		"--gossip-addr", "", "--admin-token-file", writeAdminToken(t))
 	waitDial(t, client)
 	base := "http://" + httpAddr + "/debug/pprof/"

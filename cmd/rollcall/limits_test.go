@@ -15,7 +15,7 @@ import (
 // builds the node configuration.
 func agentConfigFrom(t *testing.T, args []string, env map[string]string) (node.Config, error) {
 	t.Helper()
-	var af agentFlags
+	af := defaultAgentConfig()
 	fs, _ := agentFlagSet(&af, io.Discard)
 	var environ []string
 	for k, v := range env {
@@ -52,7 +52,7 @@ func TestLimitFlags(t *testing.T) {
 	}
 	if cfg.RequestRate != 20 || cfg.RequestBurst != 40 || cfg.MaxSessionsPerUser != -1 || cfg.MaxConnectionsPerIP != 50 ||
 		cfg.MaxLineBytes != 2048 || cfg.OutboundQueue != 16 || cfg.OutboundQueueBytes != 65536 ||
-		cfg.WriteTimeout != 3*time.Second || cfg.HandshakeTimeout != 2*time.Second || cfg.EventCoalesce >= 0 {
+		cfg.WriteTimeout != 3*time.Second || cfg.HandshakeTimeout != 2*time.Second || cfg.EventCoalesce != 0 {
 		t.Fatalf("flags not applied: %+v", cfg)
 	}
 

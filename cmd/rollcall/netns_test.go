@@ -5,13 +5,14 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rollcall/rollcall/internal/testkit"
 )
 
 // TestNetnsPartitionAndHeal runs three agents on three separate hosts —
@@ -56,10 +57,7 @@ func TestNetnsPartitionAndHeal(t *testing.T) {
 		ipcmd("-n", sw, "link", "set", port, "up")
 	}
 
-	bin := filepath.Join(t.TempDir(), "rollcall")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := testkit.BuildRollcall(t)
 	const timeout = 2 * time.Second
 	for i, h := range hosts {
 		args := []string{"netns", "exec", h, bin, "agent", "--name", fmt.Sprintf("host%d", i), "--dev",
@@ -78,14 +76,14 @@ func TestNetnsPartitionAndHeal(t *testing.T) {
 
 	// Clients live inside the hosts' namespaces, so cutting a host's link
 	// to the others does not cut its own clients.
-	dial := func(i int, user string) *lineClient {
+	dial := func(i int, user string) *testkit.LineClient {
 		t.Helper()
-		var c *lineClient
+		var c *testkit.LineClient
 		deadline := time.Now().Add(10 * time.Second)
 		for {
 			conn, err := dialInNetns(hosts[i], addrs[i]+":7400")
 			if err == nil {
-				c = newLineClient(t, conn, user, "d", nil)
+				c = testkit.NewLineClient(t, conn, user, "d", nil)
 				break
 			}
 			if time.Now().After(deadline) {
@@ -93,17 +91,17 @@ func TestNetnsPartitionAndHeal(t *testing.T) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		c.heartbeat(300 * time.Millisecond)
+		c.Heartbeat(300 * time.Millisecond)
 		return c
 	}
 	alice := dial(0, "alice")
 	carol := dial(2, "carol")
 	bob := dial(1, "bob")
-	bob.send(map[string]any{"op": "sub", "users": []string{"alice", "carol"}, "id": 1})
-	bob.expect("ok")
+	bob.Send(map[string]any{"op": "sub", "users": []string{"alice", "carol"}, "id": 1})
+	bob.Expect("ok", replyWithin)
 	online := map[string]bool{}
 	track := func(d time.Duration) map[string]any {
-		ev := bob.expectWithin("event", d)
+		ev := bob.Expect("event", d)
 		online[ev["user"].(string)] = ev["online"] == true
 		return ev
 	}
@@ -123,10 +121,10 @@ func TestNetnsPartitionAndHeal(t *testing.T) {
 		t.Fatal("alice went offline on host1 though only host2 was cut off")
 	}
 	// And from carol's side, alice (on host0) is shown offline.
-	carol.send(map[string]any{"op": "get", "users": []string{"alice"}, "id": 2})
+	carol.Send(map[string]any{"op": "get", "users": []string{"alice"}, "id": 2})
 	deadline = time.Now().Add(timeout + 10*time.Second)
 	for {
-		p := carol.expect("presence")
+		p := carol.Expect("presence", replyWithin)
 		if p["users"].([]any)[0].(map[string]any)["online"] == false {
 			break
 		}
@@ -134,7 +132,7 @@ func TestNetnsPartitionAndHeal(t *testing.T) {
 			t.Fatal("host2 still shows alice online across the partition")
 		}
 		time.Sleep(200 * time.Millisecond)
-		carol.send(map[string]any{"op": "get", "users": []string{"alice"}, "id": 2})
+		carol.Send(map[string]any{"op": "get", "users": []string{"alice"}, "id": 2})
 	}
 
 	// Hold the partition until memberlist on host1 declares host2 dead, so

@@ -40,16 +40,16 @@ import (
 // under main's signal handler, hooks it to SIGHUP (and logs a second
 // shutdown signal). live is the configuration reloaders read; unhook
 // detaches the signal hooks.
-func agentReloads(ctx context.Context, args []string, af *agentFlags, fs *flag.FlagSet, log *zap.Logger, level zap.AtomicLevel) (reloads *reloadRegistry, live *liveConfig, unhook func()) {
-	live = &liveConfig{flags: af, values: effectiveConfig(fs, false), load: func() (*agentFlags, map[string]any, error) {
-		af, fs, _, err := loadAgentFlags(args, os.Environ(), io.Discard)
+func agentReloads(ctx context.Context, args []string, ac *agentConfig, fs *flag.FlagSet, log *zap.Logger, level zap.AtomicLevel) (reloads *reloadRegistry, live *liveConfig, unhook func()) {
+	live = &liveConfig{config: ac, values: effectiveConfig(fs, false), load: func() (*agentConfig, map[string]any, error) {
+		ac, fs, _, err := loadAgentConfig(args, os.Environ(), io.Discard)
 		if err == nil {
-			err = af.check()
+			err = ac.check()
 		}
 		if err != nil {
 			return nil, nil, err
 		}
-		return af, effectiveConfig(fs, false), nil
+		return ac, effectiveConfig(fs, false), nil
 	}}
 	reloads = newReloadRegistry(log)
 	reloads.add("config", configReloader(live, reloads, log))
@@ -147,24 +147,24 @@ func (r *reloadRegistry) run() error {
 // again at each reload from the same command line and environment, so a
 // setting given as a flag keeps its value (flags win over the file).
 type liveConfig struct {
-	load func() (*agentFlags, map[string]any, error) // flags and their printable values
+	load func() (*agentConfig, map[string]any, error) // the configuration and its printable values
 
 	mu     sync.Mutex
-	flags  *agentFlags
+	config *agentConfig
 	values map[string]any
 }
 
 // current returns the configuration last loaded.
-func (l *liveConfig) current() *agentFlags {
+func (l *liveConfig) current() *agentConfig {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.flags
+	return l.config
 }
 
 // reload loads the configuration again and, if it passes every check,
 // makes it current. It returns the settings whose values changed.
 func (l *liveConfig) reload() ([]string, error) {
-	af, values, err := l.load()
+	ac, values, err := l.load()
 	if err != nil {
 		return nil, err
 	}
@@ -177,7 +177,7 @@ func (l *liveConfig) reload() ([]string, error) {
 		}
 	}
 	sort.Strings(changed)
-	l.flags, l.values = af, values
+	l.config, l.values = ac, values
 	return changed, nil
 }
 
@@ -205,7 +205,7 @@ func configReloader(live *liveConfig, reloads *reloadRegistry, log *zap.Logger) 
 // logLevelReloader applies --log-level to the running logger.
 func logLevelReloader(live *liveConfig, level zap.AtomicLevel) reloadFunc {
 	return func() ([]string, error) {
-		want, err := zapcore.ParseLevel(live.current().logLevel)
+		want, err := zapcore.ParseLevel(live.current().LogLevel)
 		if err != nil {
 			return nil, fmt.Errorf("--log-level: %w", err)
 		}
@@ -224,7 +224,7 @@ func logLevelReloader(live *liveConfig, level zap.AtomicLevel) reloadFunc {
 // once). kr is nil when gossip is off or not encrypted.
 func keyringReloader(live *liveConfig, kr *memberlist.Keyring) reloadFunc {
 	return func() ([]string, error) {
-		path := live.current().cluster.KeyringFile
+		path := live.current().KeyringFile
 		if path == "" {
 			return nil, nil
 		}

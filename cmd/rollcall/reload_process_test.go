@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/rollcall/rollcall/internal/testcerts"
+	"github.com/rollcall/rollcall/internal/testkit"
 	"github.com/rollcall/rollcall/node"
 	"github.com/rollcall/rollcall/protocol"
 )
@@ -54,16 +55,16 @@ func TestSIGHUPRotatesCertificateAndLimits(t *testing.T) {
 	first := install("localhost")
 	writeConfig(100)
 	client := freeAddr(t)
-	a := startLoggedAgent(t, buildBinary(t), "--config", config, "--name", "gw", "--client-addr", client,
+	a := startLoggedAgent(t, testkit.BuildRollcall(t), "--config", config, "--name", "gw", "--client-addr", client,
 		"--http-addr", freeAddr(t), "--gossip-addr", freeAddr(t))
 	waitDial(t, client)
-	dialTLS := func() (*lineClient, []byte) {
+	dialTLS := func() (*testkit.LineClient, []byte) {
 		t.Helper()
 		conn, err := tls.Dial("tcp", client, &tls.Config{RootCAs: caPool, ServerName: "localhost"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return newLineClient(t, conn, "bob", fmt.Sprintf("d%d", time.Now().UnixNano()), nil), conn.ConnectionState().PeerCertificates[0].Raw
+		return testkit.NewLineClient(t, conn, "bob", fmt.Sprintf("d%d", time.Now().UnixNano()), nil), conn.ConnectionState().PeerCertificates[0].Raw
 	}
 	bob, served := dialTLS()
 	if !bytes.Equal(served, first) {
@@ -83,8 +84,8 @@ func TestSIGHUPRotatesCertificateAndLimits(t *testing.T) {
 	if _, served := dialTLS(); !bytes.Equal(served, second) {
 		t.Error("a connection after SIGHUP was not served the new certificate")
 	}
-	bob.send(map[string]any{"op": "get", "users": []string{"bob"}, "id": 7})
-	if p := bob.expect("presence"); p["id"] != float64(7) {
+	bob.Send(map[string]any{"op": "get", "users": []string{"bob"}, "id": 7})
+	if p := bob.Expect("presence", replyWithin); p["id"] != float64(7) {
 		t.Fatalf("the session opened before the reload: %v", p)
 	}
 }
@@ -111,7 +112,7 @@ func TestSIGHUPReloadsTokenKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	client := freeAddr(t)
-	a := startLoggedAgent(t, buildBinary(t), "--name", "gw", "--secret-file", secret, "--client-addr", client,
+	a := startLoggedAgent(t, testkit.BuildRollcall(t), "--name", "gw", "--secret-file", secret, "--client-addr", client,
 		"--http-addr", freeAddr(t), "--gossip-addr", "", "--log-format", "json")
 	waitDial(t, client)
 	token := func(key []byte, user string) string {
@@ -128,7 +129,7 @@ func TestSIGHUPReloadsTokenKeys(t *testing.T) {
 		}
 		return conn
 	}
-	bob := newLineClient(t, dial(), "bob", "laptop", map[string]any{"token": token(oldKey, "bob")})
+	bob := testkit.NewLineClient(t, dial(), "bob", "laptop", map[string]any{"token": token(oldKey, "bob")})
 
 	if err := os.WriteFile(secret, newKey, 0o600); err != nil {
 		t.Fatal(err)
@@ -149,9 +150,9 @@ func TestSIGHUPReloadsTokenKeys(t *testing.T) {
 	if line, err := protocol.NewReader(stale, 4<<10, protocol.MaxLineBytes).ReadLine(); err != nil || protocol.Unmarshal(line, &reply) != nil || reply.Code != protocol.CodeAuthFailed {
 		t.Fatalf("a token of the replaced key: %s %v", line, err)
 	}
-	newLineClient(t, dial(), "dave", "d", map[string]any{"token": token(newKey, "dave")})
-	bob.send(map[string]any{"op": "get", "users": []string{"bob"}, "id": 3})
-	if p := bob.expect("presence"); p["id"] != float64(3) {
+	testkit.NewLineClient(t, dial(), "dave", "d", map[string]any{"token": token(newKey, "dave")})
+	bob.Send(map[string]any{"op": "get", "users": []string{"bob"}, "id": 3})
+	if p := bob.Expect("presence", replyWithin); p["id"] != float64(3) {
 		t.Fatalf("the session opened before the reload: %v", p)
 	}
 }

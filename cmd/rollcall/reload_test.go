@@ -22,8 +22,8 @@ import (
 // newLiveConfig loads the agent's configuration from args as runAgent does.
 func newLiveConfig(t *testing.T, args []string) *liveConfig {
 	t.Helper()
-	load := func() (*agentFlags, map[string]any, error) {
-		af, fs, _, err := loadAgentFlags(args, nil, io.Discard)
+	load := func() (*agentConfig, map[string]any, error) {
+		af, fs, _, err := loadAgentConfig(args, nil, io.Discard)
 		if err == nil {
 			err = af.check()
 		}
@@ -36,7 +36,7 @@ func newLiveConfig(t *testing.T, args []string) *liveConfig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &liveConfig{load: load, flags: af, values: values}
+	return &liveConfig{load: load, config: af, values: values}
 }
 
 // Reloaders run in order; one that fails is logged and the others still
@@ -95,7 +95,7 @@ func TestReloadConfigAndLogLevel(t *testing.T) {
 	if len(restart) != 1 || fmt.Sprint(restart[0].ContextMap()["settings"]) != "[client-addr]" {
 		t.Fatalf("restart-needed setting not reported: %v", logs.All())
 	}
-	if live.current().clientAddr != "127.0.0.1:7500" {
+	if live.current().Node.ClientAddr != "127.0.0.1:7500" {
 		t.Fatal("config not current after reload")
 	}
 
@@ -106,7 +106,7 @@ func TestReloadConfigAndLogLevel(t *testing.T) {
 	if err := r.run(); err == nil || !strings.Contains(err.Error(), "log-levle") {
 		t.Fatalf("bad file: %v", err)
 	}
-	if level.Level() != zapcore.DebugLevel || live.current().logLevel != "debug" {
+	if level.Level() != zapcore.DebugLevel || live.current().LogLevel != "debug" {
 		t.Fatalf("a failed reload changed the level to %v", level.Level())
 	}
 	// A value that fails the agent's checks is not taken either.

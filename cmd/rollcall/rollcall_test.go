@@ -19,23 +19,23 @@ import (
 
 func TestParseFlagsEnv(t *testing.T) {
 	env := []string{"ROLLCALL_CLIENT_ADDR=0.0.0.0:1", "ROLLCALL_DEV=true", "ROLLCALL_TIMEOUT=30s", "ROLLCALL_NAME=from-env", "ROLLCALL_NOT_A_FLAG=x", "PATH=/bin"}
-	var af agentFlags
-	fs, join := agentFlagSet(&af, io.Discard)
+	af := defaultAgentConfig()
+	fs, _ := agentFlagSet(&af, io.Discard)
 	if err := parseFlags(fs, []string{"--name", "from-flag", "--join", "a:1, b:2"}, env); err != nil {
 		t.Fatal(err)
 	}
-	if af.clientAddr != "0.0.0.0:1" || !af.dev || af.timeout != 30*time.Second || af.name != "from-flag" ||
-		*join != "a:1, b:2" || af.heartbeat != 5*time.Second {
+	if af.Node.ClientAddr != "0.0.0.0:1" || !af.Node.Dev || af.Node.Timeout != 30*time.Second || af.Node.Name != "from-flag" ||
+		af.Node.Heartbeat != 5*time.Second {
 		t.Fatalf("flags %+v", af)
 	}
-	if got := splitList(*join); len(got) != 2 || got[1] != "b:2" {
+	if got := af.Gossip.Join; len(got) != 2 || got[1] != "b:2" {
 		t.Fatalf("join %q", got)
 	}
-	fs, _ = agentFlagSet(&agentFlags{}, io.Discard)
+	fs = newAgentFlagSet()
 	if err := parseFlags(fs, nil, []string{"ROLLCALL_HEARTBEAT=soon"}); err == nil || !strings.Contains(err.Error(), "ROLLCALL_HEARTBEAT") {
 		t.Fatalf("bad env accepted: %v", err)
 	}
-	fs, _ = agentFlagSet(&agentFlags{}, io.Discard)
+	fs = newAgentFlagSet()
 	if err := parseFlags(fs, []string{"extra"}, nil); err == nil {
 		t.Fatal("positional argument accepted")
 	}
@@ -45,11 +45,11 @@ func TestParseFlagsEnv(t *testing.T) {
 }
 
 func TestAgentConfigNeedsAuth(t *testing.T) {
-	af := agentFlags{name: "n", clientAddr: "127.0.0.1:0", heartbeat: time.Second, timeout: 3 * time.Second}
+	af := testAgentConfig()
 	if _, err := af.nodeConfig(zap.NewNop()); err == nil {
 		t.Fatal("no --secret-file and no --dev accepted")
 	}
-	af.secretFile = writeSecret(t)
+	af.TokenSource.SecretFile = writeSecret(t)
 	cfg, err := af.nodeConfig(zap.NewNop())
 	if err != nil || cfg.TokenVerifier == nil || cfg.TokenVerifier.Keys().Len() != 1 || cfg.Dev {
 		t.Fatalf("config %+v %v", cfg, err)

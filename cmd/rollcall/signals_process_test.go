@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rollcall/rollcall/internal/testkit"
 )
 
 // loggedAgent is a `rollcall agent` process whose log a test reads.
@@ -67,10 +69,10 @@ func TestSecondSignalExitsAtOnce(t *testing.T) {
 		t.Skip("builds the binary and runs it")
 	}
 	client, httpAddr := freeAddr(t), freeAddr(t)
-	a := startLoggedAgent(t, buildBinary(t), "--name", "gw", "--dev", "--client-addr", client, "--http-addr", httpAddr,
+	a := startLoggedAgent(t, testkit.BuildRollcall(t), "--name", "gw", "--dev", "--client-addr", client, "--http-addr", httpAddr,
 		"--gossip-addr", "", "--drain-timeout", "60s", "--log-format", "json")
 	waitDial(t, client)
-	dialLine(t, client, "bob", "laptop", nil)
+	testkit.DialLine(t, client, "bob", "laptop", nil)
 	// An HTTP connection that has sent nothing holds the agent's HTTP
 	// shutdown (for up to a second), so the drain is still running when
 	// the second signal comes.
@@ -119,16 +121,16 @@ func TestSIGHUPReloads(t *testing.T) {
 	}
 	writeFile("info")
 	client := freeAddr(t)
-	a := startLoggedAgent(t, buildBinary(t), "--config", config, "--name", "gw", "--client-addr", client,
+	a := startLoggedAgent(t, testkit.BuildRollcall(t), "--config", config, "--name", "gw", "--client-addr", client,
 		"--http-addr", freeAddr(t), "--gossip-addr", freeAddr(t))
 	waitDial(t, client)
-	bob := dialLine(t, client, "bob", "laptop", nil)
-	if bob.welcome["protocol"] != float64(1) {
-		t.Fatalf("welcome without the protocol version: %v", bob.welcome)
+	bob := testkit.DialLine(t, client, "bob", "laptop", nil)
+	if bob.Welcome["protocol"] != float64(1) {
+		t.Fatalf("welcome without the protocol version: %v", bob.Welcome)
 	}
-	bob.send(map[string]any{"op": "sub", "users": []string{"alice"}, "id": 1})
-	bob.expect("ok")
-	if ev := bob.expect("event"); ev["online"] != false {
+	bob.Send(map[string]any{"op": "sub", "users": []string{"alice"}, "id": 1})
+	bob.Expect("ok", replyWithin)
+	if ev := bob.Expect("event", replyWithin); ev["online"] != false {
 		t.Fatalf("alice online before she connected: %v", ev)
 	}
 	if strings.Contains(a.log.String(), `"session opened"`) {
@@ -152,13 +154,13 @@ func TestSIGHUPReloads(t *testing.T) {
 	}
 
 	// Debug lines now appear, and bob's session carried on.
-	dialLine(t, client, "alice", "phone", nil)
+	testkit.DialLine(t, client, "alice", "phone", nil)
 	a.waitLog(t, `"session opened"`)
-	if ev := bob.expect("event"); ev["online"] != true || ev["user"] != "alice" {
+	if ev := bob.Expect("event", replyWithin); ev["online"] != true || ev["user"] != "alice" {
 		t.Fatalf("bob after the reload: %v", ev)
 	}
-	bob.send(map[string]any{"op": "get", "users": []string{"alice"}, "id": 2})
-	if p := bob.expect("presence"); p["id"] != float64(2) {
+	bob.Send(map[string]any{"op": "get", "users": []string{"alice"}, "id": 2})
+	if p := bob.Expect("presence", replyWithin); p["id"] != float64(2) {
 		t.Fatalf("bob's get after the reload: %v", p)
 	}
 
@@ -214,11 +216,7 @@ func TestVersionFromGit(t *testing.T) {
 		t.Log("no make: make build not checked")
 	}
 	if fi, err := os.Stat(filepath.Join(top, ".git")); err == nil && fi.IsDir() {
-		bin := filepath.Join(t.TempDir(), "rollcall")
-		if out, err := exec.Command("go", "build", "-buildvcs=true", "-o", bin, ".").CombinedOutput(); err != nil {
-			t.Fatalf("go build: %v\n%s", err, out)
-		}
-		check("go build -buildvcs=true", bin)
+		check("go build -buildvcs=true", testkit.BuildRollcall(t, "-buildvcs=true"))
 	} else {
 		t.Log("a git worktree: the go command does not stamp its revision; only make build checked")
 	}

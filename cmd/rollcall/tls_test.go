@@ -18,6 +18,8 @@ import (
 
 	"github.com/rollcall/rollcall/gossip"
 	"github.com/rollcall/rollcall/internal/testcerts"
+	"github.com/rollcall/rollcall/internal/testkit"
+	"github.com/rollcall/rollcall/internal/tlsconf"
 	"github.com/rollcall/rollcall/node"
 )
 
@@ -175,7 +177,7 @@ func TestGossipKeyNeverShown(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary and runs an agent process")
 	}
-	bin := buildBinary(t)
+	bin := testkit.BuildRollcall(t)
 	dir := t.TempDir()
 	oldKey := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{0x5a}, 32))
 	newKey := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{0xa5}, 32))
@@ -264,22 +266,22 @@ func TestAgentTLSAndTokenFlags(t *testing.T) {
 	certFile, keyFile := ca.Issue(t, "gw").Write(t, dir, "gw")
 	for _, tc := range []struct {
 		name string
-		af   agentFlags
+		af   agentConfig
 		want string
 	}{
-		{"key without certificate", agentFlags{tlsKey: keyFile}, "need --tls-cert"},
-		{"client CA without certificate", agentFlags{tlsClientCA: certFile}, "need --tls-cert"},
-		{"certificate without key", agentFlags{tlsCert: certFile}, "needs --tls-key"},
-		{"key that is not a key", agentFlags{tlsCert: certFile, tlsKey: certFile}, "tls"},
+		{"key without certificate", agentConfig{TLS: tlsconf.ServerFiles{KeyFile: keyFile}}, "need --tls-cert"},
+		{"client CA without certificate", agentConfig{TLS: tlsconf.ServerFiles{ClientCAFile: certFile}}, "need --tls-cert"},
+		{"certificate without key", agentConfig{TLS: tlsconf.ServerFiles{CertFile: certFile}}, "needs --tls-key"},
+		{"key that is not a key", agentConfig{TLS: tlsconf.ServerFiles{CertFile: certFile, KeyFile: certFile}}, "tls"},
 	} {
 		if _, err := tc.af.tlsServer(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
 		}
 	}
-	if s, err := (&agentFlags{}).tlsServer(); s != nil || err != nil {
+	if s, err := (&agentConfig{}).tlsServer(); s != nil || err != nil {
 		t.Fatalf("no TLS flags: %v %v", s, err)
 	}
-	if s, err := (&agentFlags{tlsCert: certFile, tlsKey: keyFile}).tlsServer(); s == nil || err != nil {
+	if s, err := (&agentConfig{TLS: tlsconf.ServerFiles{CertFile: certFile, KeyFile: keyFile}}).tlsServer(); s == nil || err != nil {
 		t.Fatalf("certificate and key: %v", err)
 	}
 
@@ -287,11 +289,12 @@ func TestAgentTLSAndTokenFlags(t *testing.T) {
 	if err := os.WriteFile(short, []byte("too short\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	af := agentFlags{name: "n", clientAddr: "127.0.0.1:0", heartbeat: time.Second, timeout: 3 * time.Second, dev: true, adminTokenFile: short}
+	af := testAgentConfig()
+	af.Node.Dev, af.AdminTokenFile = true, short
 	if _, err := af.nodeConfig(zap.NewNop()); err == nil || !strings.Contains(err.Error(), "--admin-token-file") {
 		t.Fatalf("a short admin token: %v", err)
 	}
-	af.adminTokenFile = writeAdminToken(t)
+	af.AdminTokenFile = writeAdminToken(t)
 	if cfg, err := af.nodeConfig(zap.NewNop()); err != nil || string(cfg.AdminToken) != testAdminToken {
 		t.Fatalf("admin token %q: %v", cfg.AdminToken, err)
 	}
@@ -304,13 +307,16 @@ func TestAgentTLSAndTokenFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, cf := range []clusterFlags{
-		{GossipAddr: "127.0.0.1:0", GossipKeyFile: keyPath, GossipKey: "x"},
-		{GossipAddr: "127.0.0.1:0", GossipKeyFile: keyPath},
-		{GossipAddr: "127.0.0.1:0", GossipKeyFile: filepath.Join(dir, "missing")},
+	for _, keys := range []agentConfig{
+		{GossipKeyFile: keyPath, GossipKey: "x"},
+		{GossipKeyFile: keyPath},
+		{GossipKeyFile: filepath.Join(dir, "missing")},
 	} {
-		if _, _, err := startCluster(t.Context(), cf, n, zap.NewNop(), &clusterAPI{}); err == nil || !strings.Contains(err.Error(), "gossip-key") {
-			t.Errorf("%+v: %v", cf, err)
+		ac := defaultAgentConfig()
+		ac.Gossip.BindAddr = "127.0.0.1:0"
+		ac.GossipKey, ac.GossipKeyFile = keys.GossipKey, keys.GossipKeyFile
+		if _, _, err := startCluster(t.Context(), &ac, n, zap.NewNop(), &clusterAPI{}); err == nil || !strings.Contains(err.Error(), "gossip-key") {
+			t.Errorf("%+v: %v", keys, err)
 		}
 	}
 }

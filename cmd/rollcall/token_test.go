@@ -135,10 +135,10 @@ func decodeSegment(t *testing.T, tok string, i int) map[string]any {
 func TestAgentTokenFlags(t *testing.T) {
 	_, edKey, _ := ed25519.GenerateKey(rand.Reader)
 	_, pubFile := keyPair(t, "ed", edKey)
-	base := agentFlags{name: "n", clientAddr: "127.0.0.1:0", heartbeat: time.Second, timeout: 3 * time.Second}
+	base := testAgentConfig()
 	af := base
-	af.secretFile = writeSecret(t)
-	af.tokens = tokenFlags{SecretKID: "s1", KeyFiles: pubFile + ", ", Audience: "rollcall", Issuer: "https://id.example", Leeway: 0}
+	af.TokenSource = auth.Source{SecretFile: writeSecret(t), SecretKeyID: "s1", KeyFiles: splitList(pubFile + ", ")}
+	af.TokenOptions = auth.Options{Audience: "rollcall", Issuer: "https://id.example", Leeway: 0}
 	cfg, err := af.nodeConfig(zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
@@ -147,10 +147,15 @@ func TestAgentTokenFlags(t *testing.T) {
 	if v.Keys().Len() != 2 || v.Options().Audience != "rollcall" || v.Options().Issuer != "https://id.example" || v.Leeway() != 0 {
 		t.Fatalf("verifier keys %v options %+v leeway %v", v.Keys().Keys(), v.Options(), v.Leeway())
 	}
-	for name, mut := range map[string]func(*agentFlags){
-		"secret-kid without secret": func(a *agentFlags) { a.secretFile = ""; a.tokens.SecretKID = "s1"; a.tokens.KeyFiles = pubFile },
-		"missing key file":          func(a *agentFlags) { a.tokens.KeyFiles = filepath.Join(t.TempDir(), "nope.pem") },
-		"a private key":             func(a *agentFlags) { a.tokens.KeyFiles, _ = keyPair(t, "x", edKey) },
+	for name, mut := range map[string]func(*agentConfig){
+		"secret-kid without secret": func(a *agentConfig) {
+			a.TokenSource = auth.Source{SecretKeyID: "s1", KeyFiles: []string{pubFile}}
+		},
+		"missing key file": func(a *agentConfig) { a.TokenSource.KeyFiles = []string{filepath.Join(t.TempDir(), "nope.pem")} },
+		"a private key": func(a *agentConfig) {
+			priv, _ := keyPair(t, "x", edKey)
+			a.TokenSource.KeyFiles = []string{priv}
+		},
 	} {
 		af := base
 		mut(&af)
@@ -160,8 +165,8 @@ func TestAgentTokenFlags(t *testing.T) {
 	}
 	// --token-keys alone is enough (no --secret-file).
 	af = base
-	af.tokens.KeyFiles = pubFile
-	af.tokens.Leeway = 30 * time.Second
+	af.TokenSource.KeyFiles = []string{pubFile}
+	af.TokenOptions.Leeway = 30 * time.Second
 	if cfg, err := af.nodeConfig(zap.NewNop()); err != nil || cfg.TokenVerifier.Keys().Len() != 1 || cfg.TokenVerifier.Leeway() != 30*time.Second {
 		t.Fatalf("--token-keys alone: %v", err)
 	}

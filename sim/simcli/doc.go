@@ -8,10 +8,10 @@
 // they parse no flags and draw nothing, so neither they nor the agent
 // link the plotting code (sim's TestLibraryImportsNoCLI checks it).
 //
-// The scenario files in testdata/ (testdata/sim at the repository root)
-// are `rollcall sim` command lines with their table output; TestScenarios
-// replays them, and `go test ./sim/simcli -run TestScenarios -rewrite`
-// records the current output as expected.
+// The scenario files in testdata/ are `rollcall sim` command lines with
+// their table output; TestScenarios replays them, and
+// `go test ./sim/simcli -run TestScenarios -rewrite` records the current
+// output as expected.
 //
 // The driving loop of `rollcall sim`:
 //
