@@ -34,7 +34,7 @@
 // The contract: no write arrives later than that unless anti-entropy has
 // already covered it, and no new write of a key uses an epoch at or below one
 // that may still be held anywhere (an epoch allocator that restarts from
-// MaxEpoch after GC breaks this; see testdata/epoch_reuse_after_gc.txt). A
+// MaxEpoch after GC breaks this; see testdata/crdt/epoch_reuse_after_gc.txt). A
 // replica that lags past another's GC floor gets a full snapshot of every
 // origin from it.
 //

@@ -32,7 +32,7 @@ const originDone = ^uint64(0)
 // peer that holds records lags below a GC floor (Diff's full snapshot), the
 // answer is not paged: a full snapshot drops what it lacks, and a record of one page
 // may have been refused because of one a later page drops
-// (testdata/full_sync_order.txt), so the whole snapshot goes as one page.
+// (testdata/crdt/full_sync_order.txt), so the whole snapshot goes as one page.
 func (r *Replica) DiffPage(peer Digest, cur PageCursor, maxRecords, maxBytes int) (page Sync, next PageCursor, done bool) {
 	peerW, peerHeld := peerMaps(peer)
 	if r.lagging(peerW, peerHeld) {

@@ -260,7 +260,7 @@ func (r *Replica) admit(ns *nodeState, o Origin, now int64) (ok, latest bool, re
 // retired session still beats the older epoch it replaced on another
 // gateway, and still loses to a record that beat it before. (Deleting or
 // rewriting them as expired at retirement would change winners on some
-// replicas and not others: testdata/retire_moved_session.txt.)
+// replicas and not others: testdata/crdt/retire_moved_session.txt.)
 func (r *Replica) retired(o Origin) bool {
 	return r.nodes.get(o.Node).retired(o.Incarnation)
 }
@@ -345,7 +345,7 @@ func (r *Replica) mergeSession(st *originState, s *Session, now int64, owned boo
 		// epoch. The end of a newer epoch starts a new horizon: inheriting
 		// the older end's age would collect it early, and a delayed active
 		// write of the newer epoch would then revive the session
-		// (testdata/tombstone_epochs.txt).
+		// (testdata/crdt/tombstone_epochs.txt).
 		if cur != nil && r.ended(cur.s) && cur.s.Epoch == s.Epoch {
 			endedAt = cur.endedAt
 		}

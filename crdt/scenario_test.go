@@ -11,15 +11,15 @@ import (
 	"time"
 )
 
-// TestScenarios runs the scripts in testdata/*.txt. See scenario.handle for
+// TestScenarios runs the scripts in testdata/crdt/*.txt (from the module root). See scenario.handle for
 // the command language.
 func TestScenarios(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.txt")
+	files, err := filepath.Glob("../testdata/crdt/*.txt")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(files) == 0 {
-		t.Fatal("no scenarios in testdata/")
+		t.Fatal("no scenarios in ../testdata/crdt")
 	}
 	for _, path := range files {
 		t.Run(strings.TrimSuffix(filepath.Base(path), ".txt"), func(t *testing.T) {

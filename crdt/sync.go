@@ -26,7 +26,7 @@ func (r *Replica) Digest() Digest {
 // snapshot of every origin, not only of that one: a collected tombstone may
 // have superseded records of other origins that the peer still holds (the
 // session the user left on another gateway), and only a full snapshot of
-// those origins tells the peer to drop them (testdata/ghost_after_gc.txt).
+// those origins tells the peer to drop them (testdata/crdt/ghost_after_gc.txt).
 func (r *Replica) Diff(peer Digest) Sync {
 	peerW, peerHeld := peerMaps(peer)
 	lagging := r.lagging(peerW, peerHeld)
@@ -115,7 +115,7 @@ func (r *Replica) diffOrigin(st *originState, peerW map[Origin]uint64, peerHeld 
 	if st.purged {
 		// Our watermark covers sessions we purged: vouching for it
 		// would make the peer drop or never ask for records its owner
-		// still holds (testdata/purge_peer.txt). We send what we have,
+		// still holds (testdata/crdt/purge_peer.txt). We send what we have,
 		// the account records, and claim nothing.
 		os.Watermark, os.GCFloor = 0, 0
 	}
@@ -175,7 +175,7 @@ func (r *Replica) ApplySync(s Sync, now int64) ([]string, error) {
 	}
 	// Drop what a full snapshot lacks before merging anything: a record
 	// the sender no longer has may be the one that made us refuse one of
-	// the records it sends for another origin (testdata/full_sync_order.txt).
+	// the records it sends for another origin (testdata/crdt/full_sync_order.txt).
 	for i := range s {
 		if st := admitted[i]; st != nil && s[i].Full {
 			users = append(users, r.dropMissing(st, &s[i])...)
@@ -279,7 +279,7 @@ func (r *Replica) SetNodeDown(node string, now int64) []string {
 // watermark it keeps for them: its digest then asks for the incarnation's
 // records again, and anti-entropy brings back those still live instead of
 // leaving them lost here until their owner writes them again
-// (testdata/purge.txt).
+// (testdata/crdt/purge.txt).
 func (r *Replica) SetNodeUp(node string) []string {
 	ns := r.nodes.get(node)
 	if ns == nil || !ns.down {

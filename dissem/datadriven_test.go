@@ -12,7 +12,7 @@ import (
 	"github.com/rollcall/rollcall/internal/datadriven"
 )
 
-// TestScripts runs the scripts of testdata/core/: a few cores over the test
+// TestScripts runs the scripts of testdata/dissem/core/ (from the module root): a few cores over the test
 // harness, every output they ask for printed. Directives:
 //
 //	nodes n0 n1 n2 [eager-threshold=N] [lease=D] [alive=D] [page=N] [relay=R]
@@ -37,9 +37,9 @@ import (
 //
 // Run with -rewrite to regenerate the expected outputs, then review them.
 func TestScripts(t *testing.T) {
-	paths, err := filepath.Glob("testdata/core/*.txt")
+	paths, err := filepath.Glob("../testdata/dissem/core/*.txt")
 	if err != nil || len(paths) == 0 {
-		t.Fatalf("no scripts in testdata/core: %v", err)
+		t.Fatalf("no scripts in ../testdata/dissem/core: %v", err)
 	}
 	for _, path := range paths {
 		t.Run(filepath.Base(path), func(t *testing.T) {

@@ -64,7 +64,7 @@
 //	plan.go     pure rules it uses: mode, packing, leases, gap detection, memberlist's formulas
 //	wire.go     the wire format (one place: types, layout, limits, node metadata)
 //
-// The scripts in testdata/core show a few nodes' Readys step by step
+// The scripts in testdata/dissem/core (from the module root) show a few nodes' Readys step by step
 // (go test ./dissem -run TestScripts [-rewrite]); a property test checks
 // that any delivery order and loss pattern ends converged once the network
 // delivers again.

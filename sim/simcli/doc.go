@@ -8,7 +8,7 @@
 // they parse no flags and draw nothing, so neither they nor the agent
 // link the plotting code (sim's TestLibraryImportsNoCLI checks it).
 //
-// The scenario files in testdata/ are `rollcall sim` command lines with
+// The scenario files in testdata/sim/ (from the module root) are `rollcall sim` command lines with
 // their table output; TestScenarios replays them, and
 // `go test ./sim/simcli -run TestScenarios -rewrite` records the current
 // output as expected.

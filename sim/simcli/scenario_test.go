@@ -15,7 +15,7 @@ import (
 	"github.com/rollcall/rollcall/sim"
 )
 
-var rewrite = flag.Bool("rewrite", false, "rewrite the golden outputs in testdata/")
+var rewrite = flag.Bool("rewrite", false, "rewrite the golden outputs in testdata/sim/ (from the module root)")
 
 // scenarioCase is one command of a scenario file and its expected output.
 type scenarioCase struct {
@@ -25,7 +25,7 @@ type scenarioCase struct {
 	line    int
 }
 
-// Scenario files (testdata/*.txt) hold cases of the form
+// Scenario files (testdata/sim/*.txt from the module root) hold cases of the form
 //
 //	# what the case shows
 //	run --nodes 16 --crash 3@10s ...
@@ -119,7 +119,7 @@ func runScenario(args string) (string, error) {
 }
 
 func TestScenarios(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.txt")
+	files, err := filepath.Glob("../../testdata/sim/*.txt")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no scenario files: %v", err)
 	}
