@@ -205,13 +205,24 @@ func (c *conn) allowRequest(line []byte, now int64) bool {
 	return false
 }
 
-// remoteIP returns the address a connection comes from, or the zero Addr
-// for a connection that is not TCP (it is then not counted per address).
-func remoteIP(nc net.Conn) netip.Addr {
-	if ta, ok := nc.RemoteAddr().(*net.TCPAddr); ok {
-		return ta.AddrPort().Addr().Unmap()
+// sourceKey returns the source a connection from addr is counted under
+// per address: its IP, or for IPv6 the /IPv6PrefixBits network holding it
+// (a single host is usually given a whole /64, so counting each address
+// apart would let it open as many connections as it likes). It returns the
+// zero Addr for an address that is not TCP (the connection is then not
+// counted per source).
+func (n *Node) sourceKey(addr net.Addr) netip.Addr {
+	ta, ok := addr.(*net.TCPAddr)
+	if !ok {
+		return netip.Addr{}
 	}
-	return netip.Addr{}
+	ip := ta.AddrPort().Addr().Unmap()
+	if ip.Is6() && n.cfg.IPv6PrefixBits > 0 && n.cfg.IPv6PrefixBits < 128 {
+		if p, err := ip.WithZone("").Prefix(n.cfg.IPv6PrefixBits); err == nil {
+			return p.Addr()
+		}
+	}
+	return ip
 }
 
 // admitLocked decides whether an accepted connection from ip may stay,
@@ -243,10 +254,19 @@ func (n *Node) countConnLocked(c *conn, admitted bool) {
 		n.perIP[c.ip]++
 		return
 	}
-	if k := n.perIP[c.ip] - 1; k > 0 {
-		n.perIP[c.ip] = k
+	n.uncountIPLocked(c.ip)
+}
+
+// uncountIPLocked stops counting one connection from key (a sourceKey).
+// The caller holds n.mu.
+func (n *Node) uncountIPLocked(key netip.Addr) {
+	if !key.IsValid() {
+		return
+	}
+	if k := n.perIP[key] - 1; k > 0 {
+		n.perIP[key] = k
 	} else {
-		delete(n.perIP, c.ip)
+		delete(n.perIP, key)
 	}
 }
 

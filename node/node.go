@@ -71,7 +71,8 @@ type Node struct {
 	local      map[string]map[string]*conn // user -> device -> conn owning that active session
 	localCount int
 	conns      map[*conn]struct{} // every open connection
-	perIP      map[netip.Addr]int // open connections by source address
+	perIP      map[netip.Addr]int // open connections by source address (sourceKey): client and HTTP
+	httpConns  int                // open HTTP connections (httpconns.go)
 	draining   bool
 	holding    bool                  // Drain holds the local sessions for DrainGrace (drain.go)
 	version    uint64                // last presence version handed out
@@ -246,14 +247,10 @@ func (n *Node) start() error {
 			return fmt.Errorf("node: listen for HTTP on %s: %w", n.cfg.HTTPAddr, err)
 		}
 		n.httpLn = hl
-		// ReadHeaderTimeout also bounds the TLS handshake (net/http runs it
-		// on the connection's goroutine, not the accept loop).
-		n.httpSrv = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 10 * time.Second,
-			ErrorLog: n.httpErrorLog()}
-		served := hl
-		if n.tls != nil {
-			served = tls.NewListener(hl, n.tls)
-		}
+		// HTTPReadHeaderTimeout also bounds the TLS handshake (net/http
+		// runs it on the connection's goroutine, not the accept loop).
+		n.httpSrv = n.newHTTPServer(n.httpHandler())
+		served := n.httpListener(hl)
 		n.loops.Add(1)
 		go func() {
 			defer n.loops.Done()

@@ -63,7 +63,7 @@ func (n *Node) serveClient(nc net.Conn, plain bool, newc func() *conn) {
 		nc.Close()
 		return
 	}
-	ip := remoteIP(nc)
+	ip := n.sourceKey(nc.RemoteAddr())
 	if code, msg := n.admitLocked(ip); code != "" {
 		n.mu.Unlock()
 		n.refuse(nc, plain, code, msg)
