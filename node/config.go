@@ -277,6 +277,24 @@ type Config struct {
 	// addresses); negative means no cap.
 	MaxConnectionsPerIP int
 
+	// UserHelloRate is how many hellos per second one user may make on
+	// this gateway on average, and UserHelloBurst how many at once after a
+	// quiet spell; IPHelloRate and IPHelloBurst the same per source
+	// address (as MaxConnectionsPerIP counts them). A hello past either
+	// gets rate_limited, opens nothing, and the connection stays open
+	// (hellolimit.go). Defaults 10/s and 100 per user, 200/s and 2000 per
+	// address; a negative rate disables the limit.
+	UserHelloRate  float64
+	UserHelloBurst int
+	IPHelloRate    float64
+	IPHelloBurst   int
+
+	// MaxTombstonesPerUser is passed to crdt.Config: the ended sessions
+	// of one user the replica keeps for the tombstone horizon; past it
+	// the oldest is collected at once. Zero takes crdt's default (256);
+	// negative means no bound.
+	MaxTombstonesPerUser int
+
 	// GCInterval is how often the node collects crdt tombstones and purges
 	// the sessions of long-dead gateways. Default 1m.
 	GCInterval time.Duration

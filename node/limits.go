@@ -22,8 +22,13 @@ import (
 //	per connection  RequestRate/RequestBurst   rate_limited (stays open)
 //	per session     SendRate/SendBurst         rate_limited (stays open)
 //	per user        MaxSessionsPerUser         too_many_sessions (closes)
+//	                UserHelloRate/Burst        rate_limited at hello (stays open)
 //	per source IP   MaxConnectionsPerIP        too_many_connections (closes)
+//	                IPHelloRate/Burst          rate_limited at hello (stays open)
 //	per gateway     MaxConnections             overloaded (closes)
+//
+// A source IP is an IPv4 address or an IPv6 /IPv6PrefixBits network
+// (sourceKey); the HTTP port's bounds are in httpconns.go.
 //
 // They are on by default, with defaults generous enough for NAT'd offices,
 // bots and load generators (docs/operations/configuration.md, "Limits"), and they can
@@ -72,6 +77,10 @@ type Limits struct {
 	MaxConnections      int
 	MaxConnectionsPerIP int
 	MaxSessionsPerUser  int
+	UserHelloRate       float64
+	UserHelloBurst      int
+	IPHelloRate         float64
+	IPHelloBurst        int
 }
 
 // Limits returns the limits of c (before Validate, zero fields are zero).
@@ -81,6 +90,8 @@ func (c Config) Limits() Limits {
 		SendRate: c.SendRate, SendBurst: c.SendBurst,
 		MaxConnections: c.MaxConnections, MaxConnectionsPerIP: c.MaxConnectionsPerIP,
 		MaxSessionsPerUser: c.MaxSessionsPerUser,
+		UserHelloRate:      c.UserHelloRate, UserHelloBurst: c.UserHelloBurst,
+		IPHelloRate: c.IPHelloRate, IPHelloBurst: c.IPHelloBurst,
 	}
 }
 
@@ -90,6 +101,8 @@ func (c *Config) setLimits(l Limits) {
 	c.SendRate, c.SendBurst = l.SendRate, l.SendBurst
 	c.MaxConnections, c.MaxConnectionsPerIP = l.MaxConnections, l.MaxConnectionsPerIP
 	c.MaxSessionsPerUser = l.MaxSessionsPerUser
+	c.UserHelloRate, c.UserHelloBurst = l.UserHelloRate, l.UserHelloBurst
+	c.IPHelloRate, c.IPHelloBurst = l.IPHelloRate, l.IPHelloBurst
 }
 
 // fillLimits sets the defaults of c's limits on zero fields.
@@ -122,6 +135,18 @@ func (l *Limits) fill() {
 	if l.MaxSessionsPerUser == 0 {
 		l.MaxSessionsPerUser = DefaultMaxSessionsPerUser
 	}
+	if l.UserHelloRate == 0 {
+		l.UserHelloRate = DefaultUserHelloRate
+	}
+	if l.UserHelloBurst == 0 {
+		l.UserHelloBurst = DefaultUserHelloBurst
+	}
+	if l.IPHelloRate == 0 {
+		l.IPHelloRate = DefaultIPHelloRate
+	}
+	if l.IPHelloBurst == 0 {
+		l.IPHelloBurst = DefaultIPHelloBurst
+	}
 }
 
 // validate checks filled limits for a node that tells clients to heartbeat
@@ -139,6 +164,12 @@ func (l *Limits) validate(heartbeat time.Duration) []error {
 	}
 	if math.IsNaN(l.SendRate) || math.IsInf(l.SendRate, 0) || l.SendBurst < 1 {
 		errs = append(errs, fmt.Errorf("send rate (%v) must be a number and send burst (%d) at least 1", l.SendRate, l.SendBurst))
+	}
+	if math.IsNaN(l.UserHelloRate) || math.IsInf(l.UserHelloRate, 0) || l.UserHelloBurst < 1 {
+		errs = append(errs, fmt.Errorf("user hello rate (%v) must be a number and user hello burst (%d) at least 1", l.UserHelloRate, l.UserHelloBurst))
+	}
+	if math.IsNaN(l.IPHelloRate) || math.IsInf(l.IPHelloRate, 0) || l.IPHelloBurst < 1 {
+		errs = append(errs, fmt.Errorf("IP hello rate (%v) must be a number and IP hello burst (%d) at least 1", l.IPHelloRate, l.IPHelloBurst))
 	}
 	return errs
 }
@@ -176,6 +207,10 @@ func (n *Node) SetLimits(l Limits) (changed []string, err error) {
 	diff("MaxConnections", old.MaxConnections, l.MaxConnections)
 	diff("MaxConnectionsPerIP", old.MaxConnectionsPerIP, l.MaxConnectionsPerIP)
 	diff("MaxSessionsPerUser", old.MaxSessionsPerUser, l.MaxSessionsPerUser)
+	diff("UserHelloRate", old.UserHelloRate, l.UserHelloRate)
+	diff("UserHelloBurst", old.UserHelloBurst, l.UserHelloBurst)
+	diff("IPHelloRate", old.IPHelloRate, l.IPHelloRate)
+	diff("IPHelloBurst", old.IPHelloBurst, l.IPHelloBurst)
 	if len(changed) > 0 {
 		n.limits.Store(&l)
 	}

@@ -117,6 +117,8 @@ type Node struct {
 	uiCache uiSummaryCache
 
 	streams eventStreams // GET /v1/events (events.go)
+
+	hellos *helloLimiter // hello rates by user and source (hellolimit.go); static after New
 }
 
 type clusterRef struct{ c Cluster }
@@ -132,6 +134,8 @@ func New(cfg Config) (*Node, error) {
 		Self:             origin,
 		TombstoneHorizon: cfg.TombstoneHorizon,
 		PurgeHorizon:     cfg.PurgeHorizon,
+
+		MaxTombstonesPerUser: cfg.MaxTombstonesPerUser,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
@@ -159,6 +163,7 @@ func New(cfg Config) (*Node, error) {
 		done:       make(chan struct{}),
 		drained:    make(chan struct{}),
 		handedOver: make(chan struct{}, 1),
+		hellos:     newHelloLimiter(),
 	}
 	n.initEventStreams()
 	limits := cfg.Limits()
@@ -421,6 +426,7 @@ func (n *Node) gcLoop() {
 		n.mu.Lock()
 		st := n.replica.GC(n.clock.Now().UnixNano())
 		n.mu.Unlock()
+		n.pruneHellos(n.mono())
 		if st.Tombstones > 0 || st.Purged > 0 {
 			n.log.Debug("crdt gc", zap.Int("tombstones", st.Tombstones), zap.Int("purged", st.Purged))
 		}
