@@ -63,6 +63,9 @@ func nodeDefs() []metricDef[node.Metrics] {
 			func(m *M) float64 { return float64(m.MaxConnections) }),
 		gauge("open_file_limit", "The open-file limit (RLIMIT_NOFILE) the gateway keeps its connections under; 0: none known.",
 			func(m *M) float64 { return float64(m.FileLimit) }),
+		counter("panics_total", "Panics recovered while serving a client connection: each closed that connection "+
+			"(with an internal error line when a request panicked) and logged its stack at error level.",
+			func(m *M) uint64 { return m.Panics }),
 		counter("slow_consumer_disconnects_total",
 			"Connections dropped because the client did not read: its outbound queue overflowed or a write timed out.",
 			func(m *M) uint64 { return m.SlowConsumers }),

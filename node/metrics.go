@@ -306,6 +306,10 @@ type Metrics struct {
 	DeltasInvalid  uint64 // remote deltas refused as invalid
 	PropagationLag LagHistogram
 
+	// Panics counts the panics recovered while serving a client
+	// connection: each closed that connection, and logged its stack.
+	Panics uint64
+
 	// Stalled is the total length of this gateway's own stalls (see
 	// Config.StallThreshold).
 	Stalled time.Duration
@@ -346,6 +350,7 @@ func (n *Node) Metrics() Metrics {
 	m.EventStreamsKeyRemoved = n.streams.keyRemoved.Load()
 	m.EventStreamsRefusedSubject = n.streams.refusedSubject.Load()
 	m.EventStreamsRefusedIP = n.streams.refusedIP.Load()
+	m.Panics = n.stats.panics.Load()
 	m.HTTPOverloaded = n.stats.httpOverloaded.Load()
 	m.HTTPTooManyConnections = n.stats.httpTooManyConnections.Load()
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/rollcall/rollcall/auth"
 	"github.com/rollcall/rollcall/crdt"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // Node is one Rollcall gateway. Create it with New, optionally attach a
@@ -53,6 +54,10 @@ type Node struct {
 	// eventAfter waits out the rest of an event-coalescing window
 	// (notifyLoop); tests in this package replace it before Start.
 	eventAfter func(time.Duration) <-chan time.Time
+	// requestHook, when set, sees every request before dispatch handles
+	// it (on the connection's reader); tests in this package set it before
+	// Start, to inject a panic.
+	requestHook func(*protocol.Request)
 
 	// Written by the sweeper, read anywhere.
 	stalled atomic.Int64  // nanoseconds of gateway stalls detected; mono subtracts them
