@@ -157,8 +157,8 @@ func nodeDefs() []metricDef[node.Metrics] {
 				emit(float64(m.EventStreamsKeyRemoved), "key_removed")
 			}},
 		{name: "event_streams_rejected_total", typ: prometheus.CounterValue, labels: []string{"reason"},
-			help: "Change streams refused with 429, by reason (subject: the token's subject held --max-event-streams-per-subject; " +
-				"ip: the source address held --max-event-streams-per-ip).",
+			help: "Change streams refused with 429, by reason (subject: the token's subject held MaxEventStreamsPerSubject; " +
+				"ip: the source address held MaxEventStreamsPerIP).",
 			collect: func(m *M, emit func(float64, ...string)) {
 				emit(float64(m.EventStreamsRefusedSubject), "subject")
 				emit(float64(m.EventStreamsRefusedIP), "ip")
@@ -166,7 +166,7 @@ func nodeDefs() []metricDef[node.Metrics] {
 		gauge("http_connections", "Open HTTP connections (the HTTP port and the WebSocket listener; an upgraded WebSocket counts as a client connection).",
 			func(m *M) float64 { return float64(m.HTTPConnections) }),
 		{name: "http_connections_rejected_total", typ: prometheus.CounterValue, labels: []string{"reason"},
-			help: "HTTP connections refused at accept, by reason (overloaded: the HTTP listeners held --max-http-connections, " +
+			help: "HTTP connections refused at accept, by reason (overloaded: the HTTP listeners held MaxHTTPConnections, " +
 				"answered 503; too_many_connections: the source address held --max-connections-per-ip, answered 429).",
 			collect: func(m *M, emit func(float64, ...string)) {
 				emit(float64(m.HTTPOverloaded), "overloaded")
