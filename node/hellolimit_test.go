@@ -129,3 +129,30 @@ func TestTombstonesPerUserBounded(t *testing.T) {
 		t.Fatalf("alice holds %d records, want 10 tombstones", held)
 	}
 }
+
+// BenchmarkGetRepeatedUserAfterChurn measures a get naming one user
+// protocol.MaxUsersPerRequest times after that user churned through 6,000
+// sessions on new device names (the hello limits off, so the churn
+// happens): its tombstones are held at MaxTombstonesPerUser, and the
+// repeats collapse to one lookup.
+//
+//	go test -run '^$' -bench BenchmarkGetRepeatedUserAfterChurn -benchtime 200x ./node
+func BenchmarkGetRepeatedUserAfterChurn(b *testing.B) {
+	n := newTestNode(b, func(c *Config) {
+		c.Clock = newFakeClock()
+		c.RequestRate, c.UserHelloRate, c.IPHelloRate = -1, -1, -1
+		c.Timeout = time.Hour
+	})
+	helloCycles(b, n, "alice", 6000)
+	c, _ := connect(b, n, "watcher", "desk")
+	users := make([]string, protocol.MaxUsersPerRequest)
+	for i := range users {
+		users[i] = "alice"
+	}
+	req := map[string]any{"op": "get", "users": users}
+	for b.Loop() {
+		if f := c.call(req); f.str("op") != protocol.OpPresence {
+			b.Fatalf("reply %v", f)
+		}
+	}
+}
