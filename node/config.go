@@ -282,8 +282,8 @@ type Config struct {
 	// quiet spell; IPHelloRate and IPHelloBurst the same per source
 	// address (as MaxConnectionsPerIP counts them). A hello past either
 	// gets rate_limited, opens nothing, and the connection stays open
-	// (hellolimit.go). Defaults 10/s and 100 per user, 200/s and 2000 per
-	// address; a negative rate disables the limit.
+	// (hellolimit.go). Defaults 10/s and 100 per user, 1,000/s and 10,000
+	// per address; a negative rate disables the limit.
 	UserHelloRate  float64
 	UserHelloBurst int
 	IPHelloRate    float64

@@ -28,11 +28,13 @@ const (
 	DefaultUserHelloRate  = 10
 	DefaultUserHelloBurst = 100
 	// DefaultIPHelloRate and DefaultIPHelloBurst bound the hellos from
-	// one source address: an office NAT's clients reconnecting after a
-	// gateway fails (they back off with jitter), far below what would
-	// keep a core busy verifying tokens.
-	DefaultIPHelloRate  = 200
-	DefaultIPHelloBurst = 2000
+	// one source address: every connection an address may hold
+	// (DefaultMaxConnectionsPerIP) may reconnect at once, a NAT's or a
+	// load generator's, then 1,000 a second, below what would keep a
+	// core busy verifying tokens (an RS256 check costs tens of
+	// microseconds).
+	DefaultIPHelloRate  = 1000
+	DefaultIPHelloBurst = DefaultMaxConnectionsPerIP
 )
 
 // helloLimiter holds the hello token buckets by user and by source. The
