@@ -231,8 +231,7 @@ func (c *conn) allowRequest(line []byte, now int64) bool {
 	c.n.stats.rateLimited.Add(1)
 	var id []byte
 	if !isPlainHeartbeat(line) {
-		req, _ := decodeRequest(line)
-		id = req.ID
+		id = requestID(line)
 	}
 	c.sendError(id, protocol.CodeRateLimited, "at most "+strconv.FormatFloat(lim.RequestRate, 'g', -1, 64)+
 		" requests per second ("+strconv.Itoa(lim.RequestBurst)+" at once) per connection; the next is allowed in "+
