@@ -486,6 +486,7 @@ func (n *Node) handleEvents(w http.ResponseWriter, r *http.Request) {
 
 	rc := http.NewResponseController(w)
 	streamDeadlines(rc)
+	defer rc.SetWriteDeadline(time.Time{}) //nolint:errcheck // the connection may be reused; not every writer supports deadlines
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")
