@@ -29,6 +29,12 @@ type Config struct {
 	// highest runs are forgotten and anti-entropy resends them. 16 bytes a
 	// run. Default 16384.
 	MaxPendingRanges int
+
+	// MaxTombstonesPerUser bounds the tombstones held for one user: past
+	// it the oldest is collected at once, as GC would at the horizon, its
+	// epoch kept as the key's floor (usertombstones.go). Default 256;
+	// negative means no bound.
+	MaxTombstonesPerUser int
 }
 
 // Defaults for Config.
@@ -36,6 +42,10 @@ const (
 	DefaultTombstoneHorizon = 10 * time.Minute
 	DefaultPurgeHorizon     = 30 * time.Minute
 	DefaultMaxPendingRanges = 16384
+	// DefaultMaxTombstonesPerUser is far more devices than a user ends
+	// sessions on within a tombstone horizon, few enough that a user's
+	// queries stay cheap whatever a client does.
+	DefaultMaxTombstonesPerUser = 256
 )
 
 // Validate fills defaults and rejects contradictions.
@@ -51,6 +61,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxPendingRanges == 0 {
 		c.MaxPendingRanges = DefaultMaxPendingRanges
+	}
+	if c.MaxTombstonesPerUser == 0 {
+		c.MaxTombstonesPerUser = DefaultMaxTombstonesPerUser
 	}
 	if c.TombstoneHorizon < 0 || c.PurgeHorizon < 0 || c.MaxPendingRanges < 0 {
 		return errors.New("crdt: horizons and limits must not be negative")

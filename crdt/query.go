@@ -79,16 +79,19 @@ func (r *Replica) Account(user string) (Account, bool) {
 	return *a, true
 }
 
-// Presence aggregates a user's projected sessions and account record.
+// Presence aggregates a user's projected sessions and account record. It
+// sorts only the active sessions: a user's tombstones cost a walk, not a
+// sort (and are bounded by MaxTombstonesPerUser).
 func (r *Replica) Presence(user string) Presence {
-	d := r.byUser.get(user)
-	devs := d.sorted()
-	recs := make([]*Session, 0, len(devs))
-	for _, e := range devs {
-		if e.counted {
-			recs = append(recs, e.s)
-		}
+	var recs []*Session
+	if d := r.byUser.ref(user); d != nil {
+		d.each(func(e *entry) {
+			if e.counted {
+				recs = append(recs, e.s)
+			}
+		})
 	}
+	slices.SortFunc(recs, func(a, b *Session) int { return compareStrings(a.Device, b.Device) })
 	return Aggregate(user, recs, r.accounts[user])
 }
 

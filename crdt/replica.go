@@ -376,6 +376,7 @@ func (r *Replica) mergeSession(st *originState, s *Session, now int64, owned boo
 	r.recount(e, st.node)
 	if ended {
 		r.tombstones = append(r.tombstones, tombstone{key: k, version: s.Version, origin: s.Origin, endedAt: e.endedAt})
+		r.capUserTombstones(k.User, e, now)
 	}
 	return true
 }

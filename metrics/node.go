@@ -63,6 +63,9 @@ func nodeDefs() []metricDef[node.Metrics] {
 			func(m *M) float64 { return float64(m.MaxConnections) }),
 		gauge("open_file_limit", "The open-file limit (RLIMIT_NOFILE) the gateway keeps its connections under; 0: none known.",
 			func(m *M) float64 { return float64(m.FileLimit) }),
+		counter("panics_total", "Panics recovered while serving a client connection: each closed that connection "+
+			"(with an internal error line when a request panicked) and logged its stack at error level.",
+			func(m *M) uint64 { return m.Panics }),
 		counter("slow_consumer_disconnects_total",
 			"Connections dropped because the client did not read: its outbound queue overflowed or a write timed out.",
 			func(m *M) uint64 { return m.SlowConsumers }),
@@ -146,6 +149,29 @@ func nodeDefs() []metricDef[node.Metrics] {
 			func(m *M) uint64 { return m.EventStreamEvents }),
 		counter("event_stream_slow_total", "Change streams ended because their queue overflowed (the reader was too slow).",
 			func(m *M) uint64 { return m.EventStreamsSlow }),
+		{name: "event_streams_ended_total", typ: prometheus.CounterValue, labels: []string{"reason"},
+			help: "Change streams the gateway ended for their token, by reason (token_expired: the token expired; " +
+				"key_removed: after a key rotation no key verifies it).",
+			collect: func(m *M, emit func(float64, ...string)) {
+				emit(float64(m.EventStreamsTokenExpired), "token_expired")
+				emit(float64(m.EventStreamsKeyRemoved), "key_removed")
+			}},
+		{name: "event_streams_rejected_total", typ: prometheus.CounterValue, labels: []string{"reason"},
+			help: "Change streams refused with 429, by reason (subject: the token's subject held MaxEventStreamsPerSubject; " +
+				"ip: the source address held MaxEventStreamsPerIP).",
+			collect: func(m *M, emit func(float64, ...string)) {
+				emit(float64(m.EventStreamsRefusedSubject), "subject")
+				emit(float64(m.EventStreamsRefusedIP), "ip")
+			}},
+		gauge("http_connections", "Open HTTP connections (the HTTP port and the WebSocket listener; an upgraded WebSocket counts as a client connection).",
+			func(m *M) float64 { return float64(m.HTTPConnections) }),
+		{name: "http_connections_rejected_total", typ: prometheus.CounterValue, labels: []string{"reason"},
+			help: "HTTP connections refused at accept, by reason (overloaded: the HTTP listeners held MaxHTTPConnections, " +
+				"answered 503; too_many_connections: the source address held --max-connections-per-ip, answered 429).",
+			collect: func(m *M, emit func(float64, ...string)) {
+				emit(float64(m.HTTPOverloaded), "overloaded")
+				emit(float64(m.HTTPTooManyConnections), "too_many_connections")
+			}},
 		counter("events_delivered_total", "Presence events queued to subscribers' connections.",
 			func(m *M) uint64 { return m.EventsQueued }),
 		counter("events_dropped_total",

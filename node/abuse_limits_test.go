@@ -272,7 +272,9 @@ func TestSessionCapAcrossGateways(t *testing.T) {
 // gateway are counted exactly: of 150 new devices at once with a cap of
 // 100, 100 are welcomed and 50 refused.
 func TestSessionCapExactOnOneGateway(t *testing.T) {
-	n := newTestNode(t, nil)
+	// The user's hello rate (its burst is the cap's default too) is not
+	// what is under test.
+	n := newTestNode(t, func(c *Config) { c.UserHelloRate = -1 })
 	const hellos = DefaultMaxSessionsPerUser + 50
 	results := make(chan string, hellos)
 	var wg sync.WaitGroup

@@ -47,6 +47,55 @@ type Config struct {
 	// Default empty: none.
 	WSAddr string
 
+	// Bounds on the HTTP port and the WebSocket listener (httpconns.go).
+	// A negative timeout disables it (not HTTPIdleTimeout).
+
+	// HTTPReadHeaderTimeout bounds the reading of a request's headers, and
+	// over TLS the handshake before them. Default 10s.
+	HTTPReadHeaderTimeout time.Duration
+
+	// HTTPReadTimeout bounds the reading of a whole request, body
+	// included. Default 30s.
+	HTTPReadTimeout time.Duration
+
+	// HTTPWriteTimeout bounds the writing of a response, from the end of
+	// the request's headers; it is also the longest profile
+	// /debug/pprof/profile will take. Event streams (GET /v1/events,
+	// /v1/ui/events) are exempt: each of their writes gets WriteTimeout of
+	// its own. Default 60s.
+	HTTPWriteTimeout time.Duration
+
+	// HTTPIdleTimeout is how long a keep-alive connection may wait for its
+	// next request before it is closed. At most MaxHTTPIdleTimeout (2m).
+	// Default 60s.
+	HTTPIdleTimeout time.Duration
+
+	// HTTPMaxHeaderBytes bounds the size of a request's headers (the
+	// request line included); a larger request gets 431. Default 32 KiB.
+	HTTPMaxHeaderBytes int
+
+	// MaxHTTPConnections caps the connections the HTTP listeners (HTTPAddr
+	// and WSAddr together) hold at once; one more is answered 503
+	// overloaded at accept. Each also counts against MaxConnectionsPerIP
+	// (429 too_many_connections past it), until it closes or is upgraded
+	// to a WebSocket (which then counts as a client connection). Default
+	// 1024; negative means no cap.
+	MaxHTTPConnections int
+
+	// MaxEventStreamsPerSubject and MaxEventStreamsPerIP cap the change
+	// streams (GET /v1/events) open at once for one token subject (the
+	// token's sub; the admin token and a Dev node have none) and from one
+	// source address (as MaxConnectionsPerIP counts them); one more is
+	// answered 429. Defaults 16 and 64; negative means no cap.
+	MaxEventStreamsPerSubject int
+	MaxEventStreamsPerIP      int
+
+	// IPv6PrefixBits is the IPv6 prefix the per-address limits
+	// (MaxConnectionsPerIP, MaxEventStreamsPerIP, the hello rate per
+	// address) count by: a host given a /64 has every address in it.
+	// 128 counts each address apart. Default 64.
+	IPv6PrefixBits int
+
 	// Heartbeat is the interval the node tells clients to heartbeat at
 	// (welcome.heartbeat_ms). Shorter detects dead clients sooner but costs
 	// more traffic. Default 5s.
@@ -231,6 +280,24 @@ type Config struct {
 	// addresses); negative means no cap.
 	MaxConnectionsPerIP int
 
+	// UserHelloRate is how many hellos per second one user may make on
+	// this gateway on average, and UserHelloBurst how many at once after a
+	// quiet spell; IPHelloRate and IPHelloBurst the same per source
+	// address (as MaxConnectionsPerIP counts them). A hello past either
+	// gets rate_limited, opens nothing, and the connection stays open
+	// (hellolimit.go). Defaults 10/s and 100 per user, 1,000/s and 10,000
+	// per address; a negative rate disables the limit.
+	UserHelloRate  float64
+	UserHelloBurst int
+	IPHelloRate    float64
+	IPHelloBurst   int
+
+	// MaxTombstonesPerUser is passed to crdt.Config: the ended sessions
+	// of one user the replica keeps for the tombstone horizon; past it
+	// the oldest is collected at once. Zero takes crdt's default (256);
+	// negative means no bound.
+	MaxTombstonesPerUser int
+
 	// GCInterval is how often the node collects crdt tombstones and purges
 	// the sessions of long-dead gateways. Default 1m.
 	GCInterval time.Duration
@@ -413,6 +480,7 @@ func (c *Config) fill() error {
 	if c.WriteTimeout == 0 {
 		c.WriteTimeout = DefaultWriteTimeout
 	}
+	c.fillHTTP()
 	c.fillUI()
 	if c.RouteTimeout == 0 {
 		c.RouteTimeout = DefaultRouteTimeout
@@ -477,6 +545,15 @@ func (c *Config) Validate() error {
 		} else if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
 			errs = append(errs, fmt.Errorf("client advertise address %q is unspecified: give an address clients can reach", a))
 		}
+	}
+	if c.HTTPIdleTimeout < 0 || c.HTTPIdleTimeout > MaxHTTPIdleTimeout {
+		errs = append(errs, fmt.Errorf("HTTP idle timeout (%v) must be positive and at most %v", c.HTTPIdleTimeout, MaxHTTPIdleTimeout))
+	}
+	if c.HTTPMaxHeaderBytes < minHTTPMaxHeaderBytes {
+		errs = append(errs, fmt.Errorf("HTTP max header bytes (%d) must be at least %d", c.HTTPMaxHeaderBytes, minHTTPMaxHeaderBytes))
+	}
+	if c.IPv6PrefixBits < 1 || c.IPv6PrefixBits > 128 {
+		errs = append(errs, fmt.Errorf("IPv6 prefix bits (%d) must be between 1 and 128", c.IPv6PrefixBits))
 	}
 	if c.MaxLineBytes < MinMaxLineBytes {
 		errs = append(errs, fmt.Errorf("max line bytes must be at least %d", MinMaxLineBytes))

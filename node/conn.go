@@ -207,6 +207,7 @@ func (c *conn) serve() {
 func (c *conn) readLoop() {
 	defer c.n.connWG.Done()
 	defer c.finish()
+	defer c.recoverAbort("reader")
 	c.lr = protocol.NewReader(c.nc, readBufferSize, c.n.cfg.MaxLineBytes)
 	handshakeDeadline := time.Now().Add(c.n.cfg.HandshakeTimeout)
 	c.nc.SetReadDeadline(handshakeDeadline) //nolint:errcheck // a failed deadline shows up as a read error
@@ -360,6 +361,7 @@ func (c *conn) drainInput() {
 // handleLine handles one request line and reports whether it may have
 // queued a reply (a plain heartbeat or an empty line queues none).
 func (c *conn) handleLine(raw []byte) (replied bool) {
+	defer c.recoverRequest(&replied)
 	line := trimLine(raw)
 	if len(line) == 0 {
 		return false
@@ -586,6 +588,7 @@ func (q *outQueue) recycle(frames [][]byte) {
 // connWG.
 func (c *conn) writeLoop() {
 	defer c.n.connWG.Done()
+	defer c.recoverAbort("writer")
 	ended := false
 	for {
 		frames, closing, dead := c.q.take()

@@ -60,6 +60,20 @@ func decodeRequest(line []byte) (protocol.Request, *requestError) {
 	return req, nil
 }
 
+// requestID returns the id of a request line, for the error that refuses
+// it unhandled (rate_limited), or nil when it has none that is valid. It
+// decodes the id alone: the rest of the line (a body, a thousand users) is
+// scanned, not built, so a refused flood costs little more than its reading.
+func requestID(line []byte) json.RawMessage {
+	var env struct {
+		ID json.RawMessage `json:"id"`
+	}
+	if len(line) == 0 || line[0] != '{' || json.Unmarshal(line, &env) != nil || !validID(env.ID) || !utf8.Valid(env.ID) {
+		return nil
+	}
+	return env.ID
+}
+
 // validID reports whether a raw id is absent, a string or a number, in
 // valid UTF-8 (it is echoed verbatim).
 func validID(id json.RawMessage) bool {

@@ -1,7 +1,9 @@
 package node
 
 import (
+	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -10,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/rollcall/rollcall/auth"
 	"github.com/rollcall/rollcall/protocol"
 )
 
@@ -28,8 +31,23 @@ import (
 //	event: ready     id: <token>  data: {"version":V,"snapshot":bool}
 //	                                           the snapshot (or the resumed
 //	                                           changes) is complete
-//	event: end                    data: {"reason":"draining"|"slow_consumer"}
+//	event: end                    data: {"reason":"draining"|"slow_consumer"|
+//	                                     "token_expired"|"key_removed"}
 //	: ping                        every Config.UIKeepAlive when idle
+//
+// A stream opened with a client token lives while the token does, as a
+// session does: it ends with end {"reason":"token_expired"} when the token
+// expires (its exp plus the verifier's leeway, the last instant the token
+// is accepted), and with end {"reason":"key_removed"} when a key rotation
+// (Node.ReloadTokenKeys) leaves no key that verifies it. Both are checked
+// every streamCheckInterval, and the expiry also at its instant. A stream
+// opened with the admin token, or on a Dev node, has neither end.
+//
+// Caps: MaxEventStreamsPerSubject streams per token subject and
+// MaxEventStreamsPerIP per source address (sourceKey) are open at once; one
+// more is answered 429 with a JSON error (code too_many_sessions for the
+// subject, too_many_connections for the address), before anything is
+// watched.
 //
 // Each data is the event line a subscribed session gets (Event: op, presence
 // with its version, and group and member for a group's view). The stream is
@@ -56,6 +74,21 @@ const changeLogSize = 4096
 
 // snapshotBatch is how many initial events one write deadline covers.
 const snapshotBatch = 256
+
+// Stream caps and checks.
+const (
+	// DefaultMaxEventStreamsPerSubject caps the streams of one token
+	// subject: a backend needs few (one stream carries up to
+	// protocol.MaxSubscriptions subjects), a browser one per tab.
+	DefaultMaxEventStreamsPerSubject = 16
+	// DefaultMaxEventStreamsPerIP caps the streams from one source
+	// address: several backends, or an office's browsers behind a NAT.
+	DefaultMaxEventStreamsPerIP = 64
+	// streamCheckInterval is how often a stream checks that its token is
+	// still valid: its expiry on the node's clock, and after a key
+	// rotation its signature.
+	streamCheckInterval = time.Second
+)
 
 // changeLog is a ring of the users flushEvents found dirty, with the
 // version of the pass. Guarded by Node.mu.
@@ -110,15 +143,30 @@ type eventStreams struct {
 	stop     chan struct{} // closed by stopEventStreams: streams end, new ones are refused
 	stopOnce sync.Once
 
-	open   map[*eventStream]struct{} // guarded by Node.mu
-	opened atomic.Uint64
-	sent   atomic.Uint64 // events written to streams, snapshots included
-	slow   atomic.Uint64 // streams ended because their queue overflowed
+	// Guarded by Node.mu.
+	open       map[*eventStream]struct{}
+	perSubject map[string]int     // open streams by token subject
+	perIP      map[netip.Addr]int // open streams by source (sourceKey)
+
+	// checkEvery is streamCheckInterval; tests in this package shorten it
+	// before Start.
+	checkEvery time.Duration
+
+	opened         atomic.Uint64
+	sent           atomic.Uint64 // events written to streams, snapshots included
+	slow           atomic.Uint64 // streams ended because their queue overflowed
+	refusedSubject atomic.Uint64 // streams refused at MaxEventStreamsPerSubject
+	refusedIP      atomic.Uint64 // streams refused at MaxEventStreamsPerIP
+	tokenExpired   atomic.Uint64 // streams ended because their token expired
+	keyRemoved     atomic.Uint64 // streams ended because no key verifies their token any more
 }
 
 func (n *Node) initEventStreams() {
 	n.streams.stop = make(chan struct{})
 	n.streams.open = make(map[*eventStream]struct{})
+	n.streams.perSubject = make(map[string]int)
+	n.streams.perIP = make(map[netip.Addr]int)
+	n.streams.checkEvery = streamCheckInterval
 	n.changes.ring = make([]changeEntry, changeLogSize)
 }
 
@@ -233,14 +281,17 @@ func eventsSubjects(r *http.Request) (users []string, group string, rerr *reques
 // session's sub (authz.go), with a client token from the Authorization
 // header; the admin token and a --dev node read everything. It answers the
 // request itself when not.
-func (n *Node) eventsAllowed(w http.ResponseWriter, r *http.Request, users []string, group string) bool {
+// It returns the client token's identity and the token (nil and "" for
+// the admin token and a Dev node).
+func (n *Node) eventsAllowed(w http.ResponseWriter, r *http.Request, users []string, group string) (*auth.Identity, string, bool) {
 	if n.cfg.Dev || n.isAdmin(r) {
-		return true
+		return nil, "", true
 	}
-	id, ok := n.clientIdentity(bearerToken(r))
+	token := bearerToken(r)
+	id, ok := n.clientIdentity(token)
 	if !ok {
 		n.unauthorized(w, r)
-		return false
+		return nil, "", false
 	}
 	rerr := checkReadAs(id.Grants, id.User, users)
 	if rerr == nil && group != "" {
@@ -248,9 +299,94 @@ func (n *Node) eventsAllowed(w http.ResponseWriter, r *http.Request, users []str
 	}
 	if rerr != nil {
 		n.eventsError(w, http.StatusForbidden, rerr.code, rerr.msg)
-		return false
+		return nil, "", false
 	}
-	return true
+	return id, token, true
+}
+
+// admitStreamLocked counts a new stream of subject ("" for none) from
+// source, or returns the error to refuse it with (429) when either is at
+// its cap. The caller holds n.mu.
+func (n *Node) admitStreamLocked(subject string, source netip.Addr) *requestError {
+	st := &n.streams
+	if max := n.cfg.MaxEventStreamsPerSubject; max > 0 && subject != "" && st.perSubject[subject] >= max {
+		st.refusedSubject.Add(1)
+		return errorf(protocol.CodeTooManySessions, "%s holds %d event streams on this gateway, the most allowed; close one first",
+			truncate(subject, 64), st.perSubject[subject])
+	}
+	if max := n.cfg.MaxEventStreamsPerIP; max > 0 && source.IsValid() && st.perIP[source] >= max {
+		st.refusedIP.Add(1)
+		return errorf(protocol.CodeTooManyConnections, "this address holds %d event streams on this gateway, the most allowed; close one first",
+			st.perIP[source])
+	}
+	if subject != "" {
+		st.perSubject[subject]++
+	}
+	if source.IsValid() {
+		st.perIP[source]++
+	}
+	return nil
+}
+
+// releaseStreamLocked stops counting a stream admitted by
+// admitStreamLocked. The caller holds n.mu.
+func (n *Node) releaseStreamLocked(subject string, source netip.Addr) {
+	st := &n.streams
+	if subject != "" {
+		if k := st.perSubject[subject] - 1; k > 0 {
+			st.perSubject[subject] = k
+		} else {
+			delete(st.perSubject, subject)
+		}
+	}
+	if source.IsValid() {
+		if k := st.perIP[source] - 1; k > 0 {
+			st.perIP[source] = k
+		} else {
+			delete(st.perIP, source)
+		}
+	}
+}
+
+// requestSource is the sourceKey of an HTTP request's client, or the zero
+// Addr when its address is not an IP and port.
+func (n *Node) requestSource(r *http.Request) netip.Addr {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return netip.Addr{}
+	}
+	return n.sourceKey(net.TCPAddrFromAddrPort(ap))
+}
+
+// streamToken is what a stream opened with a client token checks while it
+// runs (nil for a stream without one).
+type streamToken struct {
+	id    *auth.Identity
+	token string
+	keys  *auth.KeySet // the key set that last verified the token
+}
+
+// checkStreamToken returns why a stream must end now ("token_expired",
+// "key_removed"), or "" while its token holds: it has not expired on the
+// node's clock, and, when the keys have changed since they last verified
+// it, the new ones verify it too.
+func (n *Node) checkStreamToken(t *streamToken) string {
+	if t == nil {
+		return ""
+	}
+	now := n.clock.Now()
+	if now.After(t.id.ValidUntil) {
+		n.streams.tokenExpired.Add(1)
+		return string(protocol.CodeTokenExpired)
+	}
+	if ks := n.tokens.Keys(); ks != t.keys {
+		if _, err := n.tokens.Verify(t.token, now); err != nil {
+			n.streams.keyRemoved.Add(1)
+			return "key_removed"
+		}
+		t.keys = ks
+	}
+	return ""
 }
 
 // handleEvents serves GET /v1/events (see the comment at the top of this
@@ -263,9 +399,20 @@ func (n *Node) handleEvents(w http.ResponseWriter, r *http.Request) {
 		n.eventsError(w, http.StatusBadRequest, rerr.code, rerr.msg)
 		return
 	}
-	if !n.eventsAllowed(w, r, users, group) {
+	id, token, ok := n.eventsAllowed(w, r, users, group)
+	if !ok {
 		return
 	}
+	var (
+		tok     *streamToken
+		subject string
+	)
+	if id != nil {
+		// The keys read after Verify: a rotation in between is caught by
+		// the first check.
+		tok, subject = &streamToken{id: id, token: token, keys: n.tokens.Keys()}, id.User
+	}
+	source := n.requestSource(r)
 	lastID := r.Header.Get("Last-Event-ID")
 	if lastID == "" {
 		lastID = r.URL.Query().Get("last_event_id")
@@ -280,6 +427,13 @@ func (n *Node) handleEvents(w http.ResponseWriter, r *http.Request) {
 		n.eventsError(w, http.StatusServiceUnavailable, protocol.CodeShuttingDown, "the gateway is shutting down; connect to another gateway with Last-Event-ID")
 		return
 	default:
+	}
+	if rerr := n.admitStreamLocked(subject, source); rerr != nil {
+		n.mu.Unlock()
+		n.log.Info("event stream refused", zap.String("remote", r.RemoteAddr), zap.String("code", string(rerr.code)))
+		w.Header().Set("Retry-After", "10")
+		n.eventsError(w, http.StatusTooManyRequests, rerr.code, rerr.msg)
+		return
 	}
 	var changed map[string]struct{}
 	resumed := false
@@ -326,10 +480,12 @@ func (n *Node) handleEvents(w http.ResponseWriter, r *http.Request) {
 			n.unwatchGroupLocked(group, s)
 		}
 		delete(n.streams.open, s)
+		n.releaseStreamLocked(subject, source)
 		n.mu.Unlock()
 	}()
 
 	rc := http.NewResponseController(w)
+	streamDeadlines(rc)
 	defer rc.SetWriteDeadline(time.Time{}) //nolint:errcheck // the connection may be reused; not every writer supports deadlines
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -359,6 +515,14 @@ func (n *Node) handleEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	keepAlive := time.NewTicker(n.cfg.UIKeepAlive)
 	defer keepAlive.Stop()
+	var check, expiry <-chan time.Time
+	if tok != nil {
+		t := time.NewTicker(n.streams.checkEvery)
+		defer t.Stop()
+		e := time.NewTimer(tok.id.ValidUntil.Sub(n.clock.Now()) + time.Millisecond)
+		defer e.Stop()
+		check, expiry = t.C, e.C
+	}
 	for {
 		select {
 		case <-r.Context().Done():
@@ -368,6 +532,8 @@ func (n *Node) handleEvents(w http.ResponseWriter, r *http.Request) {
 			sw.event("end", 0, map[string]string{"reason": "draining"})
 			_ = sw.flush()
 			return
+		case <-check:
+		case <-expiry:
 		case <-keepAlive.C:
 			sw.begin()
 			sw.comment("ping")
@@ -384,6 +550,13 @@ func (n *Node) handleEvents(w http.ResponseWriter, r *http.Request) {
 				_ = sw.flush()
 				return
 			}
+		}
+		if reason := n.checkStreamToken(tok); reason != "" {
+			n.log.Info("event stream ended", zap.String("remote", r.RemoteAddr), zap.String("reason", reason))
+			sw.begin()
+			sw.event("end", 0, map[string]string{"reason": reason})
+			_ = sw.flush()
+			return
 		}
 		if err := sw.flush(); err != nil {
 			n.log.Debug("event stream ended", zap.Error(err))

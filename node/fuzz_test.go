@@ -16,8 +16,9 @@ import (
 
 // FuzzDecodeRequest checks the request decoder on arbitrary lines: it never
 // panics, an accepted request has a known op and a string or number id,
-// and the allocation-free heartbeat fast path agrees with the decoder.
-// Seed corpus: testdata/fuzz/FuzzDecodeRequest.
+// the allocation-free heartbeat fast path agrees with the decoder, and so
+// does the id-only decoder of refused requests (requestID). Seed corpus:
+// testdata/fuzz/FuzzDecodeRequest.
 func FuzzDecodeRequest(f *testing.F) {
 	for _, s := range []string{
 		`{"op":"hb"}`, ` { "op" : "hb" } `, `{"op":"hb","id":1}`, `{"op":"hello","user":"u","device":"d","token":"t","status":"away","last_epoch":16,"groups":["a","b"]}`,
@@ -57,6 +58,11 @@ func FuzzDecodeRequest(f *testing.F) {
 		}
 		if !protocol.IsRequestOp(req.Op) {
 			t.Fatalf("accepted unknown op %q", req.Op)
+		}
+		// A rate-limited request's error echoes the id requestID reads
+		// without decoding the rest: the id the decoder reads.
+		if id := requestID(line); string(id) != string(req.ID) {
+			t.Fatalf("requestID %q, decoder's id %q", id, req.ID)
 		}
 		// Raw values are echoed (id) or passed on (body): an accepted line
 		// is valid UTF-8, so they are too.

@@ -22,8 +22,13 @@ import (
 //	per connection  RequestRate/RequestBurst   rate_limited (stays open)
 //	per session     SendRate/SendBurst         rate_limited (stays open)
 //	per user        MaxSessionsPerUser         too_many_sessions (closes)
+//	                UserHelloRate/Burst        rate_limited at hello (stays open)
 //	per source IP   MaxConnectionsPerIP        too_many_connections (closes)
+//	                IPHelloRate/Burst          rate_limited at hello (stays open)
 //	per gateway     MaxConnections             overloaded (closes)
+//
+// A source IP is an IPv4 address or an IPv6 /IPv6PrefixBits network
+// (sourceKey); the HTTP port's bounds are in httpconns.go.
 //
 // They are on by default, with defaults generous enough for NAT'd offices,
 // bots and load generators (docs/operations/configuration.md, "Limits"), and they can
@@ -72,6 +77,10 @@ type Limits struct {
 	MaxConnections      int
 	MaxConnectionsPerIP int
 	MaxSessionsPerUser  int
+	UserHelloRate       float64
+	UserHelloBurst      int
+	IPHelloRate         float64
+	IPHelloBurst        int
 }
 
 // Limits returns the limits of c (before Validate, zero fields are zero).
@@ -81,6 +90,8 @@ func (c Config) Limits() Limits {
 		SendRate: c.SendRate, SendBurst: c.SendBurst,
 		MaxConnections: c.MaxConnections, MaxConnectionsPerIP: c.MaxConnectionsPerIP,
 		MaxSessionsPerUser: c.MaxSessionsPerUser,
+		UserHelloRate:      c.UserHelloRate, UserHelloBurst: c.UserHelloBurst,
+		IPHelloRate: c.IPHelloRate, IPHelloBurst: c.IPHelloBurst,
 	}
 }
 
@@ -90,6 +101,8 @@ func (c *Config) setLimits(l Limits) {
 	c.SendRate, c.SendBurst = l.SendRate, l.SendBurst
 	c.MaxConnections, c.MaxConnectionsPerIP = l.MaxConnections, l.MaxConnectionsPerIP
 	c.MaxSessionsPerUser = l.MaxSessionsPerUser
+	c.UserHelloRate, c.UserHelloBurst = l.UserHelloRate, l.UserHelloBurst
+	c.IPHelloRate, c.IPHelloBurst = l.IPHelloRate, l.IPHelloBurst
 }
 
 // fillLimits sets the defaults of c's limits on zero fields.
@@ -122,6 +135,18 @@ func (l *Limits) fill() {
 	if l.MaxSessionsPerUser == 0 {
 		l.MaxSessionsPerUser = DefaultMaxSessionsPerUser
 	}
+	if l.UserHelloRate == 0 {
+		l.UserHelloRate = DefaultUserHelloRate
+	}
+	if l.UserHelloBurst == 0 {
+		l.UserHelloBurst = DefaultUserHelloBurst
+	}
+	if l.IPHelloRate == 0 {
+		l.IPHelloRate = DefaultIPHelloRate
+	}
+	if l.IPHelloBurst == 0 {
+		l.IPHelloBurst = DefaultIPHelloBurst
+	}
 }
 
 // validate checks filled limits for a node that tells clients to heartbeat
@@ -139,6 +164,12 @@ func (l *Limits) validate(heartbeat time.Duration) []error {
 	}
 	if math.IsNaN(l.SendRate) || math.IsInf(l.SendRate, 0) || l.SendBurst < 1 {
 		errs = append(errs, fmt.Errorf("send rate (%v) must be a number and send burst (%d) at least 1", l.SendRate, l.SendBurst))
+	}
+	if math.IsNaN(l.UserHelloRate) || math.IsInf(l.UserHelloRate, 0) || l.UserHelloBurst < 1 {
+		errs = append(errs, fmt.Errorf("user hello rate (%v) must be a number and user hello burst (%d) at least 1", l.UserHelloRate, l.UserHelloBurst))
+	}
+	if math.IsNaN(l.IPHelloRate) || math.IsInf(l.IPHelloRate, 0) || l.IPHelloBurst < 1 {
+		errs = append(errs, fmt.Errorf("IP hello rate (%v) must be a number and IP hello burst (%d) at least 1", l.IPHelloRate, l.IPHelloBurst))
 	}
 	return errs
 }
@@ -176,6 +207,10 @@ func (n *Node) SetLimits(l Limits) (changed []string, err error) {
 	diff("MaxConnections", old.MaxConnections, l.MaxConnections)
 	diff("MaxConnectionsPerIP", old.MaxConnectionsPerIP, l.MaxConnectionsPerIP)
 	diff("MaxSessionsPerUser", old.MaxSessionsPerUser, l.MaxSessionsPerUser)
+	diff("UserHelloRate", old.UserHelloRate, l.UserHelloRate)
+	diff("UserHelloBurst", old.UserHelloBurst, l.UserHelloBurst)
+	diff("IPHelloRate", old.IPHelloRate, l.IPHelloRate)
+	diff("IPHelloBurst", old.IPHelloBurst, l.IPHelloBurst)
 	if len(changed) > 0 {
 		n.limits.Store(&l)
 	}
@@ -196,8 +231,7 @@ func (c *conn) allowRequest(line []byte, now int64) bool {
 	c.n.stats.rateLimited.Add(1)
 	var id []byte
 	if !isPlainHeartbeat(line) {
-		req, _ := decodeRequest(line)
-		id = req.ID
+		id = requestID(line)
 	}
 	c.sendError(id, protocol.CodeRateLimited, "at most "+strconv.FormatFloat(lim.RequestRate, 'g', -1, 64)+
 		" requests per second ("+strconv.Itoa(lim.RequestBurst)+" at once) per connection; the next is allowed in "+
@@ -205,13 +239,24 @@ func (c *conn) allowRequest(line []byte, now int64) bool {
 	return false
 }
 
-// remoteIP returns the address a connection comes from, or the zero Addr
-// for a connection that is not TCP (it is then not counted per address).
-func remoteIP(nc net.Conn) netip.Addr {
-	if ta, ok := nc.RemoteAddr().(*net.TCPAddr); ok {
-		return ta.AddrPort().Addr().Unmap()
+// sourceKey returns the source a connection from addr is counted under
+// per address: its IP, or for IPv6 the /IPv6PrefixBits network holding it
+// (a single host is usually given a whole /64, so counting each address
+// apart would let it open as many connections as it likes). It returns the
+// zero Addr for an address that is not TCP (the connection is then not
+// counted per source).
+func (n *Node) sourceKey(addr net.Addr) netip.Addr {
+	ta, ok := addr.(*net.TCPAddr)
+	if !ok {
+		return netip.Addr{}
 	}
-	return netip.Addr{}
+	ip := ta.AddrPort().Addr().Unmap()
+	if ip.Is6() && n.cfg.IPv6PrefixBits > 0 && n.cfg.IPv6PrefixBits < 128 {
+		if p, err := ip.WithZone("").Prefix(n.cfg.IPv6PrefixBits); err == nil {
+			return p.Addr()
+		}
+	}
+	return ip
 }
 
 // admitLocked decides whether an accepted connection from ip may stay,
@@ -243,10 +288,19 @@ func (n *Node) countConnLocked(c *conn, admitted bool) {
 		n.perIP[c.ip]++
 		return
 	}
-	if k := n.perIP[c.ip] - 1; k > 0 {
-		n.perIP[c.ip] = k
+	n.uncountIPLocked(c.ip)
+}
+
+// uncountIPLocked stops counting one connection from key (a sourceKey).
+// The caller holds n.mu.
+func (n *Node) uncountIPLocked(key netip.Addr) {
+	if !key.IsValid() {
+		return
+	}
+	if k := n.perIP[key] - 1; k > 0 {
+		n.perIP[key] = k
 	} else {
-		delete(n.perIP, c.ip)
+		delete(n.perIP, key)
 	}
 }
 

@@ -244,6 +244,10 @@ type Metrics struct {
 	GroupSubscriptions int
 	// EventStreams counts the open change streams (GET /v1/events).
 	EventStreams int
+	// HTTPConnections counts the open HTTP connections (the HTTP port and
+	// the WebSocket listener; a WebSocket counts once upgraded as a client
+	// connection instead).
+	HTTPConnections int
 	// MaxConnections is the connection cap the node enforces now
 	// (Node.MaxConnections: MaxConnections, or less under the open-file
 	// limit; negative: none), FileLimit the open-file limit it keeps its
@@ -265,10 +269,19 @@ type Metrics struct {
 	// ran out of file descriptors (also counted in Overloaded).
 	OutOfFiles uint64
 
+	// HTTP connection counters: refused at MaxHTTPConnections, and at
+	// MaxConnectionsPerIP.
+	HTTPOverloaded         uint64
+	HTTPTooManyConnections uint64
+
 	// Change stream counters (GET /v1/events).
-	EventStreamsOpened uint64 // streams opened
-	EventStreamEvents  uint64 // events written to streams, snapshots included
-	EventStreamsSlow   uint64 // streams ended because their queue overflowed
+	EventStreamsOpened         uint64 // streams opened
+	EventStreamEvents          uint64 // events written to streams, snapshots included
+	EventStreamsSlow           uint64 // streams ended because their queue overflowed
+	EventStreamsTokenExpired   uint64 // streams ended because their token expired
+	EventStreamsKeyRemoved     uint64 // streams ended because no key verifies their token any more
+	EventStreamsRefusedSubject uint64 // streams refused at MaxEventStreamsPerSubject
+	EventStreamsRefusedIP      uint64 // streams refused at MaxEventStreamsPerIP
 
 	// Session counters.
 	SessionsOpened uint64            // successful hellos
@@ -292,6 +305,10 @@ type Metrics struct {
 	DeltasStale    uint64 // remote deltas that held nothing new (duplicates, older records)
 	DeltasInvalid  uint64 // remote deltas refused as invalid
 	PropagationLag LagHistogram
+
+	// Panics counts the panics recovered while serving a client
+	// connection: each closed that connection, and logged its stack.
+	Panics uint64
 
 	// Stalled is the total length of this gateway's own stalls (see
 	// Config.StallThreshold).
@@ -324,10 +341,18 @@ func (n *Node) Metrics() Metrics {
 	}
 	m.Replica = n.replica.Census()
 	m.EventStreams = len(n.streams.open)
+	m.HTTPConnections = n.httpConns
 	n.mu.Unlock()
 	m.EventStreamsOpened = n.streams.opened.Load()
 	m.EventStreamEvents = n.streams.sent.Load()
 	m.EventStreamsSlow = n.streams.slow.Load()
+	m.EventStreamsTokenExpired = n.streams.tokenExpired.Load()
+	m.EventStreamsKeyRemoved = n.streams.keyRemoved.Load()
+	m.EventStreamsRefusedSubject = n.streams.refusedSubject.Load()
+	m.EventStreamsRefusedIP = n.streams.refusedIP.Load()
+	m.Panics = n.stats.panics.Load()
+	m.HTTPOverloaded = n.stats.httpOverloaded.Load()
+	m.HTTPTooManyConnections = n.stats.httpTooManyConnections.Load()
 
 	c := &n.stats
 	m.Accepted = c.accepted.Load()

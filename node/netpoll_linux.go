@@ -260,6 +260,7 @@ func (c *conn) setInterestLocked() {
 // ready handles a readiness event of c: frames waiting for room first,
 // then one read and its lines.
 func (p *poller) ready(c *conn, events uint32) {
+	defer c.recoverAbort("poller")
 	if events&(unix.EPOLLOUT|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
 		c.flushEvent(true)
 	}
@@ -302,6 +303,7 @@ func (c *conn) pause(room <-chan struct{}) {
 	c.n.connWG.Add(1) // c is not finished: its reader side holds connWG
 	go func() {
 		defer c.n.connWG.Done()
+		defer c.recoverAbort("paused reader")
 		<-room
 		c.rmu.Lock()
 		defer c.rmu.Unlock()
@@ -455,6 +457,7 @@ func (c *conn) flushLocked() {
 // added 1 to connWG.
 func (c *conn) closeEvent(frames [][]byte) {
 	defer c.n.connWG.Done()
+	defer c.recoverAbort("closer")
 	c.n.endConnSession(c, false)
 	c.wmu.Lock()
 	defer c.wmu.Unlock()

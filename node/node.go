@@ -18,6 +18,7 @@ import (
 
 	"github.com/rollcall/rollcall/auth"
 	"github.com/rollcall/rollcall/crdt"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // Node is one Rollcall gateway. Create it with New, optionally attach a
@@ -53,6 +54,10 @@ type Node struct {
 	// eventAfter waits out the rest of an event-coalescing window
 	// (notifyLoop); tests in this package replace it before Start.
 	eventAfter func(time.Duration) <-chan time.Time
+	// requestHook, when set, sees every request before dispatch handles
+	// it (on the connection's reader); tests in this package set it before
+	// Start, to inject a panic.
+	requestHook func(*protocol.Request)
 
 	// Written by the sweeper, read anywhere.
 	stalled atomic.Int64  // nanoseconds of gateway stalls detected; mono subtracts them
@@ -71,7 +76,8 @@ type Node struct {
 	local      map[string]map[string]*conn // user -> device -> conn owning that active session
 	localCount int
 	conns      map[*conn]struct{} // every open connection
-	perIP      map[netip.Addr]int // open connections by source address
+	perIP      map[netip.Addr]int // open connections by source address (sourceKey): client and HTTP
+	httpConns  int                // open HTTP connections (httpconns.go)
 	draining   bool
 	holding    bool                  // Drain holds the local sessions for DrainGrace (drain.go)
 	version    uint64                // last presence version handed out
@@ -116,6 +122,8 @@ type Node struct {
 	uiCache uiSummaryCache
 
 	streams eventStreams // GET /v1/events (events.go)
+
+	hellos *helloLimiter // hello rates by user and source (hellolimit.go); static after New
 }
 
 type clusterRef struct{ c Cluster }
@@ -131,6 +139,8 @@ func New(cfg Config) (*Node, error) {
 		Self:             origin,
 		TombstoneHorizon: cfg.TombstoneHorizon,
 		PurgeHorizon:     cfg.PurgeHorizon,
+
+		MaxTombstonesPerUser: cfg.MaxTombstonesPerUser,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
@@ -158,6 +168,7 @@ func New(cfg Config) (*Node, error) {
 		done:       make(chan struct{}),
 		drained:    make(chan struct{}),
 		handedOver: make(chan struct{}, 1),
+		hellos:     newHelloLimiter(),
 	}
 	n.initEventStreams()
 	limits := cfg.Limits()
@@ -246,14 +257,10 @@ func (n *Node) start() error {
 			return fmt.Errorf("node: listen for HTTP on %s: %w", n.cfg.HTTPAddr, err)
 		}
 		n.httpLn = hl
-		// ReadHeaderTimeout also bounds the TLS handshake (net/http runs it
-		// on the connection's goroutine, not the accept loop).
-		n.httpSrv = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 10 * time.Second,
-			ErrorLog: n.httpErrorLog()}
-		served := hl
-		if n.tls != nil {
-			served = tls.NewListener(hl, n.tls)
-		}
+		// HTTPReadHeaderTimeout also bounds the TLS handshake (net/http
+		// runs it on the connection's goroutine, not the accept loop).
+		n.httpSrv = n.newHTTPServer(n.httpHandler())
+		served := n.httpListener(hl)
 		n.loops.Add(1)
 		go func() {
 			defer n.loops.Done()
@@ -424,6 +431,7 @@ func (n *Node) gcLoop() {
 		n.mu.Lock()
 		st := n.replica.GC(n.clock.Now().UnixNano())
 		n.mu.Unlock()
+		n.pruneHellos(n.mono())
 		if st.Tombstones > 0 || st.Purged > 0 {
 			n.log.Debug("crdt gc", zap.Int("tombstones", st.Tombstones), zap.Int("purged", st.Purged))
 		}

@@ -1,6 +1,8 @@
 package node
 
 import (
+	"slices"
+
 	"github.com/rollcall/rollcall/crdt"
 
 	"github.com/rollcall/rollcall/protocol"
@@ -9,7 +11,8 @@ import (
 // Queries answer from this node's replica: the local projection of the
 // whole cluster, which may lag other gateways by the dissemination delay.
 
-// handleGet returns the presence of each requested user, in request order.
+// handleGet returns the presence of each requested user, in request order
+// (a user named more than once, at its first place only).
 func (n *Node) handleGet(c *conn, req *protocol.Request) (any, *requestError) {
 	if len(req.Users) == 0 {
 		return nil, errorf(protocol.CodeBadRequest, "want users")
@@ -17,22 +20,48 @@ func (n *Node) handleGet(c *conn, req *protocol.Request) (any, *requestError) {
 	if len(req.Users) > protocol.MaxUsersPerRequest {
 		return nil, errorf(protocol.CodeBadRequest, "at most %d users per request", protocol.MaxUsersPerRequest)
 	}
-	for _, u := range req.Users {
+	// A user named more than once is answered once, at its first place:
+	// a request naming one user a thousand times costs one lookup.
+	users := firstOccurrences(req.Users)
+	for _, u := range users {
 		if rerr := checkName("user", u); rerr != nil {
 			return nil, rerr
 		}
 	}
-	if rerr := checkRead(c, req.Users); rerr != nil {
+	if rerr := checkRead(c, users); rerr != nil {
 		return nil, rerr
 	}
-	out := make([]protocol.Presence, 0, len(req.Users))
+	out := make([]protocol.Presence, 0, len(users))
 	n.mu.Lock()
 	v := n.nextVersionLocked()
-	for _, u := range req.Users {
+	for _, u := range users {
 		out = append(out, presenceJSON(n.replica.Presence(u), v))
 	}
 	n.mu.Unlock()
 	return protocol.PresenceReply{Op: protocol.OpPresence, ID: req.ID, Users: out}, nil
+}
+
+// firstOccurrences returns s without repeats, in the order each first
+// appears; s itself when it has none.
+func firstOccurrences(s []string) []string {
+	seen := make(map[string]struct{}, len(s))
+	var out []string // nil until the first repeat
+	for i, v := range s {
+		if _, dup := seen[v]; dup {
+			if out == nil {
+				out = slices.Clone(s[:i])
+			}
+			continue
+		}
+		seen[v] = struct{}{}
+		if out != nil {
+			out = append(out, v)
+		}
+	}
+	if out == nil {
+		return s
+	}
+	return out
 }
 
 // handleGroup returns a group's online members.

@@ -44,3 +44,12 @@ func (b *tokenBucket) allow(now int64, rate float64, burst int) (bool, time.Dura
 	wait := time.Duration(math.Ceil((1 - b.tokens) / rate * float64(time.Second)))
 	return false, wait
 }
+
+// full reports whether the bucket would hold burst tokens at mono time now
+// (a rate of 0 or less: always).
+func (b *tokenBucket) full(now int64, rate float64, burst int) bool {
+	if rate <= 0 || !b.started {
+		return true
+	}
+	return b.tokens+rate*float64(now-b.last)/float64(time.Second) >= float64(burst)
+}

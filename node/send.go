@@ -62,6 +62,7 @@ func (n *Node) handleSend(c *conn, req *protocol.Request) (any, *requestError) {
 			id := req.ID
 			go func() {
 				defer close(done)
+				defer c.recoverRequest(new(bool))
 				total := delivered + n.route(msg, remote)
 				c.sendValue(protocol.OK{Op: protocol.OpOK, ID: id, Delivered: &total})
 			}()

@@ -63,7 +63,7 @@ func (n *Node) serveClient(nc net.Conn, plain bool, newc func() *conn) {
 		nc.Close()
 		return
 	}
-	ip := remoteIP(nc)
+	ip := n.sourceKey(nc.RemoteAddr())
 	if code, msg := n.admitLocked(ip); code != "" {
 		n.mu.Unlock()
 		n.refuse(nc, plain, code, msg)
@@ -92,6 +92,9 @@ func (n *Node) refuse(nc net.Conn, plain bool, code protocol.ErrorCode, msg stri
 // dispatch runs one decoded request on the connection's reader goroutine.
 // Replies are queued in request order.
 func (n *Node) dispatch(c *conn, req *protocol.Request) {
+	if n.requestHook != nil {
+		n.requestHook(req)
+	}
 	if req.Op == protocol.OpHello {
 		n.handleHello(c, req)
 		return

@@ -58,6 +58,12 @@ func (n *Node) handleHello(c *conn, req *protocol.Request) {
 		c.sendError(req.ID, rerr.code, rerr.msg)
 		return
 	}
+	// The address's hello rate before the token costs a signature check,
+	// the user's once the token says who it is (hellolimit.go).
+	if rerr := n.allowHelloFrom(c.ip, n.mono()); rerr != nil {
+		c.sendError(req.ID, rerr.code, rerr.msg)
+		return
+	}
 	grants, tokenExpires := auth.Unrestricted(), ""
 	var id *auth.Identity
 	if !n.cfg.Dev {
@@ -70,6 +76,10 @@ func (n *Node) handleHello(c *conn, req *protocol.Request) {
 			return
 		}
 		grants, tokenExpires = id.Grants, n.formatTime(id.Expires)
+	}
+	if rerr := n.allowHelloOf(req.User, n.mono()); rerr != nil {
+		c.sendError(req.ID, rerr.code, rerr.msg)
+		return
 	}
 	if rerr := checkJoin(grants, req.Groups); rerr != nil {
 		// The connection stays, waiting for a hello it may make.

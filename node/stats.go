@@ -31,6 +31,11 @@ type counters struct {
 	tooManyConnections   atomic.Uint64 // connections refused at MaxConnectionsPerIP
 	outOfFiles           atomic.Uint64 // connections refused overloaded because accept ran out of descriptors (also in overloaded)
 
+	panics atomic.Uint64 // panics recovered while serving a client connection (panics.go)
+
+	httpOverloaded         atomic.Uint64 // HTTP connections refused at MaxHTTPConnections
+	httpTooManyConnections atomic.Uint64 // HTTP connections refused at MaxConnectionsPerIP
+
 	// heartbeats counts the heartbeats of closed connections (open ones
 	// count their own: conn.heartbeats); metrics.go reports the sum as the
 	// requests of op "hb".

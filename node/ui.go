@@ -257,6 +257,7 @@ func (n *Node) handleUIEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	defer n.feed.unsubscribe(s)
 	rc := http.NewResponseController(w)
+	streamDeadlines(rc)
 	defer rc.SetWriteDeadline(time.Time{}) //nolint:errcheck // the connection may be reused; not every writer supports deadlines
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")

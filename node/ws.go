@@ -78,11 +78,8 @@ func (n *Node) startWS() error {
 	n.wsLn = l
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /ws", n.handleWS)
-	n.wsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: n.httpErrorLog()}
-	served := l
-	if n.tls != nil {
-		served = tls.NewListener(l, n.tls)
-	}
+	n.wsSrv = n.newHTTPServer(mux)
+	served := n.httpListener(l)
 	n.loops.Add(1)
 	go func() {
 		defer n.loops.Done()
@@ -114,6 +111,11 @@ func (n *Node) handleWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ws.SetReadLimit(-1) // lines are limited by the connection code, as on TCP
+	// From here the connection is a client connection, under the client
+	// port's limits and deadlines: it stops counting as an HTTP one, and
+	// sheds the deadlines net/http set for the upgrade request.
+	releaseHTTPConn(hw.conn)
+	hw.conn.SetDeadline(time.Time{}) //nolint:errcheck // best effort; wsConn keeps deadlines of its own
 	raw := hw.conn
 	if tc, ok := raw.(*tls.Conn); ok {
 		// Closing the TLS conn would send close_notify and could block.

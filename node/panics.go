@@ -1,0 +1,55 @@
+package node
+
+import (
+	"runtime/debug"
+
+	"go.uber.org/zap"
+
+	"github.com/rollcall/rollcall/protocol"
+)
+
+// Panics. A bug that panics while serving one client must cost that client
+// its connection, not the gateway every session: every goroutine that
+// serves one connection (reader, writer, a paused reader's, a routed
+// send's, a closing one's) and every event-loop handler defers a recover.
+// A panic while a request is handled closes its connection with an
+// internal error line; one elsewhere aborts the connection. Either way the
+// stack is logged at error level and counted (Metrics.Panics), and the
+// process goes on.
+//
+// A recovered panic is safe when the code it unwound released what it held
+// in defers; the node's lock (n.mu) is taken without a defer on the request
+// paths, so a panic under it would leave it held. Such a gateway stops
+// serving and its health check goes on answering: the log line and the
+// panics metric are the alarm to act on.
+
+// internalErrorMessage is what a client whose request panicked is told.
+const internalErrorMessage = "internal error: the gateway logged it; reconnect"
+
+// recordPanic logs and counts a recovered panic of c's where.
+func (n *Node) recordPanic(c *conn, where string, r any) {
+	n.stats.panics.Add(1)
+	n.log.Error("panic serving a client connection; the connection is closed and the gateway goes on",
+		zap.String("where", where), zap.Uint64("conn", c.id), zap.String("remote", c.remote),
+		zap.Any("panic", r), zap.ByteString("stack", debug.Stack()))
+}
+
+// recoverAbort is deferred by a goroutine or handler serving c: a panic is
+// recorded and c aborted.
+func (c *conn) recoverAbort(where string) {
+	if r := recover(); r != nil {
+		c.n.recordPanic(c, where, r)
+		c.abort()
+	}
+}
+
+// recoverRequest is deferred by handleLine: a panic is recorded and c
+// closed with an internal error line; replied is set, as a line was
+// queued.
+func (c *conn) recoverRequest(replied *bool) {
+	if r := recover(); r != nil {
+		c.n.recordPanic(c, "request", r)
+		c.closeWithError(nil, protocol.CodeInternal, internalErrorMessage)
+		*replied = true
+	}
+}
