@@ -14,7 +14,7 @@ import (
 // API's bearerToken and a WebSocket upgrade's upgradeToken) on arbitrary
 // values: it never panics, a token is found only under the Bearer scheme
 // (any case), and the token has no surrounding whitespace. Seed corpus:
-// testdata/node/fuzz/FuzzBearerToken.
+// testdata/fuzz/FuzzBearerToken.
 func FuzzBearerToken(f *testing.F) {
 	for _, s := range []string{"Bearer abc", "bearer   abc  ", "Basic dXNlcjpwYXNz", "Bearer", "Bearer ", " Bearer x", "BEARER a b c", "", "\x00 \xff"} {
 		f.Add(s)
@@ -43,7 +43,7 @@ func FuzzBearerToken(f *testing.F) {
 // accepted subjects are valid names within the stream's limit, unique,
 // and a refusal says why in valid UTF-8; a resume token is accepted only
 // with this node's incarnation. Seed corpus:
-// testdata/node/fuzz/FuzzEventStreamQuery.
+// testdata/fuzz/FuzzEventStreamQuery.
 func FuzzEventStreamQuery(f *testing.F) {
 	for _, s := range [][2]string{
 		{"users=alice,bob", "5-7"}, {"group=eng&users=a", ""}, {"users=a,,b", "x-7"}, {"group=", "-7"},
