@@ -294,8 +294,8 @@ type Config struct {
 
 	// MaxTombstonesPerUser is passed to crdt.Config: the ended sessions
 	// of one user the replica keeps for the tombstone horizon; past it
-	// the oldest is collected at once. Zero takes crdt's default (256);
-	// negative means no bound.
+	// the oldest is collected at once. Default crdt's
+	// DefaultMaxTombstonesPerUser (256); negative means no bound.
 	MaxTombstonesPerUser int
 
 	// GCInterval is how often the node collects crdt tombstones and purges
@@ -481,6 +481,9 @@ func (c *Config) fill() error {
 		c.WriteTimeout = DefaultWriteTimeout
 	}
 	c.fillHTTP()
+	if c.MaxTombstonesPerUser == 0 {
+		c.MaxTombstonesPerUser = crdt.DefaultMaxTombstonesPerUser
+	}
 	c.fillUI()
 	if c.RouteTimeout == 0 {
 		c.RouteTimeout = DefaultRouteTimeout

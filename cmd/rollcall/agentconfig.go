@@ -102,6 +102,16 @@ func agentFlagSet(c *agentConfig, stderr io.Writer) (*flag.FlagSet, []flagSectio
 	fs.StringVar(&n.WSAddr, "ws-addr", n.WSAddr, "Address of a listener of its own that serves only the WebSocket client endpoint /ws (TLS as the other ports), so browsers can reach it while --http-addr stays private. /ws on --http-addr is served either way.")
 	fs.Var(listFlag{&n.WSAllowedOrigins}, "ws-allowed-origins", "Comma-separated origin host patterns (app.example.com, *.example.com) whose web pages may open WebSockets on /ws; * allows any. Other origins get 403. Requests without an Origin header (not browsers) are always accepted. (default: the same origin only; any origin with --dev)")
 
+	fs.DurationVar(&n.HTTPReadHeaderTimeout, "http-read-header-timeout", n.HTTPReadHeaderTimeout, "Bound on reading an HTTP request's headers (over TLS, the handshake too). Negative: none.")
+	fs.DurationVar(&n.HTTPReadTimeout, "http-read-timeout", n.HTTPReadTimeout, "Bound on reading a whole HTTP request, body included. Negative: none.")
+	fs.DurationVar(&n.HTTPWriteTimeout, "http-write-timeout", n.HTTPWriteTimeout, "Bound on writing an HTTP response, and the longest CPU profile /debug/pprof/profile takes. Change streams are exempt: each of their writes gets --write-timeout. Negative: none.")
+	fs.DurationVar(&n.HTTPIdleTimeout, "http-idle-timeout", n.HTTPIdleTimeout, "How long a keep-alive HTTP connection may wait for its next request; at most 2m.")
+	fs.IntVar(&n.HTTPMaxHeaderBytes, "http-max-header-bytes", n.HTTPMaxHeaderBytes, "Largest HTTP request header, request line included; a larger one gets 431.")
+	fs.IntVar(&n.MaxHTTPConnections, "max-http-connections", n.MaxHTTPConnections, "HTTP connections (--http-addr and --ws-addr together) held at once; then 503. Each also counts against --max-connections-per-ip until it closes or becomes a WebSocket. Negative: no cap.")
+	fs.IntVar(&n.MaxEventStreamsPerSubject, "max-event-streams-per-subject", n.MaxEventStreamsPerSubject, "Change streams (GET /v1/events) open at once for one token subject; then 429. Negative: no cap.")
+	fs.IntVar(&n.MaxEventStreamsPerIP, "max-event-streams-per-ip", n.MaxEventStreamsPerIP, "Change streams open at once from one source address; then 429. Negative: no cap.")
+	fs.IntVar(&n.IPv6PrefixBits, "ipv6-prefix-bits", n.IPv6PrefixBits, "The IPv6 prefix the per-address limits count by (a host given a /64 has all of it); 128 counts each address apart.")
+
 	s.start(sectionAuth)
 	fs.StringVar(&c.TokenSource.SecretFile, "secret-file", c.TokenSource.SecretFile, "File holding an HS256 key of client tokens (its text minus trailing whitespace, at least 32 bytes; 'rollcall token' mints tokens). The agent needs this or --token-keys, unless --dev. Re-read on SIGHUP.")
 	fs.StringVar(&c.TokenSource.SecretKeyID, "secret-kid", c.TokenSource.SecretKeyID, "Key id (kid) of the --secret-file key. Without one, the secret verifies tokens that name no kid; with one, tokens naming it. Needs --secret-file.")
@@ -123,6 +133,7 @@ func agentFlagSet(c *agentConfig, stderr io.Writer) (*flag.FlagSet, []flagSectio
 	fs.DurationVar(&n.DrainGrace, "drain-grace", n.DrainGrace, "On SIGTERM, SIGINT or 'rollcall leave', how long the sessions stay online while their clients reconnect to another gateway. Must be below --drain-timeout. Negative: end them at once.")
 	fs.DurationVar(&n.DrainTimeout, "drain-timeout", n.DrainTimeout, "Bound on the whole graceful shutdown: the grace, the final writes, and the leave.")
 	fs.DurationVar(&n.HandshakeTimeout, "handshake-timeout", n.HandshakeTimeout, "Time from connect (TLS handshake included) to a valid hello; then handshake_timeout and closed.")
+	fs.IntVar(&n.MaxTombstonesPerUser, "max-tombstones-per-user", n.MaxTombstonesPerUser, "Ended sessions of one user the replica keeps for the tombstone horizon; past it the oldest is collected at once (its epoch kept). Negative: no bound.")
 
 	s.start(sectionLimits)
 	fs.Float64Var(&n.RequestRate, "request-rate", n.RequestRate, "Requests per second one connection may make on average, heartbeats included; then rate_limited. Negative: no limit.")
@@ -132,6 +143,11 @@ func agentFlagSet(c *agentConfig, stderr io.Writer) (*flag.FlagSet, []flagSectio
 	fs.IntVar(&n.MaxSessionsPerUser, "max-sessions-per-user", n.MaxSessionsPerUser, "Active sessions one user may hold across the cluster; then too_many_sessions. Negative: no cap.")
 	fs.IntVar(&n.MaxConnectionsPerIP, "max-connections-per-ip", n.MaxConnectionsPerIP, "Client connections one source address may hold on this gateway; then too_many_connections. Negative: no cap.")
 	fs.IntVar(&n.MaxConnections, "max-connections", n.MaxConnections, "Client connections held at once; then overloaded. Capped below the open-file limit. Negative: no cap (but the open-file limit's).")
+
+	fs.Float64Var(&n.UserHelloRate, "user-hello-rate", n.UserHelloRate, "Hellos per second one user may make on this gateway on average; then rate_limited, and the connection stays open. Negative: no limit.")
+	fs.IntVar(&n.UserHelloBurst, "user-hello-burst", n.UserHelloBurst, "Hellos one user may make at once after a quiet spell.")
+	fs.Float64Var(&n.IPHelloRate, "ip-hello-rate", n.IPHelloRate, "Hellos per second one source address may make on average, checked before the token; then rate_limited. Negative: no limit.")
+	fs.IntVar(&n.IPHelloBurst, "ip-hello-burst", n.IPHelloBurst, "Hellos one source address may make at once after a quiet spell.")
 
 	s.start(sectionBuffers)
 	fs.IntVar(&n.MaxLineBytes, "max-line-bytes", n.MaxLineBytes, "Longest client request line in bytes, newline excluded (at least 1024); a longer one gets line_too_long and the connection is closed.")
