@@ -40,6 +40,6 @@
 // queue itself, not through memberlist. Publish hands the core a write
 // under the Cluster's mutex, which guards the core. Reliable sends, pulls
 // and answers run on goroutines of their own and report back under the
-// mutex. The Cluster never holds its
-// mutex while memberlist could call back into it.
+// mutex. The Cluster never holds its mutex while memberlist could call
+// back into it.
 package gossip
