@@ -251,7 +251,9 @@ func BenchmarkClusterQuietAntiEntropy16(b *testing.B) {
 // the eager threshold so deltas travel the relay tree, with background
 // load of about 1,000 changes/s spread over the nodes; per iteration, the
 // time from a probe connect on one node to its appearance at all 99
-// others, and the copies sent per change (background included).
+// others, the copies sent per change (background included), the
+// received messages dropped from full inbound queues and the gap pulls
+// made.
 func BenchmarkClusterTree100(b *testing.B) {
 	const n, rate = 100, 1000
 	tc, w := benchClusterN(b, n, lanProfile)
@@ -279,6 +281,9 @@ func BenchmarkClusterTree100(b *testing.B) {
 	time.Sleep(2 * time.Second) // the load reaches its rate
 	var lat []time.Duration
 	copies0 := sumStats(tc, func(s *Stats) uint64 { return s.DeltaCopies.Load() })
+	dropped := func(s *Stats) uint64 { return s.InboundDropped.Load() }
+	pulls := func(s *Stats) uint64 { return s.GapPulls.Load() }
+	dropped0, pulls0 := sumStats(tc, dropped), sumStats(tc, pulls)
 	bg0 := background.Load()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -299,4 +304,6 @@ func BenchmarkClusterTree100(b *testing.B) {
 	b.ReportMetric(float64(percentile(lat, 0.99).Microseconds())/1000, "p99-ms")
 	b.ReportMetric(float64(copies)/float64(changes), "copies/change")
 	b.ReportMetric(float64(changes)/elapsed.Seconds(), "changes/s")
+	b.ReportMetric(float64(sumStats(tc, dropped)-dropped0), "inbound-dropped")
+	b.ReportMetric(float64(sumStats(tc, pulls)-pulls0)/elapsed.Seconds(), "gap-pulls/s")
 }

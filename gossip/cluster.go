@@ -31,16 +31,19 @@ import (
 // piggyback broadcasts, changes to the host's replica and projection).
 type Cluster struct {
 	// static after construction
-	cfg    Config
-	host   Host
-	log    *zap.Logger
-	ml     *memberlist.Memberlist
-	queue  *memberlist.TransmitLimitedQueue
-	self   crdt.Origin
-	stats  Stats
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	cfg   Config
+	host  Host
+	log   *zap.Logger
+	ml    *memberlist.Memberlist
+	queue *memberlist.TransmitLimitedQueue
+	// packets, when memberlist's packets are plain (plainPackets), is its
+	// transport, which sendBestEffort writes user messages to itself
+	packets memberlist.NodeAwareTransport
+	self    crdt.Origin
+	stats   Stats
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
 
 	inbound chan []byte
 	flushCh chan struct{} // cap 1: Publish queued deltas
@@ -87,7 +90,8 @@ type memberView struct {
 	numMembers func() int // memberlist's NumMembers
 	names      []string   // listed members, in order of their first event
 	nodes      map[string]*memberlist.Node
-	state      map[string]string // alive, dead or left
+	addrs      map[string]memberlist.Address // each listed member's, for sendBestEffort
+	state      map[string]string             // alive, dead or left
 }
 
 var _ dissem.Members = (*memberView)(nil)
@@ -104,13 +108,18 @@ func (v *memberView) set(n *memberlist.Node, state string) {
 	}
 	cp := *n
 	v.nodes[n.Name], v.state[n.Name] = &cp, state
+	v.addrs[n.Name] = memberlist.Address{Addr: cp.Address(), Name: cp.Name}
 }
+
+// address returns a listed member's address.
+func (v *memberView) address(name string) memberlist.Address { return v.addrs[name] }
 
 func (v *memberView) forget(name string) {
 	if i := slices.Index(v.names, name); i >= 0 {
 		v.names = slices.Delete(v.names, i, i+1)
 	}
 	delete(v.nodes, name)
+	delete(v.addrs, name)
 	delete(v.state, name)
 }
 
@@ -142,7 +151,7 @@ func New(cfg Config, host Host) (*Cluster, error) {
 		joinWake: make(chan struct{}, 1),
 	}
 	c.view = memberView{numMembers: func() int { return 1 },
-		nodes: make(map[string]*memberlist.Node), state: make(map[string]string)}
+		nodes: make(map[string]*memberlist.Node), addrs: make(map[string]memberlist.Address), state: make(map[string]string)}
 	// The client address is settled before the core starts: its alive
 	// announcements carry it, as memberlist's metadata does.
 	mlc, err := c.memberlistConfig()
@@ -184,6 +193,9 @@ func New(cfg Config, host Host) (*Cluster, error) {
 		return nil, fmt.Errorf("gossip: start memberlist on %s: %w", cfg.BindAddr, err)
 	}
 	created.Store(c.ml)
+	if t, ok := mlc.Transport.(memberlist.NodeAwareTransport); ok && plainPackets(mlc) {
+		c.packets = t
+	}
 	c.mu.Lock()
 	c.view.numMembers = c.ml.NumMembers
 	c.core.Start(c.leaseNow(), false)
@@ -268,12 +280,23 @@ func (c *Cluster) memberlistConfig() (*memberlist.Config, error) {
 			t = c.cfg.WrapTransport(t)
 		}
 		mlc.Transport = t
+		if plainPackets(mlc) {
+			nt.deliverUserMessages(c.enqueue)
+		}
 		if mlc.BindPort == 0 {
 			mlc.BindPort = nt.port()
 			mlc.AdvertisePort = mlc.BindPort
 		}
 	}
 	return mlc, nil
+}
+
+// plainPackets reports whether memberlist sends packets as they are: no
+// encryption, label or compression. Then this node frames and sends its
+// own user messages (sendBestEffort) and reads them (deliverUserMessages)
+// without memberlist.
+func plainPackets(mlc *memberlist.Config) bool {
+	return mlc.Keyring == nil && mlc.Label == "" && !mlc.EnableCompression
 }
 
 func splitHostPort(addr string) (string, int, error) {

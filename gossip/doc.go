@@ -26,6 +26,7 @@
 //	ready.go       readiness, client addresses, drain announcements (for node's /readyz and drain)
 //	ui.go          member states for node's status page
 //	keys.go        keyring files and rotation
+//	transport.go   the UDP and TCP transport under memberlist; plain user packets framed and read here
 //	faults.go      a fault-injecting transport for tests and calibration
 //	replicahost.go a Host over a bare crdt.Replica, for tests and calibration
 //	stats.go       counters
@@ -33,8 +34,12 @@
 // Concurrency: memberlist calls the delegates on its own goroutines (event
 // callbacks with its node lock held), so they only copy and queue. One
 // goroutine (run) feeds the core what arrives, in order, and the passing
-// of time; Publish hands the core a write under the Cluster's mutex, which
-// guards the core. Reliable sends, pulls and answers run on goroutines of
-// their own and report back under the mutex. The Cluster never holds its
-// mutex while memberlist could call back into it.
+// of time. Without encryption, the best-effort packets the core sends
+// (deltas, announcements to a member) are framed and written by the
+// Cluster, and the transport's reader hands them to that goroutine's
+// queue itself, not through memberlist. Publish hands the core a write
+// under the Cluster's mutex, which guards the core. Reliable sends, pulls
+// and answers run on goroutines of their own and report back under the
+// mutex. The Cluster never holds its mutex while memberlist could call
+// back into it.
 package gossip

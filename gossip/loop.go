@@ -171,14 +171,14 @@ func (c *Cluster) execute(rd dissem.Ready, wait bool) (reliable, failed int) {
 	for _, s := range rd.Sends {
 		c.countDirect(s.Msg)
 		c.mu.Lock()
-		to := c.view.node(s.To)
+		to, addr := c.view.node(s.To), c.view.address(s.To)
 		c.mu.Unlock()
 		if to == nil {
 			c.stats.SendErrors.Add(1)
 			continue
 		}
 		if !s.Reliable {
-			c.sendBestEffort(to, s.Msg.Bytes)
+			c.sendBestEffort(to, addr, s.Msg.Bytes)
 			continue
 		}
 		reliable++

@@ -6,6 +6,7 @@ package gossip
 import (
 	"fmt"
 
+	gometrics "github.com/hashicorp/go-metrics"
 	"github.com/hashicorp/memberlist"
 	"go.uber.org/zap"
 
@@ -49,9 +50,20 @@ func (c *Cluster) enqueueBroadcast(msg []byte, name string) {
 	}
 }
 
-// sendBestEffort sends msg in a UDP packet of its own.
-func (c *Cluster) sendBestEffort(n *memberlist.Node, msg []byte) {
-	if err := c.ml.SendBestEffort(n, msg); err != nil {
+// sendBestEffort sends msg in a UDP packet of its own, to a member at
+// address a: framed here and written to the transport when packets are
+// plain (the same packet memberlist's SendBestEffort makes, without its
+// allocations and address lookups per packet), else by memberlist.
+func (c *Cluster) sendBestEffort(n *memberlist.Node, a memberlist.Address, msg []byte) {
+	var err error
+	if c.packets != nil && n.PMax >= 5 && a.Addr != "" {
+		p := userPacket(msg)
+		gometrics.IncrCounterWithLabels([]string{"memberlist", "udp", "sent"}, float32(len(p)), nil)
+		_, err = c.packets.WriteToAddress(p, a)
+	} else {
+		err = c.ml.SendBestEffort(n, msg)
+	}
+	if err != nil {
 		c.stats.SendErrors.Add(1)
 	}
 	c.stats.PacketsSent.Add(1)

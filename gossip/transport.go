@@ -14,11 +14,14 @@ package gossip
 // advertise address rules, receive buffer, accept back-off and metric).
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"log"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,6 +51,10 @@ type netTransport struct {
 	streamCh chan net.Conn
 	shutdown atomic.Bool
 	wg       sync.WaitGroup
+	// userMsgs, once set (deliverUserMessages), receives the payload of
+	// each plain packet that holds one user message, instead of
+	// memberlist.
+	userMsgs atomic.Pointer[func([]byte)]
 }
 
 var _ memberlist.NodeAwareTransport = (*netTransport)(nil)
@@ -201,8 +208,14 @@ func (t *netTransport) readPackets() {
 			t.logger.Printf("[ERR] memberlist: UDP packet too short (%d bytes) %s", n, from)
 			continue
 		}
-		from = netip.AddrPortFrom(from.Addr().Unmap(), from.Port())
 		gometrics.IncrCounterWithLabels([]string{"memberlist", "udp", "received"}, float32(n), nil)
+		if deliver := t.userMsgs.Load(); deliver != nil {
+			if msg, ok := plainUserMessage(buf[:n]); ok {
+				(*deliver)(slices.Clone(msg))
+				continue
+			}
+		}
+		from = netip.AddrPortFrom(from.Addr().Unmap(), from.Port())
 		pkt := make([]byte, n)
 		copy(pkt, buf)
 		t.packetCh <- &memberlist.Packet{
@@ -211,6 +224,55 @@ func (t *netTransport) readPackets() {
 			Timestamp: ts,
 		}
 	}
+}
+
+// deliverUserMessages hands the payload of every plain packet that holds
+// one user message (memberlist's SendBestEffort, or sendUserPacket) to
+// deliver, from the reading goroutine, instead of to memberlist. A user
+// message is all memberlist would do with such a packet: pass it to its
+// delegate's NotifyMsg, but only after two more goroutines (its packet
+// listener, and its handler behind a last-in-first-out queue of at most
+// HandoffQueueDepth messages, past which it drops them unseen). At a
+// thousand changes a second across a hundred members that queue is where
+// copies were lost and delayed. Only for a cluster that sends plain packets:
+// with encryption or a label every packet goes to memberlist.
+func (t *netTransport) deliverUserMessages(deliver func([]byte)) { t.userMsgs.Store(&deliver) }
+
+// Bytes of memberlist's packet framing (memberlist v0.7.0, net.go): a
+// message type byte, and a checksummed packet's header (hasCrcMsg and
+// the CRC-32 of the rest).
+const (
+	memberlistUserMsg  = 8  // memberlist's userMsg
+	memberlistHasCrc   = 12 // memberlist's hasCrcMsg
+	memberlistCrcBytes = 5
+)
+
+// plainUserMessage returns the user message a plain packet holds: the
+// payload after the userMsg byte, checksummed or not. A packet whose
+// checksum does not match is not one (memberlist drops it, logged).
+func plainUserMessage(b []byte) ([]byte, bool) {
+	if len(b) >= memberlistCrcBytes && b[0] == memberlistHasCrc {
+		if crc32.ChecksumIEEE(b[memberlistCrcBytes:]) != binary.BigEndian.Uint32(b[1:memberlistCrcBytes]) {
+			return nil, false
+		}
+		b = b[memberlistCrcBytes:]
+	}
+	if len(b) < 2 || b[0] != memberlistUserMsg {
+		return nil, false
+	}
+	return b[1:], true
+}
+
+// userPacket frames msg as memberlist's SendBestEffort does for a member
+// that speaks protocol version 5 (checksummed): a packet any member reads
+// as a user message, through memberlist or deliverUserMessages.
+func userPacket(msg []byte) []byte {
+	b := make([]byte, memberlistCrcBytes+1+len(msg))
+	b[0] = memberlistHasCrc
+	b[memberlistCrcBytes] = memberlistUserMsg
+	copy(b[memberlistCrcBytes+1:], msg)
+	binary.BigEndian.PutUint32(b[1:memberlistCrcBytes], crc32.ChecksumIEEE(b[memberlistCrcBytes:]))
+	return b
 }
 
 // acceptStreams hands memberlist each TCP connection until Shutdown,

@@ -171,3 +171,76 @@ func TestTransportOnTheUnspecifiedAddress(t *testing.T) {
 		t.Fatalf("got %q from %s, want \"ack\" from %s", q.Buf, q.From, b.addr())
 	}
 }
+
+// A user message framed by userPacket is handed to the user-message
+// receiver, not to memberlist; a packet memberlist must read (one of its
+// own messages, or a user message whose checksum fails) still goes to
+// memberlist.
+func TestTransportDeliversUserMessagesDirectly(t *testing.T) {
+	a, b := newTestTransport(t), newTestTransport(t)
+	got := make(chan []byte, 4)
+	b.deliverUserMessages(func(m []byte) { got <- m })
+	if _, err := a.WriteToAddress(userPacket([]byte("delta batch")), memberlist.Address{Addr: b.addr()}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-got:
+		if string(m) != "delta batch" {
+			t.Errorf("user message = %q, want %q", m, "delta batch")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("user message not delivered")
+	}
+	corrupt := userPacket([]byte("delta batch"))
+	corrupt[len(corrupt)-1] ^= 1
+	for _, p := range [][]byte{{0, 1, 2, 3}, corrupt} {
+		if _, err := a.WriteToAddress(p, memberlist.Address{Addr: b.addr()}); err != nil {
+			t.Fatal(err)
+		}
+		if pkt := nextPacket(t, b); !bytes.Equal(pkt.Buf, p) {
+			t.Errorf("memberlist got %x, want %x", pkt.Buf, p)
+		}
+	}
+	if len(got) != 0 {
+		t.Errorf("%d packets that are not plain user messages were delivered as such", len(got))
+	}
+}
+
+// plainUserMessage reads what userPacket frames, and memberlist's
+// unchecksummed user packets; anything else is not a user message.
+func TestPlainUserMessage(t *testing.T) {
+	for _, tc := range []struct {
+		packet []byte
+		want   string
+		ok     bool
+	}{
+		{userPacket([]byte("m")), "m", true},
+		{[]byte{memberlistUserMsg, 'm'}, "m", true},
+		{[]byte{memberlistUserMsg}, "", false},
+		{[]byte{memberlistHasCrc, 0, 0, 0}, "", false},
+		{[]byte{7, 'm'}, "", false},
+		{nil, "", false},
+	} {
+		m, ok := plainUserMessage(tc.packet)
+		if ok != tc.ok || string(m) != tc.want {
+			t.Errorf("plainUserMessage(%x) = %q, %v; want %q, %v", tc.packet, m, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func FuzzPlainUserMessage(f *testing.F) {
+	f.Add(userPacket([]byte("m")))
+	f.Add([]byte{memberlistUserMsg, 'm'})
+	f.Add([]byte{memberlistHasCrc, 1, 2, 3, 4, memberlistUserMsg})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, ok := plainUserMessage(b)
+		if ok && (len(m) == 0 || !bytes.HasSuffix(b, m)) {
+			t.Fatalf("plainUserMessage(%x) = %x: not a non-empty tail of the packet", b, m)
+		}
+		if ok {
+			if back, ok := plainUserMessage(userPacket(m)); !ok || !bytes.Equal(back, m) {
+				t.Fatalf("userPacket(%x) reads back as %x, %v", m, back, ok)
+			}
+		}
+	})
+}
