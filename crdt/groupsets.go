@@ -34,13 +34,12 @@ func newGroupSets() groupSets {
 	return groupSets{byKey: make(map[string]setID), sets: make([]groupSet, 1)}
 }
 
-// setKey packs name IDs into a map key.
-func setKey(ids []nameID) string {
-	b := make([]byte, 4*len(ids))
-	for i, id := range ids {
-		binary.LittleEndian.PutUint32(b[4*i:], uint32(id))
+// appendSetKey appends the packed name IDs of a set: its map key.
+func appendSetKey(b []byte, ids []nameID) []byte {
+	for _, id := range ids {
+		b = binary.LittleEndian.AppendUint32(b, uint32(id))
 	}
-	return string(b)
+	return b
 }
 
 // intern returns the ID of the set of groups (sorted and unique, as
@@ -49,26 +48,29 @@ func (gs *groupSets) intern(names *nameTable, groups []string) setID {
 	if len(groups) == 0 {
 		return 0
 	}
-	ids := make([]nameID, len(groups))
+	// Most records bring a set already held: find it without allocating.
+	key := make([]byte, 0, 64)
 	known := true
-	for i, g := range groups {
-		if ids[i] = names.lookup(g); ids[i] == 0 {
+	for _, g := range groups {
+		id := names.lookup(g)
+		if id == 0 {
 			known = false
 			break
 		}
+		key = binary.LittleEndian.AppendUint32(key, uint32(id))
 	}
 	if known {
-		if id, ok := gs.byKey[setKey(ids)]; ok {
+		if id, ok := gs.byKey[string(key)]; ok {
 			gs.sets[id].refs++
 			return id
 		}
 	}
-	set := groupSet{ids: ids, names: make([]string, len(groups)), refs: 1}
+	set := groupSet{ids: make([]nameID, len(groups)), names: make([]string, len(groups)), refs: 1}
 	for i, g := range groups {
 		set.ids[i] = names.intern(g)
 		set.names[i] = strings.Clone(g)
 	}
-	set.key = setKey(set.ids)
+	set.key = string(appendSetKey(nil, set.ids))
 	var id setID
 	if n := len(gs.free); n > 0 {
 		id = gs.free[n-1]

@@ -124,6 +124,16 @@ func (t *nameTable) intern(s string) nameID {
 	return id
 }
 
+// take takes a reference to name s, whose ID lookup returned: id, or 0
+// when s is not held.
+func (t *nameTable) take(id nameID, s string) nameID {
+	if id == 0 {
+		return t.intern(s)
+	}
+	t.recs[id].refs++
+	return id
+}
+
 // store adds s without interning it (a session ID) with one reference.
 func (t *nameTable) store(s string) nameID { return t.add(s) }
 

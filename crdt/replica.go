@@ -371,8 +371,9 @@ func (r *Replica) compareHeld(rec *record, s *Session) int {
 // (callers have it).
 func (r *Replica) mergeSession(st *originState, s *Session, now int64) bool {
 	var id recID
-	if user := r.names.lookup(s.User); user != 0 {
-		if device := r.names.lookup(s.Device); device != 0 {
+	user, device := r.names.lookup(s.User), nameID(0)
+	if user != 0 {
+		if device = r.names.lookup(s.Device); device != 0 {
 			id = r.keys.find(&r.recs, user, device)
 		}
 	}
@@ -404,8 +405,7 @@ func (r *Replica) mergeSession(st *originState, s *Session, now int64) bool {
 	if cur == nil {
 		id = r.recs.alloc()
 		rec = r.recs.at(id)
-		rec.user = r.names.intern(s.User)
-		rec.device = r.names.intern(s.Device)
+		rec.user, rec.device = r.names.take(user, s.User), r.names.take(device, s.Device)
 		r.keys.insert(&r.recs, id)
 		r.chainUser(id, rec)
 	} else {
