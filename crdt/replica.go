@@ -420,9 +420,14 @@ func (r *Replica) mergeSession(st *originState, s *Session, now int64) bool {
 			r.uncount(rec)
 		}
 		r.sets.release(&r.names, rec.groups)
-		r.names.release(rec.id)
+		if !r.names.equal(rec.id, s.ID) { // a later write of one session keeps its ID
+			r.names.release(rec.id)
+			rec.id = 0
+		}
 	}
-	rec.id = r.names.store(s.ID)
+	if rec.id == 0 {
+		rec.id = r.names.store(s.ID)
+	}
 	rec.groups = groups
 	rec.epoch, rec.seq, rec.version = s.Epoch, s.Seq, s.Version
 	rec.expiresAt, rec.updated, rec.endedAt = s.ExpiresAt, s.Updated, endedAt
