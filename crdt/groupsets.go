@@ -49,6 +49,14 @@ func (gs *groupSets) intern(names *nameTable, groups []string) setID {
 		return 0
 	}
 	// Most records bring a set already held: find it without allocating.
+	if len(groups) == 1 {
+		if n := names.lookup(groups[0]); n != 0 {
+			if id := names.recs[n].single; id != 0 {
+				gs.sets[id].refs++
+				return id
+			}
+		}
+	}
 	key := make([]byte, 0, 64)
 	known := true
 	for _, g := range groups {
@@ -81,7 +89,17 @@ func (gs *groupSets) intern(names *nameTable, groups []string) setID {
 		id = setID(len(gs.sets) - 1)
 	}
 	gs.byKey[set.key] = id
+	if len(set.ids) == 1 {
+		names.recs[set.ids[0]].single = id
+	}
 	return id
+}
+
+// retain takes one more reference to a held set.
+func (gs *groupSets) retain(id setID) {
+	if id != 0 {
+		gs.sets[id].refs++
+	}
 }
 
 // release drops a reference to a set, removing it (and its references to
@@ -93,6 +111,9 @@ func (gs *groupSets) release(names *nameTable, id setID) {
 	set := &gs.sets[id]
 	if set.refs--; set.refs > 0 {
 		return
+	}
+	if len(set.ids) == 1 {
+		names.recs[set.ids[0]].single = 0
 	}
 	for _, n := range set.ids {
 		names.release(n)

@@ -214,6 +214,9 @@ func (r *Replica) checkNames() error {
 		if r.sets.byKey[set.key] != setID(id) || len(set.ids) != len(set.names) {
 			return fmt.Errorf("group set %v not indexed", set.names)
 		}
+		if len(set.ids) == 1 && t.recs[set.ids[0]].single != setID(id) {
+			return fmt.Errorf("group set %v is not its group's single set", set.names)
+		}
 		for i, n := range set.ids {
 			refs[n]++
 			if !t.equal(n, set.names[i]) {
@@ -232,6 +235,9 @@ func (r *Replica) checkNames() error {
 		}
 		if nr.refs == 0 {
 			continue
+		}
+		if s := nr.single; s != 0 && (int(s) >= len(r.sets.sets) || len(r.sets.sets[s].ids) != 1 || r.sets.sets[s].ids[0] != nameID(id)) {
+			return fmt.Errorf("name %q names group set %d, not its single set", t.str(nameID(id)), s)
 		}
 		live++
 		if nr.interned {

@@ -44,6 +44,10 @@ type nameRec struct {
 	// head is, for a user name, the first record of the user's chain of
 	// session records (replica.go); 0 for none.
 	head recID
+	// single is, for a group name, the group set of that group alone when
+	// held (groupsets.go): most records join one group, and a merge then
+	// finds its set without a map lookup.
+	single setID
 }
 
 // nameArenaMinGarbage is the garbage below which the arena is never

@@ -400,7 +400,13 @@ func (r *Replica) mergeSession(st *originState, s *Session, now int64) bool {
 			endedAt = cur.endedAt
 		}
 	}
-	groups := r.sets.intern(&r.names, s.Groups)
+	var groups setID
+	if cur != nil && slices.Equal(r.sets.groups(cur.groups), s.Groups) {
+		groups = cur.groups // a later write of one session mostly keeps its groups
+		r.sets.retain(groups)
+	} else {
+		groups = r.sets.intern(&r.names, s.Groups)
+	}
 	var rec *record
 	if cur == nil {
 		id = r.recs.alloc()
