@@ -156,9 +156,6 @@ func (t *nameTable) add(s string) nameID {
 	return id
 }
 
-// retain takes one more reference to a held name.
-func (t *nameTable) retain(id nameID) { t.recs[id].refs++ }
-
 // release drops a reference to a name, removing it with its last.
 func (t *nameTable) release(id nameID) {
 	r := &t.recs[id]
