@@ -7,7 +7,7 @@ import (
 
 // ActiveSessionCount is what a gateway's per-user session cap counts: the
 // sessions the projection shows active, across every gateway, in each form
-// of the device index (one device, a list, a map), not counting ended
+// with one device and with many, not counting ended
 // sessions or those of a gateway marked down.
 func TestActiveSessionCount(t *testing.T) {
 	a := newTestReplica(t, "a", 1, Config{})
@@ -39,21 +39,22 @@ func TestActiveSessionCount(t *testing.T) {
 			t.Fatalf("%s: UserSessions shows %d active, want %d", what, active, n)
 		}
 	}
+	const manyDevices = 96
 	want("no sessions", 0)
 	put(a, 0, StateActive)
 	want("one device", 1)
 	put(b, 1, StateActive)
 	want("two gateways", 2)
-	for i := 2; i < 3*devicesListMax; i++ {
+	for i := 2; i < manyDevices; i++ {
 		put(a, i, StateActive)
 	}
-	want("past the list form", 3*devicesListMax)
+	want("many devices", manyDevices)
 	put(a, 0, StateDisconnected)
-	want("one ended", 3*devicesListMax-1)
+	want("one ended", manyDevices-1)
 	obs.SetNodeDown("a", 2)
 	want("gateway a marked down", 1)
 	obs.SetNodeUp("a")
-	want("gateway a back", 3*devicesListMax-1)
+	want("gateway a back", manyDevices-1)
 	if got := obs.ActiveSessionCount("nobody"); got != 0 {
 		t.Fatalf("unknown user: %d", got)
 	}

@@ -24,39 +24,39 @@ type Census struct {
 // Census returns the counts, kept up to date with every merge: O(1).
 func (r *Replica) Census() Census {
 	return Census{Local: r.census[0], Remote: r.census[1],
-		Users: r.byUser.len(), Accounts: len(r.accounts), Origins: r.numOrigins}
+		Users: r.users, Accounts: len(r.accounts), Origins: len(r.originList)}
 }
 
 // censusCounts counts session records by owner (0: this replica's
 // gateway, 1: others) and projected state.
 type censusCounts [2][NumStates]int
 
-// projected returns the census slot of e: its owner and the state the
-// projection shows it in (as view does).
-func (r *Replica) projected(e *entry) (owner int, st State) {
-	if e.s.Gateway != r.cfg.Self.Node {
+// projected returns the census slot of a record: its owner and the state
+// the projection shows it in (as view does).
+func (r *Replica) projected(rec *record) (owner int, st State) {
+	if !r.originList[rec.origin].node.self {
 		owner = 1
 	}
-	st = e.s.State
-	if st == StateActive && !e.counted {
+	st = rec.state
+	if st == StateActive && !rec.counted {
 		st = StateExpired
 	}
 	return owner, min(st, maxStateEnum)
 }
 
-// tally adds d to e's census slot. Every change to a held record or to
-// its counted flag is bracketed by tally(e, -1) before and tally(e, 1)
-// after; CheckInvariants recounts.
-func (r *Replica) tally(e *entry, d int) {
-	o, st := r.projected(e)
+// tally adds d to a record's census slot. Every change to a held record or
+// to its counted flag is bracketed by tally(rec, -1) before and
+// tally(rec, 1) after; CheckInvariants recounts.
+func (r *Replica) tally(rec *record, d int) {
+	o, st := r.projected(rec)
 	r.census[o][st] += d
 }
 
 // recountCensus is the census computed by walking every record.
 func (r *Replica) recountCensus() censusCounts {
 	var c censusCounts
-	r.entries(func(e *entry) {
-		o, st := r.projected(e)
+	r.recs.each(func(_ recID, rec *record) {
+		o, st := r.projected(rec)
 		c[o][st]++
 	})
 	return c

@@ -28,8 +28,8 @@ var (
 	propGroups  = []string{"g1", "g2", "g3"}
 )
 
-// recID identifies one write.
-type recID struct {
+// writeID identifies one write.
+type writeID struct {
 	o Origin
 	v uint64
 }
@@ -56,7 +56,7 @@ type world struct {
 	now      int64
 	nodes    []*modelNode // writers first
 	produced []Delta
-	byID     map[recID]int
+	byID     map[writeID]int
 	reached  []map[int]bool // produced index -> nodes whose state it entered
 	epochs   map[Key]uint64 // highest epoch any client used per key
 	nextID   int
@@ -85,7 +85,7 @@ func (w *world) fatalf(format string, args ...any) {
 }
 
 func newWorld(t *rapid.T, writers, observers int) *world {
-	w := &world{t: t, now: int64(time.Hour), byID: map[recID]int{}, epochs: map[Key]uint64{}, maxGroups: 2}
+	w := &world{t: t, now: int64(time.Hour), byID: map[writeID]int{}, epochs: map[Key]uint64{}, maxGroups: 2}
 	for i := range writers + observers {
 		name := fmt.Sprintf("g%d", i+1)
 		if i >= writers {
@@ -249,7 +249,7 @@ func (w *world) produce(from int, d Delta) {
 	idx := len(w.produced)
 	w.logf("#%d %s", idx, formatDelta(&d))
 	w.produced = append(w.produced, d)
-	w.byID[recID{d.Origin(), d.Version()}] = idx
+	w.byID[writeID{d.Origin(), d.Version()}] = idx
 	w.reached = append(w.reached, map[int]bool{from: true})
 	for j, m := range w.nodes {
 		if j != from {
@@ -363,7 +363,7 @@ func snapshotState(r *Replica) string {
 }
 
 func (w *world) reach(o Origin, v uint64, j int) {
-	idx, ok := w.byID[recID{o, v}]
+	idx, ok := w.byID[writeID{o, v}]
 	if !ok {
 		w.fatalf("a sync carries %s v%d, which no writer wrote", o, v)
 	}

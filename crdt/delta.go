@@ -11,10 +11,10 @@ import (
 // stamped with its origin and version. Any replica can apply any delta, in
 // any order, any number of times.
 //
-// A delta's records are immutable once made: a replica that applies a
-// delta keeps its Session by pointer (so the replicas of one process share
-// one copy), and PutLocal's delta shares the record the replica holds.
-// Nobody may modify them afterwards; build a new record instead.
+// A delta's records are immutable once made: one delta is handed to many
+// receivers (the replicas of a simulation, a gateway's peers), none of
+// which may modify it; build a new record instead. A replica that applies
+// a delta copies what it keeps, so the delta stays the caller's.
 type Delta struct {
 	// Since states coverage: together with the origin's writes at versions
 	// <= Since, this delta's record covers every write the origin made in

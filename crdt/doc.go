@@ -38,6 +38,17 @@
 // replica that lags past another's GC floor gets a full snapshot of every
 // origin from it.
 //
+// # Memory
+//
+// Every gateway holds every session of the cluster, so a replica holds its
+// records compactly: a fixed-size record without Go pointers in a slab,
+// its names interned (refcounted: a name goes with its last record) in one
+// byte arena, its groups an interned set, its origin's log 16 bytes an
+// item (records.go, names.go, groupsets.go). The collector has almost
+// nothing to trace however large the replica. A replica copies what it
+// takes from a delta, and Session values are built at its boundary: by
+// queries, diffs and snapshots.
+//
 // The driving loop. node/ runs it over the wall clock: node.Node owns the
 // replica and writes it (PutLocal), and gossip.Cluster carries out what the
 // protocol core (dissem.Node) decides through the node's Host methods

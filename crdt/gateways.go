@@ -7,9 +7,9 @@ package crdt
 // not for hot paths.
 func (r *Replica) ActiveByGateway() map[string]int {
 	out := make(map[string]int)
-	r.entries(func(e *entry) {
-		if e.counted {
-			out[e.s.Gateway]++
+	r.recs.each(func(_ recID, rec *record) {
+		if rec.counted {
+			out[r.originList[rec.origin].origin.Node]++
 		}
 	})
 	return out

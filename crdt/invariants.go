@@ -8,71 +8,44 @@ import (
 // CheckInvariants recomputes every index from the records and reports the
 // first disagreement. Tests call it after every step; it is O(state).
 func (r *Replica) CheckInvariants() error {
-	users := 0
-	var all []*entry
-	for u, d := range r.byUser.all() {
-		if d.many != nil && d.one.e != nil {
-			return fmt.Errorf("byUser of %s holds a device inline and a set", u)
-		}
-		if m := d.many; m != nil && (m.m != nil && m.list != nil || m.m == nil && len(m.list) > devicesListMax) {
-			return fmt.Errorf("byUser of %s holds a list of %d and a map of %d", u, len(m.list), len(m.m))
-		}
-		devs := d.sorted()
-		if len(devs) == 0 {
-			return fmt.Errorf("byUser holds empty user %q", u)
-		}
-		users += len(devs)
-		for i, e := range devs {
-			if e.s.User != u || d.get(e.s.Device) != e {
-				return fmt.Errorf("byUser of %s holds %s under the wrong key", u, e.s.Key())
-			}
-			if i > 0 && devs[i-1].s.Device >= e.s.Device {
-				return fmt.Errorf("byUser devices of %s not sorted", u)
-			}
-		}
-		all = append(all, devs...)
+	if err := r.checkRecords(); err != nil {
+		return err
 	}
-	if users != r.numSessions {
-		return fmt.Errorf("byUser holds %d records, numSessions %d", users, r.numSessions)
+	if err := r.checkNames(); err != nil {
+		return err
 	}
 	if c := r.recountCensus(); c != r.census {
 		return fmt.Errorf("census %v, recounted %v", r.census, c)
 	}
-	for _, e := range all {
-		k := e.s.Key()
-		if e.counted != r.effectiveActive(e.s) {
-			return fmt.Errorf("%s counted=%v but effectively active=%v", k, e.counted, !e.counted)
+	want := make(map[nameID]map[nameID]int32)
+	r.recs.each(func(_ recID, rec *record) {
+		if !r.effectiveActive(rec) {
+			return
 		}
-		st := r.origin(e.s.Origin)
-		if st == nil {
-			return fmt.Errorf("%s has unknown origin %s", k, e.s.Origin)
-		}
-		if e.st != st {
-			return fmt.Errorf("%s points at the state of origin %v, not of its own %s", k, e.st.origin, e.s.Origin)
-		}
-		it, ok := st.log.Get(e.s.Version)
-		if !ok || it.e != e {
-			return fmt.Errorf("origin log of %s misses %s@%d", e.s.Origin, k, e.s.Version)
-		}
-	}
-	want := make(map[string]map[string]int)
-	for _, e := range all {
-		if !r.effectiveActive(e.s) {
-			continue
-		}
-		for _, g := range e.s.Groups {
+		for _, g := range r.sets.ids(rec.groups) {
 			if want[g] == nil {
-				want[g] = make(map[string]int)
+				want[g] = make(map[nameID]int32)
 			}
-			want[g][e.s.User]++
+			want[g][rec.user]++
 		}
-	}
+	})
 	if r.groupOnline != nil && !maps.EqualFunc(want, r.groupOnline, maps.Equal) {
 		return fmt.Errorf("group index %v, recomputed %v", r.groupOnline, want)
+	}
+	for u, slot := range r.accounts {
+		if slot == 0 || int(slot) >= len(r.acctSlots) || r.acctSlots[slot] == nil || r.acctSlots[slot].User != u {
+			return fmt.Errorf("account of %s in the wrong slot %d", u, slot)
+		}
+	}
+	if n := len(r.acctSlots) - 1 - len(r.acctFree); n != len(r.accounts) {
+		return fmt.Errorf("%d account slots held, %d accounts", n, len(r.accounts))
 	}
 	logged := 0
 	origins := 0
 	for name, ns := range r.nodes.all() {
+		if ns.self != (name == r.cfg.Self.Node) {
+			return fmt.Errorf("node %s: self %v", name, ns.self)
+		}
 		if (r.down[name] == ns) != ns.down {
 			return fmt.Errorf("node %s: down %v, in the down set %v", name, ns.down, r.down[name] == ns)
 		}
@@ -94,8 +67,13 @@ func (r *Replica) CheckInvariants() error {
 			return fmt.Errorf("down node %s is not the replica's node state", name)
 		}
 	}
-	if origins != r.numOrigins {
-		return fmt.Errorf("%d origin states, numOrigins %d", origins, r.numOrigins)
+	if origins != len(r.originList) {
+		return fmt.Errorf("%d origin states, %d listed", origins, len(r.originList))
+	}
+	for i, st := range r.originList {
+		if st.idx != uint32(i) {
+			return fmt.Errorf("origin %s listed at %d, indexed %d", st.origin, i, st.idx)
+		}
 	}
 	for st := range r.allOrigins() {
 		o, ns := st.origin, st.node
@@ -108,19 +86,22 @@ func (r *Replica) CheckInvariants() error {
 		var err error
 		st.log.Ascend(func(it logItem) bool {
 			logged++
-			switch {
-			case (it.a == nil) == (it.e == nil):
-				err = fmt.Errorf("origin log of %s item @%d does not name exactly one record", o, it.version)
-			case it.a != nil:
-				a := it.a
-				if r.accounts[a.User] != a || a.Origin != o || a.Version != it.version {
-					err = fmt.Errorf("origin log of %s holds stale account %s@%d", o, a.User, it.version)
+			switch it.kind {
+			case itemAccount:
+				var a *Account
+				if int(it.ref) < len(r.acctSlots) {
+					a = r.acctSlots[it.ref]
+				}
+				if a == nil || r.accounts[a.User] != it.ref || a.Origin != o || a.Version != it.version {
+					err = fmt.Errorf("origin log of %s holds a stale account @%d", o, it.version)
+				}
+			case itemSession:
+				rec := r.recs.get(recID(it.ref))
+				if rec == nil || rec.origin != st.idx || rec.version != it.version {
+					err = fmt.Errorf("origin log of %s holds a stale session @%d", o, it.version)
 				}
 			default:
-				e := it.e
-				if r.userEntry(e.s.Key()) != e || e.s.Origin != o || e.s.Version != it.version {
-					err = fmt.Errorf("origin log of %s holds stale %s@%d", o, e.s.Key(), it.version)
-				}
+				err = fmt.Errorf("origin log of %s item @%d names no record", o, it.version)
 			}
 			return err == nil
 		})
@@ -128,11 +109,146 @@ func (r *Replica) CheckInvariants() error {
 			return err
 		}
 	}
-	if logged != r.numSessions+len(r.accounts) {
-		return fmt.Errorf("origin logs hold %d items, records %d", logged, r.numSessions+len(r.accounts))
+	if logged != r.keys.n+len(r.accounts) {
+		return fmt.Errorf("origin logs hold %d items, records %d", logged, r.keys.n+len(r.accounts))
 	}
 	if self := r.origin(r.cfg.Self); self.watermark != r.version {
 		return fmt.Errorf("own watermark %d, version %d", self.watermark, r.version)
+	}
+	return nil
+}
+
+// checkRecords checks the session records against their indexes: the key
+// index, the users' chains and the origin logs.
+func (r *Replica) checkRecords() error {
+	var err error
+	held := 0
+	r.recs.each(func(id recID, rec *record) {
+		if err != nil {
+			return
+		}
+		held++
+		k := r.keyOf(rec)
+		switch {
+		case rec.user == 0 || rec.device == 0 || rec.id == 0:
+			err = fmt.Errorf("record %d (%s) lacks a name", id, k)
+		case r.keys.find(&r.recs, rec.user, rec.device) != id:
+			err = fmt.Errorf("key index misses %s", k)
+		case r.find(k) != id:
+			err = fmt.Errorf("%s is not found by its names", k)
+		case int(rec.origin) >= len(r.originList):
+			err = fmt.Errorf("%s has unknown origin %d", k, rec.origin)
+		case rec.counted != r.effectiveActive(rec):
+			err = fmt.Errorf("%s counted=%v but effectively active=%v", k, rec.counted, !rec.counted)
+		}
+		if err != nil {
+			return
+		}
+		it, ok := r.originList[rec.origin].log.Get(rec.version)
+		if !ok || it.kind != itemSession || recID(it.ref) != id {
+			err = fmt.Errorf("origin log of %s misses %s@%d", r.originList[rec.origin].origin, k, rec.version)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if held != r.keys.n {
+		return fmt.Errorf("%d records held, key index holds %d", held, r.keys.n)
+	}
+	if slots := max(r.recs.n-1, 0) - len(r.recs.free); held != slots {
+		return fmt.Errorf("%d records held, slab has %d slots and %d free", held, r.recs.n, len(r.recs.free))
+	}
+	// Every record is on its user's chain, once, in a well-linked chain.
+	chained, users := 0, 0
+	for u := range r.names.recs {
+		head := r.names.recs[u].head
+		if head == 0 {
+			continue
+		}
+		users++
+		var prev recID
+		seen := map[nameID]bool{}
+		for id := head; id != 0; id = r.recs.at(id).next {
+			rec := r.recs.get(id)
+			switch {
+			case rec == nil:
+				return fmt.Errorf("user %d chains a free slot %d", u, id)
+			case rec.user != nameID(u):
+				return fmt.Errorf("user %s chains a record of %s", r.names.str(nameID(u)), r.names.str(rec.user))
+			case rec.prev != prev:
+				return fmt.Errorf("user %s chain broken at %d", r.names.str(nameID(u)), id)
+			case seen[rec.device]:
+				return fmt.Errorf("user %s chains device %s twice", r.names.str(nameID(u)), r.names.str(rec.device))
+			}
+			seen[rec.device] = true
+			prev = id
+			chained++
+		}
+	}
+	if chained != held || users != r.users {
+		return fmt.Errorf("user chains hold %d records of %d users; %d records, %d users counted", chained, users, held, r.users)
+	}
+	return nil
+}
+
+// checkNames recounts every reference to the name table and the group
+// sets, and checks the table's hash index.
+func (r *Replica) checkNames() error {
+	t := &r.names
+	refs := make([]uint32, len(t.recs))
+	setRefs := make([]uint32, len(r.sets.sets))
+	r.recs.each(func(_ recID, rec *record) {
+		refs[rec.user]++
+		refs[rec.device]++
+		refs[rec.id]++
+		setRefs[rec.groups]++
+	})
+	for id := 1; id < len(r.sets.sets); id++ {
+		set := &r.sets.sets[id]
+		if set.refs != setRefs[id] {
+			return fmt.Errorf("group set %v held %d times, counted %d", set.names, setRefs[id], set.refs)
+		}
+		if set.refs == 0 {
+			continue
+		}
+		if r.sets.byKey[set.key] != setID(id) || len(set.ids) != len(set.names) {
+			return fmt.Errorf("group set %v not indexed", set.names)
+		}
+		if len(set.ids) == 1 && t.recs[set.ids[0]].single != setID(id) {
+			return fmt.Errorf("group set %v is not its group's single set", set.names)
+		}
+		for i, n := range set.ids {
+			refs[n]++
+			if !t.equal(n, set.names[i]) {
+				return fmt.Errorf("group set %v names %q", set.names, t.str(n))
+			}
+		}
+	}
+	if len(r.sets.byKey) != r.sets.held() {
+		return fmt.Errorf("%d group sets indexed, %d held", len(r.sets.byKey), r.sets.held())
+	}
+	interned, live := 0, 0
+	for id := 1; id < len(t.recs); id++ {
+		nr := &t.recs[id]
+		if nr.refs != refs[id] {
+			return fmt.Errorf("name %q held %d times, counted %d", t.str(nameID(id)), refs[id], nr.refs)
+		}
+		if nr.refs == 0 {
+			continue
+		}
+		if s := nr.single; s != 0 && (int(s) >= len(r.sets.sets) || len(r.sets.sets[s].ids) != 1 || r.sets.sets[s].ids[0] != nameID(id)) {
+			return fmt.Errorf("name %q names group set %d, not its single set", t.str(nameID(id)), s)
+		}
+		live++
+		if nr.interned {
+			interned++
+			if t.lookup(t.str(nameID(id))) != nameID(id) {
+				return fmt.Errorf("name %q not found by hash", t.str(nameID(id)))
+			}
+		}
+	}
+	if interned != t.interned || live != t.held() {
+		return fmt.Errorf("name table holds %d names (%d interned), counted %d (%d)", t.held(), t.interned, live, interned)
 	}
 	return nil
 }

@@ -23,6 +23,9 @@ type nodeState struct {
 	// down is set by SetNodeDown at local time downSince, cleared by
 	// SetNodeUp.
 	down bool
+	// self is set for the replica's own node, whose sessions a down mark
+	// never ends.
+	self bool
 	// first is the storage of the first origin (most nodes have one: no
 	// second allocation).
 	first     originState
@@ -37,7 +40,7 @@ type nodeState struct {
 func (r *Replica) nodeOf(name string) *nodeState {
 	ns := r.nodes.get(name)
 	if ns == nil {
-		ns = &nodeState{}
+		ns = &nodeState{self: name == r.cfg.Self.Node}
 		ns.origins = ns.inline[:0]
 		r.nodes.insert(name, ns)
 	}
@@ -72,12 +75,12 @@ func (r *Replica) addOrigin(ns *nodeState, o Origin) *originState {
 	} else {
 		st = &originState{}
 	}
-	*st = originState{origin: o, node: ns}
+	*st = originState{origin: o, node: ns, idx: uint32(len(r.originList))}
+	r.originList = append(r.originList, st)
 	i, _ := slices.BinarySearchFunc(ns.origins, o.Incarnation, func(x *originState, inc uint64) int {
 		return cmpU64(x.origin.Incarnation, inc)
 	})
 	ns.origins = slices.Insert(ns.origins, i, st)
-	r.numOrigins++
 	return st
 }
 
@@ -99,17 +102,7 @@ func (r *Replica) originState(o Origin) *originState {
 }
 
 // allOrigins yields the state of every origin, in no particular order.
-func (r *Replica) allOrigins() iter.Seq[*originState] {
-	return func(yield func(*originState) bool) {
-		for _, ns := range r.nodes.all() {
-			for _, st := range ns.origins {
-				if !yield(st) {
-					return
-				}
-			}
-		}
-	}
-}
+func (r *Replica) allOrigins() iter.Seq[*originState] { return slices.Values(r.originList) }
 
 // nodeOrigins returns the states of a node's origins (nil for a node the
 // replica has none of).
@@ -122,7 +115,7 @@ func (r *Replica) nodeOrigins(node string) []*originState {
 
 // sortedOrigins returns the state of every origin, sorted by origin.
 func (r *Replica) sortedOrigins() []*originState {
-	out := make([]*originState, 0, r.numOrigins)
+	out := make([]*originState, 0, len(r.originList))
 	for st := range r.allOrigins() {
 		out = append(out, st)
 	}

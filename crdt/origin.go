@@ -2,29 +2,29 @@ package crdt
 
 import "slices"
 
-// logItem names the current record of an origin at one version.
+// logItem names the current record of an origin at one version: 16 bytes
+// without a Go pointer, so an origin's log costs the collector nothing.
 type logItem struct {
 	version uint64
-	// The record, by the replica's own pointer (a walk of the log reaches
-	// it without a lookup): a session entry, or an account record.
-	e    *entry
-	a    *Account
-	dead bool // deleted; awaiting compaction (versionlog.go)
+	ref     uint32   // a recID for a session, an account slot for an account
+	kind    itemKind // what ref names
+	dead    bool     // deleted; awaiting compaction (versionlog.go)
 }
 
-// user returns the user of the item's record.
-func (it logItem) user() string {
-	if it.a != nil {
-		return it.a.User
-	}
-	return it.e.s.User
-}
+// itemKind says what a log item names.
+type itemKind uint8
+
+const (
+	itemSession itemKind = iota + 1
+	itemAccount
+)
 
 // originState is a replica's view of one origin.
 type originState struct {
 	// Apply reads the fields up to log; they come first (see nodeState).
 	origin Origin
 	node   *nodeState // its node's state (node.go)
+	idx    uint32     // its index in Replica.originList, which records hold
 	// watermark: every write of the origin with version <= watermark is held
 	// here, or is dominated by a held record or by a later write of the
 	// origin above the watermark.

@@ -67,7 +67,7 @@ func (r *Replica) DiffPage(peer Digest, cur PageCursor, maxRecords, maxBytes int
 				return false
 			}
 			records++
-			bytes += itemSize(it)
+			bytes += r.itemSize(it)
 			last = it.version
 			return true
 		})
@@ -86,14 +86,15 @@ func (r *Replica) DiffPage(peer Digest, cur PageCursor, maxRecords, maxBytes int
 }
 
 // itemSize estimates a record's encoded size, for page budgets.
-func itemSize(it logItem) int {
-	if it.a != nil {
-		a := it.a
+func (r *Replica) itemSize(it logItem) int {
+	if it.kind == itemAccount {
+		a := r.acctSlots[it.ref]
 		return 48 + len(a.User) + len(a.Writer) + len(a.Origin.Node) + len(a.AuthoritativeDevice)
 	}
-	s := it.e.s
-	n := 64 + len(s.User) + len(s.Device) + len(s.ID) + len(s.Gateway) + len(s.Origin.Node)
-	for _, g := range s.Groups {
+	rec := r.recs.at(recID(it.ref))
+	node := r.originList[rec.origin].origin.Node
+	n := 64 + int(r.names.recs[rec.user].n) + int(r.names.recs[rec.device].n) + int(r.names.recs[rec.id].n) + 2*len(node)
+	for _, g := range r.sets.groups(rec.groups) {
 		n += len(g) + 2
 	}
 	return n

@@ -39,7 +39,7 @@ func (w *pagedWorld) write(now int64) {
 		// A key stays with the writer that first wrote it, so that the
 		// writer's replica holds the epochs it must beat.
 		for _, o := range w.writers {
-			if s := o.userEntry(k); s != nil {
+			if _, ok := o.Session(k); ok {
 				wr = o
 			}
 		}
@@ -47,7 +47,7 @@ func (w *pagedWorld) write(now int64) {
 		if w.rng.IntN(4) == 0 {
 			state = StateDisconnected
 		}
-		if cur := wr.userEntry(k); cur == nil || cur.s.State.Terminal() || w.rng.IntN(2) == 0 {
+		if cur, ok := wr.Session(k); !ok || cur.State.Terminal() || w.rng.IntN(2) == 0 {
 			w.epochs[k]++
 		}
 		s := Session{User: k.User, Device: k.Device, ID: fmt.Sprintf("s%d", w.epochs[k]),

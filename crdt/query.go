@@ -1,20 +1,40 @@
 package crdt
 
 import (
+	"bytes"
 	"maps"
 	"slices"
 )
 
-// view returns a copy of a record as this replica's projection shows it: an
-// active session of a gateway marked down, or of a retired incarnation, is
-// shown expired. Its Groups is the held record's, shared: records are
-// immutable (see Delta), so the copy costs no allocation, and callers must
-// not modify it.
-func (r *Replica) view(e *entry) Session {
-	s := *e.s
-	// e.counted is effectiveActive(e.s), kept by every merge and node
+// session builds the Session of a held record, as held (not projected).
+// user and device are its names when the caller has them as strings ("" to
+// build them); Groups is the record's group set's, shared: records are
+// immutable (see Delta), so callers must not modify it.
+func (r *Replica) session(rec *record, user, device string) Session {
+	if user == "" {
+		user = r.names.str(rec.user)
+	}
+	if device == "" {
+		device = r.names.str(rec.device)
+	}
+	o := r.originList[rec.origin].origin
+	return Session{
+		User: user, Device: device, ID: r.names.str(rec.id),
+		Epoch: rec.epoch, Seq: rec.seq, Gateway: o.Node,
+		State: rec.state, Status: rec.status, Groups: r.sets.groups(rec.groups),
+		ExpiresAt: rec.expiresAt, Updated: rec.updated,
+		Origin: o, Version: rec.version,
+	}
+}
+
+// view returns a record as this replica's projection shows it: an active
+// session of a gateway marked down, or of a retired incarnation, is shown
+// expired. user and device are as for session.
+func (r *Replica) view(rec *record, user, device string) Session {
+	s := r.session(rec, user, device)
+	// rec.counted is effectiveActive(rec), kept by every merge and node
 	// change (CheckInvariants verifies it): no node lookup needed.
-	if s.State == StateActive && !e.counted {
+	if s.State == StateActive && !rec.counted {
 		s.State = StateExpired
 	}
 	return s
@@ -23,19 +43,19 @@ func (r *Replica) view(e *entry) Session {
 // Session returns the projected record for a key, tombstones included. Its
 // Groups slice is shared with the replica: read it, do not modify it.
 func (r *Replica) Session(k Key) (Session, bool) {
-	e := r.userEntry(k)
-	if e == nil {
+	id := r.find(k)
+	if id == 0 {
 		return Session{}, false
 	}
-	return r.view(e), true
+	return r.view(r.recs.at(id), k.User, k.Device), true
 }
 
 // MaxEpoch returns the highest epoch this replica holds for a key, ended
 // records included, or 0.
 func (r *Replica) MaxEpoch(k Key) uint64 {
 	floor := r.epochFloorOf(k)
-	if e := r.userEntry(k); e != nil {
-		return max(e.s.Epoch, floor)
+	if id := r.find(k); id != 0 {
+		return max(r.recs.at(id).epoch, floor)
 	}
 	return floor
 }
@@ -44,11 +64,10 @@ func (r *Replica) MaxEpoch(k Key) uint64 {
 // Their Groups slices are shared with the replica: read them, do not modify
 // them.
 func (r *Replica) UserSessions(user string) []Session {
-	d := r.byUser.get(user)
-	devs := d.sorted()
-	out := make([]Session, 0, len(devs))
-	for _, e := range devs {
-		out = append(out, r.view(e))
+	ids := r.userRecords(user)
+	out := make([]Session, 0, len(ids))
+	for _, id := range ids {
+		out = append(out, r.view(r.recs.at(id), user, ""))
 	}
 	return out
 }
@@ -57,22 +76,24 @@ func (r *Replica) UserSessions(user string) []Session {
 // shows active (those of a gateway marked down do not count), without
 // allocating: O(the user's records).
 func (r *Replica) ActiveSessionCount(user string) int {
-	d := r.byUser.ref(user)
-	if d == nil {
+	u := r.names.lookup(user)
+	if u == 0 {
 		return 0
 	}
 	count := 0
-	d.each(func(e *entry) {
-		if e.counted {
+	for id := r.names.recs[u].head; id != 0; {
+		rec := r.recs.at(id)
+		if rec.counted {
 			count++
 		}
-	})
+		id = rec.next
+	}
 	return count
 }
 
 // Account returns a user's account record.
 func (r *Replica) Account(user string) (Account, bool) {
-	a := r.accounts[user]
+	a := r.account(user)
 	if a == nil {
 		return Account{}, false
 	}
@@ -83,27 +104,53 @@ func (r *Replica) Account(user string) (Account, bool) {
 // sorts only the active sessions: a user's tombstones cost a walk, not a
 // sort (and are bounded by MaxTombstonesPerUser).
 func (r *Replica) Presence(user string) Presence {
-	var recs []*Session
-	if d := r.byUser.ref(user); d != nil {
-		d.each(func(e *entry) {
-			if e.counted {
-				recs = append(recs, e.s)
+	u := r.names.lookup(user)
+	var ids []recID
+	if u != 0 {
+		for id := r.names.recs[u].head; id != 0; id = r.recs.at(id).next {
+			if r.recs.at(id).counted {
+				ids = append(ids, id)
 			}
+		}
+	}
+	if len(ids) > 1 {
+		slices.SortFunc(ids, func(a, b recID) int {
+			return bytes.Compare(r.names.bytes(r.recs.at(a).device), r.names.bytes(r.recs.at(b).device))
 		})
 	}
-	slices.SortFunc(recs, func(a, b *Session) int { return compareStrings(a.Device, b.Device) })
-	return Aggregate(user, recs, r.accounts[user])
+	recs := make([]*Session, 0, len(ids))
+	for _, id := range ids {
+		s := r.session(r.recs.at(id), user, "")
+		recs = append(recs, &s)
+	}
+	return Aggregate(user, recs, r.account(user))
 }
 
 // GroupOnlineCount returns how many users have an active session in group
 // g: O(1), but for the first group query of a replica, which builds the
 // group index from its records.
-func (r *Replica) GroupOnlineCount(g string) int { return len(r.groupIndex()[g]) }
+func (r *Replica) GroupOnlineCount(g string) int {
+	idx := r.groupIndex()
+	if id := r.names.lookup(g); id != 0 {
+		return len(idx[id])
+	}
+	return 0
+}
 
 // GroupOnlineUsers returns the users with an active session in group g,
 // sorted.
 func (r *Replica) GroupOnlineUsers(g string) []string {
-	return slices.Sorted(maps.Keys(r.groupIndex()[g]))
+	idx := r.groupIndex()
+	id := r.names.lookup(g)
+	if id == 0 {
+		return nil
+	}
+	users := make([]string, 0, len(idx[id]))
+	for u := range idx[id] {
+		users = append(users, r.names.str(u))
+	}
+	slices.Sort(users)
+	return users
 }
 
 // NodeSessions returns the keys of the session records whose gateway is
@@ -112,8 +159,8 @@ func (r *Replica) NodeSessions(node string) []Key {
 	var keys []Key
 	for _, st := range r.nodeOrigins(node) {
 		st.log.Ascend(func(it logItem) bool {
-			if it.e != nil {
-				keys = append(keys, it.e.s.Key())
+			if it.kind == itemSession {
+				keys = append(keys, r.keyOf(r.recs.at(recID(it.ref))))
 			}
 			return true
 		})
@@ -142,13 +189,13 @@ type Stats struct {
 // Stats returns counts of what the replica holds. It walks the sessions:
 // O(records), for metrics, not for hot paths.
 func (r *Replica) Stats() Stats {
-	st := Stats{Sessions: r.numSessions, Accounts: len(r.accounts), Origins: r.numOrigins,
-		Users: r.byUser.len(), Groups: len(r.groupIndex())}
-	r.entries(func(e *entry) {
-		if e.counted {
+	st := Stats{Sessions: r.keys.n, Accounts: len(r.accounts), Origins: len(r.originList),
+		Users: r.users, Groups: len(r.groupIndex())}
+	r.recs.each(func(_ recID, rec *record) {
+		if rec.counted {
 			st.Active++
 		}
-		if r.ended(e.s) {
+		if r.ended(rec) {
 			st.Tombstones++
 		}
 	})
@@ -159,8 +206,8 @@ func (r *Replica) Stats() Stats {
 // (accounts), as held (not projected). Replicas that have converged return
 // equal snapshots. Session Groups slices are shared with the replica.
 func (r *Replica) Snapshot() ([]Session, []Account) {
-	ss := make([]Session, 0, r.numSessions)
-	r.entries(func(e *entry) { ss = append(ss, *e.s) })
+	ss := make([]Session, 0, r.keys.n)
+	r.recs.each(func(_ recID, rec *record) { ss = append(ss, r.session(rec, "", "")) })
 	slices.SortFunc(ss, func(a, b Session) int {
 		if a.User != b.User {
 			return compareStrings(a.User, b.User)
@@ -169,7 +216,7 @@ func (r *Replica) Snapshot() ([]Session, []Account) {
 	})
 	as := make([]Account, 0, len(r.accounts))
 	for _, u := range slices.Sorted(maps.Keys(r.accounts)) {
-		as = append(as, *r.accounts[u])
+		as = append(as, *r.account(u))
 	}
 	return ss, as
 }

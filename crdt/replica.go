@@ -1,9 +1,11 @@
 package crdt
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // ErrSuperseded is returned by PutLocal when the replica already holds a
@@ -12,31 +14,12 @@ import (
 // for that key is stale.
 var ErrSuperseded = errors.New("session superseded")
 
-// entry is the replica's hold on one session record plus local bookkeeping.
-type entry struct {
-	// s is the record as merged: shared with the delta that brought it
-	// and never modified (a newer record replaces the pointer), so the
-	// replicas of one process that apply one delta hold one copy.
-	s *Session
-	// endedAt is the local time this replica first held the record's epoch
-	// as terminal; meaningless while active (0 is a valid time: a virtual
-	// clock may start there). Tombstone GC counts from it, so owner clock
-	// skew cannot shorten a tombstone's life.
-	endedAt int64
-	// st is the state of s's origin, whose log names this entry: a record
-	// replaced by another origin's, or removed, leaves that log without a
-	// node-table lookup. Origin states are never removed.
-	st *originState
-	// counted records whether s is counted in the group index, i.e. it was
-	// effectively active when last indexed.
-	counted bool
-}
-
-// tombstone is a GC queue item: the key whose record ended at endedAt.
+// tombstone is a GC queue item: the record that ended at endedAt, named by
+// its slot, origin and version (a slot reused since holds another record).
 type tombstone struct {
-	key     Key
+	rec     recID
+	origin  uint32 // index in originList
 	version uint64
-	origin  Origin
 	endedAt int64
 }
 
@@ -47,21 +30,31 @@ type Replica struct {
 	hlc     HLC
 	version uint64 // our origin's write counter
 
-	numSessions int // records held, tombstones included
-	accounts    map[string]*Account
+	// Account records: accounts maps a user to its record's slot in
+	// acctSlots (slot 0 unused), which origin logs name.
+	accounts  map[string]uint32
+	acctSlots []*Account
+	acctFree  []uint32
 	// nodes holds, per gateway node, its newest incarnation seen, whether
 	// it is marked down, and its origins' states (node.go).
-	nodes      strMap[*nodeState]
-	numOrigins int
-	down       map[string]*nodeState // the nodes marked down
+	nodes strMap[*nodeState]
+	down  map[string]*nodeState // the nodes marked down
+	// originList holds every origin state (never removed), by the index
+	// records keep of their origin.
+	originList []*originState
 
-	// Indexes, maintained on every change.
-	byUser strMap[devices] // user -> its entries by device
+	// Session records (records.go): the slab, their strings and group
+	// sets, and the key index. A user's records are chained from its name.
+	recs  recSlab
+	names nameTable
+	sets  groupSets
+	keys  keyTable
+	users int // users with session records: non-empty chains
 	// groupOnline maps group -> user -> active sessions in group. It is
 	// built by the first group query (groupIndex) and maintained from then
 	// on: a replica nobody asks about groups (the simulator's) does not pay
-	// for it on every merge. entry.counted is maintained either way.
-	groupOnline map[string]map[string]int
+	// for it on every merge. record.counted is maintained either way.
+	groupOnline map[nameID]map[nameID]int32
 
 	tombstones []tombstone // FIFO by endedAt
 
@@ -79,12 +72,14 @@ func NewReplica(cfg Config) (*Replica, error) {
 		return nil, err
 	}
 	r := &Replica{
-		cfg:      cfg,
-		accounts: make(map[string]*Account),
-		nodes:    newStrMap[*nodeState](),
-		down:     make(map[string]*nodeState),
-		byUser:   newStrMap[devices](),
-		floors:   make(map[Key]epochFloor),
+		cfg:       cfg,
+		accounts:  make(map[string]uint32),
+		acctSlots: make([]*Account, 1),
+		nodes:     newStrMap[*nodeState](),
+		down:      make(map[string]*nodeState),
+		names:     newNameTable(),
+		sets:      newGroupSets(),
+		floors:    make(map[Key]epochFloor),
 	}
 	self := r.nodeOf(cfg.Self.Node)
 	self.latest, self.heard = cfg.Self.Incarnation, true
@@ -115,28 +110,31 @@ func (r *Replica) PutLocal(s Session, now int64) (Delta, error) {
 	if s.User == "" || s.Device == "" || s.ID == "" || s.Epoch == 0 {
 		return Delta{}, fmt.Errorf("crdt: local session needs user, device, id and epoch: %+v", s)
 	}
-	s.Seq = 1
+	s.Seq, s.Version = 1, r.version+1
+	if err := s.validate(); err != nil { // what every peer would refuse
+		return Delta{}, fmt.Errorf("crdt: local session: %w", err)
+	}
 	if f := r.epochFloorOf(s.Key()); s.Epoch <= f {
 		return Delta{}, fmt.Errorf("%w: %s had epoch %d (collected); %d is not above it", ErrSuperseded, s.Key(), f, s.Epoch)
 	}
-	if cur := r.userEntry(s.Key()); cur != nil {
+	if id := r.find(s.Key()); id != 0 {
+		cur := r.recs.at(id)
 		switch {
-		case cur.s.Epoch > s.Epoch:
-			return Delta{}, fmt.Errorf("%w: %s holds epoch %d > %d", ErrSuperseded, s.Key(), cur.s.Epoch, s.Epoch)
-		case cur.s.Epoch == s.Epoch:
-			if cur.s.Origin != s.Origin || cur.s.ID != s.ID || cur.s.State.Terminal() {
+		case cur.epoch > s.Epoch:
+			return Delta{}, fmt.Errorf("%w: %s holds epoch %d > %d", ErrSuperseded, s.Key(), cur.epoch, s.Epoch)
+		case cur.epoch == s.Epoch:
+			if r.originList[cur.origin].origin != s.Origin || !r.names.equal(cur.id, s.ID) || cur.state.Terminal() {
 				return Delta{}, fmt.Errorf("%w: %s epoch %d already taken or ended", ErrSuperseded, s.Key(), s.Epoch)
 			}
-			s.Seq = cur.s.Seq + 1
+			s.Seq = cur.seq + 1
 		}
 	}
 	r.version++
 	s.Version = r.version
 	st := r.origin(r.cfg.Self)
 	st.watermark = r.version
-	out := &s
-	r.mergeSession(st, out, now, true)
-	return Delta{Since: s.Version - 1, Session: out}, nil
+	r.mergeSession(st, &s, now)
+	return Delta{Since: s.Version - 1, Session: &s}, nil
 }
 
 // PutAccountLocal writes a user's account record as this replica's origin,
@@ -161,7 +159,8 @@ func (r *Replica) PutAccountLocal(user string, override Override, authoritativeD
 // reports whether the replica's state changed (the delta's user may need an
 // event) and the users whose sessions ended because the delta revealed a new
 // incarnation of their gateway. An invalid delta is an error and changes
-// nothing; a stale or duplicate one is not an error.
+// nothing; a stale or duplicate one is not an error. The replica keeps a
+// copy of what it takes: the delta stays the caller's.
 func (r *Replica) Apply(d Delta, now int64) (changed bool, dropped []string, err error) {
 	return r.ApplyVia(nil, d, now)
 }
@@ -210,7 +209,7 @@ func (r *Replica) ApplyVia(ref *OriginRef, d Delta, now int64) (changed bool, dr
 		return false, dropped, nil
 	}
 	if d.Session != nil {
-		changed = r.mergeSession(st, d.Session, now, true)
+		changed = r.mergeSession(st, d.Session, now)
 	} else {
 		r.hlc.Observe(now, d.Account.Stamp)
 		changed = r.mergeAccount(d.Account)
@@ -249,10 +248,10 @@ func (r *Replica) admit(ns *nodeState, o Origin, now int64) (ok, latest bool, re
 	return true, true, r.retire(old, now)
 }
 
-// retired reports whether o is an older incarnation of its node than one
-// this replica has heard from. A retired origin's sessions have ended with
-// it: the projection shows them expired, as it does for a node marked down,
-// and GC collects them like tombstones.
+// retired reports whether st's origin is an older incarnation of its node
+// than one this replica has heard from. A retired origin's sessions have
+// ended with it: the projection shows them expired, as it does for a node
+// marked down, and GC collects them like tombstones.
 //
 // Retirement does not rewrite the records. Merging compares them as they
 // were written, so every replica keeps the same winner for a key whether it
@@ -261,31 +260,28 @@ func (r *Replica) admit(ns *nodeState, o Origin, now int64) (ok, latest bool, re
 // gateway, and still loses to a record that beat it before. (Deleting or
 // rewriting them as expired at retirement would change winners on some
 // replicas and not others: testdata/crdt/retire_moved_session.txt.)
-func (r *Replica) retired(o Origin) bool {
-	return r.nodes.get(o.Node).retired(o.Incarnation)
-}
+func (st *originState) retired() bool { return st.node.retired(st.origin.Incarnation) }
 
 // retire ends, in the projection, the active sessions of an origin (st)
 // that has just been retired at local time now, queues them for GC and
 // returns the users whose presence changed. Older incarnations were
 // retired before.
 func (r *Replica) retire(st *originState, now int64) []string {
-	o := st.origin
 	var users []string
 	st.log.Ascend(func(it logItem) bool {
-		e := it.e
-		if e == nil {
-			return true // an account
+		if it.kind != itemSession {
+			return true
 		}
-		if e.s.State != StateActive {
+		rec := r.recs.at(recID(it.ref))
+		if rec.state != StateActive {
 			return true // a tombstone already, queued when it ended
 		}
-		if e.counted {
-			users = append(users, e.s.User)
+		if rec.counted {
+			users = append(users, r.names.str(rec.user))
 		}
-		e.endedAt = now
-		r.recount(e, st.node)
-		r.tombstones = append(r.tombstones, tombstone{key: e.s.Key(), version: e.s.Version, origin: o, endedAt: now})
+		rec.endedAt = now
+		r.recount(rec)
+		r.tombstones = append(r.tombstones, tombstone{rec: recID(it.ref), origin: st.idx, version: rec.version, endedAt: now})
 		return true
 	})
 	return sortedUnique(users)
@@ -294,50 +290,104 @@ func (r *Replica) retire(st *originState, now int64) []string {
 // ended reports whether a record has ended in this replica's view: terminal,
 // or written by a retired incarnation. Ended records are GC'd after the
 // tombstone horizon.
-func (r *Replica) ended(s *Session) bool {
-	return s.State.Terminal() || r.retired(s.Origin)
+func (r *Replica) ended(rec *record) bool {
+	return rec.state.Terminal() || r.originList[rec.origin].retired()
 }
 
 // dropSessions removes every session record of an origin, raising its GC
 // floor so lagging peers get a full snapshot, and returns the users whose
 // presence may have changed.
 func (r *Replica) dropSessions(st *originState, now int64) []string {
-	var victims []*entry
+	var victims []recID
 	st.log.Ascend(func(it logItem) bool {
-		if it.e != nil {
-			victims = append(victims, it.e)
+		if it.kind == itemSession {
+			victims = append(victims, recID(it.ref))
 		}
 		return true
 	})
 	users := make([]string, 0, len(victims))
-	for _, e := range victims {
-		if e.counted {
-			users = append(users, e.s.User)
+	for _, id := range victims {
+		rec := r.recs.at(id)
+		if rec.counted {
+			users = append(users, r.names.str(rec.user))
 		}
-		st.gcFloor = max(st.gcFloor, e.s.Version)
-		r.raiseFloor(e.s.Key(), e.s.Epoch, now)
-		r.removeEntry(e)
+		st.gcFloor = max(st.gcFloor, rec.version)
+		r.raiseFloor(r.keyOf(rec), rec.epoch, now)
+		r.removeRecord(id)
 	}
 	return users
 }
 
-// mergeSession keeps the greater of the held record and s. It reports
-// whether s was taken. st is the state of s.Origin (callers have it). A
-// taken s is kept by pointer when owned (the caller must not modify it
-// afterwards), else copied.
-func (r *Replica) mergeSession(st *originState, s *Session, now int64, owned bool) bool {
-	k := s.Key()
-	cur := r.userEntry(k)
-	if cur != nil && CompareSessions(cur.s, s) >= 0 {
+// find returns the record of a key, or 0.
+func (r *Replica) find(k Key) recID {
+	user := r.names.lookup(k.User)
+	if user == 0 {
+		return 0
+	}
+	device := r.names.lookup(k.Device)
+	if device == 0 {
+		return 0
+	}
+	return r.keys.find(&r.recs, user, device)
+}
+
+// keyOf returns a record's key as new strings.
+func (r *Replica) keyOf(rec *record) Key {
+	return Key{User: r.names.str(rec.user), Device: r.names.str(rec.device)}
+}
+
+// compareHeld is CompareSessions of a held record and s, for the same key.
+func (r *Replica) compareHeld(rec *record, s *Session) int {
+	if rec.epoch != s.Epoch {
+		return cmpU64(rec.epoch, s.Epoch)
+	}
+	if at, bt := rec.state.Terminal(), s.State.Terminal(); at != bt {
+		if at {
+			return 1
+		}
+		return -1
+	}
+	if rec.seq != s.Seq {
+		return cmpU64(rec.seq, s.Seq)
+	}
+	o := r.originList[rec.origin].origin
+	if c := strings.Compare(o.Node, s.Gateway); c != 0 { // the record's gateway is its origin's node
+		return c
+	}
+	if c := r.names.compare(rec.id, s.ID); c != 0 {
+		return c
+	}
+	if o != s.Origin {
+		if o.less(s.Origin) {
+			return -1
+		}
+		return 1
+	}
+	return cmpU64(rec.version, s.Version)
+}
+
+// mergeSession keeps the greater of the held record and s, copying what it
+// keeps of s. It reports whether s was taken. st is the state of s.Origin
+// (callers have it).
+func (r *Replica) mergeSession(st *originState, s *Session, now int64) bool {
+	var id recID
+	user, device := r.names.lookup(s.User), nameID(0)
+	if user != 0 {
+		if device = r.names.lookup(s.Device); device != 0 {
+			id = r.keys.find(&r.recs, user, device)
+		}
+	}
+	var cur *record
+	if id != 0 {
+		cur = r.recs.at(id)
+		if r.compareHeld(cur, s) >= 0 {
+			return false
+		}
+	}
+	if st.versionTaken(s.Version, itemSession, uint32(id)) {
 		return false
 	}
-	if st.versionTaken(s.Version, cur, nil) {
-		return false
-	}
-	if !owned {
-		s = s.Clone()
-	}
-	ended := s.State.Terminal() || st.node.retired(s.Origin.Incarnation)
+	ended := s.State.Terminal() || st.retired()
 	var endedAt int64
 	if ended {
 		endedAt = now
@@ -346,162 +396,252 @@ func (r *Replica) mergeSession(st *originState, s *Session, now int64, owned boo
 		// the older end's age would collect it early, and a delayed active
 		// write of the newer epoch would then revive the session
 		// (testdata/crdt/tombstone_epochs.txt).
-		if cur != nil && r.ended(cur.s) && cur.s.Epoch == s.Epoch {
+		if cur != nil && r.ended(cur) && cur.epoch == s.Epoch {
 			endedAt = cur.endedAt
 		}
 	}
-	var e *entry
-	if cur == nil {
-		e = &entry{s: s, endedAt: endedAt, st: st}
-		r.indexUser(e)
-		r.numSessions++
-		r.tally(e, 1)
+	var groups setID
+	if cur != nil && slices.Equal(r.sets.groups(cur.groups), s.Groups) {
+		groups = cur.groups // a later write of one session mostly keeps its groups
+		r.sets.retain(groups)
 	} else {
-		// The new record takes the old one's entry, which every index
-		// already points to under this key: only the origin log and, when
-		// the groups differ, the group counts change (recount below brings
-		// the counts in line, as for a new entry).
-		e = cur
-		r.tally(cur, -1)
-		cur.st.log.Delete(logItem{version: cur.s.Version})
-		if cur.counted && !slices.Equal(cur.s.Groups, s.Groups) {
-			r.uncount(cur)
-		}
-		e.s = s
-		e.st = st
-		e.endedAt = endedAt
-		r.tally(e, 1)
+		groups = r.sets.intern(&r.names, s.Groups)
 	}
-	st.log.ReplaceOrInsert(logItem{version: s.Version, e: e})
-	r.recount(e, st.node)
+	var rec *record
+	if cur == nil {
+		id = r.recs.alloc()
+		rec = r.recs.at(id)
+		rec.user, rec.device = r.names.take(user, s.User), r.names.take(device, s.Device)
+		r.keys.insert(&r.recs, id)
+		r.chainUser(id, rec)
+	} else {
+		// The new record takes the old one's slot, which the key index
+		// and the user's chain already hold: only the origin log and, when
+		// the groups differ, the group counts change (recount below brings
+		// the counts in line, as for a new record).
+		rec = cur
+		r.tally(rec, -1)
+		r.originList[rec.origin].log.Delete(logItem{version: rec.version})
+		if rec.counted && rec.groups != groups {
+			r.uncount(rec)
+		}
+		r.sets.release(&r.names, rec.groups)
+		if !r.names.equal(rec.id, s.ID) { // a later write of one session keeps its ID
+			r.names.release(rec.id)
+			rec.id = 0
+		}
+	}
+	if rec.id == 0 {
+		rec.id = r.names.store(s.ID)
+	}
+	rec.groups = groups
+	rec.epoch, rec.seq, rec.version = s.Epoch, s.Seq, s.Version
+	rec.expiresAt, rec.updated, rec.endedAt = s.ExpiresAt, s.Updated, endedAt
+	rec.origin = st.idx
+	rec.state, rec.status = s.State, s.Status
+	r.tally(rec, 1)
+	st.log.ReplaceOrInsert(logItem{version: s.Version, ref: uint32(id), kind: itemSession})
+	r.recount(rec)
 	if ended {
-		r.tombstones = append(r.tombstones, tombstone{key: k, version: s.Version, origin: s.Origin, endedAt: e.endedAt})
-		r.capUserTombstones(k.User, e, now)
+		r.tombstones = append(r.tombstones, tombstone{rec: id, origin: st.idx, version: s.Version, endedAt: endedAt})
+		r.capUserTombstones(id, now)
 	}
 	return true
+}
+
+// chainUser adds a new record to its user's chain.
+func (r *Replica) chainUser(id recID, rec *record) {
+	head := &r.names.recs[rec.user].head
+	rec.prev, rec.next = 0, *head
+	if *head != 0 {
+		r.recs.at(*head).prev = id
+	} else {
+		r.users++
+	}
+	*head = id
+}
+
+// unchainUser removes a record from its user's chain.
+func (r *Replica) unchainUser(rec *record) {
+	if rec.prev != 0 {
+		r.recs.at(rec.prev).next = rec.next
+	} else if r.names.recs[rec.user].head = rec.next; rec.next == 0 {
+		r.users--
+	}
+	if rec.next != 0 {
+		r.recs.at(rec.next).prev = rec.prev
+	}
+}
+
+// userRecords returns a user's records, sorted by device.
+func (r *Replica) userRecords(user string) []recID {
+	u := r.names.lookup(user)
+	if u == 0 {
+		return nil
+	}
+	var ids []recID
+	for id := r.names.recs[u].head; id != 0; id = r.recs.at(id).next {
+		ids = append(ids, id)
+	}
+	if len(ids) > 1 {
+		slices.SortFunc(ids, func(a, b recID) int {
+			return bytes.Compare(r.names.bytes(r.recs.at(a).device), r.names.bytes(r.recs.at(b).device))
+		})
+	}
+	return ids
 }
 
 // versionTaken reports whether the origin's log already names another
 // record at version v. An honest origin never writes two records with one
 // version; a corrupt or hostile peer could, and taking both would leave the
-// log naming only one of them. The first one held stays.
-func (r *Replica) versionTaken(o Origin, v uint64, e *entry, a *Account) bool {
-	st := r.origin(o)
-	if st == nil {
-		return false
-	}
-	return st.versionTaken(v, e, a)
-}
-
-// versionTaken's e or a is the record the replica holds for the new
-// record's slot, nil when it holds none: the log names another record at v
-// if it names anything but that one (an item always names one record).
-func (st *originState) versionTaken(v uint64, e *entry, a *Account) bool {
+// log naming only one of them. The first one held stays. kind and ref name
+// the record the replica holds for the new record's slot (ref 0 when it
+// holds none): the log names another record at v if it names anything but
+// that one.
+func (st *originState) versionTaken(v uint64, kind itemKind, ref uint32) bool {
 	it, ok := st.log.Get(v)
-	return ok && (it.e != e || it.a != a)
+	return ok && (ref == 0 || it.kind != kind || it.ref != ref)
 }
 
-// removeEntry deletes a session record and all index references to it.
-func (r *Replica) removeEntry(e *entry) {
-	k := e.s.Key()
-	r.tally(e, -1)
-	if e.counted {
-		r.uncount(e)
+// removeRecord deletes a session record and all index references to it.
+func (r *Replica) removeRecord(id recID) {
+	rec := r.recs.at(id)
+	r.tally(rec, -1)
+	if rec.counted {
+		r.uncount(rec)
 	}
-	r.unindexUser(k)
-	r.numSessions--
-	e.st.log.Delete(logItem{version: e.s.Version})
+	r.originList[rec.origin].log.Delete(logItem{version: rec.version})
+	r.keys.remove(&r.recs, id)
+	r.unchainUser(rec)
+	r.sets.release(&r.names, rec.groups)
+	r.names.release(rec.id)
+	r.names.release(rec.device)
+	r.names.release(rec.user)
+	r.recs.release(id)
+}
+
+func (r *Replica) account(user string) *Account {
+	if slot, ok := r.accounts[user]; ok {
+		return r.acctSlots[slot]
+	}
+	return nil
 }
 
 func (r *Replica) mergeAccount(a *Account) bool {
-	cur := r.accounts[a.User]
-	if cur != nil && CompareAccounts(cur, a) >= 0 {
-		return false
-	}
-	if r.versionTaken(a.Origin, a.Version, nil, cur) {
-		return false
-	}
-	if cur != nil {
-		if st := r.origin(cur.Origin); st != nil {
-			st.log.Delete(logItem{version: cur.Version})
+	slot, held := r.accounts[a.User]
+	var cur *Account
+	if held {
+		cur = r.acctSlots[slot]
+		if CompareAccounts(cur, a) >= 0 {
+			return false
 		}
 	}
+	st := r.origin(a.Origin)
+	if st != nil && st.versionTaken(a.Version, itemAccount, slot) {
+		return false
+	}
+	if st == nil {
+		st = r.originState(a.Origin)
+	}
+	if held {
+		if cst := r.origin(cur.Origin); cst != nil {
+			cst.log.Delete(logItem{version: cur.Version})
+		}
+	} else {
+		slot = r.allocAccount()
+		r.accounts[a.User] = slot
+	}
 	c := *a
-	r.accounts[a.User] = &c
-	r.originState(a.Origin).log.ReplaceOrInsert(logItem{version: a.Version, a: &c})
+	r.acctSlots[slot] = &c
+	st.log.ReplaceOrInsert(logItem{version: a.Version, ref: slot, kind: itemAccount})
 	return true
+}
+
+func (r *Replica) allocAccount() uint32 {
+	if n := len(r.acctFree); n > 0 {
+		slot := r.acctFree[n-1]
+		r.acctFree = r.acctFree[:n-1]
+		return slot
+	}
+	r.acctSlots = append(r.acctSlots, nil)
+	return uint32(len(r.acctSlots) - 1)
+}
+
+// removeAccount deletes a user's account record, whose log item the caller
+// has removed.
+func (r *Replica) removeAccount(user string) {
+	slot := r.accounts[user]
+	delete(r.accounts, user)
+	r.acctSlots[slot] = nil
+	r.acctFree = append(r.acctFree, slot)
 }
 
 // effectiveActive reports whether a record counts as active in this
 // replica's projection: active, written by the newest incarnation of its
-// gateway that this replica knows, and its gateway not marked down.
-func (r *Replica) effectiveActive(s *Session) bool {
-	return r.effectiveActiveIn(s, r.nodes.get(s.Origin.Node))
-}
-
-// effectiveActiveIn is effectiveActive given the state of the record's
-// node (its gateway: Validate makes them one).
-func (r *Replica) effectiveActiveIn(s *Session, ns *nodeState) bool {
-	if s.State != StateActive || ns.retired(s.Origin.Incarnation) {
+// gateway that this replica knows, and its gateway not marked down (or
+// this replica's own).
+func (r *Replica) effectiveActive(rec *record) bool {
+	if rec.state != StateActive {
 		return false
 	}
-	return ns == nil || !ns.down || s.Gateway == r.cfg.Self.Node
+	st := r.originList[rec.origin]
+	ns := st.node
+	return !ns.retired(st.origin.Incarnation) && (!ns.down || ns.self)
 }
 
-// recount brings e's group counts in line with its effective state; ns is
-// the state of e's node.
-func (r *Replica) recount(e *entry, ns *nodeState) {
-	want := r.effectiveActiveIn(e.s, ns)
+// recount brings a record's group counts in line with its effective state.
+func (r *Replica) recount(rec *record) {
+	want := r.effectiveActive(rec)
 	switch {
-	case want && !e.counted:
-		r.tally(e, -1)
-		e.counted = true
-		r.tally(e, 1)
+	case want && !rec.counted:
+		r.tally(rec, -1)
+		rec.counted = true
+		r.tally(rec, 1)
 		if r.groupOnline != nil {
-			r.countGroups(e)
+			r.countGroups(rec)
 		}
-	case !want && e.counted:
-		r.tally(e, -1)
-		r.uncount(e)
-		r.tally(e, 1)
+	case !want && rec.counted:
+		r.tally(rec, -1)
+		r.uncount(rec)
+		r.tally(rec, 1)
 	}
 }
 
-// countGroups adds a counted entry to the group index.
-func (r *Replica) countGroups(e *entry) {
-	for _, g := range e.s.Groups {
+// countGroups adds a counted record to the group index.
+func (r *Replica) countGroups(rec *record) {
+	for _, g := range r.sets.ids(rec.groups) {
 		users := r.groupOnline[g]
 		if users == nil {
-			users = make(map[string]int)
+			users = make(map[nameID]int32)
 			r.groupOnline[g] = users
 		}
-		users[e.s.User]++
+		users[rec.user]++
 	}
 }
 
-// groupIndex returns the group index, building it from the counted entries
+// groupIndex returns the group index, building it from the counted records
 // on first use.
-func (r *Replica) groupIndex() map[string]map[string]int {
+func (r *Replica) groupIndex() map[nameID]map[nameID]int32 {
 	if r.groupOnline == nil {
-		r.groupOnline = make(map[string]map[string]int)
-		r.entries(func(e *entry) {
-			if e.counted {
-				r.countGroups(e)
+		r.groupOnline = make(map[nameID]map[nameID]int32)
+		r.recs.each(func(_ recID, rec *record) {
+			if rec.counted {
+				r.countGroups(rec)
 			}
 		})
 	}
 	return r.groupOnline
 }
 
-func (r *Replica) uncount(e *entry) {
-	e.counted = false
+func (r *Replica) uncount(rec *record) {
+	rec.counted = false
 	if r.groupOnline == nil {
 		return
 	}
-	for _, g := range e.s.Groups {
+	for _, g := range r.sets.ids(rec.groups) {
 		users := r.groupOnline[g]
-		if users[e.s.User]--; users[e.s.User] <= 0 {
-			delete(users, e.s.User)
+		if users[rec.user]--; users[rec.user] <= 0 {
+			delete(users, rec.user)
 			if len(users) == 0 {
 				delete(r.groupOnline, g)
 			}

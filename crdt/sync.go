@@ -6,7 +6,7 @@ import "slices"
 // by origin. Its size follows the number of origins (gateway incarnations),
 // not the number of records.
 func (r *Replica) Digest() Digest {
-	d := make(Digest, 0, r.numOrigins)
+	d := make(Digest, 0, len(r.originList))
 	for st := range r.allOrigins() {
 		d = append(d, DigestEntry{Origin: st.origin, Watermark: st.watermark, Held: st.held()})
 	}
@@ -131,10 +131,10 @@ func (r *Replica) diffOrigin(st *originState, peerW map[Origin]uint64, peerHeld 
 			stopped = true
 			return false
 		}
-		if it.a != nil {
-			os.Accounts = append(os.Accounts, *it.a)
+		if it.kind == itemAccount {
+			os.Accounts = append(os.Accounts, *r.acctSlots[it.ref])
 		} else {
-			os.Sessions = append(os.Sessions, *it.e.s)
+			os.Sessions = append(os.Sessions, r.session(r.recs.at(recID(it.ref)), "", ""))
 		}
 		return true
 	}
@@ -190,10 +190,8 @@ func (r *Replica) ApplySync(s Sync, now int64) ([]string, error) {
 		// watermark: we may have refused one because of a record the
 		// snapshot just dropped.
 		for j := range os.Sessions {
-			// Not owned: a pointer into the snapshot's slice would keep the
-			// whole slice alive, so a record taken is copied.
 			rec := &os.Sessions[j]
-			if (os.Full || rec.Version > st.watermark) && r.mergeSession(st, rec, now, false) {
+			if (os.Full || rec.Version > st.watermark) && r.mergeSession(st, rec, now) {
 				users = append(users, rec.User)
 			}
 		}
@@ -242,16 +240,18 @@ func (r *Replica) dropMissing(st *originState, os *OriginSync) []string {
 	var users []string
 	for _, it := range victims {
 		st.gcFloor = max(st.gcFloor, it.version)
-		if it.a != nil {
-			delete(r.accounts, it.a.User)
+		if it.kind == itemAccount {
+			user := r.acctSlots[it.ref].User
 			st.log.Delete(it)
-			users = append(users, it.a.User)
+			r.removeAccount(user)
+			users = append(users, user)
 			continue
 		}
-		if it.e.counted {
-			users = append(users, it.e.s.User)
+		rec := r.recs.at(recID(it.ref))
+		if rec.counted {
+			users = append(users, r.names.str(rec.user))
 		}
-		r.removeEntry(it.e)
+		r.removeRecord(recID(it.ref))
 	}
 	return users
 }
@@ -313,11 +313,12 @@ func (r *Replica) recountNode(ns *nodeState) []string {
 	var users []string
 	for _, st := range ns.origins {
 		st.log.Ascend(func(it logItem) bool {
-			if e := it.e; e != nil {
-				before := e.counted
-				r.recount(e, ns)
-				if e.counted != before {
-					users = append(users, e.s.User)
+			if it.kind == itemSession {
+				rec := r.recs.at(recID(it.ref))
+				before := rec.counted
+				r.recount(rec)
+				if rec.counted != before {
+					users = append(users, r.names.str(rec.user))
 				}
 			}
 			return true
@@ -347,13 +348,13 @@ func (r *Replica) GC(now int64) GCStats {
 			break
 		}
 		n++
-		e := r.userEntry(t.key)
-		if e == nil || e.s.Version != t.version || e.s.Origin != t.origin || !r.ended(e.s) {
+		rec := r.recs.get(t.rec)
+		if rec == nil || rec.origin != t.origin || rec.version != t.version || !r.ended(rec) {
 			continue // replaced since; its own tombstone (if any) is queued
 		}
-		st := e.st
-		st.gcFloor = max(st.gcFloor, e.s.Version)
-		if r.retired(e.s.Origin) {
+		st := r.originList[rec.origin]
+		st.gcFloor = max(st.gcFloor, rec.version)
+		if st.retired() {
 			// A retired incarnation never fills the gaps below its
 			// last writes, so its watermark would stay below what
 			// we collect forever: every anti-entropy round would
@@ -363,10 +364,10 @@ func (r *Replica) GC(now int64) GCStats {
 			// this record arrived, anything of the gaps that any
 			// replica held has reached us; the rest is lost with
 			// the incarnation.
-			st.raise(e.s.Version)
+			st.raise(rec.version)
 		}
-		r.raiseFloor(t.key, e.s.Epoch, now)
-		r.removeEntry(e)
+		r.raiseFloor(r.keyOf(rec), rec.epoch, now)
+		r.removeRecord(t.rec)
 		stats.Tombstones++
 	}
 	stats.FloorsLapsed = r.lapseFloors(now)

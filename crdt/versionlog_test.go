@@ -12,14 +12,14 @@ import (
 func TestVersionLogMatchesModel(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		var l versionLog
-		model := map[uint64]string{}
+		model := map[uint64]uint32{}
 		maxV := rapid.SampledFrom([]uint64{80, 3 * smallLogMax}).Draw(t, "versions") // small, and past the slice
 		for range rapid.IntRange(0, 300).Draw(t, "steps") {
 			v := rapid.Uint64Range(1, maxV).Draw(t, "v")
 			switch rapid.IntRange(0, 2).Draw(t, "op") {
 			case 0, 1:
-				u := rapid.StringMatching(`[a-c]`).Draw(t, "u")
-				l.ReplaceOrInsert(logItem{version: v, a: &Account{User: u}})
+				u := rapid.Uint32Range(1, 3).Draw(t, "ref")
+				l.ReplaceOrInsert(logItem{version: v, ref: u, kind: itemAccount})
 				model[v] = u
 			case 2:
 				l.Delete(logItem{version: v})
@@ -29,15 +29,15 @@ func TestVersionLogMatchesModel(t *testing.T) {
 				t.Fatalf("Len %d, model %d", l.Len(), len(model))
 			}
 			got, ok := l.Get(v)
-			if u, want := model[v]; ok != want || (ok && got.user() != u) {
-				t.Fatalf("Get(%d) = %+v %v, model %q %v", v, got, ok, u, want)
+			if u, want := model[v]; ok != want || (ok && got.ref != u) {
+				t.Fatalf("Get(%d) = %+v %v, model %d %v", v, got, ok, u, want)
 			}
 			if rapid.IntRange(0, 9).Draw(t, "bulk") == 0 {
 				// a burst of in-order inserts, to cross into the tree
 				for range rapid.IntRange(0, 2*smallLogMax).Draw(t, "burst") {
 					v := rapid.Uint64Range(1, maxV).Draw(t, "bv")
-					l.ReplaceOrInsert(logItem{version: v, a: &Account{User: "b"}})
-					model[v] = "b"
+					l.ReplaceOrInsert(logItem{version: v, ref: 2, kind: itemSession})
+					model[v] = 2
 				}
 			}
 			from := rapid.Uint64Range(0, maxV+10).Draw(t, "from")
