@@ -2,6 +2,7 @@ package sim
 
 import (
 	"math"
+	"slices"
 	"time"
 
 	"github.com/rollcall/rollcall/dissem"
@@ -50,12 +51,12 @@ type suspicion struct {
 	k, n     int
 	min, max time.Duration
 	start    int64
-	conf     map[int32]struct{}
+	conf     []int32 // the accusers: at most k+1, so a scan finds one
 }
 
 func (s *Sim) viewOf(n *node, p int32) peerView {
-	if v := n.view[p]; v != nil {
-		return *v
+	if v, ok := n.view.get(p); ok {
+		return v
 	}
 	return defaultView
 }
@@ -70,15 +71,10 @@ func (s *Sim) setView(n *node, p int32, v peerView) {
 		n.numDown++
 	}
 	if v.isDefault() {
-		delete(n.view, p)
+		n.view.del(p)
 		return
 	}
-	if cur := n.view[p]; cur != nil {
-		*cur = v
-		return
-	}
-	nv := v
-	n.view[p] = &nv
+	n.view.set(p, v)
 }
 
 // numMembers is memberlist's NumMembers: members not dead or left, self
@@ -136,6 +132,7 @@ func (s *Sim) broadcastML(n *node, p part) {
 	}
 	ref, msgLen := s.register(p)
 	n.mlQueue.queue(ref, msgLen, p.node)
+	s.releaseDropped()
 }
 
 // refute answers an accusation against n with a higher incarnation.
@@ -209,7 +206,7 @@ func (s *Sim) suspectNode(n *node, p part) {
 	lo := dissem.SuspicionTimeout(s.cfg.SuspicionMult, est, s.cfg.ProbeInterval)
 	hi := time.Duration(s.cfg.SuspicionMaxTimeoutMult) * lo
 	n.suspSeq++
-	sp := &suspicion{id: n.suspSeq, k: k, min: lo, max: hi, start: s.now, conf: map[int32]struct{}{p.from: {}}}
+	sp := &suspicion{id: n.suspSeq, k: k, min: lo, max: hi, start: s.now, conf: []int32{p.from}}
 	v.susp = sp
 	s.setView(n, p.node, v)
 	timeout := hi
@@ -225,10 +222,10 @@ func (s *Sim) confirm(n *node, target int32, sp *suspicion, from int32) bool {
 	if sp.n >= sp.k {
 		return false
 	}
-	if _, ok := sp.conf[from]; ok {
+	if slices.Contains(sp.conf, from) {
 		return false
 	}
-	sp.conf[from] = struct{}{}
+	sp.conf = append(sp.conf, from)
 	sp.n++
 	remaining := remainingSuspicionTime(sp.n, sp.k, time.Duration(s.now-sp.start), sp.min, sp.max)
 	n.suspSeq++
@@ -303,6 +300,7 @@ func (s *Sim) getBroadcasts(n *node, overhead, limit int, out []part) []part {
 			out = append(out, s.registry[ref])
 		}
 	}
+	s.releaseDropped()
 	return out
 }
 

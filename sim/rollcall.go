@@ -263,11 +263,13 @@ func (s *Sim) enqueueBroadcast(n *node, m *umsg, name int32) {
 		ref, _ := s.register(part{kind: pUser, msg: m, size: m.size})
 		m.reg = ref + 1
 	}
+	m.queued++
 	n.queue.queue(m.reg-1, regLen(m.size), name)
 	if n.queue.numQueued() > s.cfg.MaxQueue {
 		n.queue.prune(s.cfg.MaxQueue)
 		s.stats.queuePruned++
 	}
+	s.releaseDropped()
 }
 
 // handleUser is Cluster.handle for one Rollcall message. A delta batch
@@ -451,10 +453,10 @@ func (s *Sim) pushPullSize(m *umsg) int {
 // membershipOf snapshots the non-default part of n's view, plus n itself,
 // as push/pull carries it.
 func (s *Sim) membershipOf(n *node) []memberState {
-	out := make([]memberState, 0, len(n.view)+1)
+	out := make([]memberState, 0, n.view.len()+1)
 	out = append(out, memberState{node: n.id, state: stAlive, inc: n.mlInc, life: n.life})
-	for _, p := range sortedKeys(n.view) {
-		v := n.view[p]
+	for _, p := range n.view.sortedSlots() {
+		v, _ := n.view.get(p)
 		out = append(out, memberState{node: p, state: v.state, inc: v.inc, life: v.life})
 	}
 	return out

@@ -30,6 +30,7 @@ type Sim struct {
 	nodes    []*node
 	group    []int32 // partition group per node; nil when whole
 	registry []part
+	regFree  []uint32  // free registry entries
 	refBuf   []uint32  // getBroadcasts scratch
 	qscratch qscratch  // getBroadcasts scratch
 	qpool    qpool     // the nodes' queues' spare bucket buffers
@@ -76,6 +77,9 @@ type counters struct {
 	supersededWrites              uint64
 	answersDropped                uint64
 	suspicions, deaths, refutes   uint64
+	// probes counts failure-detector probes; failedProbes those that ended
+	// without an ack, indirect ack or TCP answer (each raises a suspicion).
+	probes, failedProbes uint64
 	// sent counts the Rollcall messages owners and relays send
 	// themselves, by type and by packet (0) or stream (1), as gossip's
 	// Stats.Sent does: messages and their encoded bytes
@@ -310,8 +314,8 @@ type node struct {
 
 	// memberlist
 	mlInc    uint32
-	mlQueue  bqueue              // memberlist's own broadcast queue
-	view     map[int32]*peerView // peers whose state differs from "alive, incarnation 1, life 1"
+	mlQueue  bqueue            // memberlist's own broadcast queue
+	view     slotMap[peerView] // peers whose state differs from "alive, incarnation 1, life 1"
 	probeSeq uint32
 	probeIdx int
 	probeA   uint64 // probe order of this pass: i -> (probeA*i + probeB) mod Nodes
@@ -331,11 +335,11 @@ func (s *Sim) newNode(id int32, life, mlInc uint32) (*node, error) {
 		id: id, name: s.names[id], up: true, life: life, born: s.now,
 		self: self, r: r,
 		mlInc:   mlInc,
-		view:    make(map[int32]*peerView),
+		view:    newSlotMap[peerView](s.cfg.Nodes),
 		helping: make(map[uint32]*helpState),
 	}
 	s.initCore(n)
-	n.queue = newBQueue(s.cfg.RetransmitMult, &s.qpool)
-	n.mlQueue = newBQueue(s.cfg.RetransmitMult, &s.qpool)
+	n.queue = newBQueue(s.cfg.RetransmitMult, s.cfg.Nodes, &s.qpool)
+	n.mlQueue = newBQueue(s.cfg.RetransmitMult, s.cfg.Nodes, &s.qpool)
 	return n, nil
 }
