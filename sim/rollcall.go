@@ -52,7 +52,7 @@ func (s *Sim) initCore(n *node) {
 		Relay:         s.cfg.Relay,
 		AliveInterval: s.cfg.AliveInterval, LeaseTimeout: s.cfg.LeaseTimeout,
 		ReconnectInterval: s.cfg.ReconnectInterval, ReconnectTimeout: s.cfg.ReconnectTimeout,
-		Rand: s.rng, Origins: s.origins,
+		Rand: s.rng, Origins: s.origins, Trees: s.trees,
 	}, &n.cv, &n.cv)
 	if err != nil {
 		panic(fmt.Sprintf("sim: %v", err)) // Config.Validate checked every field
@@ -204,7 +204,9 @@ func (s *Sim) newUmsg(m *dissem.Message) *umsg {
 	ds := m.Deltas
 	u.clients = make([]int32, len(ds))
 	u.applied = make([]uint64, (s.cfg.Nodes+63)/64)
-	s.deltaMsgList = append(s.deltaMsgList, u)
+	if s.restarts {
+		s.deltaMsgList = append(s.deltaMsgList, u)
+	}
 	for i := range ds {
 		if cid, ok := s.byUser[ds[i].User()]; ok {
 			u.clients[i] = cid

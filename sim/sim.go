@@ -47,10 +47,14 @@ type Sim struct {
 	emptyEntry int
 
 	// deltaMsgList holds every delta message made, for a restart to clear
-	// its node's applied bits.
+	// its node's applied bits; kept only when a node restarts (restarts),
+	// else a message is garbage once delivered and dequeued.
 	deltaMsgList []*umsg
+	restarts     bool
 	// origins numbers the origins for every node's core alike
 	origins *dissem.OriginTable
+	// trees shares relay trees between nodes with equal member lists
+	trees *dissem.TreeTable
 
 	clients  []*client
 	online   []int32 // clients with a live session, for picking
@@ -97,6 +101,10 @@ func New(cfg Config) (*Sim, error) {
 		byUser:   make(map[string]int32),
 		openByCl: make(map[int32][]*change),
 		origins:  dissem.NewOriginTable(),
+		trees:    dissem.NewTreeTable(),
+	}
+	for _, c := range cfg.Crashes {
+		s.restarts = s.restarts || c.Restart > 0
 	}
 	width := len(fmt.Sprint(cfg.Nodes - 1))
 	s.names = make([]string, cfg.Nodes)
