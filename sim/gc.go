@@ -8,23 +8,30 @@ import (
 	"strings"
 )
 
-// TuneGC sets the garbage collector for a simulation: a heap of up to
-// 2.5 times the live heap (GOGC 150), and a memory limit of half the
-// machine's memory beyond which the collector works harder rather than
-// let the heap grow further. The live heap is the nodes' replicas, views
-// and queues; what a run allocates beyond that (packets' parts, messages
-// delivered and dequeued, dissem's Readies) is garbage at once, so the
-// heap, and the resident memory, stay within a small multiple of what the
-// cluster holds (1,000 nodes at 30% loss: under 1 GB). GOGC or GOMEMLIMIT
-// in the environment take precedence. It returns a function that restores
-// the settings it changed.
-func TuneGC() (restore func()) {
+// TuneGC sets the garbage collector for simulations of up to nodes nodes.
+// Up to batchGCNodes nodes it keeps the heap within twice the live heap
+// (GOGC 100) under a memory limit of half the machine: the live heap is
+// the nodes' replicas, views and queues, and what a run allocates beyond
+// that (packets' parts, messages delivered and dequeued, the core's
+// Readies) is garbage at once, so the resident memory stays within about
+// twice what the cluster holds (1,000 nodes at 30% loss: under 1 GB).
+// Larger runs are treated as the batch jobs they are: their live heap is
+// gigabytes of replicas, which each collection would only rescan, so the
+// collector runs only when the heap nears half the machine's memory
+// (10,000 nodes on one core: 62s with the default GOGC, 47s this way,
+// same output). GOGC or GOMEMLIMIT in the environment take precedence.
+// It returns a function that restores the settings it changed.
+func TuneGC(nodes int) (restore func()) {
 	if os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" {
 		return func() {}
 	}
+	total := memTotal()
+	if nodes > batchGCNodes && total > 0 {
+		return CollectOnlyAt(int64(total / 2))
+	}
 	oldPercent := debug.SetGCPercent(simGCPercent)
 	oldLimit := debug.SetMemoryLimit(math.MaxInt64)
-	if total := memTotal(); total > 0 {
+	if total > 0 {
 		debug.SetMemoryLimit(int64(total / 2))
 	}
 	return func() {
@@ -33,8 +40,11 @@ func TuneGC() (restore func()) {
 	}
 }
 
+// batchGCNodes is the largest cluster TuneGC keeps the heap small for.
+const batchGCNodes = 2000
+
 // simGCPercent is the GOGC TuneGC sets.
-const simGCPercent = 150
+const simGCPercent = 100
 
 // CollectOnlyAt turns the garbage collector off until the heap reaches
 // limit bytes (GOGC off, GOMEMLIMIT limit), unless GOGC or GOMEMLIMIT is
