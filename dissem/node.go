@@ -54,6 +54,10 @@ type Config struct {
 	// so that each node's record of what it has seen is a small dense
 	// table). Nil: the node numbers them itself.
 	Origins *OriginTable
+	// Trees shares relay trees between nodes with equal member lists;
+	// nodes driven from one goroutine may share one (the simulator's do).
+	// Nil: the node keeps its own.
+	Trees *TreeTable
 }
 
 // originSeen is what a node keeps per origin: the newest version it

@@ -1,6 +1,7 @@
 package dissem
 
 import (
+	"hash/fnv"
 	"maps"
 	"slices"
 
@@ -41,11 +42,49 @@ func TreeChildren(n, k, owner, self int) []int {
 	return out
 }
 
-// relayTree is the sorted list of the members alive (self included) and
-// each one's position in it.
+// relayTree is the sorted list of the members alive (self included). A
+// member's position in it is found by binary search: a map of positions
+// cost as much as the list again, at every node.
 type relayTree struct {
 	names []string
-	pos   map[string]int
+}
+
+// position returns name's position in the tree's list, if it is there.
+func (t *relayTree) position(name string) (int, bool) {
+	return slices.BinarySearch(t.names, name)
+}
+
+// TreeTable shares relay trees between nodes whose member lists are equal:
+// a simulator's nodes mostly list the same members, and a tree per node
+// of ten thousand would hold ten thousand copies of one list. It is not
+// safe for concurrent use: nodes that share one are driven from one
+// goroutine.
+type TreeTable struct {
+	trees   map[uint64][]*relayTree // by hash of the list
+	scratch []string
+}
+
+// NewTreeTable returns an empty table.
+func NewTreeTable() *TreeTable { return &TreeTable{trees: make(map[uint64][]*relayTree)} }
+
+// intern returns the table's tree of the sorted list names, made from a
+// copy of names if there is none yet. A tree no node uses any more stays
+// in the table: member lists change rarely.
+func (tt *TreeTable) intern(names []string) *relayTree {
+	h := fnv.New64a()
+	for _, name := range names {
+		h.Write([]byte(name))
+		h.Write([]byte{0})
+	}
+	key := h.Sum64()
+	for _, t := range tt.trees[key] {
+		if slices.Equal(t.names, names) {
+			return t
+		}
+	}
+	t := &relayTree{names: slices.Clone(names)}
+	tt.trees[key] = append(tt.trees[key], t)
+	return t
 }
 
 // tree returns the relay tree over the members alive, built again after
@@ -54,7 +93,11 @@ func (n *Node) tree() *relayTree {
 	if n.relayTree != nil {
 		return n.relayTree
 	}
-	names := []string{n.name}
+	var names []string
+	if n.cfg.Trees != nil {
+		names = n.cfg.Trees.scratch[:0]
+	}
+	names = append(names, n.name)
 	for i, k := 0, n.members.NumPeers(); i < k; i++ {
 		name := n.members.Peer(i)
 		if name == n.name {
@@ -66,12 +109,13 @@ func (n *Node) tree() *relayTree {
 	}
 	slices.Sort(names)
 	names = slices.Compact(names)
-	t := &relayTree{names: names, pos: make(map[string]int, len(names))}
-	for i, name := range names {
-		t.pos[name] = i
+	if n.cfg.Trees != nil {
+		n.cfg.Trees.scratch = names
+		n.relayTree = n.cfg.Trees.intern(names)
+	} else {
+		n.relayTree = &relayTree{names: names}
 	}
-	n.relayTree = t
-	return t
+	return n.relayTree
 }
 
 // sendTree sends m, a batch of owner's deltas, to this node's children in
@@ -80,7 +124,7 @@ func (n *Node) tree() *relayTree {
 // makes this node relay to every live member, as eager mode does.
 func (n *Node) sendTree(m *Message, owner string) {
 	t := n.tree()
-	o, ok := t.pos[owner]
+	o, ok := t.position(owner)
 	if !ok {
 		n.sendLive(m, false)
 		return
@@ -96,7 +140,8 @@ func (n *Node) sendTree(m *Message, owner string) {
 			}
 		}
 	}
-	visit(t.pos[n.name])
+	self, _ := t.position(n.name)
+	visit(self)
 }
 
 // treeGapWait is how long a hole below a relayed version may last before

@@ -116,3 +116,50 @@ func TestTreeRelayPullsALostCopy(t *testing.T) {
 		t.Fatalf("after the gap pulls: %v", err)
 	}
 }
+
+// Nodes sharing a TreeTable relay as nodes with trees of their own do:
+// every member gets each write in one copy, and a member down in their
+// lists is skipped for its children.
+func TestTreeRelayWithSharedTrees(t *testing.T) {
+	const members = 30
+	names := make([]string, members)
+	for i := range names {
+		names[i] = fmt.Sprintf("n%03d", i)
+	}
+	trees := NewTreeTable()
+	h, err := newHarness(names, func(c *Config) {
+		c.EagerThreshold, c.Relay, c.BatchDelay, c.Trees = 8, RelayTree, 0, trees
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.stabilize()
+	for _, name := range h.names {
+		if name != "n001" {
+			h.nodes[name].core.MemberFailed("n001", false, h.now)
+			h.drive(h.nodes[name], "failed")
+		}
+	}
+	h.stabilize()
+	h.delivered = nil
+	if err := h.write(h.nodes["n000"], "u", "d", crdt.StatusAvailable, crdt.StateActive); err != nil {
+		t.Fatal(err)
+	}
+	h.drive(h.nodes["n000"], "publish")
+	h.stabilize()
+	for _, name := range h.names {
+		if name == "n001" || name == "n000" {
+			continue
+		}
+		if _, ok := h.nodes[name].r.Session(crdt.Key{User: "u", Device: "d"}); !ok {
+			t.Fatalf("%s missed the write", name)
+		}
+	}
+	if got := h.delivered[TypeDeltas]; got != members-2 {
+		t.Fatalf("%d delta copies for %d live members besides the owner, want %d", got, members-2, members-2)
+	}
+	// Every member that relayed lists the same members: one tree for all.
+	if got := len(trees.trees); got != 1 {
+		t.Fatalf("%d distinct trees, want 1", got)
+	}
+}

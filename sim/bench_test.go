@@ -24,7 +24,7 @@ func fmtNodes(n int) string { return "nodes=" + strconv.Itoa(n) }
 // run it by name, go test ./sim -run '^$' -bench Scale10k -benchtime 1x. It
 // sets the GC as rollcall sim does (TuneGC).
 func BenchmarkScale10k(b *testing.B) {
-	defer TuneGC()()
+	defer TuneGC(10000)()
 	benchScenario(b, 10000, 1000, 20*time.Second)
 }
 

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"math"
+	"slices"
 	"time"
 
 	"github.com/rollcall/rollcall/dissem"
@@ -44,18 +45,27 @@ func (v *peerView) isDefault() bool {
 	return v.state == stAlive && v.inc == 1 && v.life == 1 && v.susp == nil
 }
 
-// suspicion is memberlist's suspicion timer with its confirmations.
+// suspicion is memberlist's suspicion timer with its confirmations. The
+// timer fires at deadline. Its event is scheduled at the earliest time it
+// can fire, the minimum timeout (confirmations never bring it sooner), and
+// then again at the deadline if that is later; a confirmation schedules
+// one only when it brings the deadline before the pending check. Most
+// suspicions are refuted within the minimum, so they leave one stale event
+// in the queue, not one at the maximum timeout (six times later) and
+// another per confirmation.
 type suspicion struct {
 	id       uint64
 	k, n     int
 	min, max time.Duration
 	start    int64
-	conf     map[int32]struct{}
+	deadline int64   // when the timer fires
+	checkAt  int64   // when its pending event is
+	conf     []int32 // the accusers: at most k+1, so a scan finds one
 }
 
 func (s *Sim) viewOf(n *node, p int32) peerView {
-	if v := n.view[p]; v != nil {
-		return *v
+	if v, ok := n.view.get(p); ok {
+		return v
 	}
 	return defaultView
 }
@@ -70,15 +80,10 @@ func (s *Sim) setView(n *node, p int32, v peerView) {
 		n.numDown++
 	}
 	if v.isDefault() {
-		delete(n.view, p)
+		n.view.del(p)
 		return
 	}
-	if cur := n.view[p]; cur != nil {
-		*cur = v
-		return
-	}
-	nv := v
-	n.view[p] = &nv
+	n.view.set(p, v)
 }
 
 // numMembers is memberlist's NumMembers: members not dead or left, self
@@ -136,6 +141,7 @@ func (s *Sim) broadcastML(n *node, p part) {
 	}
 	ref, msgLen := s.register(p)
 	n.mlQueue.queue(ref, msgLen, p.node)
+	s.releaseDropped()
 }
 
 // refute answers an accusation against n with a higher incarnation.
@@ -209,14 +215,15 @@ func (s *Sim) suspectNode(n *node, p part) {
 	lo := dissem.SuspicionTimeout(s.cfg.SuspicionMult, est, s.cfg.ProbeInterval)
 	hi := time.Duration(s.cfg.SuspicionMaxTimeoutMult) * lo
 	n.suspSeq++
-	sp := &suspicion{id: n.suspSeq, k: k, min: lo, max: hi, start: s.now, conf: map[int32]struct{}{p.from: {}}}
-	v.susp = sp
-	s.setView(n, p.node, v)
 	timeout := hi
 	if k < 1 {
 		timeout = lo
 	}
-	s.after(n, timeout, evSuspicion, p.node, sp.id)
+	sp := &suspicion{id: n.suspSeq, k: k, min: lo, max: hi, start: s.now, conf: []int32{p.from},
+		deadline: s.now + int64(timeout), checkAt: s.now + int64(lo)}
+	v.susp = sp
+	s.setView(n, p.node, v)
+	s.after(n, lo, evSuspicion, p.node, sp.id)
 }
 
 // confirm is memberlist's suspicion.Confirm: a new accuser shortens the
@@ -225,15 +232,17 @@ func (s *Sim) confirm(n *node, target int32, sp *suspicion, from int32) bool {
 	if sp.n >= sp.k {
 		return false
 	}
-	if _, ok := sp.conf[from]; ok {
+	if slices.Contains(sp.conf, from) {
 		return false
 	}
-	sp.conf[from] = struct{}{}
+	sp.conf = append(sp.conf, from)
 	sp.n++
 	remaining := remainingSuspicionTime(sp.n, sp.k, time.Duration(s.now-sp.start), sp.min, sp.max)
-	n.suspSeq++
-	sp.id = n.suspSeq
-	s.after(n, max(remaining, 0), evSuspicion, target, sp.id)
+	sp.deadline = s.now + int64(max(remaining, 0))
+	if sp.deadline < sp.checkAt {
+		sp.checkAt = sp.deadline
+		s.after(n, time.Duration(sp.deadline-s.now), evSuspicion, target, sp.id)
+	}
 	return true
 }
 
@@ -248,10 +257,17 @@ func remainingSuspicionTime(n, k int, elapsed, lo, hi time.Duration) time.Durati
 	return timeout - elapsed
 }
 
-// suspicionFired declares target dead if n still suspects it.
+// suspicionFired declares target dead if n still suspects it and the
+// timer's deadline has come, or else checks again at the deadline.
 func (s *Sim) suspicionFired(n *node, target int32, id uint64) {
 	v := s.viewOf(n, target)
-	if v.susp == nil || v.susp.id != id || v.state != stSuspect || v.changeAt != v.susp.start {
+	sp := v.susp
+	if sp == nil || sp.id != id || s.now != sp.checkAt || v.state != stSuspect || v.changeAt != sp.start {
+		return
+	}
+	if s.now < sp.deadline {
+		sp.checkAt = sp.deadline
+		s.after(n, time.Duration(sp.deadline-s.now), evSuspicion, target, sp.id)
 		return
 	}
 	s.deadNode(n, part{kind: pDead, node: target, inc: v.inc, from: n.id})
@@ -303,6 +319,7 @@ func (s *Sim) getBroadcasts(n *node, overhead, limit int, out []part) []part {
 			out = append(out, s.registry[ref])
 		}
 	}
+	s.releaseDropped()
 	return out
 }
 

@@ -52,9 +52,10 @@ type umsg struct {
 	from int32
 	// antiEntropy marks pull, state and sync traffic for the byte counters.
 	antiEntropy bool
-	// reg is 1 + the message's registry index once it is queued for
-	// piggybacking; 0 before.
-	reg uint32
+	// reg is 1 + the message's registry index while it is queued for
+	// piggybacking; 0 otherwise. queued counts the queues holding it.
+	reg    uint32
+	queued int32
 }
 
 // packet is one UDP datagram. Packets are recycled (newPacket, freePacket)
@@ -102,11 +103,38 @@ type memberState struct {
 // register records a broadcast part and returns the index the queues hold
 // it by, and the length of the message memberlist's queue would hold: its
 // encoded size (the simulator once queued a byte slice of that size whose
-// first four bytes named it, so never fewer than four).
+// first four bytes named it, so never fewer than four). Indexes the queues
+// dropped are reused (releaseDropped), so the registry holds what is
+// queued, not every broadcast of the run.
 func (s *Sim) register(p part) (ref uint32, msgLen int) {
-	ref = uint32(len(s.registry))
-	s.registry = append(s.registry, p)
+	if k := len(s.regFree); k > 0 {
+		ref = s.regFree[k-1]
+		s.regFree = s.regFree[:k-1]
+		s.registry[ref] = p
+	} else {
+		ref = uint32(len(s.registry))
+		s.registry = append(s.registry, p)
+	}
 	return ref, regLen(p.size)
+}
+
+// releaseDropped frees the registry entries of the items the queues
+// dropped: a memberlist message is in one queue, a Rollcall message in as
+// many as queued it (umsg.queued), and its entry is freed when the last
+// one drops it.
+func (s *Sim) releaseDropped() {
+	for _, ref := range s.qpool.dropped {
+		p := &s.registry[ref]
+		if m := p.msg; m != nil {
+			if m.queued--; m.queued > 0 {
+				continue
+			}
+			m.reg = 0
+		}
+		*p = part{}
+		s.regFree = append(s.regFree, ref)
+	}
+	s.qpool.dropped = s.qpool.dropped[:0]
 }
 
 func regLen(size int) int { return max(size, 4) }

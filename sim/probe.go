@@ -68,6 +68,7 @@ func (s *Sim) probe(n *node) {
 }
 
 func (s *Sim) probeNode(n *node, target int32) {
+	s.stats.probes++
 	n.probeSeq++
 	ps := &probeState{seq: n.probeSeq, target: target, sent: s.now}
 	n.probe = ps
@@ -154,6 +155,7 @@ func (s *Sim) probeDeadline(n *node, seq uint32) {
 	if ps.tcpAt != 0 && ps.tcpAt <= ps.sent+int64(s.cfg.ProbeInterval) {
 		return
 	}
+	s.stats.failedProbes++
 	v := s.viewOf(n, ps.target)
 	s.suspectNode(n, part{kind: pSuspect, node: ps.target, inc: v.inc, from: n.id})
 }

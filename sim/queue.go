@@ -33,11 +33,11 @@ import (
 // is a no-op for both, so it is not modelled.
 type bqueue struct {
 	retransmitMult int
-	tiers          []qtier         // by transmit count
-	width          int             // bucket slots per tier
-	slots          []qbucket       // tier t's buckets: slots[t*width:][:tiers[t].nb]
-	n              int             // items queued
-	named          map[int32]qitem // memberlist's tm: the queued item of each name
+	tiers          []qtier        // by transmit count
+	width          int            // bucket slots per tier
+	slots          []qbucket      // tier t's buckets: slots[t*width:][:tiers[t].nb]
+	n              int            // items queued
+	named          slotMap[qitem] // memberlist's tm: the queued item of each name
 	idGen          int64
 	pool           *qpool // where bucket buffers come from and go back to
 }
@@ -318,6 +318,10 @@ func (b *qbucket) place(buf []qent, i, free int, pool *qpool) {
 // with it.
 type qpool struct {
 	free [][][]qent // by log2(capacity/minBucketCap)
+	// dropped are the registry indexes of the items the queues dropped
+	// (replaced, pruned or sent for the last time), for their owner to
+	// take and clear.
+	dropped []uint32
 }
 
 const minBucketCap = 4
@@ -378,11 +382,12 @@ const noName = int32(-1)
 // they are looked at for every packet it sends, mostly to find them
 // empty or to take from their first tiers, and a pointer to follow was
 // a cache miss of its own.
-func newBQueue(retransmitMult int, pool *qpool) bqueue {
+// Names are node slots, below slots.
+func newBQueue(retransmitMult, slots int, pool *qpool) bqueue {
 	if pool == nil {
 		pool = new(qpool)
 	}
-	return bqueue{retransmitMult: retransmitMult, pool: pool}
+	return bqueue{retransmitMult: retransmitMult, pool: pool, named: newSlotMap[qitem](slots)}
 }
 
 // queue is QueueBroadcast of a message of size msgLen registered as ref;
@@ -395,7 +400,7 @@ func (q *bqueue) queue(ref uint32, msgLen int, name int32) {
 	}
 	it := qitem{id: q.idGen, transmits: 0, msgLen: int32(msgLen), ref: ref, name: name}
 	if name != noName {
-		if old, ok := q.named[name]; ok {
+		if old, ok := q.named.get(name); ok {
 			q.deleteItem(old)
 		}
 	}
@@ -453,11 +458,12 @@ func (q *bqueue) deleteItem(it qitem) {
 	if bi, ok := q.bucket(it.transmits, it.msgLen); ok {
 		b := &q.buckets(it.transmits)[bi]
 		if i, ok := slices.BinarySearchFunc(b.items(), it.id, cmpQEnt); ok {
+			q.pool.dropped = append(q.pool.dropped, b.items()[i].ref)
 			q.removeAt(it.transmits, bi, i)
 		}
 	}
 	if it.name != noName {
-		delete(q.named, it.name)
+		q.named.del(it.name)
 	}
 	if q.n == 0 {
 		q.idGen = 0
@@ -498,6 +504,7 @@ func (q *bqueue) addItem(it qitem) {
 		q.n++
 	default:
 		if i, ok := slices.BinarySearchFunc(items, it.id, cmpQEnt); ok {
+			q.pool.dropped = append(q.pool.dropped, items[i].ref)
 			items[i] = e
 		} else {
 			b.insert(i, e, q.pool)
@@ -506,10 +513,7 @@ func (q *bqueue) addItem(it qitem) {
 		}
 	}
 	if it.name != noName {
-		if q.named == nil {
-			q.named = make(map[int32]qitem)
-		}
-		q.named[it.name] = it
+		q.named.set(it.name, it)
 	}
 }
 
@@ -586,14 +590,18 @@ search:
 		tk := &takes[i]
 		b := &q.buckets(tk.t)[tk.bi]
 		blk := b.buf[b.hi-tk.k : b.hi]
+		last := int(tk.t)+1 >= transmitLimit
 		for j := len(blk) - 1; j >= 0; j-- {
 			out = append(out, blk[j].ref)
-			if blk[j].name != noName {
-				delete(q.named, blk[j].name)
+			if last {
+				if blk[j].name != noName {
+					q.named.del(blk[j].name)
+				}
+				q.pool.dropped = append(q.pool.dropped, blk[j].ref)
 			}
 		}
 		tk.off = int32(len(items))
-		if int(tk.t)+1 < transmitLimit {
+		if !last {
 			items = append(items, blk...)
 		}
 	}
@@ -668,10 +676,7 @@ func (q *bqueue) addBlock(t, l int32, blk []qent, tmp *[]qent) {
 	q.n += added
 	for j := len(blk) - 1; j >= 0; j-- {
 		if e := blk[j]; e.name != noName {
-			if q.named == nil {
-				q.named = make(map[int32]qitem)
-			}
-			q.named[e.name] = qitem{id: e.id, transmits: t, msgLen: l, ref: e.ref, name: e.name}
+			q.named.set(e.name, qitem{id: e.id, transmits: t, msgLen: l, ref: e.ref, name: e.name})
 		}
 	}
 }

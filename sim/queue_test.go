@@ -29,7 +29,7 @@ func compareQueues(t *testing.T, seed uint64) {
 	mult := 1 + rng.IntN(4)
 	numNodes := 1 + rng.IntN(20000)
 	real := &memberlist.TransmitLimitedQueue{NumNodes: func() int { return numNodes }, RetransmitMult: mult}
-	model := newBQueue(mult, nil)
+	model := newBQueue(mult, 40, nil)
 	names := 1 + rng.IntN(40)
 	maxSize := 4 + rng.IntN(600)
 	// Equal sizes make ties on length, so the id order is exercised.

@@ -108,6 +108,8 @@ type Counters struct {
 	Suspicions   uint64 `json:"suspicions"`
 	Deaths       uint64 `json:"deaths"`
 	Refutes      uint64 `json:"refutes"`
+	Probes       uint64 `json:"probes"`
+	FailedProbes uint64 `json:"failed_probes"`
 	QueuePruned  uint64 `json:"queue_pruned"`
 	Superseded   uint64 `json:"superseded_writes"`
 	AnswersDrop  uint64 `json:"answers_dropped"`
@@ -226,7 +228,7 @@ func (s *Sim) result() *Result {
 		Packets: s.stats.packets, PacketsLost: s.stats.lost, Streams: s.stats.streams, Bytes: s.stats.bytes,
 		DeltaCopies: s.stats.deltaCopies, GapPulls: s.stats.gapPulls, PushPulls: s.stats.pushPulls,
 		SyncRecords: s.stats.syncRecords, Suspicions: s.stats.suspicions, Deaths: s.stats.deaths,
-		Refutes: s.stats.refutes, QueuePruned: s.stats.queuePruned, Superseded: s.stats.supersededWrites, AnswersDrop: s.stats.answersDropped,
+		Refutes: s.stats.refutes, Probes: s.stats.probes, FailedProbes: s.stats.failedProbes, QueuePruned: s.stats.queuePruned, Superseded: s.stats.supersededWrites, AnswersDrop: s.stats.answersDropped,
 		Events: s.events, ClientsTotal: len(s.clients),
 	}
 	return r

@@ -52,7 +52,7 @@ func (s *Sim) initCore(n *node) {
 		Relay:         s.cfg.Relay,
 		AliveInterval: s.cfg.AliveInterval, LeaseTimeout: s.cfg.LeaseTimeout,
 		ReconnectInterval: s.cfg.ReconnectInterval, ReconnectTimeout: s.cfg.ReconnectTimeout,
-		Rand: s.rng, Origins: s.origins,
+		Rand: s.rng, Origins: s.origins, Trees: s.trees,
 	}, &n.cv, &n.cv)
 	if err != nil {
 		panic(fmt.Sprintf("sim: %v", err)) // Config.Validate checked every field
@@ -204,7 +204,9 @@ func (s *Sim) newUmsg(m *dissem.Message) *umsg {
 	ds := m.Deltas
 	u.clients = make([]int32, len(ds))
 	u.applied = make([]uint64, (s.cfg.Nodes+63)/64)
-	s.deltaMsgList = append(s.deltaMsgList, u)
+	if s.restarts {
+		s.deltaMsgList = append(s.deltaMsgList, u)
+	}
 	for i := range ds {
 		if cid, ok := s.byUser[ds[i].User()]; ok {
 			u.clients[i] = cid
@@ -263,11 +265,13 @@ func (s *Sim) enqueueBroadcast(n *node, m *umsg, name int32) {
 		ref, _ := s.register(part{kind: pUser, msg: m, size: m.size})
 		m.reg = ref + 1
 	}
+	m.queued++
 	n.queue.queue(m.reg-1, regLen(m.size), name)
 	if n.queue.numQueued() > s.cfg.MaxQueue {
 		n.queue.prune(s.cfg.MaxQueue)
 		s.stats.queuePruned++
 	}
+	s.releaseDropped()
 }
 
 // handleUser is Cluster.handle for one Rollcall message. A delta batch
@@ -451,10 +455,10 @@ func (s *Sim) pushPullSize(m *umsg) int {
 // membershipOf snapshots the non-default part of n's view, plus n itself,
 // as push/pull carries it.
 func (s *Sim) membershipOf(n *node) []memberState {
-	out := make([]memberState, 0, len(n.view)+1)
+	out := make([]memberState, 0, n.view.len()+1)
 	out = append(out, memberState{node: n.id, state: stAlive, inc: n.mlInc, life: n.life})
-	for _, p := range sortedKeys(n.view) {
-		v := n.view[p]
+	for _, p := range n.view.sortedSlots() {
+		v, _ := n.view.get(p)
 		out = append(out, memberState{node: p, state: v.state, inc: v.inc, life: v.life})
 	}
 	return out

@@ -30,6 +30,7 @@ type Sim struct {
 	nodes    []*node
 	group    []int32 // partition group per node; nil when whole
 	registry []part
+	regFree  []uint32  // free registry entries
 	refBuf   []uint32  // getBroadcasts scratch
 	qscratch qscratch  // getBroadcasts scratch
 	qpool    qpool     // the nodes' queues' spare bucket buffers
@@ -46,10 +47,14 @@ type Sim struct {
 	emptyEntry int
 
 	// deltaMsgList holds every delta message made, for a restart to clear
-	// its node's applied bits.
+	// its node's applied bits; kept only when a node restarts (restarts),
+	// else a message is garbage once delivered and dequeued.
 	deltaMsgList []*umsg
+	restarts     bool
 	// origins numbers the origins for every node's core alike
 	origins *dissem.OriginTable
+	// trees shares relay trees between nodes with equal member lists
+	trees *dissem.TreeTable
 
 	clients  []*client
 	online   []int32 // clients with a live session, for picking
@@ -76,6 +81,9 @@ type counters struct {
 	supersededWrites              uint64
 	answersDropped                uint64
 	suspicions, deaths, refutes   uint64
+	// probes counts failure-detector probes; failedProbes those that ended
+	// without an ack, indirect ack or TCP answer (each raises a suspicion).
+	probes, failedProbes uint64
 	// sent counts the Rollcall messages owners and relays send
 	// themselves, by type and by packet (0) or stream (1), as gossip's
 	// Stats.Sent does: messages and their encoded bytes
@@ -93,6 +101,10 @@ func New(cfg Config) (*Sim, error) {
 		byUser:   make(map[string]int32),
 		openByCl: make(map[int32][]*change),
 		origins:  dissem.NewOriginTable(),
+		trees:    dissem.NewTreeTable(),
+	}
+	for _, c := range cfg.Crashes {
+		s.restarts = s.restarts || c.Restart > 0
 	}
 	width := len(fmt.Sprint(cfg.Nodes - 1))
 	s.names = make([]string, cfg.Nodes)
@@ -310,8 +322,8 @@ type node struct {
 
 	// memberlist
 	mlInc    uint32
-	mlQueue  bqueue              // memberlist's own broadcast queue
-	view     map[int32]*peerView // peers whose state differs from "alive, incarnation 1, life 1"
+	mlQueue  bqueue            // memberlist's own broadcast queue
+	view     slotMap[peerView] // peers whose state differs from "alive, incarnation 1, life 1"
 	probeSeq uint32
 	probeIdx int
 	probeA   uint64 // probe order of this pass: i -> (probeA*i + probeB) mod Nodes
@@ -331,11 +343,11 @@ func (s *Sim) newNode(id int32, life, mlInc uint32) (*node, error) {
 		id: id, name: s.names[id], up: true, life: life, born: s.now,
 		self: self, r: r,
 		mlInc:   mlInc,
-		view:    make(map[int32]*peerView),
+		view:    newSlotMap[peerView](s.cfg.Nodes),
 		helping: make(map[uint32]*helpState),
 	}
 	s.initCore(n)
-	n.queue = newBQueue(s.cfg.RetransmitMult, &s.qpool)
-	n.mlQueue = newBQueue(s.cfg.RetransmitMult, &s.qpool)
+	n.queue = newBQueue(s.cfg.RetransmitMult, s.cfg.Nodes, &s.qpool)
+	n.mlQueue = newBQueue(s.cfg.RetransmitMult, s.cfg.Nodes, &s.qpool)
 	return n, nil
 }

@@ -274,6 +274,10 @@ func TestRestartedNodeAppliesAgain(t *testing.T) {
 	for _, threshold := range []int{64, 4} { // eager, epidemic
 		cfg := small()
 		cfg.EagerThreshold = threshold
+		// A scenario with a restart: the simulator then keeps what a
+		// restarted node must apply again. This test crashes and restarts
+		// node 1 itself, before the scheduled ones.
+		cfg.Crashes = []Crash{{Node: 1, At: cfg.Duration - 2*time.Second, Restart: cfg.Duration - time.Second}}
 		s, err := New(cfg)
 		if err != nil {
 			t.Fatal(err)

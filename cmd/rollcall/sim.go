@@ -32,7 +32,11 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	sim.TuneGC()
+	largest := 0
+	for _, cfg := range runs {
+		largest = max(largest, cfg.Nodes)
+	}
+	sim.TuneGC(largest)
 	if o.CPUProfile != "" {
 		stop, err := startCPUProfile(o.CPUProfile)
 		if err != nil {

@@ -147,5 +147,6 @@ func writeSummary(w io.Writer, r *sim.Result) {
 	p("offline after gateway crash", "%s", det(r.NodeCrash))
 	p("false offline", "%d (session, node) incidents, %gs in total", r.FalseOffline, r.FalseOfflineS)
 	p("ghost time", "mean %gms, max %gms", r.GhostMS, r.GhostMaxMS)
-	p("failure detector", "%d suspicions, %d deaths declared, %d refutes", r.Counters.Suspicions, r.Counters.Deaths, r.Counters.Refutes)
+	p("failure detector", "%d probes, %d failed; %d suspicions, %d deaths declared, %d refutes",
+		r.Counters.Probes, r.Counters.FailedProbes, r.Counters.Suspicions, r.Counters.Deaths, r.Counters.Refutes)
 }
