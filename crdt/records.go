@@ -43,13 +43,15 @@ type record struct {
 
 // recPageBits sizes the slab's pages: 4096 records (320 KiB) each, so
 // growing the slab past its first page never copies it. The first page
-// starts at recFirstPageLen records and doubles up to the full size, so a
-// replica holding few sessions (a simulator runs thousands of replicas)
-// costs a few hundred bytes of slab, not a full page.
+// starts at recFirstPageLen records and doubles up to recFirstPageJump,
+// then takes the full size, so a replica holding few sessions (a simulator
+// runs thousands of replicas) costs a few hundred bytes of slab, not a
+// full page.
 const (
-	recPageBits     = 12
-	recPageLen      = 1 << recPageBits
-	recFirstPageLen = 8
+	recPageBits      = 12
+	recPageLen       = 1 << recPageBits
+	recFirstPageLen  = 8
+	recFirstPageJump = 512
 )
 
 // recSlab holds the records; record 0 is never used.
@@ -92,9 +94,15 @@ func (sl *recSlab) alloc() recID {
 		case page == len(sl.pages):
 			sl.pages = append(sl.pages, make([]record, recPageLen))
 		case slot == len(sl.pages[page]):
-			// The first page is full but short: double it. No *record
-			// is held across alloc, so moving the records is safe.
-			grown := make([]record, min(2*slot, recPageLen))
+			// The first page is full but short: double it, or past
+			// recFirstPageJump records take the full size at once, so a
+			// replica that grows large leaves little garbage behind. No
+			// *record is held across alloc, so moving the records is safe.
+			size := 2 * slot
+			if size > recFirstPageJump {
+				size = recPageLen
+			}
+			grown := make([]record, size)
 			copy(grown, sl.pages[page])
 			sl.pages[page] = grown
 		}
