@@ -206,6 +206,41 @@ func BenchmarkMemoryPerRecord(b *testing.B) {
 	}
 }
 
+// BenchmarkSmallReplicaMemory builds 1000 replicas holding 0, 1 and 10
+// sessions each, as a simulator runs one per simulated node, and reports
+// the live heap each takes: what a small replica costs before its tables
+// reach their full sizes.
+func BenchmarkSmallReplicaMemory(b *testing.B) {
+	const replicas = 1000
+	for _, held := range []int{0, 1, 10} {
+		b.Run(fmt.Sprintf("sessions=%d", held), func(b *testing.B) {
+			var ds []Delta
+			if held > 0 {
+				ds = benchDeltas(b, held, 1)
+			}
+			for range b.N {
+				b.StopTimer()
+				before := heapInUse()
+				b.StartTimer()
+				rs := make([]*Replica, replicas)
+				for i := range rs {
+					rs[i] = newTestReplica(b, fmt.Sprintf("n%04d", i), 1, Config{})
+					for _, d := range ds {
+						if _, _, err := rs[i].Apply(d, 1); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				b.StopTimer()
+				after := heapInUse()
+				runtime.KeepAlive(rs)
+				b.ReportMetric(float64(after-before)/replicas, "heap-B/replica")
+				b.StartTimer()
+			}
+		})
+	}
+}
+
 // BenchmarkDigestDiff: two replicas of 1M records from 10 gateways, one
 // missing 1% of them; time the anti-entropy exchange that repairs it
 // (Digest on the lagging side, Diff on the other, ApplySync), and report how

@@ -41,8 +41,9 @@
 // # Memory
 //
 // Every gateway holds every session of the cluster, so a replica holds its
-// records compactly: a fixed-size record without Go pointers in a slab,
-// its names interned (refcounted: a name goes with its last record) in one
+// records compactly: a fixed-size record without Go pointers in a slab
+// (whose first page grows from a few records, so the thousands of small
+// replicas of a simulator cost little), its names interned (refcounted: a name goes with its last record) in one
 // byte arena, its groups an interned set, its origin's log 16 bytes an
 // item (records.go, names.go, groupsets.go). The collector has almost
 // nothing to trace however large the replica. A replica copies what it

@@ -42,20 +42,29 @@ type record struct {
 }
 
 // recPageBits sizes the slab's pages: 4096 records (320 KiB) each, so
-// growing the slab never copies it.
-const recPageBits = 12
-
-type recPage [1 << recPageBits]record
+// growing the slab past its first page never copies it. The first page
+// starts at recFirstPageLen records and doubles up to recFirstPageJump,
+// then takes the full size, so a replica holding few sessions (a simulator
+// runs thousands of replicas) costs a few hundred bytes of slab, not a
+// full page.
+const (
+	recPageBits      = 12
+	recPageLen       = 1 << recPageBits
+	recFirstPageLen  = 8
+	recFirstPageJump = 512
+)
 
 // recSlab holds the records; record 0 is never used.
 type recSlab struct {
-	pages []*recPage
+	// pages hold the records: every page but the first recPageLen long,
+	// the first growing (by copying) until it is.
+	pages [][]record
 	n     int     // slots used, free ones included
 	free  []recID // free slots, reused first
 }
 
 func (sl *recSlab) at(id recID) *record {
-	return &sl.pages[id>>recPageBits][id&(1<<recPageBits-1)]
+	return &sl.pages[id>>recPageBits][id&(recPageLen-1)]
 }
 
 // get returns the record in a slot, or nil for a free slot or none.
@@ -79,8 +88,23 @@ func (sl *recSlab) alloc() recID {
 		if sl.n == 0 {
 			sl.n = 1 // slot 0 is none
 		}
-		if sl.n>>recPageBits == len(sl.pages) {
-			sl.pages = append(sl.pages, new(recPage))
+		switch page, slot := sl.n>>recPageBits, sl.n&(recPageLen-1); {
+		case page == len(sl.pages) && page == 0:
+			sl.pages = append(sl.pages, make([]record, recFirstPageLen))
+		case page == len(sl.pages):
+			sl.pages = append(sl.pages, make([]record, recPageLen))
+		case slot == len(sl.pages[page]):
+			// The first page is full but short: double it, or past
+			// recFirstPageJump records take the full size at once, so a
+			// replica that grows large leaves little garbage behind. No
+			// *record is held across alloc, so moving the records is safe.
+			size := 2 * slot
+			if size > recFirstPageJump {
+				size = recPageLen
+			}
+			grown := make([]record, size)
+			copy(grown, sl.pages[page])
+			sl.pages[page] = grown
 		}
 		id = recID(sl.n)
 		sl.n++

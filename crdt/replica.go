@@ -318,17 +318,49 @@ func (r *Replica) dropSessions(st *originState, now int64) []string {
 	return users
 }
 
+// chainScanMax is how many records of a user's chain findKey walks
+// before it asks the key table instead.
+const chainScanMax = 8
+
 // find returns the record of a key, or 0.
 func (r *Replica) find(k Key) recID {
-	user := r.names.lookup(k.User)
-	if user == 0 {
-		return 0
+	id, _, _ := r.findKey(k.User, k.Device)
+	return id
+}
+
+// findKey returns the record of key (user, device), or 0, with the IDs of
+// the user and device names when held (0 when not; device may be 0 when
+// the record is not held although the name is).
+//
+// Most users hold a few sessions, and the user's name heads the chain of
+// its records: walking it compares each record's device in place, where
+// the key table needs the device name's lookup and then its own slot, a
+// chain of cold loads on a replica the cache has not seen lately (the
+// simulator merges each delta at thousands of replicas in turn). A longer
+// chain, which a user with many devices makes, is left to the key table.
+func (r *Replica) findKey(user, device string) (id recID, userID, deviceID nameID) {
+	userID = r.names.lookup(user)
+	if userID == 0 {
+		return 0, 0, 0
 	}
-	device := r.names.lookup(k.Device)
-	if device == 0 {
-		return 0
+	id = r.names.recs[userID].head
+	for range chainScanMax {
+		if id == 0 {
+			return 0, userID, 0 // the whole chain: not held
+		}
+		rec := r.recs.at(id)
+		if r.names.equal(rec.device, device) {
+			return id, userID, rec.device
+		}
+		id = rec.next
 	}
-	return r.keys.find(&r.recs, user, device)
+	if id == 0 {
+		return 0, userID, 0
+	}
+	if deviceID = r.names.lookup(device); deviceID == 0 {
+		return 0, userID, 0
+	}
+	return r.keys.find(&r.recs, userID, deviceID), userID, deviceID
 }
 
 // keyOf returns a record's key as new strings.
@@ -370,13 +402,7 @@ func (r *Replica) compareHeld(rec *record, s *Session) int {
 // keeps of s. It reports whether s was taken. st is the state of s.Origin
 // (callers have it).
 func (r *Replica) mergeSession(st *originState, s *Session, now int64) bool {
-	var id recID
-	user, device := r.names.lookup(s.User), nameID(0)
-	if user != 0 {
-		if device = r.names.lookup(s.Device); device != 0 {
-			id = r.keys.find(&r.recs, user, device)
-		}
-	}
+	id, user, device := r.findKey(s.User, s.Device)
 	var cur *record
 	if id != 0 {
 		cur = r.recs.at(id)
