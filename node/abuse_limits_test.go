@@ -413,7 +413,12 @@ func TestSetLimits(t *testing.T) {
 	c := dialFrom(t, n, "127.0.0.2") // the cap is per address: 127.0.0.2 holds none
 	c.send(map[string]any{"op": "hello", "user": "u", "device": "tablet"})
 	c.expectError(protocol.CodeTooManySessions)
-	if f := dial(t, n).recv(); f.str("code") != string(protocol.CodeTooManyConnections) {
+	if testTransport == "ws" {
+		// Over WebSocket the upgrade request is an HTTP connection, which
+		// counts against the same cap and is refused at accept with 429.
+		code, body := dialHTTP(t, n).get("/ws")
+		expectHTTPError(t, code, body, http.StatusTooManyRequests, protocol.CodeTooManyConnections, "connections to the gateway")
+	} else if f := dial(t, n).recv(); f.str("code") != string(protocol.CodeTooManyConnections) {
 		t.Fatalf("connection past the lowered per-address cap got %v", f)
 	}
 
