@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/rollcall/rollcall/protocol"
 )
@@ -58,15 +59,7 @@ func (n *Node) allowHelloFrom(src netip.Addr, now int64) *requestError {
 	if !src.IsValid() || lim.IPHelloRate <= 0 {
 		return nil
 	}
-	h := n.hellos
-	h.mu.Lock()
-	b := h.bySrc[src]
-	if b == nil {
-		b = &tokenBucket{}
-		h.bySrc[src] = b
-	}
-	ok, wait := b.allow(now, lim.IPHelloRate, lim.IPHelloBurst)
-	h.mu.Unlock()
+	ok, wait := takeHello(n.hellos, n.hellos.bySrc, src, now, lim.IPHelloRate, lim.IPHelloBurst)
 	if ok {
 		return nil
 	}
@@ -82,15 +75,7 @@ func (n *Node) allowHelloOf(user string, now int64) *requestError {
 	if lim.UserHelloRate <= 0 {
 		return nil
 	}
-	h := n.hellos
-	h.mu.Lock()
-	b := h.byUser[user]
-	if b == nil {
-		b = &tokenBucket{}
-		h.byUser[user] = b
-	}
-	ok, wait := b.allow(now, lim.UserHelloRate, lim.UserHelloBurst)
-	h.mu.Unlock()
+	ok, wait := takeHello(n.hellos, n.hellos.byUser, user, now, lim.UserHelloRate, lim.UserHelloBurst)
 	if ok {
 		return nil
 	}
@@ -116,4 +101,17 @@ func (n *Node) pruneHellos(now int64) {
 			delete(h.bySrc, s)
 		}
 	}
+}
+
+// takeHello takes a hello from key's bucket in buckets (h.bySrc or
+// h.byUser) under h.mu, making the bucket on first use.
+func takeHello[K comparable](h *helloLimiter, buckets map[K]*tokenBucket, key K, now int64, rate float64, burst int) (bool, time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	b := buckets[key]
+	if b == nil {
+		b = &tokenBucket{}
+		buckets[key] = b
+	}
+	return b.allow(now, rate, burst)
 }
