@@ -36,8 +36,10 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.7.0
 
 all: build
 
+# Release-style: no symbol table or DWARF (-s -w; panics and profiles
+# still name functions), no build-machine paths (-trimpath).
 build:
-	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/rollcall
+	$(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(BIN) ./cmd/rollcall
 
 # All packages, race detector on, the bench lab's too. Property tests run
 # 1,000 cases per law. The gateway's protocol suite runs again over
