@@ -203,6 +203,7 @@ type Node struct {
 	answering int
 	leaving   bool
 	dead      int    // peers in StateDead, not forgotten (reconnect rounds)
+	unlisted  int    // peers memberlist has not reported (whose leases every mode enforces)
 	slab      []peer // records not yet handed out
 }
 
@@ -255,6 +256,19 @@ func (p *peer) setState(n *Node, state MemberState, forgotten bool) {
 	if p.state == StateDead && !p.forgotten {
 		n.dead++
 	}
+}
+
+// setListed records whether memberlist reported the peer, keeping the
+// node's count of unlisted peers in step.
+func (p *peer) setListed(n *Node, listed bool) {
+	if p.listed != listed {
+		if listed {
+			n.unlisted--
+		} else {
+			n.unlisted++
+		}
+	}
+	p.listed = listed
 }
 
 // revival is a peer heard again after it was marked down, whose writes up
@@ -496,9 +510,11 @@ func (n *Node) Step(m *Message, now int64) {
 	case TypePull, TypeState, TypePullPage:
 		n.answer(m.Digest)
 	case TypeSync:
+		n.leaseOrigins(m.Sync, now)
 		n.out().Apply = append(n.rd.Apply, Apply{Kind: ApplySync, Sync: m.Sync, Msg: m})
 		n.recheck = true
 	case TypeSyncPage:
+		n.leaseOrigins(m.Sync, now)
 		n.out().Apply = append(n.rd.Apply, Apply{Kind: ApplySync, Sync: m.Sync, Msg: m, Partial: !m.Page.Last})
 		n.recheck = true
 		n.stepPage(m.Page, m.Sync.Len(), now)
@@ -627,6 +643,7 @@ func (n *Node) peer(name string) *peer {
 		n.slab = n.slab[1:]
 		p.incarnation = n.members.Incarnation(name)
 		n.peers[name] = p
+		n.unlisted++
 	}
 	return p
 }
@@ -666,6 +683,7 @@ func (n *Node) stepDeltas(m *Message, now int64) {
 		}
 		// Eager deltas come straight from their owner: proof it is alive.
 		if relayed {
+			n.leaseOrigin(o.Node, now)
 			continue
 		}
 		if n.peer(o.Node).lease.heardAt(now) {
@@ -823,15 +841,38 @@ func (n *Node) checkRevivals(now int64) {
 	}
 }
 
-// expireLeases marks down the peers whose lease passed (eager mode only:
-// LeasesEnforced), in name order.
+// leaseOrigin starts the lease of the node of an origin whose records
+// arrived, if it has none. Every node whose records this replica holds is
+// leased: a member from memberlist's report of it (MemberAlive), and a
+// node memberlist does not list (a member not reported yet, one gone
+// before this node joined, or a name a sender made up) from the first of
+// its records heard of. The lease of a node memberlist does not list is
+// enforced in every mode (expireLeases): nothing else would ever show its
+// sessions expired, and GC purges them once shown expired long enough.
+func (n *Node) leaseOrigin(name string, now int64) {
+	if name != n.name {
+		n.peer(name).lease.begin(now)
+	}
+}
+
+// leaseOrigins starts the leases of a sync's origins (leaseOrigin).
+func (n *Node) leaseOrigins(s crdt.Sync, now int64) {
+	for i := range s {
+		n.leaseOrigin(s[i].Origin.Node, now)
+	}
+}
+
+// expireLeases marks down the peers whose lease passed, in name order: in
+// eager mode (LeasesEnforced) every peer's, in the others only those of
+// nodes memberlist does not list, whose failures it never reports.
 func (n *Node) expireLeases(now int64) {
-	if !LeasesEnforced(n.Mode()) {
+	enforced := LeasesEnforced(n.Mode())
+	if !enforced && n.unlisted == 0 {
 		return
 	}
 	var expired []string
 	for name, p := range n.peers {
-		if p.lease.expire(now, n.cfg.LeaseTimeout) {
+		if (enforced || !p.listed) && p.lease.expire(now, n.cfg.LeaseTimeout) {
 			expired = append(expired, name)
 		}
 	}
@@ -885,7 +926,8 @@ func (n *Node) MemberAlive(name string, meta Meta, now int64) {
 	}
 	wasAlive := p.state == StateAlive && p.listed
 	p.setState(n, StateAlive, false)
-	p.listed, p.leaving = true, false
+	p.setListed(n, true)
+	p.leaving = false
 	p.lease.begin(now)
 	if a := n.alive(); !wasAlive && !n.leaving && a.Watermark > 0 {
 		// Tell it at once how far this node's writes go: it learns of
@@ -912,7 +954,8 @@ func (n *Node) MemberFailed(name string, left bool, now int64) {
 	if p.leaving {
 		left = true
 	}
-	p.deadSince, p.listed = now, true
+	p.deadSince = now
+	p.setListed(n, true)
 	if left {
 		p.setState(n, StateLeft, false)
 		p.leftInc = p.incarnation
@@ -953,7 +996,7 @@ func (n *Node) Unlist(name string) {
 	}
 	p := n.peer(name)
 	p.setState(n, StateDead, true)
-	p.listed = false
+	p.setListed(n, false)
 }
 
 // PeerInfo is what a node knows of a peer, for status pages and clients.

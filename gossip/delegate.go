@@ -75,7 +75,10 @@ var _ memberlist.AliveDelegate = (*aliveFilter)(nil)
 
 // NotifyAlive refuses a member that no Rollcall node would announce.
 func (a *aliveFilter) NotifyAlive(n *memberlist.Node) error {
-	return checkMember(n)
+	if err := checkMember(n); err != nil {
+		return err
+	}
+	return (*Cluster)(a).screenMember(n)
 }
 
 // checkMember reports why n cannot be a Rollcall gateway, or nil.
