@@ -81,6 +81,11 @@ type Cluster struct {
 	routeMu  sync.Mutex
 	routeSeq uint64
 	routes   map[uint64]chan dissem.RouteAck
+
+	// members is each member's metadata as memberlist's events reported
+	// it, for the alive filter (validate.go), which memberlist calls with
+	// its own lock held and so cannot wait for mu to read view.
+	members memberBook
 }
 
 // memberView is memberlist's member list as the events told it: what the

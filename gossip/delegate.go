@@ -149,6 +149,8 @@ func (c *Cluster) observeMember(n *memberlist.Node, state string) {
 	if err != nil {
 		c.stats.BadMessages.Add(1)
 		c.log.Warn("member with unreadable metadata", zap.String("node", n.Name), zap.Error(err))
+	} else {
+		c.members.set(n.Name, m)
 	}
 	wake := false
 	c.step(func(now int64) {

@@ -96,11 +96,12 @@ func (hc *hostileCluster) sendMsg(b []byte, err error) {
 	hc.send(b)
 }
 
-// A memberlist alive naming n1, at n1's own address, whose metadata gives
-// the Rollcall incarnation 2^64-1: it retired every session of n1 on n0,
-// for good.
-func TestHostileForgedMemberAlive(t *testing.T) {
-	hc := newHostileCluster(t)
+// forgeMemberAlive sends n0 memberlist's alive message for n1, at n1's
+// own address and a memberlist incarnation above n1's, with meta as n1's
+// metadata: memberlist takes it as n1's newest word.
+func (hc *hostileCluster) forgeMemberAlive(meta dissem.Meta) {
+	t := hc.t
+	t.Helper()
 	var n1 mlAlive
 	for _, m := range hc.nodes[0].ml.Members() {
 		if m.Name == "n1" {
@@ -111,7 +112,7 @@ func TestHostileForgedMemberAlive(t *testing.T) {
 	if n1.Node == "" {
 		t.Fatal("n0 does not list n1")
 	}
-	n1.Meta = dissem.EncodeMeta(dissem.Meta{Incarnation: math.MaxUint64, ClientAddr: n1ClientAddr})
+	n1.Meta = dissem.EncodeMeta(meta)
 	var buf bytes.Buffer
 	buf.WriteByte(4) // memberlist's aliveMsg
 	if err := codec.NewEncoder(&buf, &codec.MsgpackHandle{}).Encode(&n1); err != nil {
@@ -120,6 +121,14 @@ func TestHostileForgedMemberAlive(t *testing.T) {
 	if _, err := hc.attacker.Write(buf.Bytes()); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A memberlist alive naming n1, at n1's own address, whose metadata gives
+// the Rollcall incarnation 2^64-1: it retired every session of n1 on n0,
+// for good.
+func TestHostileForgedMemberAlive(t *testing.T) {
+	hc := newHostileCluster(t)
+	hc.forgeMemberAlive(dissem.Meta{Incarnation: math.MaxUint64, ClientAddr: n1ClientAddr})
 	waitFor(t, 10*time.Second, "the forged alive refused, or taken", func() bool {
 		return hc.refused(refusedIncarnation) > 0 || !hc.hosts[0].presence("alice").Online
 	})
@@ -306,5 +315,20 @@ func TestHostileGarbage(t *testing.T) {
 	waitFor(t, 10*time.Second, "the garbage counted", func() bool {
 		return hc.nodes[0].stats.BadMessages.Load()-bad >= uint64(sent)
 	})
+	hc.stillServing(t, "bob")
+}
+
+// A memberlist alive naming n1 with n1's own incarnation and another
+// client address: n0 took it as n1's address until n1 refuted it.
+func TestHostileForgedMemberClientAddress(t *testing.T) {
+	hc := newHostileCluster(t)
+	const evil = "203.0.113.66:7400"
+	hc.forgeMemberAlive(dissem.Meta{Incarnation: 1, ClientAddr: evil})
+	waitFor(t, 10*time.Second, "the spoofed address refused, or taken", func() bool {
+		return hc.refused(refusedClientAddr) > 0 || hc.nodes[0].ClientAddrOf("n1") == evil
+	})
+	if got := hc.nodes[0].ClientAddrOf("n1"); got != n1ClientAddr {
+		t.Fatalf("n0 says n1's client address is %q", got)
+	}
 	hc.stillServing(t, "bob")
 }

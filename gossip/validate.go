@@ -308,7 +308,8 @@ func (c *Cluster) memberClientAddr(a dissem.Alive) (string, error) {
 
 // screenMember checks what a memberlist member's metadata says: its
 // incarnation within the bounds, and a client address that is a
-// host:port. Called by the alive filter, with memberlist's lock held.
+// host:port and, for an incarnation already reported, the one it
+// published then. Called by the alive filter, with memberlist's lock held.
 func (c *Cluster) screenMember(n *memberlist.Node) error {
 	m, err := dissem.DecodeMeta(n.Meta)
 	if err != nil {
@@ -320,10 +321,40 @@ func (c *Cluster) screenMember(n *memberlist.Node) error {
 			err = refuse(refusedClientAddr, "member %q: client address %q: %v", n.Name, m.ClientAddr, err)
 		}
 	}
+	if prev, ok := c.members.get(n.Name); err == nil && ok && prev.Incarnation == m.Incarnation && prev.ClientAddr != m.ClientAddr {
+		// A gateway's client address is settled at its start: only a new
+		// incarnation may publish another.
+		err = refuse(refusedClientAddr, "member %q, incarnation %d: client address %q; it published %q",
+			n.Name, m.Incarnation, m.ClientAddr, prev.ClientAddr)
+	}
 	if err != nil {
 		c.refused(err, "a member's metadata")
 	}
 	return err
+}
+
+// memberBook holds the metadata of each member memberlist reported, by
+// name. It takes a lock of its own, a leaf: the alive filter reads it
+// with memberlist's lock held.
+type memberBook struct {
+	mu   sync.Mutex
+	meta map[string]dissem.Meta
+}
+
+func (b *memberBook) set(name string, m dissem.Meta) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.meta == nil {
+		b.meta = make(map[string]dissem.Meta)
+	}
+	b.meta[name] = m
+}
+
+func (b *memberBook) get(name string) (dissem.Meta, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	m, ok := b.meta[name]
+	return m, ok
 }
 
 // checkHostPort reports whether addr is host:port with a host and a port
