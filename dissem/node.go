@@ -134,6 +134,15 @@ type Members interface {
 	Incarnation(name string) uint64
 }
 
+// Lister is what a Members may also be: one that tells at once whether it
+// lists a node. A node whose Members is a Lister leases strangers, the
+// nodes whose records it holds that it does not list (see leaseOrigin);
+// one whose Members is not (the simulator's: every node of a simulation
+// is listed) has none.
+type Lister interface {
+	Listed(name string) bool
+}
+
 // Replica is what the node reads of the local replica.
 type Replica interface {
 	// Watermark is the replica's watermark for origin o, O(1).
@@ -203,7 +212,8 @@ type Node struct {
 	answering int
 	leaving   bool
 	dead      int    // peers in StateDead, not forgotten (reconnect rounds)
-	unlisted  int    // peers memberlist has not reported (whose leases every mode enforces)
+	strangers int    // peers that are strangers (whose leases every mode enforces)
+	lister    Lister // members, if it is one
 	slab      []peer // records not yet handed out
 }
 
@@ -230,6 +240,7 @@ type peer struct {
 	sessions    int
 	state       MemberState
 	listed      bool  // memberlist reported it (a join or update)
+	stranger    bool  // not listed by Members when first heard of, nor reported since (leaseOrigin)
 	leaving     bool  // it announced a graceful leave
 	forgotten   bool  // dead past ReconnectTimeout
 	deadSince   int64 // when memberlist declared it dead
@@ -258,17 +269,12 @@ func (p *peer) setState(n *Node, state MemberState, forgotten bool) {
 	}
 }
 
-// setListed records whether memberlist reported the peer, keeping the
-// node's count of unlisted peers in step.
-func (p *peer) setListed(n *Node, listed bool) {
-	if p.listed != listed {
-		if listed {
-			n.unlisted--
-		} else {
-			n.unlisted++
-		}
+// known clears the peer's stranger mark: memberlist reported it.
+func (p *peer) known(n *Node) {
+	if p.stranger {
+		p.stranger = false
+		n.strangers--
 	}
-	p.listed = listed
 }
 
 // revival is a peer heard again after it was marked down, whose writes up
@@ -319,6 +325,7 @@ func (n *Node) Init(cfg Config, members Members, replica Replica) error {
 		quietAt: math.MinInt64, // no window open: the first write goes at once
 	}
 	n.rd = &n.bufs[0]
+	n.lister, _ = members.(Lister)
 	return nil
 }
 
@@ -643,7 +650,10 @@ func (n *Node) peer(name string) *peer {
 		n.slab = n.slab[1:]
 		p.incarnation = n.members.Incarnation(name)
 		n.peers[name] = p
-		n.unlisted++
+		if n.lister != nil && !n.lister.Listed(name) {
+			p.stranger = true
+			n.strangers++
+		}
 	}
 	return p
 }
@@ -844,11 +854,13 @@ func (n *Node) checkRevivals(now int64) {
 // leaseOrigin starts the lease of the node of an origin whose records
 // arrived, if it has none. Every node whose records this replica holds is
 // leased: a member from memberlist's report of it (MemberAlive), and a
-// node memberlist does not list (a member not reported yet, one gone
-// before this node joined, or a name a sender made up) from the first of
-// its records heard of. The lease of a node memberlist does not list is
-// enforced in every mode (expireLeases): nothing else would ever show its
-// sessions expired, and GC purges them once shown expired long enough.
+// stranger (a node Members did not list when this node first heard of it,
+// and memberlist has not reported since: a member not reported yet, one
+// gone before this node joined, or a name a sender made up) from the
+// first of its records heard of. A stranger's lease is enforced in every
+// mode (expireLeases): nothing else would ever show its sessions expired,
+// as its failure is nobody's to report; the driver's GC purges them once
+// shown expired past its purge horizon.
 func (n *Node) leaseOrigin(name string, now int64) {
 	if name != n.name {
 		n.peer(name).lease.begin(now)
@@ -863,16 +875,16 @@ func (n *Node) leaseOrigins(s crdt.Sync, now int64) {
 }
 
 // expireLeases marks down the peers whose lease passed, in name order: in
-// eager mode (LeasesEnforced) every peer's, in the others only those of
-// nodes memberlist does not list, whose failures it never reports.
+// eager mode (LeasesEnforced) every peer's, in the others only strangers'
+// (leaseOrigin).
 func (n *Node) expireLeases(now int64) {
 	enforced := LeasesEnforced(n.Mode())
-	if !enforced && n.unlisted == 0 {
+	if !enforced && n.strangers == 0 {
 		return
 	}
 	var expired []string
 	for name, p := range n.peers {
-		if (enforced || !p.listed) && p.lease.expire(now, n.cfg.LeaseTimeout) {
+		if (enforced || p.stranger) && p.lease.expire(now, n.cfg.LeaseTimeout) {
 			expired = append(expired, name)
 		}
 	}
@@ -926,8 +938,8 @@ func (n *Node) MemberAlive(name string, meta Meta, now int64) {
 	}
 	wasAlive := p.state == StateAlive && p.listed
 	p.setState(n, StateAlive, false)
-	p.setListed(n, true)
-	p.leaving = false
+	p.listed, p.leaving = true, false
+	p.known(n)
 	p.lease.begin(now)
 	if a := n.alive(); !wasAlive && !n.leaving && a.Watermark > 0 {
 		// Tell it at once how far this node's writes go: it learns of
@@ -954,8 +966,8 @@ func (n *Node) MemberFailed(name string, left bool, now int64) {
 	if p.leaving {
 		left = true
 	}
-	p.deadSince = now
-	p.setListed(n, true)
+	p.deadSince, p.listed = now, true
+	p.known(n)
 	if left {
 		p.setState(n, StateLeft, false)
 		p.leftInc = p.incarnation
@@ -996,7 +1008,7 @@ func (n *Node) Unlist(name string) {
 	}
 	p := n.peer(name)
 	p.setState(n, StateDead, true)
-	p.setListed(n, false)
+	p.listed = false
 }
 
 // PeerInfo is what a node knows of a peer, for status pages and clients.
