@@ -151,7 +151,7 @@ func (w *zapWriter) Write(p []byte) (int, error) {
 	switch {
 	case strings.Contains(s, "use of closed network connection"):
 		w.log.Debug(s) // sockets closing under a send during shutdown
-	case strings.Contains(s, "ignoring alive message"):
+	case strings.Contains(s, "ignoring alive message") && strings.Contains(s, outOfBounds):
 		w.log.Debug(s) // the alive filter's refusal, which it logs rate-limited itself
 	case strings.Contains(s, "[ERR]"):
 		w.log.Error(s)

@@ -84,7 +84,12 @@ type refusedError struct {
 	err    error
 }
 
-func (e *refusedError) Error() string { return e.err.Error() }
+func (e *refusedError) Error() string { return outOfBounds + e.err.Error() }
+
+// outOfBounds starts every refusal's text; memberlist logs the alive
+// filter's errors, and its lines about refusals are turned down to debug
+// (zapWriter): the refusal is logged here, rate-limited.
+const outOfBounds = "out of bounds: "
 
 func refuse(reason refusal, format string, args ...any) error {
 	return &refusedError{reason: reason, err: fmt.Errorf(format, args...)}
