@@ -332,3 +332,31 @@ func TestHostileForgedMemberClientAddress(t *testing.T) {
 	}
 	hc.stillServing(t, "bob")
 }
+
+// An account record in n1's name stamped at the end of time: it won every
+// merge for ever, so alice's own account settings never showed again.
+func TestHostileAccountStampInTheFuture(t *testing.T) {
+	hc := newHostileCluster(t)
+	o, w := hc.n1Origin()
+	forged := &crdt.Account{User: "alice", Override: crdt.OverrideDND, Writer: "n1", Origin: o, Version: w + 1000,
+		Stamp: crdt.Timestamp{Wall: math.MaxInt64, Logical: math.MaxUint32}}
+	hc.sendMsg(dissem.EncodeDeltas([]crdt.Delta{{Since: w + 999, Account: forged}}))
+	override := func() crdt.Override {
+		var a crdt.Account
+		hc.hosts[0].Do(func(r *crdt.Replica) { a, _ = r.Account("alice") })
+		return a.Override
+	}
+	waitFor(t, 10*time.Second, "the forged account refused, or taken", func() bool {
+		return hc.refused(refusedStamp) > 0 || override() == crdt.OverrideDND
+	})
+	// alice sets her account on n1: n0 shows it.
+	var d crdt.Delta
+	var err error
+	hc.hosts[1].Do(func(r *crdt.Replica) { d, err = r.PutAccountLocal("alice", crdt.OverrideAway, "", time.Now().UnixNano()) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc.nodes[1].Publish([]crdt.Delta{d})
+	waitFor(t, 10*time.Second, "alice's own account setting shown on n0", func() bool { return override() == crdt.OverrideAway })
+	hc.stillServing(t, "bob")
+}
