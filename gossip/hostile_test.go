@@ -352,7 +352,9 @@ func TestHostileAccountStampInTheFuture(t *testing.T) {
 	// alice sets her account on n1: n0 shows it.
 	var d crdt.Delta
 	var err error
-	hc.hosts[1].Do(func(r *crdt.Replica) { d, err = r.PutAccountLocal("alice", crdt.OverrideAway, "", time.Now().UnixNano()) })
+	hc.hosts[1].Do(func(r *crdt.Replica) {
+		d, err = r.PutAccountLocal("alice", crdt.OverrideAway, "", time.Now().UnixNano())
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
