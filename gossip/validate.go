@@ -269,7 +269,11 @@ func (c *Cluster) screen(m *dissem.Message) *dissem.Message {
 				keep = append(make(crdt.Sync, 0, len(m.Sync)-1), m.Sync[:i]...)
 			}
 		}
-		if keep != nil {
+		switch {
+		case keep == nil:
+		case len(keep) == 0 && m.Type == dissem.TypeSync:
+			return nil // nothing left to apply (a page still moves its transfer on)
+		default:
 			cp := *m
 			cp.Sync = keep
 			return &cp
