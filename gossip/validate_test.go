@@ -5,7 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/memberlist"
+
 	"github.com/rollcall/rollcall/crdt"
+	"github.com/rollcall/rollcall/dissem"
 )
 
 // An incarnation up to the skew past this node's clock is taken (a peer
@@ -63,5 +66,42 @@ func TestRefusalLogIsRateLimited(t *testing.T) {
 	n, ok := l.allow(refusedVersion, t0.Add(refusalLogInterval))
 	if !ok || n != 5 {
 		t.Fatalf("after the interval: logged %v, %d not logged; want true, 5", ok, n)
+	}
+}
+
+// BenchmarkScreen is the cost of the bounds checks on a received delta
+// batch (one origin's 10 session writes) and on an alive announcement (its
+// client address checked against the member's metadata).
+func BenchmarkScreen(b *testing.B) {
+	cfg := DefaultConfig()
+	cfg.Name = "n0"
+	if err := cfg.Validate(); err != nil {
+		b.Fatal(err)
+	}
+	c := &Cluster{cfg: cfg, log: cfg.Logger}
+	c.view = memberView{nodes: map[string]*memberlist.Node{}, addrs: map[string]memberlist.Address{}, state: map[string]string{}}
+	o := crdt.Origin{Node: "n1", Incarnation: uint64(time.Now().UnixNano())}
+	c.view.set(&memberlist.Node{Name: "n1", Meta: dissem.EncodeMeta(dissem.Meta{Incarnation: o.Incarnation, ClientAddr: "10.0.0.2:7400"})}, "alive")
+	ds := make([]crdt.Delta, 10)
+	for i := range ds {
+		ds[i] = crdt.Delta{Since: uint64(i), Session: &crdt.Session{User: "u", Device: "d", ID: "i", Epoch: 5, Seq: 1,
+			Gateway: "n1", Origin: o, Version: uint64(i + 1), Groups: []string{"g"}}}
+	}
+	deltas, err := dissem.NewDeltas(ds)
+	if err != nil {
+		b.Fatal(err)
+	}
+	alive, err := dissem.NewAlive(dissem.TypeAlive, dissem.Alive{Origin: o, Watermark: 10, Sessions: 3, ClientAddr: "10.0.0.2:7400"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, m := range []*dissem.Message{deltas, alive} {
+		b.Run(m.Type.String(), func(b *testing.B) {
+			for b.Loop() {
+				if c.screen(m) == nil {
+					b.Fatal("refused")
+				}
+			}
+		})
 	}
 }
