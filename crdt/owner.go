@@ -13,8 +13,9 @@ import (
 
 // MaxIssuedEpoch is the largest session epoch an owner issues: 2^53-1, the
 // largest integer a JSON client that reads numbers as IEEE doubles (a
-// browser) holds exactly. Replicas merge any epoch a peer sends (up to
-// 2^64-1); an owner never issues one above this. A key whose next epoch
+// browser) holds exactly. Replicas merge any epoch they are given (up to
+// 2^64-1; the gossip layer refuses one above this from the network); an
+// owner never issues one above this. A key whose next epoch
 // would exceed it cannot open a session (NextEpoch returns
 // EpochExhaustedError): an epoch that cannot grow is refused, never
 // wrapped.

@@ -134,6 +134,15 @@ type Members interface {
 	Incarnation(name string) uint64
 }
 
+// Lister is what a Members may also be: one that tells at once whether it
+// lists a node. A node whose Members is a Lister leases strangers, the
+// nodes whose records it holds that it does not list (see leaseOrigin);
+// one whose Members is not (the simulator's: every node of a simulation
+// is listed) has none.
+type Lister interface {
+	Listed(name string) bool
+}
+
 // Replica is what the node reads of the local replica.
 type Replica interface {
 	// Watermark is the replica's watermark for origin o, O(1).
@@ -203,6 +212,8 @@ type Node struct {
 	answering int
 	leaving   bool
 	dead      int    // peers in StateDead, not forgotten (reconnect rounds)
+	strangers int    // peers that are strangers (whose leases every mode enforces)
+	lister    Lister // members, if it is one
 	slab      []peer // records not yet handed out
 }
 
@@ -229,6 +240,7 @@ type peer struct {
 	sessions    int
 	state       MemberState
 	listed      bool  // memberlist reported it (a join or update)
+	stranger    bool  // not listed by Members when first heard of, nor reported since (leaseOrigin)
 	leaving     bool  // it announced a graceful leave
 	forgotten   bool  // dead past ReconnectTimeout
 	deadSince   int64 // when memberlist declared it dead
@@ -254,6 +266,14 @@ func (p *peer) setState(n *Node, state MemberState, forgotten bool) {
 	p.state, p.forgotten = state, forgotten
 	if p.state == StateDead && !p.forgotten {
 		n.dead++
+	}
+}
+
+// known clears the peer's stranger mark: memberlist reported it.
+func (p *peer) known(n *Node) {
+	if p.stranger {
+		p.stranger = false
+		n.strangers--
 	}
 }
 
@@ -305,6 +325,7 @@ func (n *Node) Init(cfg Config, members Members, replica Replica) error {
 		quietAt: math.MinInt64, // no window open: the first write goes at once
 	}
 	n.rd = &n.bufs[0]
+	n.lister, _ = members.(Lister)
 	return nil
 }
 
@@ -496,9 +517,11 @@ func (n *Node) Step(m *Message, now int64) {
 	case TypePull, TypeState, TypePullPage:
 		n.answer(m.Digest)
 	case TypeSync:
+		n.leaseOrigins(m.Sync, now)
 		n.out().Apply = append(n.rd.Apply, Apply{Kind: ApplySync, Sync: m.Sync, Msg: m})
 		n.recheck = true
 	case TypeSyncPage:
+		n.leaseOrigins(m.Sync, now)
 		n.out().Apply = append(n.rd.Apply, Apply{Kind: ApplySync, Sync: m.Sync, Msg: m, Partial: !m.Page.Last})
 		n.recheck = true
 		n.stepPage(m.Page, m.Sync.Len(), now)
@@ -627,6 +650,10 @@ func (n *Node) peer(name string) *peer {
 		n.slab = n.slab[1:]
 		p.incarnation = n.members.Incarnation(name)
 		n.peers[name] = p
+		if n.lister != nil && !n.lister.Listed(name) {
+			p.stranger = true
+			n.strangers++
+		}
 	}
 	return p
 }
@@ -666,6 +693,7 @@ func (n *Node) stepDeltas(m *Message, now int64) {
 		}
 		// Eager deltas come straight from their owner: proof it is alive.
 		if relayed {
+			n.leaseOrigin(o.Node, now)
 			continue
 		}
 		if n.peer(o.Node).lease.heardAt(now) {
@@ -823,15 +851,40 @@ func (n *Node) checkRevivals(now int64) {
 	}
 }
 
-// expireLeases marks down the peers whose lease passed (eager mode only:
-// LeasesEnforced), in name order.
+// leaseOrigin starts the lease of the node of an origin whose records
+// arrived, if it has none. Every node whose records this replica holds is
+// leased: a member from memberlist's report of it (MemberAlive), and a
+// stranger (a node Members did not list when this node first heard of it,
+// and memberlist has not reported since: a member not reported yet, one
+// gone before this node joined, or a name a sender made up) from the
+// first of its records heard of. A stranger's lease is enforced in every
+// mode (expireLeases): nothing else would ever show its sessions expired,
+// as its failure is nobody's to report; the driver's GC purges them once
+// shown expired past its purge horizon.
+func (n *Node) leaseOrigin(name string, now int64) {
+	if name != n.name {
+		n.peer(name).lease.begin(now)
+	}
+}
+
+// leaseOrigins starts the leases of a sync's origins (leaseOrigin).
+func (n *Node) leaseOrigins(s crdt.Sync, now int64) {
+	for i := range s {
+		n.leaseOrigin(s[i].Origin.Node, now)
+	}
+}
+
+// expireLeases marks down the peers whose lease passed, in name order: in
+// eager mode (LeasesEnforced) every peer's, in the others only strangers'
+// (leaseOrigin).
 func (n *Node) expireLeases(now int64) {
-	if !LeasesEnforced(n.Mode()) {
+	enforced := LeasesEnforced(n.Mode())
+	if !enforced && n.strangers == 0 {
 		return
 	}
 	var expired []string
 	for name, p := range n.peers {
-		if p.lease.expire(now, n.cfg.LeaseTimeout) {
+		if (enforced || p.stranger) && p.lease.expire(now, n.cfg.LeaseTimeout) {
 			expired = append(expired, name)
 		}
 	}
@@ -886,6 +939,7 @@ func (n *Node) MemberAlive(name string, meta Meta, now int64) {
 	wasAlive := p.state == StateAlive && p.listed
 	p.setState(n, StateAlive, false)
 	p.listed, p.leaving = true, false
+	p.known(n)
 	p.lease.begin(now)
 	if a := n.alive(); !wasAlive && !n.leaving && a.Watermark > 0 {
 		// Tell it at once how far this node's writes go: it learns of
@@ -913,6 +967,7 @@ func (n *Node) MemberFailed(name string, left bool, now int64) {
 		left = true
 	}
 	p.deadSince, p.listed = now, true
+	p.known(n)
 	if left {
 		p.setState(n, StateLeft, false)
 		p.leftInc = p.incarnation

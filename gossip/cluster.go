@@ -81,6 +81,11 @@ type Cluster struct {
 	routeMu  sync.Mutex
 	routeSeq uint64
 	routes   map[uint64]chan dissem.RouteAck
+
+	// members is each member's metadata as memberlist's events reported
+	// it, for the alive filter (validate.go), which memberlist calls with
+	// its own lock held and so cannot wait for mu to read view.
+	members memberBook
 }
 
 // memberView is memberlist's member list as the events told it: what the
@@ -94,13 +99,20 @@ type memberView struct {
 	state      map[string]string             // alive, dead or left
 }
 
-var _ dissem.Members = (*memberView)(nil)
+var (
+	_ dissem.Members = (*memberView)(nil)
+	_ dissem.Lister  = (*memberView)(nil)
+)
 
 func (v *memberView) NumMembers() int                   { return v.numMembers() }
 func (v *memberView) NumPeers() int                     { return len(v.names) }
 func (v *memberView) Peer(i int) string                 { return v.names[i] }
 func (v *memberView) Incarnation(string) uint64         { return 0 }
 func (v *memberView) node(name string) *memberlist.Node { return v.nodes[name] }
+
+// Listed makes the view a dissem.Lister: the core leases, in every mode,
+// the nodes whose records it holds that memberlist never reported.
+func (v *memberView) Listed(name string) bool { _, ok := v.nodes[name]; return ok }
 
 func (v *memberView) set(n *memberlist.Node, state string) {
 	if _, ok := v.nodes[n.Name]; !ok {

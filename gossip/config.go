@@ -103,6 +103,12 @@ type Config struct {
 	// dissem.MaxSyncPageBytes.
 	SyncPageBytes int
 
+	// MaxIncarnationSkew is how far past this node's clock a peer's
+	// incarnation (a boot time in Unix nanoseconds) or account clock stamp
+	// may be; a value beyond it is refused and counted (validate.go).
+	// Default DefaultMaxIncarnationSkew (1h).
+	MaxIncarnationSkew time.Duration
+
 	// Memberlist, if set, adjusts the memberlist configuration after the
 	// profile defaults are applied (tests shorten timers here).
 	Memberlist func(*memberlist.Config)
@@ -136,6 +142,8 @@ func DefaultConfig() Config {
 		InboundQueue:   8192,
 		SyncPageBytes:  dissem.DefaultSyncPageBytes,
 
+		MaxIncarnationSkew: DefaultMaxIncarnationSkew,
+
 		ReconnectInterval: p.ReconnectInterval,
 		ReconnectTimeout:  p.ReconnectTimeout,
 	}
@@ -166,6 +174,10 @@ func (c *Config) Validate() error {
 	setDur(&c.RouteTimeout, d.RouteTimeout)
 	setDur(&c.ReconnectInterval, d.ReconnectInterval)
 	setDur(&c.ReconnectTimeout, d.ReconnectTimeout)
+	setDur(&c.MaxIncarnationSkew, d.MaxIncarnationSkew)
+	if c.MaxIncarnationSkew < 0 {
+		return fmt.Errorf("gossip: MaxIncarnationSkew %v must not be negative", c.MaxIncarnationSkew)
+	}
 	setInt := func(p *int, v int) {
 		if *p == 0 {
 			*p = v

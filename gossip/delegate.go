@@ -75,7 +75,10 @@ var _ memberlist.AliveDelegate = (*aliveFilter)(nil)
 
 // NotifyAlive refuses a member that no Rollcall node would announce.
 func (a *aliveFilter) NotifyAlive(n *memberlist.Node) error {
-	return checkMember(n)
+	if err := checkMember(n); err != nil {
+		return err
+	}
+	return (*Cluster)(a).screenMember(n)
 }
 
 // checkMember reports why n cannot be a Rollcall gateway, or nil.
@@ -146,6 +149,8 @@ func (c *Cluster) observeMember(n *memberlist.Node, state string) {
 	if err != nil {
 		c.stats.BadMessages.Add(1)
 		c.log.Warn("member with unreadable metadata", zap.String("node", n.Name), zap.Error(err))
+	} else {
+		c.members.set(n.Name, m)
 	}
 	wake := false
 	c.step(func(now int64) {

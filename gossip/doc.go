@@ -30,6 +30,7 @@
 //	faults.go      a fault-injecting transport for tests and calibration
 //	replicahost.go a Host over a bare crdt.Replica, for tests and calibration
 //	stats.go       counters
+//	validate.go    bounds on the values peers send: what is refused, counted and logged
 //
 // Concurrency: memberlist calls the delegates on its own goroutines (event
 // callbacks with its node lock held), so they only copy and queue. One

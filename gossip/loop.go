@@ -129,6 +129,9 @@ func (c *Cluster) handle(b []byte) {
 		c.log.Debug("dropped bad gossip message", zap.Error(err))
 		return
 	}
+	if m = c.screen(m); m == nil {
+		return
+	}
 	switch m.Type {
 	case dissem.TypeRoute:
 		c.goRoute(m.Route)

@@ -60,6 +60,10 @@ type Stats struct {
 	// message) and, when sent, by transport; see Sent and Received.
 	sent     [dissem.MaxType + 1][numTransports]traffic
 	received [dissem.MaxType + 1]traffic
+	// peer values refused as out of bounds, by reason (Refusals)
+	refused [numRefusals]atomic.Uint64
+	// refusalLog rate-limits the logging of refusals
+	refusalLog refusalLog
 }
 
 type traffic struct{ messages, bytes atomic.Uint64 }
@@ -147,6 +151,8 @@ func (w *zapWriter) Write(p []byte) (int, error) {
 	switch {
 	case strings.Contains(s, "use of closed network connection"):
 		w.log.Debug(s) // sockets closing under a send during shutdown
+	case strings.Contains(s, "ignoring alive message") && strings.Contains(s, outOfBounds):
+		w.log.Debug(s) // the alive filter's refusal, which it logs rate-limited itself
 	case strings.Contains(s, "[ERR]"):
 		w.log.Error(s)
 	case strings.Contains(s, "[WARN]"):

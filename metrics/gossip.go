@@ -84,6 +84,14 @@ func clusterDefs() []metricDef[clusterSnapshot] {
 			func(st *gossip.Stats) uint64 { return st.SendErrors.Load() }),
 		stat("gossip_bad_messages_total", "Received gossip messages dropped as garbage or refused as invalid.",
 			func(st *gossip.Stats) uint64 { return st.BadMessages.Load() }),
+		{name: "gossip_refused_total", typ: prometheus.CounterValue, labels: []string{"reason"},
+			help: "Values from peers refused as out of bounds (a hostile or broken sender), by reason: incarnation or stamp " +
+				"(too far past this gateway's clock), version or epoch (above 2^53-1), client_addr (not the member's own).",
+			collect: func(s *S, emit func(float64, ...string)) {
+				for _, r := range s.stats.Refusals() {
+					emit(float64(r.Count), r.Reason)
+				}
+			}},
 		stat("gossip_inbound_dropped_total", "Received gossip messages dropped because the inbound queue was full.",
 			func(st *gossip.Stats) uint64 { return st.InboundDropped.Load() }),
 		stat("gossip_delta_copies_sent_total", "Delta copies sent directly to members (one per delta and member).",

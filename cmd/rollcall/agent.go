@@ -80,7 +80,30 @@ func (ac *agentConfig) checkGossip() error {
 			return fmt.Errorf("--keyring-file: %w", err)
 		}
 	}
-	return nil
+	return ac.checkGossipKeyed()
+}
+
+// checkGossipKeyed refuses plaintext gossip on a network: outside --dev, a
+// gossip address that is not loopback needs a key, or --gossip-insecure.
+func (ac *agentConfig) checkGossipKeyed() error {
+	keyed := ac.GossipKey != "" || ac.GossipKeyFile != "" || ac.KeyringFile != ""
+	if ac.Gossip.BindAddr == "" || keyed || ac.GossipInsecure || ac.Node.Dev || loopbackAddr(ac.Gossip.BindAddr) {
+		return nil
+	}
+	return fmt.Errorf("--gossip-addr %s is not a loopback address and gossip has no key: anyone who reaches that port "+
+		"could join the cluster and forge members and presence. Give a gossip key (--gossip-key-file, --keyring-file, "+
+		"--gossip-key or ROLLCALL_GOSSIP_KEY; 'rollcall keys generate' makes one), or --gossip-insecure to run gossip in plain text "+
+		"on a network nobody else reaches", ac.Gossip.BindAddr)
+}
+
+// loopbackAddr reports whether addr is host:port with a loopback IP.
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // runAgent runs a gateway node until ctx ends (SIGINT/SIGTERM), then drains

@@ -43,6 +43,9 @@ type agentConfig struct {
 	GossipKey     string
 	GossipKeyFile string
 	KeyringFile   string
+	// GossipInsecure lets gossip run without a key on a non-loopback
+	// address outside --dev (checkGossip refuses that otherwise).
+	GossipInsecure bool
 	// LogLevel and LogFormat configure the agent's logger.
 	LogLevel  string
 	LogFormat string
@@ -167,6 +170,7 @@ func agentFlagSet(c *agentConfig, stderr io.Writer) (*flag.FlagSet, []flagSectio
 	fs.StringVar(&c.GossipKey, "gossip-key", c.GossipKey, "Base64 AES key (16, 24 or 32 bytes) encrypting all gossip. Visible in ps: prefer --gossip-key-file, --keyring-file or ROLLCALL_GOSSIP_KEY.")
 	fs.StringVar(&c.GossipKeyFile, "gossip-key-file", c.GossipKeyFile, "File holding the base64 gossip key (surrounding whitespace ignored).")
 	fs.StringVar(&c.KeyringFile, "keyring-file", c.KeyringFile, "File of base64 gossip keys, one per line (or a JSON array), primary first. Re-read on SIGHUP.")
+	fs.BoolVar(&c.GossipInsecure, "gossip-insecure", c.GossipInsecure, "Run gossip without a key on a --gossip-addr that is not loopback. Without a key anyone who reaches the gossip port can join the cluster and forge members and presence; without this flag (or --dev) such an agent refuses to start. Only on a network nobody else reaches.")
 	fs.DurationVar(&n.PurgeHorizon, "purge-horizon", n.PurgeHorizon, "How long a failed gateway's sessions stay (shown expired) before they are purged. If the gateway is heard from again later, anti-entropy fetches its live sessions again.")
 
 	s.start(sectionLogging)

@@ -383,3 +383,38 @@ func TestConsoleLogColourOnlyOnTerminal(t *testing.T) {
 		}
 	}
 }
+
+// Outside --dev, gossip on an address other hosts reach needs a key or
+// --gossip-insecure; the refusal names both ways out. Loopback needs
+// neither.
+func TestPlaintextGossipOnANetworkRefused(t *testing.T) {
+	secret := writeSecret(t)
+	keyFile := filepath.Join(t.TempDir(), "gossip.key")
+	if err := os.WriteFile(keyFile, []byte(base64.StdEncoding.EncodeToString(make([]byte, 32))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := "secret-file: " + secret + "\n"
+	for text, ok := range map[string]bool{
+		"gossip-addr: 0.0.0.0:7946\n":                                     false,
+		"gossip-addr: 10.0.0.11:7946\n":                                   false,
+		"gossip-addr: '[::]:7946'\n":                                      false,
+		"gossip-addr: 10.0.0.11:7946\ngossip-insecure: true\n":            true,
+		"gossip-addr: 10.0.0.11:7946\ngossip-key-file: " + keyFile + "\n": true,
+		"gossip-addr: 10.0.0.11:7946\nkeyring-file: " + keyFile + "\n":    true,
+		"gossip-addr: 10.0.0.11:7946\ndev: true\n":                        true,
+		"gossip-addr: 127.0.0.1:7946\n":                                   true,
+		"gossip-addr: '[::1]:7946'\n":                                     true,
+		"gossip-addr: \"\"\n":                                             true,
+	} {
+		err := runValidateConfig(t.Context(), []string{writeConfigFile(t, base+text)}, io.Discard, io.Discard)
+		switch {
+		case ok && err != nil:
+			t.Errorf("%q: %v", text, err)
+		case !ok && err == nil:
+			t.Errorf("%q: plaintext gossip on a network accepted", text)
+		case !ok && (!strings.Contains(err.Error(), "--gossip-insecure") || !strings.Contains(err.Error(), "--gossip-key-file") ||
+			!strings.Contains(err.Error(), "--keyring-file")):
+			t.Errorf("%q: the error does not name both ways out: %v", text, err)
+		}
+	}
+}
