@@ -112,6 +112,10 @@ type Prior struct {
 	Incarnation uint64
 	// Reached counts the members that answered.
 	Reached int
+
+	// listed is the largest incarnation of the name in the members'
+	// memberlist lists (the rest came from their replicas' digests).
+	listed uint64
 }
 
 // DuplicateError is Probe's answer when a live gateway already has the
@@ -134,13 +138,12 @@ var ErrNoMemberReached = errors.New("gossip: no member reached")
 // this version names it), so a probe never becomes a member anywhere.
 var probeMeta = []byte("rollcall:incarnation-probe")
 
-var errProbed = errors.New("incarnation probe: the state was read, not merged")
-
 // Probe asks the members at cfg.Join what they know of cfg.Name, without
 // joining: it starts memberlist on cfg.BindAddr with cfg's profile,
-// keyring and hooks, runs a join's state exchange with each address,
-// reads the name's entries in their member lists and cancels the merge,
-// and shuts down. Call it before choosing the incarnation (NextIncarnation
+// keyring and hooks, runs a join's state exchange (push/pull) with each
+// address, reads the name's incarnations in their member lists and in
+// their replicas' digests, and shuts down. The members never list the
+// probe: every Rollcall node's alive filter refuses its metadata. Call it before choosing the incarnation (NextIncarnation
 // with the Prior's) and before New binds the same address.
 //
 // An entry of the name that a member lists alive at another address is
@@ -179,7 +182,10 @@ func Probe(cfg Config) (Prior, error) {
 	mlc.Merge = p
 	mlc.Keyring = cfg.Keyring
 	mlc.EnableCompression = cfg.Compress
-	mlc.Logger = log.New(&zapWriter{lg.Named("probe")}, "", 0)
+	// The probe's memberlist merges the members' lists into its own, so it
+	// may see its own name at another address (an earlier run) and say
+	// so at error level; what matters of it is Probe's result.
+	mlc.Logger = log.New(debugWriter{lg.Named("probe")}, "", 0)
 	if cfg.Memberlist != nil {
 		cfg.Memberlist(mlc)
 	}
@@ -203,12 +209,15 @@ func Probe(cfg Config) (Prior, error) {
 		return Prior{}, fmt.Errorf("gossip: start memberlist on %s: %w", cfg.BindAddr, err)
 	}
 	defer func() { _ = ml.Shutdown() }()
-	_, joinErr := ml.Join(cfg.Join) // every merge is cancelled: an error
+	_, joinErr := ml.Join(cfg.Join)
 	p.mu.Lock()
-	prior := Prior{Incarnation: p.inc, Reached: p.reached}
+	prior := Prior{Incarnation: max(p.inc, p.listed), Reached: p.reached, listed: p.listed}
 	live := p.live
 	p.mu.Unlock()
 	if prior.Reached == 0 {
+		if joinErr == nil {
+			joinErr = errors.New("no push/pull state received")
+		}
 		return Prior{}, fmt.Errorf("%w at %v: %w", ErrNoMemberReached, cfg.Join, joinErr)
 	}
 	self := ml.LocalNode()
@@ -234,7 +243,8 @@ type prober struct {
 	name string
 
 	mu      sync.Mutex
-	inc     uint64
+	inc     uint64 // from the replicas' digests
+	listed  uint64 // from the member lists
 	reached int
 	live    []memberlist.Node // entries of name listed alive or suspect
 }
@@ -244,17 +254,37 @@ var (
 	_ memberlist.MergeDelegate = (*prober)(nil)
 )
 
-func (p *prober) NodeMeta(int) []byte                  { return probeMeta }
-func (p *prober) NotifyMsg([]byte)                     {}
-func (p *prober) GetBroadcasts(int, int) [][]byte      { return nil }
-func (p *prober) LocalState(bool) []byte               { return nil }
-func (p *prober) MergeRemoteState(b []byte, join bool) {}
+func (p *prober) NodeMeta(int) []byte             { return probeMeta }
+func (p *prober) NotifyMsg([]byte)                {}
+func (p *prober) GetBroadcasts(int, int) [][]byte { return nil }
+func (p *prober) LocalState(bool) []byte          { return nil }
 
-// NotifyMerge reads a member's list and cancels the merge.
-func (p *prober) NotifyMerge(peers []*memberlist.Node) error {
+// MergeRemoteState reads a member's push/pull state, its replica's
+// digest: every incarnation it holds records of. memberlist forgets a
+// dead member within a minute (GossipToTheDeadTime); replicas keep an
+// old incarnation's records, and retire its newer-looking successors,
+// until they are purged.
+func (p *prober) MergeRemoteState(b []byte, join bool) {
+	m, err := dissem.Decode(b)
+	if err != nil || m.Type != dissem.TypeState {
+		return
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.reached++
+	for _, e := range m.Digest.Digest {
+		if e.Origin.Node == p.name {
+			p.inc = max(p.inc, e.Origin.Incarnation)
+		}
+	}
+}
+
+// NotifyMerge reads a member's list. The merge goes on, in this probe's
+// memberlist only (no member admits the probe), so that memberlist hands
+// MergeRemoteState the member's state.
+func (p *prober) NotifyMerge(peers []*memberlist.Node) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	for _, n := range peers {
 		if n.Name != p.name || bytes.Equal(n.Meta, probeMeta) {
 			continue
@@ -263,12 +293,12 @@ func (p *prober) NotifyMerge(peers []*memberlist.Node) error {
 		if err != nil {
 			continue
 		}
-		p.inc = max(p.inc, m.Incarnation)
+		p.listed = max(p.listed, m.Incarnation)
 		if n.State == memberlist.StateAlive || n.State == memberlist.StateSuspect {
 			p.live = append(p.live, *n)
 		}
 	}
-	return errProbed
+	return nil
 }
 
 // conflicts is the Cluster's memberlist.ConflictDelegate: memberlist
@@ -287,4 +317,12 @@ func (d *conflicts) NotifyConflict(existing, other *memberlist.Node) {
 	}
 	c.log.Error("two gateways announce the same name; keeping the one listed first",
 		zap.String("name", existing.Name), zap.String("listed_addr", existing.Address()), zap.String("other_addr", other.Address()))
+}
+
+// debugWriter logs each line memberlist writes at debug level.
+type debugWriter struct{ log *zap.Logger }
+
+func (w debugWriter) Write(p []byte) (int, error) {
+	w.log.Debug(strings.TrimSpace(string(p)))
+	return len(p), nil
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/memberlist"
+
 	"github.com/rollcall/rollcall/dissem"
 	"github.com/rollcall/rollcall/node"
 )
@@ -22,13 +24,16 @@ func (c offsetClock) Now() time.Time { return time.Now().Add(time.Duration(c)) }
 // restartAs starts gateway i of the stack again under name, on a host
 // whose clock is off by offset, choosing its incarnation as the agent
 // does: the clock, and what the members know of the name (Probe).
-func (s *stack) restartAs(i int, name string, offset time.Duration) {
+func (s *stack) restartAs(i int, name string, offset time.Duration, opts ...func(*Config)) {
 	s.t.Helper()
 	clock := offsetClock(offset)
 	cfg := testConfig(name, 0)
 	cfg.LeaseTimeout = s.timeout
 	cfg.WrapTransport = s.net.Wrap
 	cfg.Now = clock.Now
+	for _, o := range opts {
+		o(&cfg)
+	}
 	for _, sn := range s.nodes {
 		if sn != nil {
 			cfg.Join = []string{sn.cluster.LocalAddr()}
@@ -129,7 +134,21 @@ func expectDevices(t *testing.T, sub *client, want []string, what string) {
 // is "older" than its previous run and its sessions stay offline
 // everywhere else.
 func TestRestartWithClockBehindIsShownOnline(t *testing.T) {
-	s := newStack(t, 3, 2*time.Second)
+	// At once: the other gateways' memberlist still lists the crashed
+	// run. Later: memberlist has forgotten it (GossipToTheDeadTime, 30s
+	// on a LAN), their replicas still hold its sessions.
+	t.Run("at once", func(t *testing.T) { testRestartWithClockBehind(t, false) })
+	t.Run("after memberlist forgot it", func(t *testing.T) { testRestartWithClockBehind(t, true) })
+}
+
+func testRestartWithClockBehind(t *testing.T, forgotten bool) {
+	forget := func(c *Config) {
+		c.Memberlist = func(mlc *memberlist.Config) {
+			fastMemberlist(mlc)
+			mlc.GossipToTheDeadTime = 200 * time.Millisecond
+		}
+	}
+	s := newStack(t, 3, 2*time.Second, forget)
 	s.waitMembers(3)
 	subs := []*client{s.watch(0, "alice"), s.watch(2, "alice")}
 
@@ -146,7 +165,15 @@ func TestRestartWithClockBehindIsShownOnline(t *testing.T) {
 	for _, sub := range subs {
 		expectOnline(t, sub, false, "g1 crashed")
 	}
-	s.restartAs(1, "g1", -time.Hour)
+	if forgotten {
+		waitFor(t, 15*time.Second, "g1 forgotten by memberlist on g0 and g2", func() bool {
+			cfg := testConfig("g1", 0)
+			cfg.Join = []string{s.nodes[0].cluster.LocalAddr(), s.nodes[2].cluster.LocalAddr()}
+			p, err := Probe(cfg)
+			return err == nil && p.Reached == 2 && p.listed == 0
+		})
+	}
+	s.restartAs(1, "g1", -time.Hour, forget)
 	s.waitMembers(3)
 
 	// alice's new session, on the restarted g1, is the one shown; the
@@ -207,38 +234,52 @@ func TestProbeRefusesALiveDuplicateName(t *testing.T) {
 	}
 }
 
-// Probe reports the largest incarnation the members hold of a name, of a
-// member that is gone too, and 0 for a name never seen; with no join
-// address it asks nobody.
+// Probe reports the largest incarnation the members hold of a name: from
+// their member lists, and from their replicas once memberlist has
+// forgotten a member gone for a while; 0 for a name never seen. With no
+// join address it asks nobody.
 func TestProbeLearnsTheLastIncarnation(t *testing.T) {
-	tc := newTestCluster(t, 2)
-	tc.waitMembers(2)
-	tc.start("n2", 5000)
-	tc.waitMembers(3)
-	tc.crash(2)
-	waitFor(t, 10*time.Second, "n2 declared dead on n0", func() bool {
-		for _, m := range tc.nodes[0].Members() {
-			if m.Name == "n2" {
-				return m.State != "alive"
-			}
+	tc := newTestCluster(t, 2, func(c *Config) {
+		c.Memberlist = func(mlc *memberlist.Config) {
+			fastMemberlist(mlc)
+			mlc.GossipToTheDeadTime = 200 * time.Millisecond
 		}
-		return false
 	})
-	probe := func(name string, join []string) (Prior, error) {
+	tc.waitMembers(2)
+	probe := func(name string, join ...string) (Prior, error) {
 		cfg := testConfig(name, 0)
 		cfg.WrapTransport = tc.net.Wrap
 		cfg.Join = join
 		return Probe(cfg)
 	}
-	p, err := probe("n2", []string{tc.addr(0), tc.addr(1)})
-	if err != nil || p.Incarnation != 5000 || p.Reached != 2 {
-		t.Fatalf("probe n2: %+v, %v; want incarnation 5000 from 2 members", p, err)
+	n2 := tc.start("n2", 5000)
+	tc.waitMembers(3)
+	tc.hosts[n2].connect(t, "zed", "phone")
+	waitFor(t, 5*time.Second, "zed online on n0", func() bool { return tc.hosts[0].presence("zed").Online })
+	if p, err := probe("n2", tc.addr(0), tc.addr(1)); err == nil || p.Incarnation != 5000 {
+		t.Fatalf("probe under live n2's name: %+v, %v; want incarnation 5000 and an error", p, err)
 	}
-	if p, err := probe("n7", []string{tc.addr(1)}); err != nil || p.Incarnation != 0 || p.Reached != 1 {
+
+	tc.crash(n2)
+	var p Prior
+	waitFor(t, 15*time.Second, "n2 forgotten by memberlist on n0 and n1", func() bool {
+		var err error
+		p, err = probe("n2", tc.addr(0), tc.addr(1))
+		return err == nil && p.Reached == 2 && p.listed == 0
+	})
+	if p.Incarnation != 5000 {
+		t.Fatalf("probe n2 after memberlist forgot it: %+v; want incarnation 5000 (from the replicas)", p)
+	}
+	if p, err := probe("n7", tc.addr(1)); err != nil || p.Incarnation != 0 || p.Reached != 1 {
 		t.Fatalf("probe of a name never seen: %+v, %v", p, err)
 	}
-	if p, err := probe("n7", nil); err != nil || p != (Prior{}) {
+	if p, err := probe("n7"); err != nil || p != (Prior{}) {
 		t.Fatalf("probe with nothing to join: %+v, %v", p, err)
+	}
+	for _, i := range []int{0, 1} {
+		if n := tc.nodes[i].ml.NumMembers(); n != 2 {
+			t.Errorf("n%d counts %d members after the probes, want 2", i, n)
+		}
 	}
 }
 
