@@ -91,7 +91,7 @@ func checkMember(n *memberlist.Node) error {
 			n.Name, n.PMin, n.PMax, n.PCur, n.DMin, n.DMax, n.DCur)
 	}
 	if bytes.Equal(n.Meta, probeMeta) {
-		return fmt.Errorf("%q is an incarnation probe (Probe), not a member", n.Name)
+		return fmt.Errorf("%q %s", n.Name, probeRefusal)
 	}
 	if _, err := dissem.DecodeMeta(n.Meta); err != nil {
 		return fmt.Errorf("member %q without Rollcall metadata: %w", n.Name, err)

@@ -138,6 +138,10 @@ var ErrNoMemberReached = errors.New("gossip: no member reached")
 // this version names it), so a probe never becomes a member anywhere.
 var probeMeta = []byte("rollcall:incarnation-probe")
 
+// probeRefusal ends the alive filter's refusal of a probe; memberlist's
+// log line saying so is written at debug level (zapWriter).
+const probeRefusal = "is an incarnation probe, not a member"
+
 // Probe asks the members at cfg.Join what they know of cfg.Name, without
 // joining: it starts memberlist on cfg.BindAddr with cfg's profile,
 // keyring and hooks, runs a join's state exchange (push/pull) with each

@@ -147,6 +147,8 @@ func (w *zapWriter) Write(p []byte) (int, error) {
 	switch {
 	case strings.Contains(s, "use of closed network connection"):
 		w.log.Debug(s) // sockets closing under a send during shutdown
+	case strings.Contains(s, probeRefusal):
+		w.log.Debug(s) // a starting gateway's Probe, refused as it should be
 	case strings.Contains(s, "[ERR]"):
 		w.log.Error(s)
 	case strings.Contains(s, "[WARN]"):
