@@ -147,8 +147,9 @@ const probeRefusal = "is an incarnation probe, not a member"
 // keyring and hooks, runs a join's state exchange (push/pull) with each
 // address, reads the name's incarnations in their member lists and in
 // their replicas' digests, and shuts down. The members never list the
-// probe: every Rollcall node's alive filter refuses its metadata. Call it before choosing the incarnation (NextIncarnation
-// with the Prior's) and before New binds the same address.
+// probe: every Rollcall node's alive filter refuses its metadata. Call it
+// before choosing the incarnation (NextIncarnation with the Prior's) and
+// before New binds the same address.
 //
 // An entry of the name that a member lists alive at another address is
 // pinged: if a gateway of that name answers there, Probe returns a
@@ -219,18 +220,17 @@ func Probe(cfg Config) (Prior, error) {
 	live := p.live
 	p.mu.Unlock()
 	if prior.Reached == 0 {
-		if joinErr == nil {
-			joinErr = errors.New("no push/pull state received")
-		}
 		return Prior{}, fmt.Errorf("%w at %v: %w", ErrNoMemberReached, cfg.Join, joinErr)
 	}
 	self := ml.LocalNode()
+	pinged := map[string]bool{self.Address(): true}
 	for _, n := range live {
-		if n.Addr.Equal(self.Addr) && n.Port == self.Port {
-			// Our own address, which this process holds: an earlier run
-			// of this gateway, not yet declared dead.
+		if pinged[n.Address()] {
+			// Pinged already, or our own address, which this process
+			// holds: an earlier run of this gateway not yet declared dead.
 			continue
 		}
+		pinged[n.Address()] = true
 		addr := &net.UDPAddr{IP: n.Addr, Port: int(n.Port)}
 		if _, err := ml.Ping(cfg.Name, addr); err == nil {
 			return prior, &DuplicateError{Name: cfg.Name, Addr: addr.String()}
@@ -275,7 +275,6 @@ func (p *prober) MergeRemoteState(b []byte, join bool) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.reached++
 	for _, e := range m.Digest.Digest {
 		if e.Origin.Node == p.name {
 			p.inc = max(p.inc, e.Origin.Incarnation)
@@ -289,6 +288,7 @@ func (p *prober) MergeRemoteState(b []byte, join bool) {
 func (p *prober) NotifyMerge(peers []*memberlist.Node) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.reached++
 	for _, n := range peers {
 		if n.Name != p.name || bytes.Equal(n.Meta, probeMeta) {
 			continue
