@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -33,15 +34,20 @@ import (
 
 // NextIncarnation returns the incarnation to start as: the clock in Unix
 // nanoseconds, or one past the largest earlier incarnation given, whichever
-// is larger. A zero earlier value (none known) counts for nothing.
-func NextIncarnation(now time.Time, earlier ...uint64) uint64 {
+// is larger. A zero earlier value (none known) counts for nothing. An
+// earlier value of 2^64-1 has no successor: that is an error (no gateway
+// writes it in normal operation; a forged or corrupt value does).
+func NextIncarnation(now time.Time, earlier ...uint64) (uint64, error) {
 	inc := uint64(max(now.UnixNano(), 1))
 	for _, e := range earlier {
+		if e == math.MaxUint64 {
+			return 0, errors.New("gossip: an earlier incarnation of this name is 2^64-1, which no incarnation can follow")
+		}
 		if e != 0 && e >= inc {
 			inc = e + 1
 		}
 	}
-	return inc
+	return inc, nil
 }
 
 // IncarnationFileName is the state file's name in the agent's --data-dir.

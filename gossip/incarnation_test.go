@@ -44,7 +44,10 @@ func (s *stack) restartAs(i int, name string, offset time.Duration, opts ...func
 	if err != nil {
 		s.t.Fatalf("probe before restarting %s: %v", name, err)
 	}
-	inc := NextIncarnation(clock.Now(), prior.Incarnation)
+	inc, err := NextIncarnation(clock.Now(), prior.Incarnation)
+	if err != nil {
+		s.t.Fatal(err)
+	}
 
 	ncfg := node.DefaultConfig()
 	ncfg.Name = name
@@ -318,9 +321,12 @@ func TestNextIncarnation(t *testing.T) {
 		{[]uint64{hourAhead, 0}, hourAhead + 1},
 		{[]uint64{5, hourAhead, clock}, hourAhead + 1},
 	} {
-		if got := NextIncarnation(now, c.earlier...); got != c.want {
-			t.Errorf("NextIncarnation(%v, %v) = %d, want %d", now, c.earlier, got, c.want)
+		if got, err := NextIncarnation(now, c.earlier...); err != nil || got != c.want {
+			t.Errorf("NextIncarnation(%v, %v) = %d, %v; want %d", now, c.earlier, got, err, c.want)
 		}
+	}
+	if got, err := NextIncarnation(now, clock, 1<<64-1); err == nil {
+		t.Errorf("NextIncarnation past 2^64-1 = %d, want an error", got)
 	}
 }
 

@@ -52,7 +52,10 @@ func (ac *agentConfig) chooseIncarnation(name string, now time.Time, log *zap.Lo
 			return 0, err
 		}
 	}
-	inc := gossip.NextIncarnation(now, stored, prior.Incarnation)
+	inc, err := gossip.NextIncarnation(now, stored, prior.Incarnation)
+	if err != nil {
+		return 0, err
+	}
 	if path != "" {
 		if err := gossip.WriteIncarnationFile(path, inc); err != nil {
 			return 0, fmt.Errorf("--data-dir: %w", err)
