@@ -272,6 +272,7 @@ func (c *Cluster) memberlistConfig() (*memberlist.Config, error) {
 	mlc.Delegate = (*delegate)(c)
 	mlc.Events = (*events)(c)
 	mlc.Alive = (*aliveFilter)(c)
+	mlc.Conflict = (*conflicts)(c)
 	mlc.Keyring = c.cfg.Keyring
 	// A restarted node reuses its name, possibly on a new address: let it
 	// reclaim the name as soon as the old incarnation is dead instead of

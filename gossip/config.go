@@ -17,8 +17,9 @@ type Config struct {
 	// across restarts (a restart is a new incarnation of the same name).
 	Name string
 	// Incarnation distinguishes restarts of the same name; it must grow on
-	// every start (the node's boot time in Unix nanos is usual) and equal the
-	// crdt origin incarnation the node writes as.
+	// every start (NextIncarnation: the clock, or one past the last one
+	// kept or learned with Probe) and equal the crdt origin incarnation the
+	// node writes as.
 	Incarnation uint64
 
 	// BindAddr is the gossip listen address, host:port (UDP and TCP).

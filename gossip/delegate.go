@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -91,6 +92,9 @@ func checkMember(n *memberlist.Node) error {
 	case n.PMin > n.PCur || n.PCur > n.PMax || n.DMin > n.DCur || n.DCur > n.DMax:
 		return fmt.Errorf("member %q with impossible protocol versions %d..%d (%d), %d..%d (%d)",
 			n.Name, n.PMin, n.PMax, n.PCur, n.DMin, n.DMax, n.DCur)
+	}
+	if bytes.Equal(n.Meta, probeMeta) {
+		return fmt.Errorf("%q %s", n.Name, probeRefusal)
 	}
 	if _, err := dissem.DecodeMeta(n.Meta); err != nil {
 		return fmt.Errorf("member %q without Rollcall metadata: %w", n.Name, err)

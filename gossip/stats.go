@@ -153,6 +153,8 @@ func (w *zapWriter) Write(p []byte) (int, error) {
 		w.log.Debug(s) // sockets closing under a send during shutdown
 	case strings.Contains(s, "ignoring alive message") && strings.Contains(s, outOfBounds):
 		w.log.Debug(s) // the alive filter's refusal, which it logs rate-limited itself
+	case strings.Contains(s, probeRefusal):
+		w.log.Debug(s) // a starting gateway's Probe, refused as it should be
 	case strings.Contains(s, "[ERR]"):
 		w.log.Error(s)
 	case strings.Contains(s, "[WARN]"):

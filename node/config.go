@@ -344,6 +344,14 @@ type Config struct {
 	// Socket deadlines (handshake, writes) always use real time.
 	Clock Clock
 
+	// Incarnation is the incarnation this node writes as (crdt.Origin): it
+	// must exceed every earlier incarnation of Name, or the cluster takes
+	// this node's sessions for an old incarnation's and shows them offline.
+	// The agent chooses it with gossip.NextIncarnation (the clock, the
+	// --data-dir state file and what the cluster knows). Zero: the clock
+	// at New, in Unix nanoseconds.
+	Incarnation uint64
+
 	// HTTPHandlers are extra routes mounted on the HTTP endpoint, by
 	// http.ServeMux pattern (e.g. "GET /v1/members"): the agent adds the
 	// cluster's routes here.

@@ -134,7 +134,10 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	now := cfg.Clock.Now()
-	origin := crdt.Origin{Node: cfg.Name, Incarnation: uint64(now.UnixNano())}
+	origin := crdt.Origin{Node: cfg.Name, Incarnation: cfg.Incarnation}
+	if origin.Incarnation == 0 {
+		origin.Incarnation = uint64(now.UnixNano())
+	}
 	r, err := crdt.NewReplica(crdt.Config{
 		Self:             origin,
 		TombstoneHorizon: cfg.TombstoneHorizon,
@@ -192,8 +195,8 @@ func New(cfg Config) (*Node, error) {
 // Name returns the node's name, the gateway name clients and peers see.
 func (n *Node) Name() string { return n.cfg.Name }
 
-// Origin returns the crdt origin this node writes as: its name and the
-// incarnation chosen at New (the clock in nanoseconds).
+// Origin returns the crdt origin this node writes as: its name and
+// Config.Incarnation (by default the clock at New, in nanoseconds).
 func (n *Node) Origin() crdt.Origin { return n.origin }
 
 // Config returns the node's validated configuration, with the limits it

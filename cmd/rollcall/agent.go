@@ -174,6 +174,11 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := metrics.RegisterProcess(reg); err != nil {
 		return err
 	}
+	// The incarnation is settled, and kept in --data-dir, before the node
+	// exists: it writes as this incarnation from its first record.
+	if cfg.Incarnation, err = ac.chooseIncarnation(cfg.Name, cfg.Clock.Now(), log); err != nil {
+		return err
+	}
 	n, err := node.New(cfg)
 	if err != nil {
 		return err

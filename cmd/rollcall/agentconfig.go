@@ -35,6 +35,11 @@ type agentConfig struct {
 	// CertFile: plain TCP.
 	TLS tlsconf.ServerFiles
 
+	// DataDir is the directory of the agent's state (the incarnation
+	// file, gossip.IncarnationFileName); empty: no state kept, the
+	// incarnation is taken from the clock and the cluster only.
+	DataDir string
+
 	// AdminTokenFile holds the admin API's bearer token; empty: the admin
 	// API answers 403.
 	AdminTokenFile string
@@ -99,6 +104,7 @@ func agentFlagSet(c *agentConfig, stderr io.Writer) (*flag.FlagSet, []flagSectio
 
 	s.start(sectionIdentity)
 	fs.StringVar(&n.Name, "name", n.Name, "Node name; unique in the cluster and stable across restarts. A restart under the same name is a new incarnation: the old incarnation's sessions end everywhere as soon as the new one is seen. (default: the host name)")
+	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "Directory of the agent's state, created if missing: the file 'incarnation' keeps this gateway's last incarnation, so a restart is newer than every earlier run even after the clock steps back. (default: none; the incarnation comes from the clock and from the cluster at join)")
 	fs.StringVar(&n.ClientAddr, "client-addr", n.ClientAddr, "TCP address for clients.")
 	fs.StringVar(&n.ClientAdvertise, "client-advertise", n.ClientAdvertise, "The client address told to clients and other gateways, when --client-addr is not what they can reach (a 0.0.0.0 bind, NAT, a container). (default: --client-addr, or with an unspecified host the gossip advertise IP and the client port)")
 	fs.StringVar(&n.HTTPAddr, "http-addr", n.HTTPAddr, "HTTP address for /healthz, /readyz, /metrics, /ui/, /v1/... and the WebSocket client endpoint /ws; empty disables HTTP.")

@@ -45,50 +45,20 @@ func startCluster(_ context.Context, ac *agentConfig, n *node.Node, log *zap.Log
 	if ac.Gossip.BindAddr == "" {
 		return nil, nil, nil
 	}
-	cfg := ac.Gossip
-	cfg.Name = n.Name()
+	cfg, err := ac.gossipConfig(n.Name(), log)
+	if err != nil {
+		return nil, nil, err
+	}
 	cfg.Incarnation = n.Origin().Incarnation
 	cfg.LeaseTimeout = n.Config().Timeout
 	cfg.AliveInterval = min(time.Second, cfg.LeaseTimeout/5)
-	cfg.Logger = log
 	if a := n.Config().ClientAddr; a != "" {
 		cfg.ClientAddr = a
 	}
 	if a := n.Config().ClientAdvertise; a != "" {
 		cfg.ClientAddr = a // --client-advertise
 	}
-	gossipKey := ac.GossipKey
-	if ac.GossipKeyFile != "" {
-		if gossipKey != "" {
-			return nil, nil, errors.New("give --gossip-key or --gossip-key-file, not both")
-		}
-		b, err := os.ReadFile(ac.GossipKeyFile)
-		if err != nil {
-			return nil, nil, fmt.Errorf("--gossip-key-file: %w", err)
-		}
-		gossipKey = strings.TrimSpace(string(b))
-		if gossipKey == "" {
-			return nil, nil, fmt.Errorf("--gossip-key-file %s is empty", ac.GossipKeyFile)
-		}
-	}
-	switch {
-	case gossipKey != "" && ac.KeyringFile != "":
-		return nil, nil, errors.New("give one of --gossip-key, --gossip-key-file and --keyring-file")
-	case gossipKey != "":
-		key, err := gossip.ParseKey(gossipKey)
-		if err != nil {
-			return nil, nil, fmt.Errorf("--gossip-key: %w", err)
-		}
-		if cfg.Keyring, err = memberlistKeyring(key); err != nil {
-			return nil, nil, err
-		}
-	case ac.KeyringFile != "":
-		kr, err := gossip.LoadKeyring(ac.KeyringFile)
-		if err != nil {
-			return nil, nil, fmt.Errorf("--keyring-file: %w", err)
-		}
-		cfg.Keyring = kr
-	default:
+	if cfg.Keyring == nil {
 		log.Warn("gossip is NOT encrypted: give --gossip-key or --keyring-file on untrusted networks")
 	}
 	c, err := gossip.New(cfg, n)
@@ -107,6 +77,49 @@ func startCluster(_ context.Context, ac *agentConfig, n *node.Node, log *zap.Log
 		return c.Leave(timeout)
 	}
 	return c, leave, nil
+}
+
+// gossipConfig returns the gossip configuration of the node named name:
+// the --gossip-* flags, the keyring from --gossip-key, --gossip-key-file or
+// --keyring-file (nil: plaintext) and the logger. startCluster adds what
+// comes from the node.
+func (ac *agentConfig) gossipConfig(name string, log *zap.Logger) (gossip.Config, error) {
+	cfg := ac.Gossip
+	cfg.Name = name
+	cfg.Logger = log
+	gossipKey := ac.GossipKey
+	if ac.GossipKeyFile != "" {
+		if gossipKey != "" {
+			return cfg, errors.New("give --gossip-key or --gossip-key-file, not both")
+		}
+		b, err := os.ReadFile(ac.GossipKeyFile)
+		if err != nil {
+			return cfg, fmt.Errorf("--gossip-key-file: %w", err)
+		}
+		gossipKey = strings.TrimSpace(string(b))
+		if gossipKey == "" {
+			return cfg, fmt.Errorf("--gossip-key-file %s is empty", ac.GossipKeyFile)
+		}
+	}
+	switch {
+	case gossipKey != "" && ac.KeyringFile != "":
+		return cfg, errors.New("give one of --gossip-key, --gossip-key-file and --keyring-file")
+	case gossipKey != "":
+		key, err := gossip.ParseKey(gossipKey)
+		if err != nil {
+			return cfg, fmt.Errorf("--gossip-key: %w", err)
+		}
+		if cfg.Keyring, err = memberlistKeyring(key); err != nil {
+			return cfg, err
+		}
+	case ac.KeyringFile != "":
+		kr, err := gossip.LoadKeyring(ac.KeyringFile)
+		if err != nil {
+			return cfg, fmt.Errorf("--keyring-file: %w", err)
+		}
+		cfg.Keyring = kr
+	}
+	return cfg, nil
 }
 
 // clusterAPI serves the cluster's HTTP routes on the node's HTTP endpoint:
