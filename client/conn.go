@@ -170,7 +170,12 @@ func (cn *conn) readLoop() {
 		ch := cn.pending[string(h.ID)]
 		cn.mu.Unlock()
 		if ch != nil {
-			ch <- reply{line: line, err: rerr}
+			// One reply per request: a duplicate (a hostile or broken
+			// gateway) is dropped, never waited on, as no one may take it.
+			select {
+			case ch <- reply{line: line, err: rerr}:
+			default:
+			}
 		}
 	}
 }

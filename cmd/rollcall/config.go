@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -129,10 +130,13 @@ func loadEnv(fs *flag.FlagSet, environ []string) (map[string]string, error) {
 			byEnv[envName(f.Name)] = f.Name
 		}
 	})
+	// An entry without "=" (execve allows one) sets nothing; koanf's
+	// provider would panic on it.
+	vars := slices.DeleteFunc(slices.Clone(environ), func(kv string) bool { return !strings.Contains(kv, "=") })
 	k := koanf.New(".")
 	err := k.Load(env.Provider("", env.Opt{
 		Prefix:      envPrefix,
-		EnvironFunc: func() []string { return environ },
+		EnvironFunc: func() []string { return vars },
 		TransformFunc: func(name, value string) (string, any) {
 			// Variables that are no flag of this subcommand belong to
 			// another one (or to nothing): not an error.
