@@ -36,9 +36,9 @@ import (
 //	: ping                        every Config.UIKeepAlive when idle
 //
 // A stream opened with a client token lives while the token does, as a
-// session does: it ends with end {"reason":"token_expired"} when the token
-// expires (its exp plus the verifier's leeway, the last instant the token
-// is accepted), and with end {"reason":"key_removed"} when a key rotation
+// session does: it ends with end {"reason":"token_expired"} at the token's
+// exp (the verifier's leeway allows for clock skew when a token is
+// accepted, and does not lengthen a stream's life), and with end {"reason":"key_removed"} when a key rotation
 // (Node.ReloadTokenKeys) leaves no key that verifies it. Both are checked
 // every streamCheckInterval, and the expiry also at its instant. A stream
 // opened with the admin token, or on a Dev node, has neither end.
@@ -375,7 +375,7 @@ func (n *Node) checkStreamToken(t *streamToken) string {
 		return ""
 	}
 	now := n.clock.Now()
-	if now.After(t.id.ValidUntil) {
+	if !now.Before(t.id.Expires) {
 		n.streams.tokenExpired.Add(1)
 		return string(protocol.CodeTokenExpired)
 	}
@@ -519,7 +519,7 @@ func (n *Node) handleEvents(w http.ResponseWriter, r *http.Request) {
 	if tok != nil {
 		t := time.NewTicker(n.streams.checkEvery)
 		defer t.Stop()
-		e := time.NewTimer(tok.id.ValidUntil.Sub(n.clock.Now()) + time.Millisecond)
+		e := time.NewTimer(tok.id.Expires.Sub(n.clock.Now()))
 		defer e.Stop()
 		check, expiry = t.C, e.C
 	}
