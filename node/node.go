@@ -58,6 +58,10 @@ type Node struct {
 	// it (on the connection's reader); tests in this package set it before
 	// Start, to inject a panic.
 	requestHook func(*protocol.Request)
+	// lockedHook, when set, sees requests where their handlers hold mu
+	// (underLockHook); tests in this package set it before Start, to
+	// inject a panic under the lock.
+	lockedHook func(*protocol.Request)
 
 	// Written by the sweeper, read anywhere.
 	stalled atomic.Int64  // nanoseconds of gateway stalls detected; mono subtracts them

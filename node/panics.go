@@ -53,3 +53,11 @@ func (c *conn) recoverRequest(replied *bool) {
 		*replied = true
 	}
 }
+
+// underLockHook runs the test hook lockedHook, if set, where a request
+// handler holds n.mu.
+func (n *Node) underLockHook(req *protocol.Request) {
+	if n.lockedHook != nil {
+		n.lockedHook(req)
+	}
+}

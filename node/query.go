@@ -1,6 +1,7 @@
 package node
 
 import (
+	"encoding/json"
 	"slices"
 
 	"github.com/rollcall/rollcall/crdt"
@@ -64,23 +65,71 @@ func firstOccurrences(s []string) []string {
 	return out
 }
 
-// handleGroup returns a group's online members.
+// handleGroup returns a page of a group's online members, in user-name
+// order, after the request's cursor (a user name: the previous page's
+// last). A page holds at most the request's limit, and is cut shorter to
+// fit half the outbound queue's byte bound, so a reply never makes a
+// prompt reader a slow consumer however large the group. A limit of 0 asks
+// for the count alone, which reads no member's presence.
 func (n *Node) handleGroup(c *conn, req *protocol.Request) (any, *requestError) {
 	if rerr := checkName("group", req.Group); rerr != nil {
 		return nil, rerr
 	}
+	limit := protocol.DefaultGroupPage
+	if req.Limit != nil {
+		limit = *req.Limit
+	}
+	if limit < 0 || limit > protocol.MaxGroupPage {
+		return nil, errorf(protocol.CodeBadRequest, "limit must be 0 to %d", protocol.MaxGroupPage)
+	}
+	if req.Cursor != "" {
+		if rerr := checkName("cursor", req.Cursor); rerr != nil {
+			return nil, rerr
+		}
+	}
 	if rerr := checkReadGroup(c, req.Group); rerr != nil {
 		return nil, rerr
 	}
-	n.mu.Lock()
+	reply := protocol.GroupReply{Op: protocol.OpGroup, ID: req.ID, Group: req.Group, Members: []protocol.Presence{}}
+	h := lockOf(&n.mu)
+	defer h.unlock()
+	n.underLockHook(req)
 	v := n.nextVersionLocked()
 	users := n.replica.GroupOnlineUsers(req.Group)
-	members := make([]protocol.Presence, 0, len(users))
-	for _, u := range users {
+	reply.Online = len(users)
+	if limit == 0 {
+		return reply, nil
+	}
+	// The members after the cursor.
+	i, found := slices.BinarySearch(users, req.Cursor)
+	if found {
+		i++
+	}
+	users = users[i:]
+	members := make([]protocol.Presence, 0, min(limit, len(users)))
+	for _, u := range users[:min(limit, len(users))] {
 		members = append(members, presenceJSON(n.replica.Presence(u), v))
 	}
-	n.mu.Unlock()
-	return protocol.GroupReply{Op: protocol.OpGroup, ID: req.ID, Group: req.Group, Online: len(members), Members: members}, nil
+	h.unlock()
+	// Cut the page to its byte budget (always one member at least).
+	budget, size := n.cfg.OutboundQueueBytes/2, 256+len(req.ID)+len(req.Group)
+	k := 0
+	for k < len(members) {
+		b, err := json.Marshal(members[k])
+		if err != nil {
+			return nil, errorf(protocol.CodeInternal, "encode: %v", err)
+		}
+		size += len(b) + 1
+		if k > 0 && size > budget {
+			break
+		}
+		k++
+	}
+	reply.Members = members[:k]
+	if k < len(users) {
+		reply.Next = members[k-1].User
+	}
+	return reply, nil
 }
 
 // handleLocate returns a user's active sessions, with their gateways.
