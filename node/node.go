@@ -62,6 +62,10 @@ type Node struct {
 	// (underLockHook); tests in this package set it before Start, to
 	// inject a panic under the lock.
 	lockedHook func(*protocol.Request)
+	// pageHook, when set, runs before each page of a sub's snapshot is
+	// read (sendSnapshotPages), on the connection's reader; tests in this
+	// package set it before Start.
+	pageHook func()
 
 	// Written by the sweeper, read anywhere.
 	stalled atomic.Int64  // nanoseconds of gateway stalls detected; mono subtracts them
