@@ -419,17 +419,18 @@ func (n *Node) handleEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	s := &eventStream{maxFrames: n.cfg.OutboundQueue, maxBytes: n.cfg.OutboundQueueBytes, wake: make(chan struct{}, 1)}
 
-	n.mu.Lock()
+	lk := lockOf(&n.mu)
+	defer lk.unlock()
 	select {
 	case <-n.streams.stop:
-		n.mu.Unlock()
+		lk.unlock()
 		w.Header().Set("Retry-After", "2")
 		n.eventsError(w, http.StatusServiceUnavailable, protocol.CodeShuttingDown, "the gateway is shutting down; connect to another gateway with Last-Event-ID")
 		return
 	default:
 	}
 	if rerr := n.admitStreamLocked(subject, source); rerr != nil {
-		n.mu.Unlock()
+		lk.unlock()
 		n.log.Info("event stream refused", zap.String("remote", r.RemoteAddr), zap.String("code", string(rerr.code)))
 		w.Header().Set("Retry-After", "10")
 		n.eventsError(w, http.StatusTooManyRequests, rerr.code, rerr.msg)
@@ -469,10 +470,11 @@ func (n *Node) handleEvents(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	n.streams.open[s] = struct{}{}
-	n.mu.Unlock()
+	lk.unlock()
 	n.streams.opened.Add(1)
 	defer func() {
-		n.mu.Lock()
+		lk := lockOf(&n.mu)
+		defer lk.unlock()
 		for _, u := range users {
 			n.unwatchUserLocked(u, s)
 		}
@@ -481,7 +483,6 @@ func (n *Node) handleEvents(w http.ResponseWriter, r *http.Request) {
 		}
 		delete(n.streams.open, s)
 		n.releaseStreamLocked(subject, source)
-		n.mu.Unlock()
 	}()
 
 	rc := http.NewResponseController(w)

@@ -401,20 +401,21 @@ func (n *Node) Close() error {
 	return nil
 }
 
-// unlockAndPublish releases mu, then publishes deltas (in the order they
-// were written: pubMu is taken before mu is released) and wakes the
-// notifier if presence changes are pending.
-func (n *Node) unlockAndPublish(deltas []crdt.Delta) {
+// unlockAndPublish releases mu, held by lk, then publishes deltas (in the
+// order they were written: pubMu is taken before mu is released) and wakes
+// the notifier if presence changes are pending.
+func (n *Node) unlockAndPublish(lk *held, deltas []crdt.Delta) {
 	wake := len(n.dirty) > 0
 	if len(deltas) == 0 {
-		n.mu.Unlock()
+		lk.unlock()
 	} else {
-		n.pubMu.Lock()
-		n.mu.Unlock()
+		pk := lockOf(&n.pubMu)
+		defer pk.unlock()
+		lk.unlock()
 		if c := n.getCluster(); c != nil {
 			c.Publish(deltas)
 		}
-		n.pubMu.Unlock()
+		pk.unlock()
 		n.stats.published.Add(uint64(len(deltas)))
 	}
 	if wake {

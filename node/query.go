@@ -33,12 +33,14 @@ func (n *Node) handleGet(c *conn, req *protocol.Request) (any, *requestError) {
 		return nil, rerr
 	}
 	out := make([]protocol.Presence, 0, len(users))
-	n.mu.Lock()
+	lk := lockOf(&n.mu)
+	defer lk.unlock()
+	n.underLockHook(req)
 	v := n.nextVersionLocked()
 	for _, u := range users {
 		out = append(out, presenceJSON(n.replica.Presence(u), v))
 	}
-	n.mu.Unlock()
+	lk.unlock()
 	return protocol.PresenceReply{Op: protocol.OpPresence, ID: req.ID, Users: out}, nil
 }
 
@@ -91,8 +93,8 @@ func (n *Node) handleGroup(c *conn, req *protocol.Request) (any, *requestError) 
 		return nil, rerr
 	}
 	reply := protocol.GroupReply{Op: protocol.OpGroup, ID: req.ID, Group: req.Group, Members: []protocol.Presence{}}
-	h := lockOf(&n.mu)
-	defer h.unlock()
+	lk := lockOf(&n.mu)
+	defer lk.unlock()
 	n.underLockHook(req)
 	v := n.nextVersionLocked()
 	users := n.replica.GroupOnlineUsers(req.Group)
@@ -110,7 +112,7 @@ func (n *Node) handleGroup(c *conn, req *protocol.Request) (any, *requestError) 
 	for _, u := range users[:min(limit, len(users))] {
 		members = append(members, presenceJSON(n.replica.Presence(u), v))
 	}
-	h.unlock()
+	lk.unlock()
 	// Cut the page to its byte budget (always one member at least).
 	budget, size := n.cfg.OutboundQueueBytes/2, 256+len(req.ID)+len(req.Group)
 	k := 0
@@ -140,9 +142,10 @@ func (n *Node) handleLocate(c *conn, req *protocol.Request) (any, *requestError)
 	if rerr := checkRead(c, []string{req.User}); rerr != nil {
 		return nil, rerr
 	}
-	n.mu.Lock()
+	lk := lockOf(&n.mu)
+	defer lk.unlock()
 	sessions := n.activeSessionsLocked(req.User)
-	n.mu.Unlock()
+	lk.unlock()
 	book, _ := n.getCluster().(AddressBook)
 	out := make([]protocol.SessionInfo, 0, len(sessions))
 	for _, s := range sessions {

@@ -93,8 +93,8 @@ func (n *Node) handleSub(c *conn, req *protocol.Request) *requestError {
 			return rerr
 		}
 	}
-	h := lockOf(&n.mu)
-	defer h.unlock()
+	lk := lockOf(&n.mu)
+	defer lk.unlock()
 	n.underLockHook(req)
 	if _, rerr := n.ownedLocked(c); rerr != nil {
 		return rerr
@@ -133,12 +133,12 @@ func (n *Node) handleSub(c *conn, req *protocol.Request) *requestError {
 	// The ok goes out ahead of every event of the new subjects: a flush
 	// that sees them queues its events after it (the hand-off from mu to
 	// fanMu).
-	f := lockOf(&n.fanMu)
-	defer f.unlock()
-	h.unlock()
+	fk := lockOf(&n.fanMu)
+	defer fk.unlock()
+	lk.unlock()
 	left := snap.left
 	c.send(encodeLine(protocol.OK{Op: protocol.OpOK, ID: req.ID, Snapshot: &left}))
-	f.unlock()
+	fk.unlock()
 	if snap.left > 0 {
 		c.snap = snap
 	}
@@ -180,8 +180,8 @@ func (n *Node) snapshotPage(c *conn) (sent bool) {
 		return false
 	}
 	maxFrames, maxBytes := max(1, n.cfg.OutboundQueue/4), max(1, n.cfg.OutboundQueueBytes/4)
-	h := lockOf(&n.mu)
-	defer h.unlock()
+	lk := lockOf(&n.mu)
+	defer lk.unlock()
 	version := n.nextVersionLocked()
 	var frames [][]byte
 	size := 0
@@ -205,11 +205,11 @@ func (n *Node) snapshotPage(c *conn) (sent bool) {
 		}
 		s.left--
 	}
-	f := lockOf(&n.fanMu)
-	defer f.unlock()
-	h.unlock()
+	fk := lockOf(&n.fanMu)
+	defer fk.unlock()
+	lk.unlock()
 	c.sendAll(frames)
-	f.unlock()
+	fk.unlock()
 	if s.left == 0 {
 		c.snap = nil
 	}
