@@ -359,12 +359,15 @@ export class RollcallClient {
     return this.request(req);
   }
 
-  /** groupMembers resolves to every online member of a group, all pages read: {group, online, members}. */
-  async groupMembers(group) {
+  /**
+   * groupMembers resolves to every online member of a group, all pages read
+   * (opts.limit members a page): {group, online, members}.
+   */
+  async groupMembers(group, opts = {}) {
     const out = {group, online: 0, members: []};
     let cursor = "";
     for (;;) {
-      const page = await this.groupPage(group, {cursor});
+      const page = await this.groupPage(group, {limit: opts.limit, cursor});
       out.online = page.online;
       out.members.push(...page.members);
       if (!page.next) return out;
