@@ -1,8 +1,12 @@
 package node
 
 import (
+	"fmt"
 	"slices"
 	"testing"
+	"time"
+
+	"github.com/rollcall/rollcall/auth"
 
 	"github.com/rollcall/rollcall/crdt"
 	"github.com/rollcall/rollcall/protocol"
@@ -161,4 +165,52 @@ func TestGroupReplyLargerThanTheQueue(t *testing.T) {
 		t.Fatalf("%d slow consumers", st.SlowConsumers)
 	}
 	t.Logf("3,000 members in %d pages", pages)
+}
+
+// BenchmarkGroupPage: the gateway's cost of one group reply from a group of
+// 10,000 online members: the first page of the default size, a page deep
+// in the group (cursor), and the count alone.
+func BenchmarkGroupPage(b *testing.B) {
+	n := newTestNode(b, nil)
+	peer, err := crdt.NewReplica(crdt.Config{Self: crdt.Origin{Node: "n2", Incarnation: 1}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	const size = 10000
+	deltas := make([]crdt.Delta, size)
+	for i := range deltas {
+		u := fmt.Sprintf("m%05d", i)
+		d, err := peer.PutLocal(crdt.Session{User: u, Device: "phone", ID: "ses_" + u, Epoch: 1, State: crdt.StateActive,
+			Status: crdt.StatusAway, Groups: []string{"big"}, ExpiresAt: time.Now().Add(time.Hour).UnixNano()}, time.Now().UnixNano())
+		if err != nil {
+			b.Fatal(err)
+		}
+		deltas[i] = d
+	}
+	if err := n.ApplyDeltas(deltas); err != nil {
+		b.Fatal(err)
+	}
+	c := &conn{n: n}
+	c.grants.Store(auth.Unrestricted())
+	zero := 0
+	for _, bc := range []struct {
+		name string
+		req  protocol.Request
+	}{
+		{"first page", protocol.Request{Op: protocol.OpGroup, Group: "big"}},
+		{"page at m08000", protocol.Request{Op: protocol.OpGroup, Group: "big", Cursor: "m08000"}},
+		{"count only", protocol.Request{Op: protocol.OpGroup, Group: "big", Limit: &zero}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				reply, rerr := n.handleGroup(c, &bc.req)
+				if rerr != nil {
+					b.Fatal(rerr.msg)
+				}
+				if _, err := protocol.Marshal(reply); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

@@ -114,7 +114,9 @@ func (n *Node) handleGroup(c *conn, req *protocol.Request) (any, *requestError) 
 	}
 	lk.unlock()
 	// Cut the page to its byte budget (always one member at least).
-	budget, size := n.cfg.OutboundQueueBytes/2, 256+len(req.ID)+len(req.Group)
+	// The reply's own fields: its group and next (a user name) escaped at
+	// worst (\u003c for <), the id, the rest.
+	budget, size := n.cfg.OutboundQueueBytes/2, 128+len(req.ID)+6*len(req.Group)+6*protocol.MaxNameLen
 	k := 0
 	for k < len(members) {
 		b, err := json.Marshal(members[k])

@@ -190,10 +190,11 @@ func TestSubSnapshotsStayBounded(t *testing.T) {
 	}
 	t.Logf("the queue held at most %d frames, %d bytes", most, mostBytes)
 	waitFor(t, "the hog's session to end", func() bool { return !presenceOf(n, "hog").Online })
-	// Everyone else is fine.
+	// Everyone else is fine (a small sub: this node's write timeout is
+	// short, and a loaded machine may stall a test reader for longer).
 	w, _ := connect(t, n, "w", "w")
-	w.ok(map[string]any{"op": "sub", "users": members})
-	for range members {
+	w.ok(map[string]any{"op": "sub", "users": members[:10]})
+	for range 10 {
 		w.expect(protocol.OpEvent)
 	}
 }
