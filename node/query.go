@@ -96,12 +96,13 @@ func (n *Node) handleGroup(c *conn, req *protocol.Request) (any, *requestError) 
 	lk := lockOf(&n.mu)
 	defer lk.unlock()
 	n.underLockHook(req)
+	if limit == 0 {
+		reply.Online = n.replica.GroupOnlineCount(req.Group)
+		return reply, nil
+	}
 	v := n.nextVersionLocked()
 	users := n.replica.GroupOnlineUsers(req.Group)
 	reply.Online = len(users)
-	if limit == 0 {
-		return reply, nil
-	}
 	// The members after the cursor.
 	i, found := slices.BinarySearch(users, req.Cursor)
 	if found {
