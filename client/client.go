@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"slices"
 	"strconv"
 	"sync"
@@ -468,20 +469,94 @@ func (c *Client) GetMany(ctx context.Context, users ...string) ([]protocol.Prese
 	return r.Users, nil
 }
 
-// GroupInfo is a group's online members.
+// GroupInfo is a group's online members, or a page of them (GroupPage).
 type GroupInfo struct {
-	Group   string
+	Group string
+	// Online counts the group's online members, on every page.
 	Online  int
 	Members []protocol.Presence
+	// Next, from GroupPage, is the cursor of the next page; empty after
+	// the last.
+	Next string
 }
 
-// Group returns the online members of a group.
-func (c *Client) Group(ctx context.Context, group string) (GroupInfo, error) {
+// GroupPage returns one page of a group's online members, in user-name
+// order: at most limit of them (0: protocol.DefaultGroupPage; at most
+// protocol.MaxGroupPage; the gateway may return fewer), after cursor
+// (empty: from the first; else a page's Next). Members may come and go
+// between pages: a member who joins behind the cursor is not seen, one who
+// leaves ahead of it is not listed.
+func (c *Client) GroupPage(ctx context.Context, group string, limit int, cursor string) (GroupInfo, error) {
+	if limit < 0 || limit > protocol.MaxGroupPage {
+		return GroupInfo{}, fmt.Errorf("rollcall: group page limit %d: want 0 to %d", limit, protocol.MaxGroupPage)
+	}
+	req := protocol.Request{Op: protocol.OpGroup, Group: group, Cursor: cursor}
+	if limit > 0 {
+		req.Limit = &limit
+	}
 	var r protocol.GroupReply
-	if err := c.call(ctx, protocol.Request{Op: protocol.OpGroup, Group: group}, true, &r); err != nil {
+	if err := c.call(ctx, req, true, &r); err != nil {
 		return GroupInfo{}, err
 	}
-	return GroupInfo{Group: r.Group, Online: r.Online, Members: r.Members}, nil
+	return GroupInfo{Group: r.Group, Online: r.Online, Members: r.Members, Next: r.Next}, nil
+}
+
+// GroupCount returns how many members of a group are online, without
+// their presence.
+func (c *Client) GroupCount(ctx context.Context, group string) (int, error) {
+	zero := 0
+	var r protocol.GroupReply
+	if err := c.call(ctx, protocol.Request{Op: protocol.OpGroup, Group: group, Limit: &zero}, true, &r); err != nil {
+		return 0, err
+	}
+	return r.Online, nil
+}
+
+// GroupMembers iterates over a group's online members, in user-name
+// order, a page of up to limit at a time (as GroupPage). It stops at the
+// first error, which it yields with a zero Presence.
+func (c *Client) GroupMembers(ctx context.Context, group string, limit int) iter.Seq2[protocol.Presence, error] {
+	return func(yield func(protocol.Presence, error) bool) {
+		cursor := ""
+		for {
+			page, err := c.GroupPage(ctx, group, limit, cursor)
+			if err != nil {
+				yield(protocol.Presence{}, err)
+				return
+			}
+			for _, m := range page.Members {
+				if !yield(m, nil) {
+					return
+				}
+			}
+			if page.Next == "" {
+				return
+			}
+			cursor = page.Next
+		}
+	}
+}
+
+// Group returns the online members of a group: every page of them
+// (GroupMembers), with Online from the last page.
+func (c *Client) Group(ctx context.Context, group string) (GroupInfo, error) {
+	info := GroupInfo{Group: group}
+	cursor := ""
+	for {
+		page, err := c.GroupPage(ctx, group, 0, cursor)
+		if err != nil {
+			return GroupInfo{}, err
+		}
+		info.Online = page.Online
+		info.Members = append(info.Members, page.Members...)
+		if page.Next == "" {
+			if info.Members == nil {
+				info.Members = []protocol.Presence{}
+			}
+			return info, nil
+		}
+		cursor = page.Next
+	}
 }
 
 // Locate returns the active sessions of a user, with the client address

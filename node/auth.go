@@ -108,9 +108,10 @@ func (n *Node) handleRefresh(c *conn, req *protocol.Request) (any, *requestError
 			zap.String("user", user), zap.Error(err))
 		return nil, errorf(protocol.CodeAuthFailed, "refresh: %v", err)
 	}
-	n.mu.Lock()
+	lk := lockOf(&n.mu)
+	defer lk.unlock()
 	if _, rerr := n.ownedLocked(c); rerr != nil {
-		n.mu.Unlock()
+		lk.unlock()
 		return nil, rerr
 	}
 	before := c.tokenDeadline.Load()
@@ -128,7 +129,7 @@ func (n *Node) handleRefresh(c *conn, req *protocol.Request) (any, *requestError
 			n.unwatchGroupLocked(gr, c)
 		}
 	}
-	n.mu.Unlock()
+	lk.unlock()
 	if after := c.tokenDeadline.Load(); after < before {
 		// A shorter-lived token: the wheel holds c for a later deadline.
 		n.wheel.add(c, c.deadline(int64(n.cfg.Timeout)))

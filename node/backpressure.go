@@ -9,19 +9,24 @@ import (
 // What may fill a connection's outbound queue. The
 // queue's bound (Config.OutboundQueue frames, OutboundQueueBytes bytes)
 // exists to drop a client that does not read: the replies and events it
-// lets pile up. Two kinds of frames must not trip it for a client that
+// lets pile up. Three kinds of frames must not trip it for a client that
 // reads promptly:
 //
 //   - messages, which anyone may send to anyone: a flood from other
 //     sessions would otherwise cut the recipient (sendMessage);
-//   - the initial events of a sub, up to 1,000 users or a whole group's
-//     online members in one go, more than the queue holds (sendSnapshot);
+//   - the snapshot of a sub, up to 1,000 users and a whole group's online
+//     members, more than the queue holds: it is sent in pages of a quarter
+//     of the bound, each once the queue is below half of it
+//     (snapshotPage), the connection's next request read only after the
+//     last;
 //   - the replies to requests the client pipelines faster than it reads
-//     them (awaitRoom).
+//     them (roomWait).
+//
+// A group reply is paged by the client instead (handleGroup), each page cut
+// to half the byte bound.
 
 // sendMessage queues a message frame unless the queue already holds half
-// its frame or byte bound (an empty queue takes any frame that fits; a
-// snapshot waiting does not count). A
+// its frame or byte bound (an empty queue takes any frame that fits). A
 // message that does not fit is not queued for this connection, which stays
 // open, and sendMessage reports false: messages are best effort, like a
 // message to an offline user, and never make a slow consumer; only what a
@@ -30,7 +35,7 @@ func (c *conn) sendMessage(frame []byte) bool {
 	q := &c.q
 	maxFrames, maxBytes := c.n.cfg.OutboundQueue, c.n.cfg.OutboundQueueBytes
 	q.mu.Lock()
-	frames, bytes := len(q.frames)-q.snapFrames+1, q.bytes-q.snapBytes+len(frame)
+	frames, bytes := len(q.frames)+1, q.bytes+len(frame)
 	if q.closing || frames > maxFrames || bytes > maxBytes ||
 		(frames > 1 && (2*frames > maxFrames || 2*bytes > maxBytes)) {
 		q.mu.Unlock()
@@ -43,65 +48,58 @@ func (c *conn) sendMessage(frame []byte) bool {
 	return true
 }
 
-// sendSnapshot queues the reply and initial events of a sub outside the
-// bound. The connection's reader handles no further request until they
-// have left the queue (the writer took them, or the connection died;
-// roomWait): so the snapshot's size is paid by backpressure on this
-// client's own requests (as TCP pushes back on a client that sends faster
-// than it reads), one snapshot at a time, and never by dropping a client
-// that reads promptly. A client that does not read at all is still
-// dropped: its writer times out (WriteTimeout), and replies and events
-// queued meanwhile count against the bound.
-func (c *conn) sendSnapshot(frames [][]byte) {
-	q := &c.q
-	q.mu.Lock()
-	if q.closing {
-		q.mu.Unlock()
-		return
-	}
-	for _, f := range frames {
-		q.frames = append(q.frames, f)
-		q.bytes += len(f)
-		q.snapBytes += len(f)
-	}
-	q.snapFrames += len(frames)
-	q.mu.Unlock()
-	c.wakeWriter()
-}
-
 // roomWait returns a channel the connection's reader waits on, before it
-// handles the next request, while the outbound queue holds a sub's snapshot
-// (sendSnapshot) or half its bound or more: it is closed once the writer
-// takes the queue (or the connection closes); nil when there is room. The
-// reader goroutine blocks on it; the event loop pauses the connection
-// instead (conn.pause), so its poller never waits. A client that
-// pipelines requests faster than it reads their replies is slowed, as TCP
-// slows a sender faster than its receiver, instead of being cut as a slow
-// consumer for its own replies; one that reads nothing is still dropped by
-// its writer's timeout. Events and messages pushed meanwhile from other
-// sessions still count against the bound.
+// handles the next request (or sends the next page of a sub's snapshot),
+// while the outbound queue holds half its bound or more: it is closed once
+// the writer takes the queue (or the connection closes); nil when there is
+// room. The reader goroutine blocks on it; the event loop pauses the
+// connection instead (conn.pause), so its poller never waits. A client
+// that pipelines requests faster than it reads their replies is slowed, as
+// TCP slows a sender faster than its receiver, instead of being cut as a
+// slow consumer for its own replies; one that reads nothing is still
+// dropped by its writer's timeout. Events and messages pushed meanwhile
+// from other sessions still count against the bound.
 func (c *conn) roomWait() <-chan struct{} {
 	q := &c.q
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	frames, bytes := len(q.frames)-q.snapFrames, q.bytes-q.snapBytes
-	if q.closing || (q.snapFrames == 0 && 2*frames < c.n.cfg.OutboundQueue && 2*bytes < c.n.cfg.OutboundQueueBytes) {
+	if q.closing || (2*len(q.frames) < c.n.cfg.OutboundQueue && 2*q.bytes < c.n.cfg.OutboundQueueBytes) {
 		return nil
 	}
-	if q.snapTaken == nil {
-		q.snapTaken = make(chan struct{})
+	if q.roomFreed == nil {
+		q.roomFreed = make(chan struct{})
 	}
-	return q.snapTaken
+	return q.roomFreed
 }
 
-// releaseSnapLocked notes that the snapshot frames have left the queue
-// (taken by the writer, or dropped with the connection) and wakes the
-// reader waiting on them or on room (awaitRoom). The caller holds q.mu.
-func (q *outQueue) releaseSnapLocked() {
-	q.snapFrames, q.snapBytes = 0, 0
-	if q.snapTaken != nil {
-		close(q.snapTaken)
-		q.snapTaken = nil
+// freeRoomLocked notes that the queued frames have left the queue (taken
+// by the writer, or dropped with the connection) and wakes the reader
+// waiting for room (roomWait). The caller holds q.mu.
+func (q *outQueue) freeRoomLocked() {
+	if q.roomFreed != nil {
+		close(q.roomFreed)
+		q.roomFreed = nil
+	}
+}
+
+// sendSnapshotPages sends the pages of the sub's snapshot c holds, each
+// once there is room (roomWait), and returns the channel to wait on before
+// the next page, or before the next request once the last page is queued;
+// nil when there is room and no page is left. The caller is c's reader.
+func (c *conn) sendSnapshotPages() <-chan struct{} {
+	for {
+		if room := c.roomWait(); room != nil {
+			return room
+		}
+		if c.snap == nil {
+			return nil
+		}
+		if c.n.pageHook != nil {
+			c.n.pageHook()
+		}
+		if !c.n.snapshotPage(c) {
+			return nil
+		}
 	}
 }
 

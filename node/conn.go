@@ -123,6 +123,10 @@ type conn struct {
 	// counting error replies; written by the reader.
 	reqOp atomic.Int32
 
+	// snap is the snapshot of the sub being handled, still to send
+	// (subscribe.go); owned by the reader, like the fields above.
+	snap *subSnapshot
+
 	// Guarded by n.mu.
 	sess      *localSession // set at welcome; never cleared
 	subUsers  map[string]struct{}
@@ -148,12 +152,9 @@ type outQueue struct {
 	// any: the reason its session ended, for the disconnect counters.
 	closeCode protocol.ErrorCode
 
-	// A sub's snapshot (sendSnapshot, backpressure.go) waits in frames
-	// without counting against the bound: snapFrames frames, snapBytes
-	// bytes. snapTaken, when set, is closed once they leave the queue.
-	snapFrames int
-	snapBytes  int
-	snapTaken  chan struct{}
+	// roomFreed, when set, is closed once the queued frames leave the
+	// queue (roomWait, backpressure.go).
+	roomFreed chan struct{}
 }
 
 func (n *Node) newConn(raw net.Conn) *conn {
@@ -235,7 +236,7 @@ func (c *conn) readLoop() {
 			continue // discard input until the client or the writer closes
 		}
 		if c.handleLine(line) {
-			if room := c.roomWait(); room != nil {
+			for room := c.sendSnapshotPages(); room != nil; room = c.sendSnapshotPages() {
 				<-room
 			}
 		}
@@ -305,7 +306,7 @@ func (c *conn) lines(buf []byte) []byte {
 				// The request is still being handled on a goroutine.
 				c.pause(c.await)
 				c.await = nil
-			} else if room := c.roomWait(); room != nil {
+			} else if room := c.sendSnapshotPages(); room != nil {
 				c.pause(room)
 			}
 		}
@@ -428,7 +429,7 @@ func (c *conn) markDead() {
 	c.q.mu.Lock()
 	c.q.dead = true
 	c.q.closing = true
-	c.q.releaseSnapLocked()
+	c.q.freeRoomLocked()
 	c.q.mu.Unlock()
 	c.state.Store(stateClosing)
 }
@@ -482,24 +483,8 @@ func (c *conn) send(frame []byte) bool {
 		q.mu.Unlock()
 		return false
 	}
-	if len(q.frames)-q.snapFrames >= c.n.cfg.OutboundQueue || q.bytes-q.snapBytes+len(frame) > c.n.cfg.OutboundQueueBytes {
-		clear(q.frames)
-		q.frames = append(q.frames[:0], encodeError(nil, protocol.CodeSlowConsumer, "outbound queue full: the client does not read fast enough"))
-		q.bytes = 0
-		q.releaseSnapLocked()
-		q.closing = true
-		q.closeCode = protocol.CodeSlowConsumer
-		q.mu.Unlock()
-		c.state.Store(stateClosing)
-		c.n.stats.slowConsumers.Add(1)
-		c.n.log.Info("slow consumer dropped", zap.Uint64("conn", c.id), zap.String("remote", c.remote))
-		// Unblock a writer stuck on the full socket soon.
-		if c.poll != nil {
-			c.writeSoonEvent()
-		} else {
-			c.nc.SetWriteDeadline(time.Now().Add(time.Second)) //nolint:errcheck // best effort
-		}
-		c.wakeWriter()
+	if len(q.frames) >= c.n.cfg.OutboundQueue || q.bytes+len(frame) > c.n.cfg.OutboundQueueBytes {
+		c.overflowLocked()
 		return false
 	}
 	q.frames = append(q.frames, frame)
@@ -507,6 +492,53 @@ func (c *conn) send(frame []byte) bool {
 	q.mu.Unlock()
 	c.wakeWriter()
 	return true
+}
+
+// sendAll is send for several frames, queued together or not at all (then
+// the connection is a slow consumer).
+func (c *conn) sendAll(frames [][]byte) bool {
+	q := &c.q
+	size := 0
+	for _, f := range frames {
+		size += len(f)
+	}
+	q.mu.Lock()
+	if q.closing {
+		q.mu.Unlock()
+		return false
+	}
+	if len(q.frames)+len(frames) > c.n.cfg.OutboundQueue || q.bytes+size > c.n.cfg.OutboundQueueBytes {
+		c.overflowLocked()
+		return false
+	}
+	q.frames = append(q.frames, frames...)
+	q.bytes += size
+	q.mu.Unlock()
+	c.wakeWriter()
+	return true
+}
+
+// overflowLocked replaces the queue with slow_consumer and closes the
+// connection. The caller holds q.mu, which overflowLocked releases.
+func (c *conn) overflowLocked() {
+	q := &c.q
+	clear(q.frames)
+	q.frames = append(q.frames[:0], encodeError(nil, protocol.CodeSlowConsumer, "outbound queue full: the client does not read fast enough"))
+	q.bytes = 0
+	q.freeRoomLocked()
+	q.closing = true
+	q.closeCode = protocol.CodeSlowConsumer
+	q.mu.Unlock()
+	c.state.Store(stateClosing)
+	c.n.stats.slowConsumers.Add(1)
+	c.n.log.Info("slow consumer dropped", zap.Uint64("conn", c.id), zap.String("remote", c.remote))
+	// Unblock a writer stuck on the full socket soon.
+	if c.poll != nil {
+		c.writeSoonEvent()
+	} else {
+		c.nc.SetWriteDeadline(time.Now().Add(time.Second)) //nolint:errcheck // best effort
+	}
+	c.wakeWriter()
 }
 
 // closeWithError queues a final error line (it bypasses the queue limits)
@@ -565,7 +597,7 @@ func (q *outQueue) take() (frames [][]byte, closing, dead bool) {
 	q.frames = q.spare[:0]
 	q.spare = nil
 	q.bytes = 0
-	q.releaseSnapLocked()
+	q.freeRoomLocked()
 	return frames, q.closing, q.dead
 }
 

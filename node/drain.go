@@ -75,7 +75,8 @@ func (n *Node) Drain(ctx context.Context) error {
 		grace = 0 // nowhere to reconnect to: nothing to wait for
 	}
 	now := n.clock.Now()
-	n.mu.Lock()
+	lk := lockOf(&n.mu)
+	defer lk.unlock()
 	var deltas []crdt.Delta
 	if grace > 0 {
 		n.holding = true
@@ -87,7 +88,7 @@ func (n *Node) Drain(ctx context.Context) error {
 	for c := range n.conns {
 		conns = append(conns, c)
 	}
-	n.unlockAndPublish(deltas)
+	n.unlockAndPublish(&lk, deltas)
 	n.log.Info("draining", zap.Int("connections", len(conns)), zap.Int("sessions", held+len(deltas)),
 		zap.Strings("gateways", gateways), zap.Duration("grace", max(grace, 0)))
 	for _, c := range conns {
@@ -99,10 +100,10 @@ func (n *Node) Drain(ctx context.Context) error {
 		if held > 0 {
 			err = n.awaitHandover(ctx, grace)
 		}
-		n.mu.Lock()
+		lk = lockOf(&n.mu)
 		n.holding = false
 		deltas = n.endLocalSessionsLocked(n.clock.Now())
-		n.unlockAndPublish(deltas)
+		n.unlockAndPublish(&lk, deltas)
 		n.log.Info("drain grace over", zap.Int("held", held), zap.Int("taken_over_or_expired", held-len(deltas)),
 			zap.Int("written_disconnected", len(deltas)))
 	}
@@ -196,9 +197,10 @@ func shuttingDownFrame(id json.RawMessage, gateways []string) []byte {
 // readiness) has joined and caught up, and it is not draining. status is
 // one word (ready, starting, joining, draining); reason explains it.
 func (n *Node) Readiness() (ready bool, status, reason string) {
-	n.mu.Lock()
+	lk := lockOf(&n.mu)
+	defer lk.unlock()
 	draining := n.draining
-	n.mu.Unlock()
+	lk.unlock()
 	switch {
 	case draining:
 		return false, "draining", "the gateway is shutting down"

@@ -36,9 +36,9 @@ import (
 //	: ping                        every Config.UIKeepAlive when idle
 //
 // A stream opened with a client token lives while the token does, as a
-// session does: it ends with end {"reason":"token_expired"} when the token
-// expires (its exp plus the verifier's leeway, the last instant the token
-// is accepted), and with end {"reason":"key_removed"} when a key rotation
+// session does: it ends with end {"reason":"token_expired"} at the token's
+// exp (the verifier's leeway allows for clock skew when a token is
+// accepted, and does not lengthen a stream's life), and with end {"reason":"key_removed"} when a key rotation
 // (Node.ReloadTokenKeys) leaves no key that verifies it. Both are checked
 // every streamCheckInterval, and the expiry also at its instant. A stream
 // opened with the admin token, or on a Dev node, has neither end.
@@ -375,7 +375,7 @@ func (n *Node) checkStreamToken(t *streamToken) string {
 		return ""
 	}
 	now := n.clock.Now()
-	if now.After(t.id.ValidUntil) {
+	if !now.Before(t.id.Expires) {
 		n.streams.tokenExpired.Add(1)
 		return string(protocol.CodeTokenExpired)
 	}
@@ -419,17 +419,18 @@ func (n *Node) handleEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	s := &eventStream{maxFrames: n.cfg.OutboundQueue, maxBytes: n.cfg.OutboundQueueBytes, wake: make(chan struct{}, 1)}
 
-	n.mu.Lock()
+	lk := lockOf(&n.mu)
+	defer lk.unlock()
 	select {
 	case <-n.streams.stop:
-		n.mu.Unlock()
+		lk.unlock()
 		w.Header().Set("Retry-After", "2")
 		n.eventsError(w, http.StatusServiceUnavailable, protocol.CodeShuttingDown, "the gateway is shutting down; connect to another gateway with Last-Event-ID")
 		return
 	default:
 	}
 	if rerr := n.admitStreamLocked(subject, source); rerr != nil {
-		n.mu.Unlock()
+		lk.unlock()
 		n.log.Info("event stream refused", zap.String("remote", r.RemoteAddr), zap.String("code", string(rerr.code)))
 		w.Header().Set("Retry-After", "10")
 		n.eventsError(w, http.StatusTooManyRequests, rerr.code, rerr.msg)
@@ -469,10 +470,11 @@ func (n *Node) handleEvents(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	n.streams.open[s] = struct{}{}
-	n.mu.Unlock()
+	lk.unlock()
 	n.streams.opened.Add(1)
 	defer func() {
-		n.mu.Lock()
+		lk := lockOf(&n.mu)
+		defer lk.unlock()
 		for _, u := range users {
 			n.unwatchUserLocked(u, s)
 		}
@@ -481,7 +483,6 @@ func (n *Node) handleEvents(w http.ResponseWriter, r *http.Request) {
 		}
 		delete(n.streams.open, s)
 		n.releaseStreamLocked(subject, source)
-		n.mu.Unlock()
 	}()
 
 	rc := http.NewResponseController(w)
@@ -519,7 +520,7 @@ func (n *Node) handleEvents(w http.ResponseWriter, r *http.Request) {
 	if tok != nil {
 		t := time.NewTicker(n.streams.checkEvery)
 		defer t.Stop()
-		e := time.NewTimer(tok.id.ValidUntil.Sub(n.clock.Now()) + time.Millisecond)
+		e := time.NewTimer(tok.id.Expires.Sub(n.clock.Now()))
 		defer e.Stop()
 		check, expiry = t.C, e.C
 	}

@@ -23,7 +23,8 @@ import (
 func (n *Node) ApplyDeltas(deltas []crdt.Delta) error {
 	now := n.clock.Now().UnixNano()
 	var errs []error
-	n.mu.Lock()
+	lk := lockOf(&n.mu)
+	defer lk.unlock()
 	touched := make(map[string]struct{})
 	for i := range deltas {
 		d := &deltas[i]
@@ -45,7 +46,7 @@ func (n *Node) ApplyDeltas(deltas []crdt.Delta) error {
 		}
 	}
 	lost := n.afterRemoteChangeLocked(touched)
-	n.unlockAndPublish(nil)
+	n.unlockAndPublish(&lk, nil)
 	n.closeSuperseded(lost)
 	if len(errs) > 0 {
 		return fmt.Errorf("node: apply deltas: %w", errors.Join(errs...))
@@ -57,10 +58,11 @@ func (n *Node) ApplyDeltas(deltas []crdt.Delta) error {
 // events and supersession as ApplyDeltas.
 func (n *Node) ApplySync(s crdt.Sync) error {
 	now := n.clock.Now().UnixNano()
-	n.mu.Lock()
+	lk := lockOf(&n.mu)
+	defer lk.unlock()
 	users, err := n.replica.ApplySync(s, now)
 	if err != nil {
-		n.mu.Unlock()
+		lk.unlock()
 		return fmt.Errorf("node: apply sync: %w", err)
 	}
 	touched := make(map[string]struct{}, len(users))
@@ -68,7 +70,7 @@ func (n *Node) ApplySync(s crdt.Sync) error {
 		touched[u] = struct{}{}
 	}
 	lost := n.afterRemoteChangeLocked(touched)
-	n.unlockAndPublish(nil)
+	n.unlockAndPublish(&lk, nil)
 	n.closeSuperseded(lost)
 	return nil
 }
@@ -128,23 +130,25 @@ func (n *Node) DiffPage(peer crdt.Digest, cur crdt.PageCursor, maxRecords, maxBy
 // node's projection (without writing over its records), with events.
 func (n *Node) MarkNodeDown(node string) {
 	now := n.clock.Now().UnixNano()
-	n.mu.Lock()
+	lk := lockOf(&n.mu)
+	defer lk.unlock()
 	users := n.replica.SetNodeDown(node, now)
 	for _, u := range users {
 		n.markDirtyLocked(u)
 	}
-	n.unlockAndPublish(nil)
+	n.unlockAndPublish(&lk, nil)
 	n.log.Info("gateway marked down", zap.String("gateway", node), zap.Int("users", len(users)))
 }
 
 // MarkNodeUp undoes MarkNodeDown: the gateway was heard from again.
 func (n *Node) MarkNodeUp(node string) {
-	n.mu.Lock()
+	lk := lockOf(&n.mu)
+	defer lk.unlock()
 	users := n.replica.SetNodeUp(node)
 	for _, u := range users {
 		n.markDirtyLocked(u)
 	}
-	n.unlockAndPublish(nil)
+	n.unlockAndPublish(&lk, nil)
 	if len(users) > 0 {
 		n.log.Info("gateway marked up", zap.String("gateway", node), zap.Int("users", len(users)))
 	}

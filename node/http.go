@@ -52,9 +52,10 @@ func (n *Node) httpHandler() http.Handler {
 }
 
 func (n *Node) handleHealthz(w http.ResponseWriter, _ *http.Request) {
-	n.mu.Lock()
+	lk := lockOf(&n.mu)
+	defer lk.unlock()
 	draining := n.draining
-	n.mu.Unlock()
+	lk.unlock()
 	if draining {
 		n.writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining", "node": n.cfg.Name})
 		return
@@ -81,10 +82,11 @@ func (n *Node) handlePresenceHTTP(w http.ResponseWriter, r *http.Request) {
 		n.writeJSON(w, http.StatusBadRequest, map[string]string{"error": rerr.msg})
 		return
 	}
-	n.mu.Lock()
+	lk := lockOf(&n.mu)
+	defer lk.unlock()
 	v := n.nextVersionLocked()
 	p := presenceJSON(n.replica.Presence(user), v)
-	n.mu.Unlock()
+	lk.unlock()
 	n.writeJSON(w, http.StatusOK, p)
 }
 
@@ -103,7 +105,8 @@ type LocalSession struct {
 // LocalSessions returns the active sessions this node owns, sorted by user
 // and device.
 func (n *Node) LocalSessions() []LocalSession {
-	n.mu.Lock()
+	lk := lockOf(&n.mu)
+	defer lk.unlock()
 	out := make([]LocalSession, 0, n.localCount)
 	for _, devs := range n.local {
 		for _, c := range devs {
@@ -114,7 +117,7 @@ func (n *Node) LocalSessions() []LocalSession {
 				Status: s.status.String(), Groups: groups, Remote: c.remote})
 		}
 	}
-	n.mu.Unlock()
+	lk.unlock()
 	slices.SortFunc(out, func(a, b LocalSession) int {
 		if c := strings.Compare(a.User, b.User); c != 0 {
 			return c

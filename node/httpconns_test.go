@@ -206,8 +206,10 @@ func TestSourceKeyIPv6Prefix(t *testing.T) {
 
 // TestEventStreamEndsWhenTokenExpires: a stream opened with a client
 // token is served while the token is valid and ends with end
-// {"reason":"token_expired"} once it expires (exp plus the leeway),
-// counted.
+// {"reason":"token_expired"} at its exp, counted: the leeway, which
+// allows for clock skew when a token is accepted, does not lengthen the
+// stream's life. A token accepted within the leeway after its exp opens a
+// stream that ends at once.
 func TestEventStreamEndsWhenTokenExpires(t *testing.T) {
 	n, clock := newAuthNode(t, func(c *Config) { c.HTTPAddr = "127.0.0.1:0" })
 	n.streams.checkEvery = 10 * time.Millisecond
@@ -217,12 +219,13 @@ func TestEventStreamEndsWhenTokenExpires(t *testing.T) {
 	s.expectEventOf(n, "snapshot", "alice")
 	s.expectReady(true)
 
-	// Just before the end of the leeway the stream still carries changes.
-	clock.Advance(5*time.Second + auth.DefaultLeeway - time.Millisecond)
+	// Just before exp the stream still carries changes.
+	clock.Advance(5*time.Second - time.Millisecond)
 	connect(t, n, "alice", "phone", map[string]any{"token": mint(t, secretSigner(t), auth.TokenSpec{User: "alice"}, clock.Now())})
 	s.expectEventOf(n, "presence", "alice")
 
-	clock.Advance(2 * time.Millisecond)
+	// At exp, well within the leeway, it ends.
+	clock.Advance(time.Millisecond)
 	var end struct{ Reason string }
 	s.expect("end", &end)
 	if end.Reason != "token_expired" {
@@ -231,7 +234,18 @@ func TestEventStreamEndsWhenTokenExpires(t *testing.T) {
 	if _, ok := s.next(); ok {
 		t.Fatal("the stream goes on after its end event")
 	}
-	if m := n.Metrics(); m.EventStreamsTokenExpired != 1 {
+
+	// A token past its exp but within the leeway is accepted, and its
+	// stream ends at once, after its snapshot.
+	late := openChanges(t, n, users("alice"), http.Header{"Authorization": {"Bearer " + tok}})
+	defer late.close()
+	late.expectEventOf(n, "snapshot", "alice")
+	late.expectReady(true)
+	late.expect("end", &end)
+	if end.Reason != "token_expired" {
+		t.Fatalf("end reason of the late stream %q", end.Reason)
+	}
+	if m := n.Metrics(); m.EventStreamsTokenExpired != 2 {
 		t.Fatalf("streams ended token_expired: %d", m.EventStreamsTokenExpired)
 	}
 }

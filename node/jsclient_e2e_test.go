@@ -194,3 +194,38 @@ func TestJSClientFailover(t *testing.T) {
 	b.waitLine("reconnected to g0", map[string]any{"state": "connected", "gateway": "g0"})
 	jsWaitFor(t, "bob online on g0, seen from g0", func() bool { return online(t, g0.GW, "bob", "g0") })
 }
+
+// TestJSClientGroupPages: the JavaScript client reads a group's members
+// page by page (groupMembers with a limit of one a page follows next to
+// the end) and its count alone (groupCount).
+func TestJSClientGroupPages(t *testing.T) {
+	if testing.Short() {
+		t.Skip("SKIP: -short: the JavaScript client test starts Node.js and a gateway")
+	}
+	nodeExe, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("SKIP: no node (Node.js 20 or newer) in PATH to run the JavaScript client")
+	}
+	src, err := os.ReadFile(filepath.Join("jsclient", "client.js"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	module := filepath.Join(t.TempDir(), "client.mjs")
+	if err := os.WriteFile(module, src, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g0 := startJSCluster(t, 1)[0]
+	var tabs []*jsTab
+	for _, u := range []string{"carol", "alice", "bob"} {
+		tab := startJSTab(t, nodeExe, module, u, "team", g0.WS())
+		tab.waitLine("connected", map[string]any{"state": "connected"})
+		tabs = append(tabs, tab)
+	}
+	a := tabs[0]
+	// bob connected last: once carol sees him, all three are online.
+	a.waitLine("bob in the roster", map[string]any{"user": "bob", "status": "available"})
+	a.send("members 1")
+	a.waitLine("every page of the members", map[string]any{"members": "alice,bob,carol", "online": 3.0})
+	a.send("count")
+	a.waitLine("the count", map[string]any{"count": 3.0})
+}

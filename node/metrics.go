@@ -326,7 +326,8 @@ type OpCode struct {
 // the connections under the node's lock (O(connections)): for
 // monitoring, not hot paths.
 func (n *Node) Metrics() Metrics {
-	n.mu.Lock()
+	lk := lockOf(&n.mu)
+	defer lk.unlock()
 	m := Metrics{
 		Node: n.cfg.Name, Connections: len(n.conns), LocalSessions: n.localCount, Draining: n.draining,
 	}
@@ -342,7 +343,7 @@ func (n *Node) Metrics() Metrics {
 	m.Replica = n.replica.Census()
 	m.EventStreams = len(n.streams.open)
 	m.HTTPConnections = n.httpConns
-	n.mu.Unlock()
+	lk.unlock()
 	m.EventStreamsOpened = n.streams.opened.Load()
 	m.EventStreamEvents = n.streams.sent.Load()
 	m.EventStreamsSlow = n.streams.slow.Load()

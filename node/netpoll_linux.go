@@ -311,6 +311,10 @@ func (c *conn) pause(room <-chan struct{}) {
 			return
 		}
 		c.paused = false
+		if room := c.sendSnapshotPages(); room != nil {
+			c.pause(room) // the next page, or the room to read on, once the writer drains this one
+			return
+		}
 		c.consume(nil)
 		if !c.paused && !c.finished {
 			c.poll.setReading(c, true)

@@ -58,6 +58,14 @@ type Node struct {
 	// it (on the connection's reader); tests in this package set it before
 	// Start, to inject a panic.
 	requestHook func(*protocol.Request)
+	// lockedHook, when set, sees requests where their handlers hold mu
+	// (underLockHook); tests in this package set it before Start, to
+	// inject a panic under the lock.
+	lockedHook func(*protocol.Request)
+	// pageHook, when set, runs before each page of a sub's snapshot is
+	// read (sendSnapshotPages), on the connection's reader; tests in this
+	// package set it before Start.
+	pageHook func()
 
 	// Written by the sweeper, read anywhere.
 	stalled atomic.Int64  // nanoseconds of gateway stalls detected; mono subtracts them
@@ -396,20 +404,21 @@ func (n *Node) Close() error {
 	return nil
 }
 
-// unlockAndPublish releases mu, then publishes deltas (in the order they
-// were written: pubMu is taken before mu is released) and wakes the
-// notifier if presence changes are pending.
-func (n *Node) unlockAndPublish(deltas []crdt.Delta) {
+// unlockAndPublish releases mu, held by lk, then publishes deltas (in the
+// order they were written: pubMu is taken before mu is released) and wakes
+// the notifier if presence changes are pending.
+func (n *Node) unlockAndPublish(lk *held, deltas []crdt.Delta) {
 	wake := len(n.dirty) > 0
 	if len(deltas) == 0 {
-		n.mu.Unlock()
+		lk.unlock()
 	} else {
-		n.pubMu.Lock()
-		n.mu.Unlock()
+		pk := lockOf(&n.pubMu)
+		defer pk.unlock()
+		lk.unlock()
 		if c := n.getCluster(); c != nil {
 			c.Publish(deltas)
 		}
-		n.pubMu.Unlock()
+		pk.unlock()
 		n.stats.published.Add(uint64(len(deltas)))
 	}
 	if wake {

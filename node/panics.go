@@ -18,10 +18,15 @@ import (
 // process goes on.
 //
 // A recovered panic is safe when the code it unwound released what it held
-// in defers; the node's lock (n.mu) is taken without a defer on the request
-// paths, so a panic under it would leave it held. Such a gateway stops
-// serving and its health check goes on answering: the log line and the
-// panics metric are the alarm to act on.
+// in defers. So the sections that hold the node's lock (n.mu), and the
+// locks it hands off to (fanMu, pubMu), on the paths a panic is recovered
+// from (request handlers, a sub's snapshot pages, connection open and
+// close, the HTTP handlers, whose panics net/http recovers, and the
+// cluster layer's calls) take them with lockOf and release them in a
+// defer (locks.go): a panic under the lock costs its connection, and every
+// other session is still served. The background loops (the notifier, the
+// collector) do not recover: a panic there ends the process, which a
+// supervisor restarts, rather than leave a gateway that no longer serves.
 
 // internalErrorMessage is what a client whose request panicked is told.
 const internalErrorMessage = "internal error: the gateway logged it; reconnect"
@@ -51,5 +56,13 @@ func (c *conn) recoverRequest(replied *bool) {
 		c.n.recordPanic(c, "request", r)
 		c.closeWithError(nil, protocol.CodeInternal, internalErrorMessage)
 		*replied = true
+	}
+}
+
+// underLockHook runs the test hook lockedHook, if set, where a request
+// handler holds n.mu.
+func (n *Node) underLockHook(req *protocol.Request) {
+	if n.lockedHook != nil {
+		n.lockedHook(req)
 	}
 }

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"encoding/json"
 	"slices"
 
 	"github.com/rollcall/rollcall/crdt"
@@ -32,12 +33,14 @@ func (n *Node) handleGet(c *conn, req *protocol.Request) (any, *requestError) {
 		return nil, rerr
 	}
 	out := make([]protocol.Presence, 0, len(users))
-	n.mu.Lock()
+	lk := lockOf(&n.mu)
+	defer lk.unlock()
+	n.underLockHook(req)
 	v := n.nextVersionLocked()
 	for _, u := range users {
 		out = append(out, presenceJSON(n.replica.Presence(u), v))
 	}
-	n.mu.Unlock()
+	lk.unlock()
 	return protocol.PresenceReply{Op: protocol.OpPresence, ID: req.ID, Users: out}, nil
 }
 
@@ -64,23 +67,74 @@ func firstOccurrences(s []string) []string {
 	return out
 }
 
-// handleGroup returns a group's online members.
+// handleGroup returns a page of a group's online members, in user-name
+// order, after the request's cursor (a user name: the previous page's
+// last). A page holds at most the request's limit, and is cut shorter to
+// fit half the outbound queue's byte bound, so a reply never makes a
+// prompt reader a slow consumer however large the group. A limit of 0 asks
+// for the count alone, which reads no member's presence.
 func (n *Node) handleGroup(c *conn, req *protocol.Request) (any, *requestError) {
 	if rerr := checkName("group", req.Group); rerr != nil {
 		return nil, rerr
 	}
+	limit := protocol.DefaultGroupPage
+	if req.Limit != nil {
+		limit = *req.Limit
+	}
+	if limit < 0 || limit > protocol.MaxGroupPage {
+		return nil, errorf(protocol.CodeBadRequest, "limit must be 0 to %d", protocol.MaxGroupPage)
+	}
+	if req.Cursor != "" {
+		if rerr := checkName("cursor", req.Cursor); rerr != nil {
+			return nil, rerr
+		}
+	}
 	if rerr := checkReadGroup(c, req.Group); rerr != nil {
 		return nil, rerr
 	}
-	n.mu.Lock()
+	reply := protocol.GroupReply{Op: protocol.OpGroup, ID: req.ID, Group: req.Group, Members: []protocol.Presence{}}
+	lk := lockOf(&n.mu)
+	defer lk.unlock()
+	n.underLockHook(req)
+	if limit == 0 {
+		reply.Online = n.replica.GroupOnlineCount(req.Group)
+		return reply, nil
+	}
 	v := n.nextVersionLocked()
 	users := n.replica.GroupOnlineUsers(req.Group)
-	members := make([]protocol.Presence, 0, len(users))
-	for _, u := range users {
+	reply.Online = len(users)
+	// The members after the cursor.
+	i, found := slices.BinarySearch(users, req.Cursor)
+	if found {
+		i++
+	}
+	users = users[i:]
+	members := make([]protocol.Presence, 0, min(limit, len(users)))
+	for _, u := range users[:min(limit, len(users))] {
 		members = append(members, presenceJSON(n.replica.Presence(u), v))
 	}
-	n.mu.Unlock()
-	return protocol.GroupReply{Op: protocol.OpGroup, ID: req.ID, Group: req.Group, Online: len(members), Members: members}, nil
+	lk.unlock()
+	// Cut the page to its byte budget (always one member at least).
+	// The reply's own fields: its group and next (a user name) escaped at
+	// worst (\u003c for <), the id, the rest.
+	budget, size := n.cfg.OutboundQueueBytes/2, 128+len(req.ID)+6*len(req.Group)+6*protocol.MaxNameLen
+	k := 0
+	for k < len(members) {
+		b, err := json.Marshal(members[k])
+		if err != nil {
+			return nil, errorf(protocol.CodeInternal, "encode: %v", err)
+		}
+		size += len(b) + 1
+		if k > 0 && size > budget {
+			break
+		}
+		k++
+	}
+	reply.Members = members[:k]
+	if k < len(users) {
+		reply.Next = members[k-1].User
+	}
+	return reply, nil
 }
 
 // handleLocate returns a user's active sessions, with their gateways.
@@ -91,9 +145,10 @@ func (n *Node) handleLocate(c *conn, req *protocol.Request) (any, *requestError)
 	if rerr := checkRead(c, []string{req.User}); rerr != nil {
 		return nil, rerr
 	}
-	n.mu.Lock()
+	lk := lockOf(&n.mu)
+	defer lk.unlock()
 	sessions := n.activeSessionsLocked(req.User)
-	n.mu.Unlock()
+	lk.unlock()
 	book, _ := n.getCluster().(AddressBook)
 	out := make([]protocol.SessionInfo, 0, len(sessions))
 	for _, s := range sessions {

@@ -24,20 +24,21 @@ func (n *Node) handleSend(c *conn, req *protocol.Request) (any, *requestError) {
 	if rerr := checkBody(req.Body); rerr != nil {
 		return nil, rerr
 	}
-	n.mu.Lock()
+	lk := lockOf(&n.mu)
+	defer lk.unlock()
 	s, rerr := n.ownedLocked(c)
 	if rerr != nil {
-		n.mu.Unlock()
+		lk.unlock()
 		return nil, rerr
 	}
 	recipients := n.activeSessionsLocked(req.To)
 	if rerr := checkSend(c, req.To, func() []string { return sessionGroups(recipients) }); rerr != nil {
-		n.mu.Unlock()
+		lk.unlock()
 		return nil, rerr
 	}
 	lim := n.limits.Load()
 	if ok, wait := s.sends.allow(n.mono(), lim.SendRate, lim.SendBurst); !ok {
-		n.mu.Unlock()
+		lk.unlock()
 		n.stats.rateLimited.Add(1)
 		return nil, errorf(protocol.CodeRateLimited, "at most %g sends per second (%d at once) per session; the next is allowed in %dms",
 			lim.SendRate, lim.SendBurst, max(wait.Milliseconds(), 1))
@@ -49,7 +50,7 @@ func (n *Node) handleSend(c *conn, req *protocol.Request) (any, *requestError) {
 			remote = append(remote, rs.Gateway)
 		}
 	}
-	n.mu.Unlock()
+	lk.unlock()
 
 	delivered := n.DeliverLocal(msg)
 	if len(remote) > 0 {
@@ -127,13 +128,14 @@ func (n *Node) DeliverLocal(msg Message) int {
 		n.log.Info("dropping message with an invalid body", zap.String("to", msg.To), zap.String("from", msg.From), zap.String("why", rerr.msg))
 		return 0
 	}
-	n.mu.Lock()
+	lk := lockOf(&n.mu)
+	defer lk.unlock()
 	devs := n.local[msg.To]
 	conns := make([]*conn, 0, len(devs))
 	for _, c := range devs {
 		conns = append(conns, c)
 	}
-	n.mu.Unlock()
+	lk.unlock()
 	if len(conns) == 0 {
 		return 0
 	}

@@ -51,9 +51,10 @@ func (n *Node) acceptLoop(ln net.Listener, spare *spareFD) {
 // whether a refusal may write its error line now (not before a TLS
 // handshake). newc builds the conn.
 func (n *Node) serveClient(nc net.Conn, plain bool, newc func() *conn) {
-	n.mu.Lock()
+	lk := lockOf(&n.mu)
+	defer lk.unlock()
 	if n.draining {
-		n.mu.Unlock()
+		lk.unlock()
 		// Drain closed the listener, but a connection may have been
 		// accepted just before.
 		if plain {
@@ -65,7 +66,7 @@ func (n *Node) serveClient(nc net.Conn, plain bool, newc func() *conn) {
 	}
 	ip := n.sourceKey(nc.RemoteAddr())
 	if code, msg := n.admitLocked(ip); code != "" {
-		n.mu.Unlock()
+		lk.unlock()
 		n.refuse(nc, plain, code, msg)
 		return
 	}
@@ -74,7 +75,7 @@ func (n *Node) serveClient(nc net.Conn, plain bool, newc func() *conn) {
 	n.conns[c] = struct{}{}
 	n.countConnLocked(c, true)
 	n.connWG.Add(1)
-	n.mu.Unlock()
+	lk.unlock()
 	c.serve()
 }
 

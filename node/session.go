@@ -111,14 +111,15 @@ func (n *Node) handleHello(c *conn, req *protocol.Request) {
 	now := n.clock.Now()
 	mono := n.monoAt(now)
 
-	n.mu.Lock()
+	lk := lockOf(&n.mu)
+	defer lk.unlock()
 	if n.draining {
-		n.mu.Unlock()
+		lk.unlock()
 		c.closeWith(shuttingDownFrame(req.ID, n.otherGateways()))
 		return
 	}
 	if rerr := n.sessionCapLocked(c, sess.user, sess.device); rerr != nil {
-		n.mu.Unlock()
+		lk.unlock()
 		c.sendError(req.ID, rerr.code, rerr.msg)
 		return
 	}
@@ -128,7 +129,7 @@ func (n *Node) handleHello(c *conn, req *protocol.Request) {
 		// No epoch above the held one can be issued (a peer may have
 		// taught the replica any epoch, up to 2^64-1): refuse, rather
 		// than wrap to an epoch every replica would refuse.
-		n.mu.Unlock()
+		lk.unlock()
 		n.stats.badRequests.Add(1)
 		n.log.Info("hello refused: epoch exhausted", zap.Uint64("conn", c.id), zap.String("key", key.String()), zap.Uint64("held", exh.Held))
 		c.sendError(req.ID, protocol.CodeEpochExhausted, "no newer epoch exists for "+key.String()+
@@ -136,7 +137,7 @@ func (n *Node) handleHello(c *conn, req *protocol.Request) {
 		return
 	}
 	if !c.state.CompareAndSwap(stateConnecting, stateActive) {
-		n.mu.Unlock() // closing already: nothing to open
+		lk.unlock() // closing already: nothing to open
 		return
 	}
 	sess.epoch = epoch
@@ -147,7 +148,7 @@ func (n *Node) handleHello(c *conn, req *protocol.Request) {
 		// Cannot happen: the epoch is above every one held.
 		c.sess = nil
 		c.state.Store(stateConnecting)
-		n.mu.Unlock()
+		lk.unlock()
 		n.log.Error("open session", zap.String("key", key.String()), zap.Error(err))
 		c.sendError(req.ID, protocol.CodeInternal, "could not open the session")
 		return
@@ -158,7 +159,7 @@ func (n *Node) handleHello(c *conn, req *protocol.Request) {
 	}
 	n.registerLocked(c)
 	n.markDirtyLocked(sess.user)
-	n.unlockAndPublish([]crdt.Delta{d})
+	n.unlockAndPublish(&lk, []crdt.Delta{d})
 
 	n.stats.sessionsOpened.Add(1)
 	c.handshakeDone() // the sweeper takes over from the handshake deadline
@@ -286,26 +287,28 @@ func (n *Node) handleJoinLeave(c *conn, req *protocol.Request) (any, *requestErr
 // change returns false for a no-op, which is acknowledged without a write.
 func (n *Node) updateSession(c *conn, req *protocol.Request, change func(*localSession) bool) (any, *requestError) {
 	now := n.clock.Now()
-	n.mu.Lock()
+	lk := lockOf(&n.mu)
+	defer lk.unlock()
+	n.underLockHook(req)
 	s, rerr := n.ownedLocked(c)
 	if rerr != nil {
-		n.mu.Unlock()
+		lk.unlock()
 		return nil, rerr
 	}
 	saved := *s
 	if !change(s) {
-		n.mu.Unlock()
+		lk.unlock()
 		return protocol.OK{Op: protocol.OpOK, ID: req.ID}, nil
 	}
 	d, err := n.replica.PutLocal(n.recordLocked(c, crdt.StateActive, now), now.UnixNano())
 	if err != nil {
 		*s = saved
 		rerr := n.writeFailedLocked(c, err)
-		n.mu.Unlock()
+		lk.unlock()
 		return nil, rerr
 	}
 	n.markDirtyLocked(s.user)
-	n.unlockAndPublish([]crdt.Delta{d})
+	n.unlockAndPublish(&lk, []crdt.Delta{d})
 	return protocol.OK{Op: protocol.OpOK, ID: req.ID}, nil
 }
 
@@ -340,10 +343,11 @@ func (n *Node) handleAccount(c *conn, req *protocol.Request) (any, *requestError
 		}
 	}
 	now := n.clock.Now()
-	n.mu.Lock()
+	lk := lockOf(&n.mu)
+	defer lk.unlock()
 	s, rerr := n.ownedLocked(c)
 	if rerr != nil {
-		n.mu.Unlock()
+		lk.unlock()
 		return nil, rerr
 	}
 	cur, _ := n.replica.Account(s.user)
@@ -355,21 +359,22 @@ func (n *Node) handleAccount(c *conn, req *protocol.Request) (any, *requestError
 	}
 	d, err := n.replica.PutAccountLocal(s.user, cur.Override, cur.AuthoritativeDevice, now.UnixNano())
 	if err != nil {
-		n.mu.Unlock()
+		lk.unlock()
 		n.log.Error("account write failed", zap.Error(err))
 		return nil, errorf(protocol.CodeInternal, "could not write the account")
 	}
 	n.markDirtyLocked(s.user)
-	n.unlockAndPublish([]crdt.Delta{d})
+	n.unlockAndPublish(&lk, []crdt.Delta{d})
 	return protocol.OK{Op: protocol.OpOK, ID: req.ID}, nil
 }
 
 // handleBye ends the session cleanly; the connection closes after the ok.
 func (n *Node) handleBye(c *conn, req *protocol.Request) *requestError {
 	now := n.clock.Now()
-	n.mu.Lock()
+	lk := lockOf(&n.mu)
+	defer lk.unlock()
 	if _, rerr := n.ownedLocked(c); rerr != nil {
-		n.mu.Unlock()
+		lk.unlock()
 		return rerr
 	}
 	d, ok := n.endSessionLocked(c, crdt.StateDisconnected, now)
@@ -378,7 +383,7 @@ func (n *Node) handleBye(c *conn, req *protocol.Request) *requestError {
 	if ok {
 		deltas = append(deltas, d)
 	}
-	n.unlockAndPublish(deltas)
+	n.unlockAndPublish(&lk, deltas)
 	n.stats.m.disconnected(reasonBye, 1)
 	c.closeWith(encodeLine(protocol.OK{Op: protocol.OpOK, ID: req.ID}))
 	return nil
@@ -398,7 +403,8 @@ func (n *Node) connLost(c *conn) {
 // elsewhere takes it over or the grace ends.
 func (n *Node) endConnSession(c *conn, forget bool) {
 	now := n.clock.Now()
-	n.mu.Lock()
+	lk := lockOf(&n.mu)
+	defer lk.unlock()
 	if _, open := n.conns[c]; forget && open {
 		delete(n.conns, c)
 		n.countConnLocked(c, false)
@@ -414,7 +420,7 @@ func (n *Node) endConnSession(c *conn, forget bool) {
 		}
 	}
 	n.dropSubsLocked(c)
-	n.unlockAndPublish(deltas)
+	n.unlockAndPublish(&lk, deltas)
 }
 
 // expireSession ends c's session if it has been silent for Timeout
@@ -423,15 +429,16 @@ func (n *Node) endConnSession(c *conn, forget bool) {
 // ran out). nowMono is the sweeper's reading of Node.mono.
 func (n *Node) expireSession(c *conn, nowMono int64) {
 	now := n.clock.Now()
-	n.mu.Lock()
+	lk := lockOf(&n.mu)
+	defer lk.unlock()
 	if _, rerr := n.ownedLocked(c); rerr != nil {
-		n.mu.Unlock()
+		lk.unlock()
 		return
 	}
 	idle := crdt.ExpiryDeadline(c.lastActive.Load(), n.cfg.Timeout)
 	if deadline := c.deadline(int64(n.cfg.Timeout)); !crdt.Expired(deadline, nowMono) {
 		// A request (or a refresh) arrived after the sweeper looked.
-		n.mu.Unlock()
+		lk.unlock()
 		n.wheel.add(c, deadline)
 		return
 	}
@@ -440,7 +447,7 @@ func (n *Node) expireSession(c *conn, nowMono int64) {
 		if d, ok := n.endSessionLocked(c, crdt.StateDisconnected, now); ok {
 			deltas = append(deltas, d)
 		}
-		n.unlockAndPublish(deltas)
+		n.unlockAndPublish(&lk, deltas)
 		n.stats.m.disconnected(codeIndex(protocol.CodeTokenExpired), len(deltas))
 		n.stats.tokenExpired.Add(1)
 		n.log.Debug("session token expired", zap.Uint64("conn", c.id))
@@ -451,7 +458,7 @@ func (n *Node) expireSession(c *conn, nowMono int64) {
 	if d, ok := n.endSessionLocked(c, crdt.StateExpired, now); ok {
 		deltas = append(deltas, d)
 	}
-	n.unlockAndPublish(deltas)
+	n.unlockAndPublish(&lk, deltas)
 	n.stats.expired.Add(1)
 	n.log.Debug("session expired", zap.Uint64("conn", c.id))
 	c.closeWithError(nil, protocol.CodeExpired, "no request within "+n.cfg.Timeout.String())

@@ -83,14 +83,15 @@ type Stats struct {
 // Stats returns a snapshot of the node's counters. It walks the replica
 // (O(records)): for monitoring, not hot paths.
 func (n *Node) Stats() Stats {
-	n.mu.Lock()
+	lk := lockOf(&n.mu)
+	defer lk.unlock()
 	st := Stats{
 		Node: n.cfg.Name, Origin: n.origin.String(),
 		Connections: len(n.conns), Sessions: n.localCount, Draining: n.draining,
 		WatchedUsers: len(n.users), WatchedGroups: len(n.groups),
 		Replica: n.replica.Stats(),
 	}
-	n.mu.Unlock()
+	lk.unlock()
 	c := &n.stats
 	st.Accepted = c.accepted.Load()
 	st.Overloaded = c.overloaded.Load()

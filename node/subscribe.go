@@ -75,10 +75,12 @@ func (n *Node) nextVersionLocked() uint64 {
 	return v
 }
 
-// handleSub subscribes the connection to users and/or a group. It queues the
-// ok and then one event per current subject itself, so that no change event
-// can overtake them, outside the queue's bound (sendSnapshot), and returns
-// its reader reads on once they have left the queue.
+// handleSub subscribes the connection to users and/or a group. It queues
+// the ok itself, saying how many snapshot events follow, ahead of any
+// change event, and leaves the snapshot to c's reader (c.snap): the
+// current presence of each user named and each online member of the
+// group, sent in pages within the queue's bound (snapshotPage) before the
+// reader handles the next request.
 func (n *Node) handleSub(c *conn, req *protocol.Request) *requestError {
 	if rerr := checkSubjects(req); rerr != nil {
 		return rerr
@@ -91,9 +93,10 @@ func (n *Node) handleSub(c *conn, req *protocol.Request) *requestError {
 			return rerr
 		}
 	}
-	n.mu.Lock()
+	lk := lockOf(&n.mu)
+	defer lk.unlock()
+	n.underLockHook(req)
 	if _, rerr := n.ownedLocked(c); rerr != nil {
-		n.mu.Unlock()
 		return rerr
 	}
 	added := 0
@@ -108,41 +111,120 @@ func (n *Node) handleSub(c *conn, req *protocol.Request) *requestError {
 		}
 	}
 	if len(c.subUsers)+len(c.subGroups)+added > protocol.MaxSubscriptions {
-		n.mu.Unlock()
 		return errorf(protocol.CodeBadRequest, "at most %d subscriptions per connection", protocol.MaxSubscriptions)
 	}
-	version := n.nextVersionLocked()
-	frames := make([][]byte, 0, len(req.Users)+1)
-	frames = append(frames, encodeLine(protocol.OK{Op: protocol.OpOK, ID: req.ID}))
-	for _, u := range uniqueStrings(req.Users) {
+	snap := &subSnapshot{users: uniqueStrings(req.Users), group: req.Group}
+	for _, u := range snap.users {
 		if c.subUsers == nil {
 			c.subUsers = make(map[string]struct{})
 		}
 		c.subUsers[u] = struct{}{}
 		n.watchUserLocked(u).subs[c] = struct{}{}
-		frames = append(frames, encodeEvent(n.replica.Presence(u), version, "", nil))
 	}
 	if g := req.Group; g != "" {
 		if c.subGroups == nil {
 			c.subGroups = make(map[string]struct{})
 		}
 		c.subGroups[g] = struct{}{}
-		gw := n.watchGroupLocked(g)
-		gw.subs[c] = struct{}{}
-		member := true
-		for _, u := range n.replica.GroupOnlineUsers(g) {
-			frames = append(frames, encodeEvent(n.replica.Presence(u), version, g, &member))
+		n.watchGroupLocked(g).subs[c] = struct{}{}
+		snap.members = n.replica.GroupOnlineUsers(g)
+	}
+	snap.left = len(snap.users) + len(snap.members)
+	// The ok goes out ahead of every event of the new subjects: a flush
+	// that sees them queues its events after it (the hand-off from mu to
+	// fanMu).
+	fk := lockOf(&n.fanMu)
+	defer fk.unlock()
+	lk.unlock()
+	left := snap.left
+	c.send(encodeLine(protocol.OK{Op: protocol.OpOK, ID: req.ID, Snapshot: &left}))
+	fk.unlock()
+	if snap.left > 0 {
+		c.snap = snap
+	}
+	return nil
+}
+
+// subSnapshot is what is left to send of a sub's snapshot: the users it
+// named and the group's online members when it subscribed, each read
+// afresh when its page is sent.
+type subSnapshot struct {
+	users   []string // sorted
+	group   string
+	members []string // sorted
+	left    int      // events still to send
+}
+
+// snapshotPage queues the next page of c's snapshot (c.snap), and reports
+// whether it did: false once the connection is closing, whose snapshot is
+// then dropped. A page is at most a quarter of the queue's frame and byte
+// bounds (one event at least), and the reader queues one only while the
+// queue is below half its bound (sendSnapshotPages), so a page never
+// overflows the queue of a prompt reader, with room left for the change
+// events that come meanwhile.
+//
+// Each page reads its users' presence afresh, at a fresh version, under mu,
+// and is queued under fanMu, as a flush hands off its events: so events and
+// pages reach the connection in version order. A change event for a
+// subject whose page is still to come precedes it, and the page, read
+// later, holds that change or a newer state; a change after a page was
+// read comes after it. Nothing is lost (the subjects are watched from the
+// sub on), and a subject's versions still only grow. A group member listed
+// at the sub who is no longer an online member when its page is read gets
+// "member":false.
+func (n *Node) snapshotPage(c *conn) (sent bool) {
+	defer c.recoverRequest(&sent)
+	s := c.snap
+	if c.state.Load() == stateClosing {
+		c.snap = nil
+		return false
+	}
+	maxFrames, maxBytes := max(1, n.cfg.OutboundQueue/4), max(1, n.cfg.OutboundQueueBytes/4)
+	lk := lockOf(&n.mu)
+	defer lk.unlock()
+	version := n.nextVersionLocked()
+	var frames [][]byte
+	size := 0
+	for s.left > 0 && len(frames) < maxFrames {
+		var f []byte
+		if len(s.users) > 0 {
+			f = encodeSnapshotEvent(n.replica.Presence(s.users[0]), version, "", nil, s.left > 1)
+		} else {
+			member := n.onlineInGroupLocked(s.members[0], s.group)
+			f = encodeSnapshotEvent(n.replica.Presence(s.members[0]), version, s.group, &member, s.left > 1)
+		}
+		if len(frames) > 0 && size+len(f) > maxBytes {
+			break
+		}
+		frames = append(frames, f)
+		size += len(f)
+		if len(s.users) > 0 {
+			s.users = s.users[1:]
+		} else {
+			s.members = s.members[1:]
+		}
+		s.left--
+	}
+	fk := lockOf(&n.fanMu)
+	defer fk.unlock()
+	lk.unlock()
+	c.sendAll(frames)
+	fk.unlock()
+	if s.left == 0 {
+		c.snap = nil
+	}
+	return true
+}
+
+// onlineInGroupLocked reports whether u is an online member of g: one of
+// u's active sessions is in it.
+func (n *Node) onlineInGroupLocked(u, g string) bool {
+	for _, s := range n.replica.UserSessions(u) {
+		if s.State == crdt.StateActive && slices.Contains(s.Groups, g) {
+			return true
 		}
 	}
-	n.fanMu.Lock()
-	n.mu.Unlock()
-	// The reader handles the next request only once this snapshot is on
-	// its way (roomWait): a snapshot may exceed the queue's bound, so it is
-	// paced by this connection's own reads, never by dropping a prompt
-	// reader.
-	c.sendSnapshot(frames)
-	n.fanMu.Unlock()
-	return nil
+	return false
 }
 
 // handleUnsub removes subscriptions. Unknown subjects are ignored.
@@ -481,6 +563,13 @@ func presenceJSON(p crdt.Presence, version uint64) protocol.Presence {
 
 func encodeEvent(p crdt.Presence, version uint64, group string, member *bool) []byte {
 	return encodeLine(protocol.Event{Op: protocol.OpEvent, Presence: presenceJSON(p, version), Group: group, Member: member})
+}
+
+// encodeSnapshotEvent encodes an event of a sub's snapshot; more, when
+// other snapshot events of the sub follow it.
+func encodeSnapshotEvent(p crdt.Presence, version uint64, group string, member *bool, more bool) []byte {
+	return encodeLine(protocol.Event{Op: protocol.OpEvent, Presence: presenceJSON(p, version), Group: group, Member: member,
+		Snapshot: true, More: more})
 }
 
 // encodeLine encodes a protocol value as one line. The values are plain

@@ -3,8 +3,12 @@ package node
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"runtime"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -136,21 +140,31 @@ func TestBackToBackSubsPromptReader(t *testing.T) {
 	}
 }
 
-// TestSubSnapshotsStayBounded: a snapshot does not count against the
-// queue's bound, but a client that pipelines subs without reading cannot
-// pile them up: its reader takes the next request only once the last
-// snapshot has left the queue, so the queue never holds more than one
-// snapshot plus the bound, and the client is still dropped as a slow
-// consumer (its writer times out).
+// TestSubSnapshotsStayBounded: a sub's snapshot is sent within the
+// queue's bound, in pages queued as the writer drains them, and a client
+// that pipelines subs without reading cannot pile them up: its reader takes
+// the next request only once the last page has left the queue, so the
+// queue never holds more than its bound, and the client is still dropped
+// as a slow consumer (its writer times out).
 func TestSubSnapshotsStayBounded(t *testing.T) {
-	n := newTestNode(t, func(c *Config) { c.WriteTimeout = 300 * time.Millisecond })
+	n := newTestNode(t, func(c *Config) {
+		c.WriteTimeout = 300 * time.Millisecond
+		c.MaxLineBytes = 32 << 10
+		c.OutboundQueue = 64
+		c.OutboundQueueBytes = 64 << 10
+	})
 	members := onlineGroup(t, n, "big", 1000)
 	c, _ := connect(t, n, "hog", "h")
 	line, _ := json.Marshal(map[string]any{"op": "sub", "users": members})
+	group, _ := json.Marshal(map[string]any{"op": "sub", "group": "big"})
 	go func() {
-		for range 500 { // 500 snapshots of 1,000 events: about 100 MB
+		for i := range 500 { // 500 snapshots of 1,000 events: about 100 MB
+			l := line
+			if i%2 == 1 {
+				l = group
+			}
 			c.nc.SetWriteDeadline(time.Now().Add(10 * time.Second))
-			if _, err := c.nc.Write(append(line, '\n')); err != nil {
+			if _, err := c.nc.Write(append(l, '\n')); err != nil {
 				return
 			}
 		}
@@ -158,26 +172,152 @@ func TestSubSnapshotsStayBounded(t *testing.T) {
 	n.mu.Lock()
 	hog := n.local["hog"]["h"]
 	n.mu.Unlock()
-	most := 0
+	most, mostBytes := 0, 0
 	deadline := time.Now().Add(30 * time.Second)
 	for n.Stats().SlowConsumers == 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("the hog was never dropped (the queue held at most %d frames)", most)
 		}
 		hog.q.mu.Lock()
-		most = max(most, len(hog.q.frames))
+		if !hog.q.closing {
+			most, mostBytes = max(most, len(hog.q.frames)), max(mostBytes, hog.q.bytes)
+		}
 		hog.q.mu.Unlock()
 		time.Sleep(100 * time.Microsecond)
 	}
-	if limit := 1001 + n.cfg.OutboundQueue; most > limit {
-		t.Fatalf("the queue held %d frames, more than a snapshot and the bound (%d)", most, limit)
+	if most > n.cfg.OutboundQueue || mostBytes > n.cfg.OutboundQueueBytes {
+		t.Fatalf("the queue held %d frames, %d bytes: more than its bound (%d, %d)", most, mostBytes, n.cfg.OutboundQueue, n.cfg.OutboundQueueBytes)
 	}
-	t.Logf("the queue held at most %d frames", most)
+	t.Logf("the queue held at most %d frames, %d bytes", most, mostBytes)
 	waitFor(t, "the hog's session to end", func() bool { return !presenceOf(n, "hog").Online })
-	// Everyone else is fine.
+	// Everyone else is fine (a small sub: this node's write timeout is
+	// short, and a loaded machine may stall a test reader for longer).
 	w, _ := connect(t, n, "w", "w")
-	w.ok(map[string]any{"op": "sub", "users": members})
-	for range members {
+	w.ok(map[string]any{"op": "sub", "users": members[:10]})
+	for range 10 {
 		w.expect(protocol.OpEvent)
+	}
+}
+
+// TestGroupSnapshotStreamsWithChanges: a group sub whose snapshot is far
+// larger than the queue is sent in pages; changes made while it streams
+// reach the subscriber as events, and never out of order with the
+// snapshot: a change to a member whose snapshot event is already sent
+// comes after it; a change to one still to come comes before it, and the
+// snapshot event, read later, holds the change (a newer version), never
+// the state before it; a member who left before its snapshot event is
+// sent gets "member":false there; one who joined gets its event. The ok
+// says how many snapshot events follow, each is marked snapshot, all but
+// the last more. Each subject's versions only grow.
+func TestGroupSnapshotStreamsWithChanges(t *testing.T) {
+	var n *Node
+	var pages atomic.Int32
+	hookErr := make(chan error, 1)
+	peer := newRemote(t, "n3")
+	n, _ = newHookedTestNode(t, func(c *Config) {
+		c.MaxLineBytes = 32 << 10
+		c.OutboundQueue = 64
+		c.OutboundQueueBytes = 64 << 10
+	}, func(nn *Node) {
+		nn.pageHook = func() {
+			if pages.Add(1) != 3 {
+				return
+			}
+			// Pages of 16 events: m0000..m0031 are sent, the rest to come.
+			before := n.Stats().Events
+			if err := n.ApplyDeltas([]crdt.Delta{
+				peer.put("m0001", "phone", 2, crdt.StateActive, crdt.StatusAvailable, "big"),
+				peer.put("m0300", "phone", 2, crdt.StateActive, crdt.StatusAvailable, "big"),
+				peer.put("m0200", "phone", 2, crdt.StateActive, crdt.StatusAway),
+				peer.put("m0250a", "phone", 1, crdt.StateActive, crdt.StatusAway, "big"),
+			}); err != nil {
+				hookErr <- err
+				return
+			}
+			// The change events are queued before the next page is read
+			// (on the connection's reader, so no t.Fatal here).
+			deadline := time.Now().Add(10 * time.Second)
+			for n.Stats().Events < before+4 {
+				if time.Now().After(deadline) {
+					hookErr <- errors.New("the change events were not delivered within 10s")
+					return
+				}
+				runtime.Gosched()
+			}
+		}
+	})
+	members := onlineGroup(t, n, "big", 400)
+	c, _ := connect(t, n, "watcher", "w")
+	c.send(map[string]any{"op": "sub", "group": "big", "id": "s"})
+	ok := c.expect(protocol.OpOK)
+	if ok.num("snapshot") != float64(len(members)) {
+		t.Fatalf("ok: %v, want snapshot %d", ok, len(members))
+	}
+	type seen struct {
+		snapshot, change []frame
+		last             float64 // the last version of the user
+	}
+	by := map[string]*seen{}
+	var snapshot []string
+	changesBefore := 0 // change events between the ok and the last snapshot event
+	for len(snapshot) < len(members) {
+		f := c.expect(protocol.OpEvent)
+		u := f.str("user")
+		if f.str("group") != "big" {
+			t.Fatalf("event without the group: %v", f)
+		}
+		s := by[u]
+		if s == nil {
+			s = &seen{}
+			by[u] = s
+		}
+		if v := f.num("version"); v <= s.last {
+			t.Fatalf("%s: version %v after %v", u, v, s.last)
+		}
+		s.last = f.num("version")
+		if f["snapshot"] == true {
+			snapshot = append(snapshot, u)
+			s.snapshot = append(s.snapshot, f)
+			if more := f["more"] == true; more != (len(snapshot) < len(members)) {
+				t.Fatalf("snapshot event %d of %d: more %v", len(snapshot), len(members), more)
+			}
+		} else {
+			changesBefore++
+			s.change = append(s.change, f)
+		}
+	}
+	if !slices.Equal(snapshot, members) {
+		t.Fatalf("the snapshot's events are not one per member, in order")
+	}
+	select {
+	case err := <-hookErr:
+		t.Fatal(err)
+	default:
+	}
+	if p := pages.Load(); p < 3 || changesBefore != 4 {
+		t.Fatalf("%d pages, %d change events within the snapshot: want the changes made while it streamed", p, changesBefore)
+	}
+	member := func(f frame) bool { return f["member"] == true }
+	// m0001's snapshot event was sent: its change follows it.
+	if s := by["m0001"]; len(s.change) != 1 || s.change[0].str("status") != "available" || s.snapshot[0].num("version") > s.change[0].num("version") {
+		t.Fatalf("m0001: snapshot %v, change %v", s.snapshot, s.change)
+	}
+	// m0300's was still to come: its change came first, and the snapshot
+	// event holds the change.
+	if s := by["m0300"]; len(s.change) != 1 || s.change[0].num("version") > s.snapshot[0].num("version") ||
+		s.snapshot[0].str("status") != "available" || !member(s.snapshot[0]) {
+		t.Fatalf("m0300: snapshot %v, change %v", s.snapshot, s.change)
+	}
+	// m0200 left before its snapshot event.
+	if s := by["m0200"]; len(s.change) != 1 || member(s.change[0]) || member(s.snapshot[0]) {
+		t.Fatalf("m0200: snapshot %v, change %v", s.snapshot, s.change)
+	}
+	// m0250a joined: a change event, no snapshot event.
+	if s := by["m0250a"]; s == nil || len(s.change) != 1 || !member(s.change[0]) || len(s.snapshot) != 0 {
+		t.Fatalf("m0250a: %+v", s)
+	}
+	c.expectQuiet(50 * time.Millisecond)
+	if st := n.Stats(); st.SlowConsumers != 0 {
+		t.Fatalf("%d slow consumers", st.SlowConsumers)
 	}
 }

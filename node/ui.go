@@ -196,11 +196,12 @@ func (n *Node) statusSummary() UISummary {
 	if m, ok := cl.(Membership); ok {
 		members = m.MemberStates() // outside mu: it may ask the node for its session count
 	}
-	n.mu.Lock()
+	lk := lockOf(&n.mu)
+	defer lk.unlock()
 	counts := n.replica.ActiveByGateway()
 	s := UISummary{Node: n.cfg.Name, Time: n.clock.Now(), Draining: n.draining, Standalone: cl == nil,
 		LocalSessions: n.localCount, Connections: len(n.conns)}
-	n.mu.Unlock()
+	lk.unlock()
 	if members == nil {
 		self := MemberState{Name: n.cfg.Name, State: "alive", Sessions: s.LocalSessions, Self: true}
 		if n.ln != nil {

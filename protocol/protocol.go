@@ -14,7 +14,9 @@ import "encoding/json"
 //	   too_many_connections joined later: new codes are a
 //	   compatible change, clients treat unknown codes as errors); refresh,
 //	   welcome.token_expires_at, forbidden and token_expired joined with
-//	   authorization from token claims.
+//	   authorization from token claims; group's limit and cursor, its
+//	   reply's next, sub's ok.snapshot and the snapshot and more flags of
+//	   events joined with paging.
 const Version = 1
 
 // Limits.
@@ -39,6 +41,13 @@ const (
 	// below it, and a (user, device) whose next epoch would exceed it is
 	// refused with CodeEpochExhausted.
 	MaxEpoch = 1<<53 - 1
+	// DefaultGroupPage is the most members a group reply holds when the
+	// request gives no limit.
+	DefaultGroupPage = 1000
+	// MaxGroupPage bounds a group request's limit. A gateway may cut a
+	// page shorter, to fit the connection's outbound queue; its next then
+	// says where to go on.
+	MaxGroupPage = 5000
 )
 
 // Ops. Requests are sent by clients; the rest by the gateway.
@@ -154,6 +163,13 @@ type Request struct {
 
 	// join, leave, group, sub, unsub
 	Group string `json:"group,omitempty"`
+	// group: Limit is the most members of the reply (absent:
+	// DefaultGroupPage; 0: none, the count only; at most MaxGroupPage),
+	// Cursor the previous reply's Next (absent: from the first member).
+	// Members come in user-name order; a cursor is the last user a page
+	// held, so it stays meaningful while members come and go.
+	Limit  *int   `json:"limit,omitempty"`
+	Cursor string `json:"cursor,omitempty"`
 	// get, sub, unsub
 	Users []string `json:"users,omitempty"`
 
@@ -208,11 +224,14 @@ type HBReply struct {
 }
 
 // OK is the reply to requests that return nothing else; send fills
-// Delivered.
+// Delivered, sub Snapshot.
 type OK struct {
 	Op        string          `json:"op"`
 	ID        json.RawMessage `json:"id,omitempty"`
 	Delivered *int            `json:"delivered,omitempty"`
+	// Snapshot, in a sub's ok, is how many snapshot events follow (each
+	// with Event.Snapshot, all but the last with Event.More).
+	Snapshot *int `json:"snapshot,omitempty"`
 }
 
 // SessionInfo is one active session as clients see it.
@@ -245,13 +264,17 @@ type PresenceReply struct {
 	Users []Presence      `json:"users"`
 }
 
-// GroupReply is the reply to group: the group's online members.
+// GroupReply is the reply to group: a page of the group's online members,
+// in user-name order. Online counts every online member, on every page.
+// Next, when not empty, is the Cursor of the next page; empty, the page is
+// the last.
 type GroupReply struct {
 	Op      string          `json:"op"`
 	ID      json.RawMessage `json:"id,omitempty"`
 	Group   string          `json:"group"`
 	Online  int             `json:"online"`
 	Members []Presence      `json:"members"`
+	Next    string          `json:"next"`
 }
 
 // LocateReply is the reply to locate: the user's active sessions.
@@ -265,11 +288,19 @@ type LocateReply struct {
 // Event is pushed to subscribers: the subject's presence, and for a group
 // subscription the group and whether the user is (still) an online member
 // of it; "member":false tells a group subscriber the user left its view.
+//
+// The events of a sub's snapshot (the subjects' state when it subscribed)
+// carry Snapshot, and all but the last of them More. They are sent in
+// pages the connection's outbound queue holds, so change events may come
+// between them: each event, snapshot or change, is the presence as it
+// was read, and versions still only grow per subject.
 type Event struct {
 	Op string `json:"op"`
 	Presence
-	Group  string `json:"group,omitempty"`
-	Member *bool  `json:"member,omitempty"`
+	Group    string `json:"group,omitempty"`
+	Member   *bool  `json:"member,omitempty"`
+	Snapshot bool   `json:"snapshot,omitempty"`
+	More     bool   `json:"more,omitempty"`
 }
 
 // MessageFrame is pushed to every active session of a message's recipient.

@@ -346,7 +346,37 @@ export class RollcallClient {
   join(group) { this.groups.add(group); return this.request({op: "join", group}); }
   leave(group) { this.groups.delete(group); return this.request({op: "leave", group}); }
   get(users) { return this.request({op: "get", users}); }
-  groupMembers(group) { return this.request({op: "group", group}); }
+  /**
+   * groupPage resolves to one page of a group's online members, in user-name
+   * order: {group, online, members, next}. opts: limit (at most that many
+   * members; 0: the count only), cursor (a page's next; absent: from the
+   * first). next is "" after the last page.
+   */
+  groupPage(group, opts = {}) {
+    const req = {op: "group", group};
+    if (opts.limit !== undefined) req.limit = opts.limit;
+    if (opts.cursor) req.cursor = opts.cursor;
+    return this.request(req);
+  }
+
+  /**
+   * groupMembers resolves to every online member of a group, all pages read
+   * (opts.limit members a page): {group, online, members}.
+   */
+  async groupMembers(group, opts = {}) {
+    const out = {group, online: 0, members: []};
+    let cursor = "";
+    for (;;) {
+      const page = await this.groupPage(group, {limit: opts.limit, cursor});
+      out.online = page.online;
+      out.members.push(...page.members);
+      if (!page.next) return out;
+      cursor = page.next;
+    }
+  }
+
+  /** groupCount resolves to how many members of a group are online. */
+  async groupCount(group) { return (await this.groupPage(group, {limit: 0})).online; }
   send(to, body) { return this.request({op: "send", to, body}); }
   account(settings) { return this.request({op: "account", ...settings}); }
 

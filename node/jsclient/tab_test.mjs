@@ -2,7 +2,8 @@
 // (jsclient_e2e_test.go), as a browser tab would run it: node
 // --experimental-websocket tab_test.mjs CLIENT_MJS USER GROUP URL[,URL...]
 // Prints one JSON line per state change and per delivered event; reads
-// commands from stdin: "status S", "close".
+// commands from stdin: "status S", "members LIMIT" (every page of the
+// group's members, LIMIT a page), "count", "close".
 import {createInterface} from "node:readline";
 import {pathToFileURL} from "node:url";
 
@@ -24,6 +25,11 @@ for await (const line of createInterface({input: process.stdin})) {
   const [cmd, arg] = line.split(" ");
   if (cmd === "status") {
     c.setStatus(arg).then(() => out({ok: "status"}), e => out({error: e.message}));
+  } else if (cmd === "members") {
+    c.groupMembers(group, {limit: Number(arg)}).then(
+      g => out({members: g.members.map(m => m.user).join(","), online: g.online}), e => out({error: e.message}));
+  } else if (cmd === "count") {
+    c.groupCount(group).then(n => out({count: n}), e => out({error: e.message}));
   } else if (cmd === "close") {
     await c.close();
     out({closed: true});
