@@ -1,10 +1,14 @@
 package crdt
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"unicode/utf8"
+
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // Delta is one replicated write: a session record or an account record,
@@ -98,6 +102,12 @@ func (s *Session) validate() error {
 	if s.State > maxStateEnum || s.Status > StatusBusy {
 		return fmt.Errorf("%w: session %s has state %d, status %d", ErrInvalidDelta, s.Key(), s.State, s.Status)
 	}
+	if err := checkObject("meta", s.Meta, protocol.MaxMetaBytes); err != nil {
+		return fmt.Errorf("%w: session %s: %w", ErrInvalidDelta, s.Key(), err)
+	}
+	if err := checkObject("info", s.Info, protocol.MaxInfoBytes); err != nil {
+		return fmt.Errorf("%w: session %s: %w", ErrInvalidDelta, s.Key(), err)
+	}
 	if len(s.Groups) > MaxGroups {
 		return fmt.Errorf("%w: session %s has %d groups (max %d)", ErrInvalidDelta, s.Key(), len(s.Groups), MaxGroups)
 	}
@@ -115,6 +125,49 @@ func (a *Account) validate() error {
 	}
 	if len(a.AuthoritativeDevice) > MaxNameLen || a.Override > OverrideBusy || a.Version == 0 {
 		return fmt.Errorf("%w: account %q malformed", ErrInvalidDelta, a.User)
+	}
+	if err := CheckStatusText(a.Text, a.Emoji); err != nil {
+		return fmt.Errorf("%w: account %q: %w", ErrInvalidDelta, a.User, err)
+	}
+	if a.Until < 0 {
+		return fmt.Errorf("%w: account %q until %d is negative", ErrInvalidDelta, a.User, a.Until)
+	}
+	return nil
+}
+
+// CheckStatusText checks an account's status text and emoji against the
+// protocol's limits: valid UTF-8, the text at most
+// protocol.MaxStatusTextChars characters, the emoji at most
+// protocol.MaxStatusEmojiBytes bytes.
+func CheckStatusText(text, emoji string) error {
+	// The byte bound first, so an over-long text is refused before it is
+	// scanned: a character is at most 4 bytes.
+	if len(text) > 4*protocol.MaxStatusTextChars || !utf8.ValidString(text) {
+		return fmt.Errorf("text is not valid UTF-8 of at most %d characters", protocol.MaxStatusTextChars)
+	}
+	if n := utf8.RuneCountInString(text); n > protocol.MaxStatusTextChars {
+		return fmt.Errorf("text of %d characters (max %d)", n, protocol.MaxStatusTextChars)
+	}
+	if len(emoji) > protocol.MaxStatusEmojiBytes {
+		return fmt.Errorf("emoji of %d bytes (max %d)", len(emoji), protocol.MaxStatusEmojiBytes)
+	}
+	if !utf8.ValidString(emoji) {
+		return errors.New("emoji is not valid UTF-8")
+	}
+	return nil
+}
+
+// checkObject checks a session's meta or info: empty, or a JSON object of
+// at most max bytes.
+func checkObject(what, s string, max int) error {
+	if s == "" {
+		return nil
+	}
+	if len(s) > max {
+		return fmt.Errorf("%s of %d bytes (max %d)", what, len(s), max)
+	}
+	if s[0] != '{' || !json.Valid([]byte(s)) {
+		return fmt.Errorf("%s is not a JSON object", what)
 	}
 	return nil
 }

@@ -83,7 +83,7 @@ func (n *Node) handlePresenceHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	n.mu.Lock()
 	v := n.nextVersionLocked()
-	p := presenceJSON(n.replica.Presence(user), v)
+	p := presenceJSON(n.replica.Presence(user, n.clock.Now().UnixNano()), v)
 	n.mu.Unlock()
 	n.writeJSON(w, http.StatusOK, p)
 }

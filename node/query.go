@@ -35,7 +35,7 @@ func (n *Node) handleGet(c *conn, req *protocol.Request) (any, *requestError) {
 	n.mu.Lock()
 	v := n.nextVersionLocked()
 	for _, u := range users {
-		out = append(out, presenceJSON(n.replica.Presence(u), v))
+		out = append(out, presenceJSON(n.replica.Presence(u, n.clock.Now().UnixNano()), v))
 	}
 	n.mu.Unlock()
 	return protocol.PresenceReply{Op: protocol.OpPresence, ID: req.ID, Users: out}, nil
@@ -77,7 +77,7 @@ func (n *Node) handleGroup(c *conn, req *protocol.Request) (any, *requestError) 
 	users := n.replica.GroupOnlineUsers(req.Group)
 	members := make([]protocol.Presence, 0, len(users))
 	for _, u := range users {
-		members = append(members, presenceJSON(n.replica.Presence(u), v))
+		members = append(members, presenceJSON(n.replica.Presence(u, n.clock.Now().UnixNano()), v))
 	}
 	n.mu.Unlock()
 	return protocol.GroupReply{Op: protocol.OpGroup, ID: req.ID, Group: req.Group, Online: len(members), Members: members}, nil
@@ -97,7 +97,8 @@ func (n *Node) handleLocate(c *conn, req *protocol.Request) (any, *requestError)
 	book, _ := n.getCluster().(AddressBook)
 	out := make([]protocol.SessionInfo, 0, len(sessions))
 	for _, s := range sessions {
-		info := protocol.SessionInfo{Session: s.ID, Device: s.Device, Epoch: s.Epoch, Gateway: s.Gateway, Status: s.Status.String()}
+		info := protocol.SessionInfo{Session: s.ID, Device: s.Device, Epoch: s.Epoch, Gateway: s.Gateway, Status: s.Status.String(),
+			Meta: rawObject(s.Meta), Info: rawObject(s.Info)}
 		switch {
 		case s.Gateway == n.cfg.Name:
 			info.GatewayAddr = n.AdvertisedClientAddr()

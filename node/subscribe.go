@@ -120,7 +120,7 @@ func (n *Node) handleSub(c *conn, req *protocol.Request) *requestError {
 		}
 		c.subUsers[u] = struct{}{}
 		n.watchUserLocked(u).subs[c] = struct{}{}
-		frames = append(frames, encodeEvent(n.replica.Presence(u), version, "", nil))
+		frames = append(frames, encodeEvent(n.replica.Presence(u, n.clock.Now().UnixNano()), version, "", nil))
 	}
 	if g := req.Group; g != "" {
 		if c.subGroups == nil {
@@ -131,7 +131,7 @@ func (n *Node) handleSub(c *conn, req *protocol.Request) *requestError {
 		gw.subs[c] = struct{}{}
 		member := true
 		for _, u := range n.replica.GroupOnlineUsers(g) {
-			frames = append(frames, encodeEvent(n.replica.Presence(u), version, g, &member))
+			frames = append(frames, encodeEvent(n.replica.Presence(u, n.clock.Now().UnixNano()), version, g, &member))
 		}
 	}
 	n.fanMu.Lock()
@@ -208,7 +208,7 @@ func (n *Node) watchUserLocked(u string) *userWatch {
 		uw = &userWatch{
 			subs:   make(map[subscriber]struct{}),
 			groups: make(map[string]struct{}),
-			last:   n.replica.Presence(u),
+			last:   n.replica.Presence(u, n.clock.Now().UnixNano()),
 		}
 		n.users[u] = uw
 	}
@@ -339,7 +339,7 @@ func (n *Node) flushEvents() bool {
 		var cur crdt.Presence
 		read := false
 		if n.feed != nil {
-			cur, read = n.replica.Presence(u), true
+			cur, read = n.replica.Presence(u, n.clock.Now().UnixNano()), true
 			if ch, ok := n.feedChangeLocked(cur); ok {
 				if version == 0 {
 					version = n.nextVersionLocked()
@@ -358,7 +358,7 @@ func (n *Node) flushEvents() bool {
 			uw.last = crdt.Presence{User: u} // new to every group view
 		}
 		if !read {
-			cur = n.replica.Presence(u)
+			cur = n.replica.Presence(u, n.clock.Now().UnixNano())
 		}
 		changed := !cur.Equal(uw.last)
 		if version == 0 && (changed || len(now) > 0 || len(uw.groups) > 0) {
@@ -474,7 +474,12 @@ func presenceJSON(p crdt.Presence, version uint64) protocol.Presence {
 	for _, s := range p.Sessions {
 		out.Sessions = append(out.Sessions, protocol.SessionInfo{
 			Session: s.Session, Device: s.Device, Epoch: s.Epoch, Gateway: s.Gateway, Status: s.Status.String(),
+			Meta: rawObject(s.Meta), Info: rawObject(s.Info),
 		})
+	}
+	out.Text, out.Emoji = p.Text, p.Emoji
+	if p.Until != 0 {
+		out.Until = formatUnixNano(p.Until)
 	}
 	return out
 }
