@@ -3,6 +3,9 @@ package node_test
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -94,3 +97,36 @@ func TestStatusAcrossGateways(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestJSClientStatusTextAndMeta: the JavaScript client's setStatusText and
+// setMeta reach a tab on another gateway.
+func TestJSClientStatusTextAndMeta(t *testing.T) {
+	if testing.Short() {
+		t.Skip("SKIP: -short: the JavaScript client test starts Node.js and a gossip cluster")
+	}
+	nodeExe, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("SKIP: no node (Node.js 20 or newer) in PATH to run the JavaScript client")
+	}
+	src, err := os.ReadFile(filepath.Join("jsclient", "client.js"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	module := filepath.Join(t.TempDir(), "client.mjs")
+	if err := os.WriteFile(module, src, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gs := startJSCluster(t, 2)
+	b := startJSTab(t, nodeExe, module, "bob", "team", gs[1].WS())
+	b.waitLine("connected to g1", map[string]any{"state": "connected", "gateway": "g1"})
+	a := startJSTab(t, nodeExe, module, "alice", "team", gs[0].WS())
+	a.waitLine("connected to g0", map[string]any{"state": "connected", "gateway": "g0"})
+	b.waitLine("alice online", map[string]any{"user": "alice", "status": "available"})
+
+	a.send("text on a call")
+	a.waitLine("the text ok", map[string]any{"ok": "text"})
+	b.waitLine("alice's text", map[string]any{"user": "alice", "text": "on a call"})
+	a.send(`meta {"tab": "inbox"}`)
+	a.waitLine("the meta ok", map[string]any{"ok": "meta"})
+	b.waitLine("alice's meta", map[string]any{"user": "alice", "meta": `[{"tab":"inbox"}]`})
+}

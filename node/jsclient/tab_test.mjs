@@ -2,7 +2,7 @@
 // (jsclient_e2e_test.go), as a browser tab would run it: node
 // --experimental-websocket tab_test.mjs CLIENT_MJS USER GROUP URL[,URL...]
 // Prints one JSON line per state change and per delivered event; reads
-// commands from stdin: "status S", "close".
+// commands from stdin: "status S", "text T", "meta JSON", "close".
 import {createInterface} from "node:readline";
 import {pathToFileURL} from "node:url";
 
@@ -13,7 +13,8 @@ const c = new RollcallClient({
   urls: urls.split(","), user, device: "web", groups: [group],
   onstate: (state, info) => out({state, gateway: info.gateway || ""}),
 });
-c.subscribeGroup(group, ev => out({user: ev.user, status: ev.member ? ev.status : "offline", version: ev.version}));
+c.subscribeGroup(group, ev => out({user: ev.user, status: ev.member ? ev.status : "offline", version: ev.version,
+  text: ev.text || "", meta: JSON.stringify((ev.sessions || []).map(s => s.meta || null))}));
 try {
   await c.connect();
 } catch (e) {
@@ -22,8 +23,13 @@ try {
 }
 for await (const line of createInterface({input: process.stdin})) {
   const [cmd, arg] = line.split(" ");
+  const rest = line.slice(cmd.length + 1);
   if (cmd === "status") {
     c.setStatus(arg).then(() => out({ok: "status"}), e => out({error: e.message}));
+  } else if (cmd === "text") {
+    c.setStatusText(rest, "", new Date(Date.now() + 3600e3)).then(() => out({ok: "text"}), e => out({error: e.message}));
+  } else if (cmd === "meta") {
+    c.setMeta(JSON.parse(rest)).then(() => out({ok: "meta"}), e => out({error: e.message}));
   } else if (cmd === "close") {
     await c.close();
     out({closed: true});
