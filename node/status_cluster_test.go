@@ -76,7 +76,7 @@ func TestStatusAcrossGateways(t *testing.T) {
 	})
 
 	until := time.Now().Add(3 * time.Second)
-	if err := laptop.Account(ctx, client.AccountUpdate{Override: ptr("dnd"), Text: ptr("presenting"), Emoji: ptr("📽"), Until: &until}); err != nil {
+	if err := laptop.Account(ctx, client.AccountUpdate{Override: statusPtr("dnd"), Text: statusPtr("presenting"), Emoji: statusPtr("📽"), Until: &until}); err != nil {
 		t.Fatal(err)
 	}
 	e := await("text, emoji and until", func(e client.Event) bool { return e.Text == "presenting" })
@@ -96,7 +96,7 @@ func TestStatusAcrossGateways(t *testing.T) {
 	}
 }
 
-func ptr[T any](v T) *T { return &v }
+func statusPtr[T any](v T) *T { return &v }
 
 // TestJSClientStatusTextAndMeta: the JavaScript client's setStatusText and
 // setMeta reach a tab on another gateway.
