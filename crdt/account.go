@@ -12,6 +12,12 @@ type Account struct {
 	// AuthoritativeDevice, when it has an active session, gives the user's
 	// status (rule 3 of Aggregate). Empty for none.
 	AuthoritativeDevice string
+	Stamp               Timestamp // hybrid logical clock of the write
+	Writer              string    // node name of the writer, the tiebreak
+
+	Origin  Origin
+	Version uint64
+
 	// Text and Emoji are the user's status text (at most
 	// protocol.MaxStatusTextChars characters of UTF-8) and emoji (at most
 	// protocol.MaxStatusEmojiBytes bytes); empty for none.
@@ -21,12 +27,6 @@ type Account struct {
 	// Emoji lapse: from then on the account shows none of them, with no
 	// write (Lapsed). AuthoritativeDevice does not lapse.
 	Until int64
-
-	Stamp  Timestamp // hybrid logical clock of the write
-	Writer string    // node name of the writer, the tiebreak
-
-	Origin  Origin
-	Version uint64
 }
 
 // CompareAccounts orders two writes of the same user's account record.
