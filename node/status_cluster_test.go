@@ -99,7 +99,7 @@ func TestStatusAcrossGateways(t *testing.T) {
 func statusPtr[T any](v T) *T { return &v }
 
 // TestJSClientStatusTextAndMeta: the JavaScript client's setStatusText and
-// setMeta reach a tab on another gateway.
+// setMeta reach a subscriber on another gateway.
 func TestJSClientStatusTextAndMeta(t *testing.T) {
 	if testing.Short() {
 		t.Skip("SKIP: -short: the JavaScript client test starts Node.js and a gossip cluster")
@@ -117,16 +117,40 @@ func TestJSClientStatusTextAndMeta(t *testing.T) {
 		t.Fatal(err)
 	}
 	gs := startJSCluster(t, 2)
-	b := startJSTab(t, nodeExe, module, "bob", "team", gs[1].WS())
-	b.waitLine("connected to g1", map[string]any{"state": "connected", "gateway": "g1"})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	bob, err := client.Dial(ctx, client.Config{Addrs: []string{gs[1].GW.ClientAddr().String()}, User: "bob", Device: "d"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bob.Close() })
+	sub, err := bob.Subscribe(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	await := func(what string, ok func(client.Event) bool) {
+		t.Helper()
+		for {
+			select {
+			case e := <-sub.Events():
+				if ok(e) {
+					return
+				}
+			case <-ctx.Done():
+				t.Fatalf("no event with %s", what)
+			}
+		}
+	}
 	a := startJSTab(t, nodeExe, module, "alice", "team", gs[0].WS())
 	a.waitLine("connected to g0", map[string]any{"state": "connected", "gateway": "g0"})
-	b.waitLine("alice online", map[string]any{"user": "alice", "status": "available"})
+	await("alice online", func(e client.Event) bool { return e.Online })
 
 	a.send("text on a call")
 	a.waitLine("the text ok", map[string]any{"ok": "text"})
-	b.waitLine("alice's text", map[string]any{"user": "alice", "text": "on a call"})
+	await("alice's text", func(e client.Event) bool { return e.Text == "on a call" && e.Until != "" })
 	a.send(`meta {"tab": "inbox"}`)
 	a.waitLine("the meta ok", map[string]any{"ok": "meta"})
-	b.waitLine("alice's meta", map[string]any{"user": "alice", "meta": `[{"tab":"inbox"}]`})
+	await("alice's meta", func(e client.Event) bool {
+		return len(e.Sessions) == 1 && string(e.Sessions[0].Meta) == `{"tab":"inbox"}`
+	})
 }

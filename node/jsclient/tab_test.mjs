@@ -13,8 +13,7 @@ const c = new RollcallClient({
   urls: urls.split(","), user, device: "web", groups: [group],
   onstate: (state, info) => out({state, gateway: info.gateway || ""}),
 });
-c.subscribeGroup(group, ev => out({user: ev.user, status: ev.member ? ev.status : "offline", version: ev.version,
-  text: ev.text || "", meta: JSON.stringify((ev.sessions || []).map(s => s.meta || null))}));
+c.subscribeGroup(group, ev => out({user: ev.user, status: ev.member ? ev.status : "offline", version: ev.version}));
 try {
   await c.connect();
 } catch (e) {
