@@ -15,6 +15,8 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 	"go.uber.org/zap"
+
+	"github.com/rollcall/rollcall/auth"
 )
 
 func TestParseFlagsEnv(t *testing.T) {
@@ -92,6 +94,20 @@ func TestTokenCommand(t *testing.T) {
 	}
 	if err := runToken(t.Context(), []string{"--user", "alice"}, io.Discard, io.Discard); err == nil {
 		t.Fatal("missing --secret-file accepted")
+	}
+	out.Reset()
+	if err := runToken(t.Context(), []string{"--secret-file", secret, "--user", "alice", "--info", `{"name": "Alice"}`}, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	v, err := auth.NewVerifier(auth.Source{SecretFile: secret}, auth.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, err := v.Verify(strings.TrimSpace(out.String()), time.Now()); err != nil || id.Info != `{"name":"Alice"}` {
+		t.Fatalf("--info: %+v %v", id, err)
+	}
+	if err := runToken(t.Context(), []string{"--secret-file", secret, "--user", "alice", "--info", `[1]`}, io.Discard, io.Discard); err == nil {
+		t.Fatal("--info that is not an object accepted")
 	}
 }
 
