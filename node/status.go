@@ -123,31 +123,41 @@ func (n *Node) handleMeta(c *conn, req *protocol.Request) (any, *requestError) {
 	return reply, uerr
 }
 
-// lapseQueue holds the users whose account has an until, in the order of
-// their untils (Unix nanoseconds on the node's clock), for the sweeper.
-// at holds each user's latest queued until, so a user is queued once per
-// until; an entry whose until the account no longer has only marks the
-// user dirty for nothing (the notifier emits no event for an unchanged
-// presence). Guarded by Node.mu.
+// lapseQueue holds the users whose account has an until still to come, in
+// the order of their untils (Unix nanoseconds on the node's clock), for
+// the sweeper: one entry per user, moved when the user's until changes, so
+// it holds at most one entry per such user however often they rewrite it.
+// An entry whose until the account no longer has only marks the user dirty
+// for nothing (the notifier emits no event for an unchanged presence).
+// Guarded by Node.mu.
 type lapseQueue struct {
-	items lapseHeap
-	at    map[string]int64
+	items  lapseHeap
+	byUser map[string]*lapseItem
 }
 
 type lapseItem struct {
-	at   int64
-	user string
+	at    int64
+	user  string
+	index int // in the heap
 }
 
-type lapseHeap []lapseItem
+type lapseHeap []*lapseItem
 
 func (h lapseHeap) Len() int           { return len(h) }
 func (h lapseHeap) Less(i, j int) bool { return h[i].at < h[j].at }
-func (h lapseHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *lapseHeap) Push(x any)        { *h = append(*h, x.(lapseItem)) }
+func (h lapseHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *lapseHeap) Push(x any) {
+	it := x.(*lapseItem)
+	it.index = len(*h)
+	*h = append(*h, it)
+}
 func (h *lapseHeap) Pop() any {
 	old := *h
 	it := old[len(old)-1]
+	old[len(old)-1] = nil
 	*h = old[:len(old)-1]
 	return it
 }
@@ -160,14 +170,19 @@ func (n *Node) scheduleLapseLocked(user string) {
 		return
 	}
 	q := &n.lapses
-	if q.at[user] == a.Until {
+	if it := q.byUser[user]; it != nil {
+		if it.at != a.Until {
+			it.at = a.Until
+			heap.Fix(&q.items, it.index)
+		}
 		return
 	}
-	if q.at == nil {
-		q.at = make(map[string]int64)
+	if q.byUser == nil {
+		q.byUser = make(map[string]*lapseItem)
 	}
-	q.at[user] = a.Until
-	heap.Push(&q.items, lapseItem{at: a.Until, user: user})
+	it := &lapseItem{at: a.Until, user: user}
+	q.byUser[user] = it
+	heap.Push(&q.items, it)
 }
 
 // lapseDue marks dirty the users whose until has come at now (Unix
@@ -176,10 +191,8 @@ func (n *Node) lapseDue(now int64) {
 	n.mu.Lock()
 	q := &n.lapses
 	for len(q.items) > 0 && q.items[0].at <= now {
-		it := heap.Pop(&q.items).(lapseItem)
-		if q.at[it.user] == it.at {
-			delete(q.at, it.user)
-		}
+		it := heap.Pop(&q.items).(*lapseItem)
+		delete(q.byUser, it.user)
 		n.markDirtyLocked(it.user)
 	}
 	n.unlockAndPublish(nil)

@@ -224,3 +224,30 @@ func TestSessionInfoFromToken(t *testing.T) {
 		t.Fatalf("over-long info: %v", f)
 	}
 }
+
+// TestLapseQueueOneEntryPerUser: however often a user rewrites its until,
+// the gateway queues one lapse for it, at the latest until, and a until
+// moved earlier lapses at the earlier time.
+func TestLapseQueueOneEntryPerUser(t *testing.T) {
+	clock := newFakeClock()
+	n := newTestNode(t, func(c *Config) { c.Clock = clock; c.Timeout = time.Hour })
+	alice, _ := connect(t, n, "alice", "laptop")
+	bob, _ := connect(t, n, "bob", "phone")
+	bob.ok(map[string]any{"op": "sub", "users": []string{"alice"}})
+	bob.expectEvent("alice")
+	for i := range 50 {
+		alice.ok(map[string]any{"op": "account", "text": "busy", "until": clock.Now().Add(time.Duration(60-i) * time.Minute).Format(time.RFC3339)})
+	}
+	n.mu.Lock()
+	queued := len(n.lapses.items)
+	n.mu.Unlock()
+	if queued != 1 {
+		t.Fatalf("%d lapses queued for one user", queued)
+	}
+	clock.Advance(11 * time.Minute) // the last until: 11 minutes on
+	for {
+		if ev := bob.expectEvent("alice"); ev["text"] == nil {
+			break
+		}
+	}
+}
