@@ -19,8 +19,8 @@ type Account struct {
 	Version uint64
 
 	// Text and Emoji are the user's status text (at most
-	// protocol.MaxStatusTextChars characters of UTF-8) and emoji (at most
-	// protocol.MaxStatusEmojiBytes bytes); empty for none.
+	// MaxStatusTextChars characters of UTF-8) and emoji (at most
+	// MaxStatusEmojiBytes bytes); empty for none.
 	Text  string
 	Emoji string
 	// Until, when not 0, is when (Unix nanoseconds) Override, Text and

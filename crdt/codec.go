@@ -6,8 +6,6 @@ import (
 	"fmt"
 
 	"github.com/vmihailenco/msgpack/v5"
-
-	"github.com/rollcall/rollcall/protocol"
 )
 
 // Wire encoding of deltas, digests and syncs: msgpack arrays with positional
@@ -434,10 +432,10 @@ func decodeSession(dec *msgpack.Decoder) (Session, error) {
 		return s, err
 	}
 	if fields == 16 {
-		if s.Meta, err = strMax(dec, protocol.MaxMetaBytes); err != nil {
+		if s.Meta, err = strMax(dec, MaxMetaBytes); err != nil {
 			return s, err
 		}
-		if s.Info, err = strMax(dec, protocol.MaxInfoBytes); err != nil {
+		if s.Info, err = strMax(dec, MaxInfoBytes); err != nil {
 			return s, err
 		}
 	}
@@ -491,10 +489,10 @@ func decodeAccount(dec *msgpack.Decoder) (Account, error) {
 		return a, err
 	}
 	if fields == 12 {
-		if a.Text, err = strMax(dec, 4*protocol.MaxStatusTextChars); err != nil {
+		if a.Text, err = strMax(dec, 4*MaxStatusTextChars); err != nil {
 			return a, err
 		}
-		if a.Emoji, err = strMax(dec, protocol.MaxStatusEmojiBytes); err != nil {
+		if a.Emoji, err = strMax(dec, MaxStatusEmojiBytes); err != nil {
 			return a, err
 		}
 		if a.Until, err = i64(dec); err != nil {

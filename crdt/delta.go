@@ -7,8 +7,6 @@ import (
 	"slices"
 	"strings"
 	"unicode/utf8"
-
-	"github.com/rollcall/rollcall/protocol"
 )
 
 // Delta is one replicated write: a session record or an account record,
@@ -70,6 +68,18 @@ const (
 	maxStateEnum = StateExpired
 )
 
+// Limits on the status fields of account and session records: those of
+// the client protocol (protocol.MaxStatusTextChars and the rest; a node
+// test checks that they agree), declared here too because the replicated
+// state, which the simulator runs, does not depend on the client
+// protocol.
+const (
+	MaxStatusTextChars  = 128     // Account.Text, in characters (a character is at most 4 bytes)
+	MaxStatusEmojiBytes = 16      // Account.Emoji
+	MaxMetaBytes        = 1 << 10 // Session.Meta
+	MaxInfoBytes        = 1 << 10 // Session.Info
+)
+
 // ErrInvalidDelta is wrapped by every validation failure.
 var ErrInvalidDelta = errors.New("invalid delta")
 
@@ -102,10 +112,10 @@ func (s *Session) validate() error {
 	if s.State > maxStateEnum || s.Status > StatusBusy {
 		return fmt.Errorf("%w: session %s has state %d, status %d", ErrInvalidDelta, s.Key(), s.State, s.Status)
 	}
-	if err := checkObject("meta", s.Meta, protocol.MaxMetaBytes); err != nil {
+	if err := checkObject("meta", s.Meta, MaxMetaBytes); err != nil {
 		return fmt.Errorf("%w: session %s: %w", ErrInvalidDelta, s.Key(), err)
 	}
-	if err := checkObject("info", s.Info, protocol.MaxInfoBytes); err != nil {
+	if err := checkObject("info", s.Info, MaxInfoBytes); err != nil {
 		return fmt.Errorf("%w: session %s: %w", ErrInvalidDelta, s.Key(), err)
 	}
 	if len(s.Groups) > MaxGroups {
@@ -137,19 +147,19 @@ func (a *Account) validate() error {
 
 // CheckStatusText checks an account's status text and emoji against the
 // protocol's limits: valid UTF-8, the text at most
-// protocol.MaxStatusTextChars characters, the emoji at most
-// protocol.MaxStatusEmojiBytes bytes.
+// MaxStatusTextChars characters, the emoji at most
+// MaxStatusEmojiBytes bytes.
 func CheckStatusText(text, emoji string) error {
 	// The byte bound first, so an over-long text is refused before it is
 	// scanned: a character is at most 4 bytes.
-	if len(text) > 4*protocol.MaxStatusTextChars || !utf8.ValidString(text) {
-		return fmt.Errorf("text is not valid UTF-8 of at most %d characters", protocol.MaxStatusTextChars)
+	if len(text) > 4*MaxStatusTextChars || !utf8.ValidString(text) {
+		return fmt.Errorf("text is not valid UTF-8 of at most %d characters", MaxStatusTextChars)
 	}
-	if n := utf8.RuneCountInString(text); n > protocol.MaxStatusTextChars {
-		return fmt.Errorf("text of %d characters (max %d)", n, protocol.MaxStatusTextChars)
+	if n := utf8.RuneCountInString(text); n > MaxStatusTextChars {
+		return fmt.Errorf("text of %d characters (max %d)", n, MaxStatusTextChars)
 	}
-	if len(emoji) > protocol.MaxStatusEmojiBytes {
-		return fmt.Errorf("emoji of %d bytes (max %d)", len(emoji), protocol.MaxStatusEmojiBytes)
+	if len(emoji) > MaxStatusEmojiBytes {
+		return fmt.Errorf("emoji of %d bytes (max %d)", len(emoji), MaxStatusEmojiBytes)
 	}
 	if !utf8.ValidString(emoji) {
 		return errors.New("emoji is not valid UTF-8")

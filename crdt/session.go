@@ -32,9 +32,9 @@ type Session struct {
 	ExpiresAt int64
 	Updated   int64 // when the owner made this write
 	// Meta is the session's own data, set by its client: a compact JSON
-	// object of at most protocol.MaxMetaBytes, or empty for none. Info is
+	// object of at most MaxMetaBytes, or empty for none. Info is
 	// what the session's token vouches for (its rollcall.info claim), as
-	// compact JSON of at most protocol.MaxInfoBytes, or empty.
+	// compact JSON of at most MaxInfoBytes, or empty.
 	Meta string
 	Info string
 

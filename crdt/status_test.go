@@ -8,8 +8,6 @@ import (
 	"unsafe"
 
 	"github.com/vmihailenco/msgpack/v5"
-
-	"github.com/rollcall/rollcall/protocol"
 )
 
 // An account's until lapses its override, text and emoji at that time,
@@ -132,12 +130,12 @@ func TestCodecWithoutStatusFieldsKeepsOldLayout(t *testing.T) {
 func TestDecodeRefusesOverLongStatusFields(t *testing.T) {
 	t.Parallel()
 	long := func(n int, c string) string { return strings.Repeat(c, n) }
-	bigMeta := `{"k":"` + long(protocol.MaxMetaBytes, "x") + `"}`
+	bigMeta := `{"k":"` + long(MaxMetaBytes, "x") + `"}`
 	for name, mut := range map[string]func(s *Session, a *Account){
-		"text chars":  func(_ *Session, a *Account) { a.Text = long(protocol.MaxStatusTextChars+1, "é") },
-		"text bytes":  func(_ *Session, a *Account) { a.Text = long(4*protocol.MaxStatusTextChars+1, "a") },
+		"text chars":  func(_ *Session, a *Account) { a.Text = long(MaxStatusTextChars+1, "é") },
+		"text bytes":  func(_ *Session, a *Account) { a.Text = long(4*MaxStatusTextChars+1, "a") },
 		"text utf8":   func(_ *Session, a *Account) { a.Text = "bad \xff" },
-		"emoji":       func(_ *Session, a *Account) { a.Emoji = long(protocol.MaxStatusEmojiBytes+1, "a") },
+		"emoji":       func(_ *Session, a *Account) { a.Emoji = long(MaxStatusEmojiBytes+1, "a") },
 		"until":       func(_ *Session, a *Account) { a.Until = -1 },
 		"meta long":   func(s *Session, _ *Account) { s.Meta = bigMeta },
 		"meta object": func(s *Session, _ *Account) { s.Meta = `[1,2]` },
