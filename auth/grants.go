@@ -1,10 +1,15 @@
 package auth
 
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // ClaimName is the private claim that carries a token's grants.
@@ -15,15 +20,39 @@ const ClaimName = "rollcall"
 //	"rollcall": {"read": ["user:alice", "group:eng", "*"],
 //	             "join": ["eng", "*"],
 //	             "send": ["user:bob", "group:eng", "*"],
-//	             "backend": true}
+//	             "backend": true,
+//	             "info": {"name": "Alice", "team": "eng"}}
 //
 // read and send entries are user:NAME, group:NAME or "*"; join entries are
-// group names or "*". Every field is optional.
+// group names or "*". info is a JSON object the issuer vouches for, at
+// most protocol.MaxInfoBytes once compacted: every session opened with
+// the token shows it to readers of the user's presence. Every field is
+// optional.
 type GrantsClaim struct {
-	Read    []string `json:"read,omitempty"`
-	Join    []string `json:"join,omitempty"`
-	Send    []string `json:"send,omitempty"`
-	Backend bool     `json:"backend,omitempty"`
+	Read    []string        `json:"read,omitempty"`
+	Join    []string        `json:"join,omitempty"`
+	Send    []string        `json:"send,omitempty"`
+	Backend bool            `json:"backend,omitempty"`
+	Info    json.RawMessage `json:"info,omitempty"`
+}
+
+// ParseInfo checks a rollcall.info claim and returns it compacted: a JSON
+// object of at most protocol.MaxInfoBytes ("" for none or {}).
+func ParseInfo(raw json.RawMessage) (string, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", nil
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil || b.Bytes()[0] != '{' {
+		return "", errors.New("rollcall.info is not a JSON object")
+	}
+	if b.Len() > protocol.MaxInfoBytes {
+		return "", fmt.Errorf("rollcall.info of %d bytes (compacted) is over the limit of %d", b.Len(), protocol.MaxInfoBytes)
+	}
+	if b.Len() == 2 {
+		return "", nil
+	}
+	return b.String(), nil
 }
 
 // MaxGrantNameLen bounds the user or group name of one grant entry, in

@@ -54,6 +54,9 @@ type Identity struct {
 	ValidUntil time.Time
 	// Grants is what the token's "rollcall" claim allows.
 	Grants *Grants
+	// Info is the claim's info, compact JSON ("" for none): what the
+	// issuer vouches for about the user (ParseInfo).
+	Info string
 }
 
 // claims is the JSON of a token's payload.
@@ -176,8 +179,14 @@ func (v *Verifier) Verify(token string, now time.Time) (*Identity, error) {
 	if err != nil {
 		return nil, fmt.Errorf("invalid token: %w", err)
 	}
+	var info string
+	if c.Rollcall != nil {
+		if info, err = ParseInfo(c.Rollcall.Info); err != nil {
+			return nil, fmt.Errorf("invalid token: %w", err)
+		}
+	}
 	exp := c.ExpiresAt.Time
 	return &Identity{
-		User: c.Subject, KeyID: kid, Expires: exp, ValidUntil: exp.Add(v.opts.leeway()), Grants: grants,
+		User: c.Subject, KeyID: kid, Expires: exp, ValidUntil: exp.Add(v.opts.leeway()), Grants: grants, Info: info,
 	}, nil
 }

@@ -37,6 +37,7 @@ type Client struct {
 	ready      chan struct{} // closed when cur is set; replaced when it is cleared
 	device     string
 	status     string
+	meta       json.RawMessage // sent at hello; nil for none
 	groups     []string
 	lastEpoch  uint64
 	hints      []string // gateways named by a shutting_down, tried first
@@ -81,6 +82,10 @@ func dial(ctx context.Context, cfg Config, raw *rawStream) (*Client, error) {
 	if cfg.MessageBuffer <= 0 {
 		cfg.MessageBuffer = 256
 	}
+	meta, err := encodeMeta(cfg.Meta)
+	if err != nil {
+		return nil, err
+	}
 	c := &Client{
 		cfg: cfg, log: cfg.Logger, backoff: cfg.Backoff.withDefaults(), dial: cfg.Dial,
 		done: make(chan struct{}), msgs: make(chan Message, cfg.MessageBuffer),
@@ -88,7 +93,7 @@ func dial(ctx context.Context, cfg Config, raw *rawStream) (*Client, error) {
 		groups:   slices.Compact(slices.Sorted(slices.Values(cfg.Groups))),
 		subUsers: map[string]int{}, subGroups: map[string]int{},
 		subs: map[*Subscription]struct{}{}, lastVer: map[string]uint64{},
-		raw: raw,
+		raw: raw, meta: meta,
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	stop := context.AfterFunc(ctx, c.cancel)
@@ -256,7 +261,7 @@ func (c *Client) connect(ctx context.Context, addr string) (*conn, error) {
 	defer stop()
 	c.mu.Lock()
 	hello := protocol.Request{Op: protocol.OpHello, User: c.cfg.User, Device: c.device, Token: token, Status: c.status,
-		LastEpoch: c.lastEpoch, Groups: slices.Clone(c.groups)}
+		LastEpoch: c.lastEpoch, Groups: slices.Clone(c.groups), Meta: c.meta}
 	c.mu.Unlock()
 	b, _ := json.Marshal(hello)
 	if err := t.WriteLine(b); err != nil {
@@ -425,6 +430,80 @@ func (c *Client) Status(ctx context.Context, status string) error {
 	c.status = status
 	c.mu.Unlock()
 	return nil
+}
+
+// AccountUpdate is what Account changes; nil fields are left as they are.
+type AccountUpdate struct {
+	// Override is none, away, dnd or busy.
+	Override *string
+	// AuthoritativeDevice names the device whose status speaks for the
+	// user ("" for none).
+	AuthoritativeDevice *string
+	// Text is the status text (at most protocol.MaxStatusTextChars
+	// characters) and Emoji its emoji (at most protocol.MaxStatusEmojiBytes
+	// bytes); "" clears either.
+	Text, Emoji *string
+	// Until is when the override, text and emoji lapse; the zero Time
+	// clears it (they last until changed).
+	Until *time.Time
+}
+
+// Account changes the user's account settings, which apply across all of
+// the user's devices.
+func (c *Client) Account(ctx context.Context, u AccountUpdate) error {
+	req := protocol.Request{Op: protocol.OpAccount, Override: u.Override, AuthoritativeDevice: u.AuthoritativeDevice,
+		Text: u.Text, Emoji: u.Emoji}
+	if u.Until != nil {
+		s := ""
+		if !u.Until.IsZero() {
+			s = u.Until.UTC().Format(time.RFC3339Nano)
+		}
+		req.Until = &s
+	}
+	return c.call(ctx, req, true, nil)
+}
+
+// SetStatusText sets the user's status text and emoji, lapsing at until
+// (the zero Time: never); empty strings clear them.
+func (c *Client) SetStatusText(ctx context.Context, text, emoji string, until time.Time) error {
+	return c.Account(ctx, AccountUpdate{Text: &text, Emoji: &emoji, Until: &until})
+}
+
+// SetMeta sets this session's meta: a value that encodes to a JSON object
+// of at most protocol.MaxMetaBytes, or nil to clear it. Subscribers see it
+// in the session's entry of the user's presence; it is kept across
+// reconnects. The gateway limits how often a session may change it.
+func (c *Client) SetMeta(ctx context.Context, meta any) error {
+	raw, err := encodeMeta(meta)
+	if err != nil {
+		return err
+	}
+	req := protocol.Request{Op: protocol.OpMeta, Meta: raw}
+	if raw == nil {
+		req.Meta = json.RawMessage("{}")
+	}
+	if err := c.call(ctx, req, true, nil); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.meta = raw
+	c.mu.Unlock()
+	return nil
+}
+
+// encodeMeta encodes a session's meta (nil for none).
+func encodeMeta(meta any) (json.RawMessage, error) {
+	if meta == nil {
+		return nil, nil
+	}
+	raw, err := json.Marshal(meta)
+	if err != nil {
+		return nil, fmt.Errorf("rollcall: meta: %w", err)
+	}
+	if len(raw) == 0 || raw[0] != '{' {
+		return nil, errors.New("rollcall: meta must encode to a JSON object")
+	}
+	return raw, nil
 }
 
 // Join joins a group; it is rejoined at every reconnect.

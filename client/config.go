@@ -31,6 +31,10 @@ type Config struct {
 	Status string
 	// Groups are joined at every connect.
 	Groups []string
+	// Meta is the session's initial meta, sent at every connect: a value
+	// that encodes to a JSON object of at most protocol.MaxMetaBytes (nil
+	// for none). SetMeta changes it.
+	Meta any
 
 	// Logger receives connection events; nil logs nothing.
 	Logger *zap.Logger

@@ -17,6 +17,16 @@ type Account struct {
 
 	Origin  Origin
 	Version uint64
+
+	// Text and Emoji are the user's status text (at most
+	// MaxStatusTextChars characters of UTF-8) and emoji (at most
+	// MaxStatusEmojiBytes bytes); empty for none.
+	Text  string
+	Emoji string
+	// Until, when not 0, is when (Unix nanoseconds) Override, Text and
+	// Emoji lapse: from then on the account shows none of them, with no
+	// write (Lapsed). AuthoritativeDevice does not lapse.
+	Until int64
 }
 
 // CompareAccounts orders two writes of the same user's account record.
@@ -32,6 +42,18 @@ func CompareAccounts(a, b *Account) int {
 	}
 	if c := strings.Compare(a.AuthoritativeDevice, b.AuthoritativeDevice); c != 0 {
 		return c
+	}
+	if c := strings.Compare(a.Text, b.Text); c != 0 {
+		return c
+	}
+	if c := strings.Compare(a.Emoji, b.Emoji); c != 0 {
+		return c
+	}
+	if a.Until != b.Until {
+		if a.Until < b.Until {
+			return -1
+		}
+		return 1
 	}
 	if a.Origin != b.Origin {
 		if a.Origin.less(b.Origin) {
@@ -50,4 +72,18 @@ func sign(c int) int {
 		return 1
 	}
 	return 0
+}
+
+// Lapsed reports whether the account's Until has passed at now (Unix
+// nanoseconds): its override, text and emoji no longer count.
+func (a *Account) Lapsed(now int64) bool { return a.Until != 0 && now >= a.Until }
+
+// Effective returns the account as it shows at now: once lapsed, without
+// its override, text, emoji and until. A write that starts from the held
+// account starts from this, so a lapsed setting never comes back.
+func (a Account) Effective(now int64) Account {
+	if a.Lapsed(now) {
+		a.Override, a.Text, a.Emoji, a.Until = OverrideNone, "", "", 0
+	}
+	return a
 }

@@ -12,6 +12,10 @@ type Contributor struct {
 	Epoch   uint64
 	Gateway string
 	Status  Status
+	// Meta and Info are the session's meta and its token's info (compact
+	// JSON objects; empty for none).
+	Meta string
+	Info string
 }
 
 // Presence is the aggregate presence of one user.
@@ -22,10 +26,17 @@ type Presence struct {
 	// Sessions are the active sessions the status came from, sorted by
 	// device, so any status can be explained.
 	Sessions []Contributor
+	// Text, Emoji and Until are the account's, unless lapsed (empty and 0
+	// then, as for none), whether or not the user is online.
+	Text  string
+	Emoji string
+	Until int64
 }
 
-// Aggregate computes a user's presence from the user's session records and
-// account record (nil for none). It is a pure function; records that are not
+// Aggregate computes a user's presence at now (Unix nanoseconds) from the
+// user's session records and account record (nil for none). An account
+// whose Until has passed at now counts as one without override, text and
+// emoji (Account.Effective). It is a pure function; records that are not
 // active (including those whose owner the caller treats as failed, passed
 // with State set to StateExpired) do not contribute.
 //
@@ -35,14 +46,22 @@ type Presence struct {
 //  3. the status of the authoritative device, when it has an active session;
 //  4. away if every active session is away; otherwise available (busy from
 //     a device that is not authoritative counts as available).
-func Aggregate(user string, sessions []*Session, acct *Account) Presence {
+func Aggregate(user string, sessions []*Session, acct *Account, now int64) Presence {
 	p := Presence{User: user}
+	if acct != nil && acct.Lapsed(now) {
+		eff := acct.Effective(now)
+		acct = &eff
+	}
+	if acct != nil {
+		p.Text, p.Emoji, p.Until = acct.Text, acct.Emoji, acct.Until
+	}
 	for _, s := range sessions {
 		if s.State != StateActive {
 			continue
 		}
 		p.Sessions = append(p.Sessions, Contributor{
 			Session: s.ID, Device: s.Device, Epoch: s.Epoch, Gateway: s.Gateway, Status: s.Status,
+			Meta: s.Meta, Info: s.Info,
 		})
 	}
 	if len(p.Sessions) == 0 {
@@ -105,5 +124,6 @@ func deviceToUser(s Status) UserStatus {
 // Equal reports whether two aggregates are the same, sessions included.
 func (p Presence) Equal(q Presence) bool {
 	return p.User == q.User && p.Online == q.Online && p.Status == q.Status &&
+		p.Text == q.Text && p.Emoji == q.Emoji && p.Until == q.Until &&
 		slices.Equal(p.Sessions, q.Sessions)
 }

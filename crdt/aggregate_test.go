@@ -84,7 +84,7 @@ func TestAggregate(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			in := slices.Clone(tc.sessions)
-			p := Aggregate("u", in, tc.acct)
+			p := Aggregate("u", in, tc.acct, 0)
 			if p.User != "u" || p.Status != tc.want || p.Online != (tc.want != UserOffline) {
 				t.Fatalf("got %s (online %v), want %s", p.Status, p.Online, tc.want)
 			}
@@ -110,7 +110,7 @@ func TestAggregate(t *testing.T) {
 			}
 			rev := slices.Clone(tc.sessions)
 			slices.Reverse(rev)
-			if q := Aggregate("u", rev, tc.acct); !q.Equal(p) {
+			if q := Aggregate("u", rev, tc.acct, 0); !q.Equal(p) {
 				t.Fatalf("reversed input gives %+v, want %+v", q, p)
 			}
 		})
@@ -120,7 +120,7 @@ func TestAggregate(t *testing.T) {
 // TestAggregateContributor checks what a contributor reports.
 func TestAggregateContributor(t *testing.T) {
 	s := &Session{User: "u", Device: "phone", ID: "s9", Epoch: 7, Gateway: "g2", State: StateActive, Status: StatusBusy}
-	p := Aggregate("u", []*Session{s}, nil)
+	p := Aggregate("u", []*Session{s}, nil, 0)
 	want := Contributor{Session: "s9", Device: "phone", Epoch: 7, Gateway: "g2", Status: StatusBusy}
 	if len(p.Sessions) != 1 || p.Sessions[0] != want {
 		t.Fatalf("contributors %+v, want [%+v]", p.Sessions, want)
@@ -152,20 +152,20 @@ func TestPresenceFollowsProjection(t *testing.T) {
 	if _, _, err := c.Apply(d, 2); err != nil {
 		t.Fatal(err)
 	}
-	if p := c.Presence("u"); p.Status != UserBusy {
+	if p := c.Presence("u", 0); p.Status != UserBusy {
 		t.Fatalf("authoritative desk busy: got %s", p.Status)
 	}
 	c.SetNodeDown("a", 3)
-	if p := c.Presence("u"); p.Status != UserAway || len(p.Sessions) != 1 || p.Sessions[0].Device != "phone" {
+	if p := c.Presence("u", 0); p.Status != UserAway || len(p.Sessions) != 1 || p.Sessions[0].Device != "phone" {
 		t.Fatalf("desk's gateway down: got %+v, want away from the phone alone", p)
 	}
 	c.SetNodeDown("b", 3)
-	if p := c.Presence("u"); p.Online || p.Status != UserOffline {
+	if p := c.Presence("u", 0); p.Online || p.Status != UserOffline {
 		t.Fatalf("both gateways down: got %+v", p)
 	}
 	c.SetNodeUp("a")
 	c.SetNodeUp("b")
-	if p := c.Presence("u"); p.Status != UserBusy || len(p.Sessions) != 2 {
+	if p := c.Presence("u", 0); p.Status != UserBusy || len(p.Sessions) != 2 {
 		t.Fatalf("both back: got %+v", p)
 	}
 	if err := c.CheckInvariants(); err != nil {

@@ -91,8 +91,8 @@ func checkPresence(t *rapid.T, r *Replica, u string, groups bool) {
 	if a, ok := r.Account(u); ok {
 		acct = &a
 	}
-	want := Aggregate(u, recs, acct)
-	if got := r.Presence(u); !got.Equal(want) {
+	want := Aggregate(u, recs, acct, 0)
+	if got := r.Presence(u, 0); !got.Equal(want) {
 		t.Fatalf("%s: presence of %s is %+v, its records give %+v", r.Self(), u, got, want)
 	}
 	if !groups {
@@ -176,7 +176,7 @@ func (w *world) finish() {
 			w.fatalf("%s after GC:\n%s\nreference:\n%s", m.r.Self(), dumpReplica(m.r), ref.dump())
 		}
 		for _, u := range propUsers {
-			if got, want := m.r.Presence(u), ref.presence(u); !got.Equal(want) {
+			if got, want := m.r.Presence(u, 0), ref.presence(u); !got.Equal(want) {
 				w.fatalf("%s: presence of %s %+v, reference %+v", m.r.Self(), u, got, want)
 			}
 		}
@@ -277,7 +277,7 @@ func (ref refState) presence(u string) Presence {
 			acct = &ref.accounts[i]
 		}
 	}
-	return Aggregate(u, recs, acct)
+	return Aggregate(u, recs, acct, 0)
 }
 
 func (ref refState) dump() string {

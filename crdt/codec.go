@@ -15,9 +15,15 @@ import (
 //
 //	Origin     [node, incarnation]
 //	Session    [user, device, id, epoch, seq, gateway, state, status, [groups...],
-//	            expires_at, updated, origin_node, origin_incarnation, version]
+//	            expires_at, updated, origin_node, origin_incarnation, version
+//	            (, meta, info)]
 //	Account    [user, override, authoritative_device, hlc_wall, hlc_logical,
-//	            writer, origin_node, origin_incarnation, version]
+//	            writer, origin_node, origin_incarnation, version
+//	            (, text, emoji, until)]
+//
+// The fields in parentheses are sent only when one of them is set, so a
+// record without them is encoded as before they existed (and a decoder
+// that predates them still reads it); decoders take either length.
 //	Delta      [since, 0, Session] | [since, 1, Account]
 //	Deltas     [Delta...]
 //	Digest     [[origin_node, origin_incarnation, watermark (, [after, through, ...])]...]
@@ -301,7 +307,11 @@ func encodeDelta(enc *msgpack.Encoder, d *Delta) error {
 }
 
 func encodeSession(enc *msgpack.Encoder, s *Session) error {
-	if err := encodeAll(enc, arr(14), s.User, s.Device, s.ID, s.Epoch, s.Seq, s.Gateway,
+	fields := 14
+	if s.Meta != "" || s.Info != "" {
+		fields = 16
+	}
+	if err := encodeAll(enc, arr(fields), s.User, s.Device, s.ID, s.Epoch, s.Seq, s.Gateway,
 		uint8(s.State), uint8(s.Status), arr(len(s.Groups))); err != nil {
 		return err
 	}
@@ -310,12 +320,28 @@ func encodeSession(enc *msgpack.Encoder, s *Session) error {
 			return err
 		}
 	}
-	return encodeAll(enc, s.ExpiresAt, s.Updated, s.Origin.Node, s.Origin.Incarnation, s.Version)
+	if err := encodeAll(enc, s.ExpiresAt, s.Updated, s.Origin.Node, s.Origin.Incarnation, s.Version); err != nil {
+		return err
+	}
+	if fields == 16 {
+		return encodeAll(enc, s.Meta, s.Info)
+	}
+	return nil
 }
 
 func encodeAccount(enc *msgpack.Encoder, a *Account) error {
-	return encodeAll(enc, arr(9), a.User, uint8(a.Override), a.AuthoritativeDevice, a.Stamp.Wall,
-		a.Stamp.Logical, a.Writer, a.Origin.Node, a.Origin.Incarnation, a.Version)
+	fields := 9
+	if a.Text != "" || a.Emoji != "" || a.Until != 0 {
+		fields = 12
+	}
+	if err := encodeAll(enc, arr(fields), a.User, uint8(a.Override), a.AuthoritativeDevice, a.Stamp.Wall,
+		a.Stamp.Logical, a.Writer, a.Origin.Node, a.Origin.Incarnation, a.Version); err != nil {
+		return err
+	}
+	if fields == 12 {
+		return encodeAll(enc, a.Text, a.Emoji, a.Until)
+	}
+	return nil
 }
 
 func decodeDelta(dec *msgpack.Decoder) (Delta, error) {
@@ -352,10 +378,13 @@ func decodeDelta(dec *msgpack.Decoder) (Delta, error) {
 
 func decodeSession(dec *msgpack.Decoder) (Session, error) {
 	var s Session
-	if _, err := arrayLen(dec, 14, 14); err != nil {
+	fields, err := arrayLen(dec, 14, 16)
+	if err != nil {
 		return s, err
 	}
-	var err error
+	if fields == 15 {
+		return s, fmt.Errorf("%w: session of 15 fields, want 14 or 16", ErrDecode)
+	}
 	var state, status uint64
 	for _, f := range []func() error{
 		func() error { s.User, err = str(dec); return err },
@@ -402,15 +431,26 @@ func decodeSession(dec *msgpack.Decoder) (Session, error) {
 	if s.Version, err = u64(dec); err != nil {
 		return s, err
 	}
+	if fields == 16 {
+		if s.Meta, err = strMax(dec, MaxMetaBytes); err != nil {
+			return s, err
+		}
+		if s.Info, err = strMax(dec, MaxInfoBytes); err != nil {
+			return s, err
+		}
+	}
 	return s, nil
 }
 
 func decodeAccount(dec *msgpack.Decoder) (Account, error) {
 	var a Account
-	if _, err := arrayLen(dec, 9, 9); err != nil {
+	fields, err := arrayLen(dec, 9, 12)
+	if err != nil {
 		return a, err
 	}
-	var err error
+	if fields != 9 && fields != 12 {
+		return a, fmt.Errorf("%w: account of %d fields, want 9 or 12", ErrDecode, fields)
+	}
 	if a.User, err = str(dec); err != nil {
 		return a, err
 	}
@@ -448,6 +488,20 @@ func decodeAccount(dec *msgpack.Decoder) (Account, error) {
 	if a.Version, err = u64(dec); err != nil {
 		return a, err
 	}
+	if fields == 12 {
+		if a.Text, err = strMax(dec, 4*MaxStatusTextChars); err != nil {
+			return a, err
+		}
+		if a.Emoji, err = strMax(dec, MaxStatusEmojiBytes); err != nil {
+			return a, err
+		}
+		if a.Until, err = i64(dec); err != nil {
+			return a, err
+		}
+		if err := CheckStatusText(a.Text, a.Emoji); err != nil {
+			return a, fmt.Errorf("%w: account %q: %w", ErrDecode, a.User, err)
+		}
+	}
 	return a, nil
 }
 
@@ -462,7 +516,10 @@ func arrayLen(dec *msgpack.Decoder, lo, hi int) (int, error) {
 	return n, nil
 }
 
-func str(dec *msgpack.Decoder) (string, error) {
+func str(dec *msgpack.Decoder) (string, error) { return strMax(dec, MaxNameLen) }
+
+// strMax decodes a string of at most max bytes.
+func strMax(dec *msgpack.Decoder, max int) (string, error) {
 	c, err := dec.PeekCode()
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", ErrDecode, err)
@@ -476,8 +533,8 @@ func str(dec *msgpack.Decoder) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", ErrDecode, err)
 	}
-	if len(s) > MaxNameLen {
-		return "", fmt.Errorf("%w: string of %d bytes (max %d)", ErrDecode, len(s), MaxNameLen)
+	if len(s) > max {
+		return "", fmt.Errorf("%w: string of %d bytes (max %d)", ErrDecode, len(s), max)
 	}
 	return s, nil
 }

@@ -1,10 +1,12 @@
 package crdt
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"unicode/utf8"
 )
 
 // Delta is one replicated write: a session record or an account record,
@@ -66,6 +68,18 @@ const (
 	maxStateEnum = StateExpired
 )
 
+// Limits on the status fields of account and session records: those of
+// the client protocol (protocol.MaxStatusTextChars and the rest; a node
+// test checks that they agree), declared here too because the replicated
+// state, which the simulator runs, does not depend on the client
+// protocol.
+const (
+	MaxStatusTextChars  = 128     // Account.Text, in characters (a character is at most 4 bytes)
+	MaxStatusEmojiBytes = 16      // Account.Emoji
+	MaxMetaBytes        = 1 << 10 // Session.Meta
+	MaxInfoBytes        = 1 << 10 // Session.Info
+)
+
 // ErrInvalidDelta is wrapped by every validation failure.
 var ErrInvalidDelta = errors.New("invalid delta")
 
@@ -98,6 +112,12 @@ func (s *Session) validate() error {
 	if s.State > maxStateEnum || s.Status > StatusBusy {
 		return fmt.Errorf("%w: session %s has state %d, status %d", ErrInvalidDelta, s.Key(), s.State, s.Status)
 	}
+	if err := checkObject("meta", s.Meta, MaxMetaBytes); err != nil {
+		return fmt.Errorf("%w: session %s: %w", ErrInvalidDelta, s.Key(), err)
+	}
+	if err := checkObject("info", s.Info, MaxInfoBytes); err != nil {
+		return fmt.Errorf("%w: session %s: %w", ErrInvalidDelta, s.Key(), err)
+	}
 	if len(s.Groups) > MaxGroups {
 		return fmt.Errorf("%w: session %s has %d groups (max %d)", ErrInvalidDelta, s.Key(), len(s.Groups), MaxGroups)
 	}
@@ -115,6 +135,49 @@ func (a *Account) validate() error {
 	}
 	if len(a.AuthoritativeDevice) > MaxNameLen || a.Override > OverrideBusy || a.Version == 0 {
 		return fmt.Errorf("%w: account %q malformed", ErrInvalidDelta, a.User)
+	}
+	if err := CheckStatusText(a.Text, a.Emoji); err != nil {
+		return fmt.Errorf("%w: account %q: %w", ErrInvalidDelta, a.User, err)
+	}
+	if a.Until < 0 {
+		return fmt.Errorf("%w: account %q until %d is negative", ErrInvalidDelta, a.User, a.Until)
+	}
+	return nil
+}
+
+// CheckStatusText checks an account's status text and emoji against the
+// protocol's limits: valid UTF-8, the text at most
+// MaxStatusTextChars characters, the emoji at most
+// MaxStatusEmojiBytes bytes.
+func CheckStatusText(text, emoji string) error {
+	// The byte bound first, so an over-long text is refused before it is
+	// scanned: a character is at most 4 bytes.
+	if len(text) > 4*MaxStatusTextChars || !utf8.ValidString(text) {
+		return fmt.Errorf("text is not valid UTF-8 of at most %d characters", MaxStatusTextChars)
+	}
+	if n := utf8.RuneCountInString(text); n > MaxStatusTextChars {
+		return fmt.Errorf("text of %d characters (max %d)", n, MaxStatusTextChars)
+	}
+	if len(emoji) > MaxStatusEmojiBytes {
+		return fmt.Errorf("emoji of %d bytes (max %d)", len(emoji), MaxStatusEmojiBytes)
+	}
+	if !utf8.ValidString(emoji) {
+		return errors.New("emoji is not valid UTF-8")
+	}
+	return nil
+}
+
+// checkObject checks a session's meta or info: empty, or a JSON object of
+// at most max bytes.
+func checkObject(what, s string, max int) error {
+	if s == "" {
+		return nil
+	}
+	if len(s) > max {
+		return fmt.Errorf("%s of %d bytes (max %d)", what, len(s), max)
+	}
+	if s[0] != '{' || !json.Valid([]byte(s)) {
+		return fmt.Errorf("%s is not a JSON object", what)
 	}
 	return nil
 }

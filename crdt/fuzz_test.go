@@ -173,7 +173,7 @@ func exercise(t *testing.T, r *Replica) {
 	ss, _ := r.Snapshot()
 	nodes := map[string]bool{}
 	for i := range ss {
-		r.Presence(ss[i].User)
+		r.Presence(ss[i].User, 0)
 		r.UserSessions(ss[i].User)
 		nodes[ss[i].Gateway] = true
 		for _, g := range ss[i].Groups {

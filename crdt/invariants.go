@@ -197,12 +197,25 @@ func (r *Replica) checkNames() error {
 	t := &r.names
 	refs := make([]uint32, len(t.recs))
 	setRefs := make([]uint32, len(r.sets.sets))
+	extras := 0
 	r.recs.each(func(_ recID, rec *record) {
 		refs[rec.user]++
 		refs[rec.device]++
 		refs[rec.id]++
 		setRefs[rec.groups]++
+		if ex, ok := r.extras[rec.id]; ok {
+			extras++
+			if ex.meta != 0 {
+				refs[ex.meta]++
+			}
+			if ex.info != 0 {
+				refs[ex.info]++
+			}
+		}
 	})
+	if extras != len(r.extras) {
+		return fmt.Errorf("%d records hold meta or info, %d held", extras, len(r.extras))
+	}
 	for id := 1; id < len(r.sets.sets); id++ {
 		set := &r.sets.sets[id]
 		if set.refs != setRefs[id] {

@@ -27,6 +27,8 @@ func genSession() *rapid.Generator[*Session] {
 			Status:    Status(rapid.IntRange(0, int(StatusBusy)).Draw(t, "status")),
 			Groups:    NormalizeGroups(rapid.SliceOfN(rapid.SampledFrom([]string{"g1", "g2"}), 0, 2).Draw(t, "groups")),
 			ExpiresAt: rapid.Int64Range(0, 3).Draw(t, "expires"),
+			Meta:      rapid.SampledFrom([]string{"", `{"a":1}`}).Draw(t, "meta"),
+			Info:      rapid.SampledFrom([]string{"", `{"n":"u"}`}).Draw(t, "info"),
 			Origin:    Origin{Node: gw, Incarnation: rapid.Uint64Range(1, 2).Draw(t, "inc")},
 			Version:   rapid.Uint64Range(1, 3).Draw(t, "version"),
 		}
@@ -40,6 +42,9 @@ func genAccount() *rapid.Generator[*Account] {
 			User:                "u",
 			Override:            Override(rapid.IntRange(0, int(OverrideBusy)).Draw(t, "override")),
 			AuthoritativeDevice: rapid.SampledFrom([]string{"", "d1", "d2"}).Draw(t, "auth"),
+			Text:                rapid.SampledFrom([]string{"", "t1", "t2"}).Draw(t, "text"),
+			Emoji:               rapid.SampledFrom([]string{"", "🍔"}).Draw(t, "emoji"),
+			Until:               rapid.Int64Range(0, 2).Draw(t, "until"),
 			Stamp: Timestamp{Wall: rapid.Int64Range(1, 3).Draw(t, "wall"),
 				Logical: rapid.Uint32Range(0, 2).Draw(t, "logical")},
 			Writer:  w,

@@ -88,7 +88,7 @@ func projection(r *Replica) string {
 	var b bytes.Buffer
 	b.Write(canonicalSnapshot(r))
 	for _, u := range propUsers {
-		fmt.Fprintf(&b, "|%+v", r.Presence(u))
+		fmt.Fprintf(&b, "|%+v", r.Presence(u, 0))
 	}
 	for _, g := range propGroups {
 		fmt.Fprintf(&b, "|%s=%v", g, r.GroupOnlineUsers(g))

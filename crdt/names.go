@@ -109,7 +109,8 @@ func (t *nameTable) find(s string, h uint32) (nameID, int) {
 }
 
 // intern returns the ID of s, adding it if new, and takes a reference to
-// it. s must be at most MaxNameLen bytes (Validate checks).
+// it. s must be at most MaxNameLen bytes, or for a session's meta or info
+// their limits (Validate checks): under 64 KiB.
 func (t *nameTable) intern(s string) nameID {
 	if 4*(t.interned+1) > 3*len(t.slots) {
 		t.growSlots()

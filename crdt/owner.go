@@ -107,6 +107,7 @@ type OwnedSession struct {
 	Epoch        uint64 // from NextEpoch
 	Status       Status
 	Groups       []string // sorted, unique
+	Meta, Info   string   // as Session's
 }
 
 // Record returns the record the owner writes for s in state st, for
@@ -118,5 +119,6 @@ func (s OwnedSession) Record(st State, lastActive int64, timeout time.Duration) 
 		User: s.User, Device: s.Device, ID: s.ID, Epoch: s.Epoch,
 		State: st, Status: s.Status, Groups: s.Groups,
 		ExpiresAt: ExpiryDeadline(lastActive, timeout),
+		Meta:      s.Meta, Info: s.Info,
 	}
 }

@@ -18,12 +18,14 @@ func (r *Replica) session(rec *record, user, device string) Session {
 		device = r.names.str(rec.device)
 	}
 	o := r.originList[rec.origin].origin
+	ex := r.extrasOf(rec)
 	return Session{
 		User: user, Device: device, ID: r.names.str(rec.id),
 		Epoch: rec.epoch, Seq: rec.seq, Gateway: o.Node,
 		State: rec.state, Status: rec.status, Groups: r.sets.groups(rec.groups),
 		ExpiresAt: rec.expiresAt, Updated: rec.updated,
 		Origin: o, Version: rec.version,
+		Meta: r.names.str(ex.meta), Info: r.names.str(ex.info),
 	}
 }
 
@@ -100,10 +102,11 @@ func (r *Replica) Account(user string) (Account, bool) {
 	return *a, true
 }
 
-// Presence aggregates a user's projected sessions and account record. It
+// Presence aggregates a user's projected sessions and account record at
+// now (Unix nanoseconds: an account's Until lapses by it). It
 // sorts only the active sessions: a user's tombstones cost a walk, not a
 // sort (and are bounded by MaxTombstonesPerUser).
-func (r *Replica) Presence(user string) Presence {
+func (r *Replica) Presence(user string, now int64) Presence {
 	u := r.names.lookup(user)
 	var ids []recID
 	if u != 0 {
@@ -123,7 +126,7 @@ func (r *Replica) Presence(user string) Presence {
 		s := r.session(r.recs.at(id), user, "")
 		recs = append(recs, &s)
 	}
-	return Aggregate(user, recs, r.account(user))
+	return Aggregate(user, recs, r.account(user), now)
 }
 
 // GroupOnlineCount returns how many users have an active session in group

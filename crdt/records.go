@@ -210,3 +210,58 @@ func (kt *keyTable) remove(sl *recSlab, id recID) {
 		kt.slots = nil
 	}
 }
+
+// recExtra is the meta and info of a record (Session.Meta, Session.Info),
+// held out of line (Replica.extras): interned names, 0 for none. Most
+// records have neither, and the record itself stays the same size.
+type recExtra struct {
+	meta, info nameID
+}
+
+// extrasOf returns a record's meta and info.
+func (r *Replica) extrasOf(rec *record) recExtra {
+	if len(r.extras) == 0 {
+		return recExtra{}
+	}
+	return r.extras[rec.id]
+}
+
+// setExtras gives a record, whose session ID is stored and which holds no
+// extras, meta and info (either may be empty).
+func (r *Replica) setExtras(rec *record, meta, info string) {
+	if meta == "" && info == "" {
+		return
+	}
+	var ex recExtra
+	if meta != "" {
+		ex.meta = r.names.intern(meta)
+	}
+	if info != "" {
+		ex.info = r.names.intern(info)
+	}
+	if r.extras == nil {
+		r.extras = make(map[nameID]recExtra)
+	}
+	r.extras[rec.id] = ex
+}
+
+// releaseExtras drops a record's meta and info, if any.
+func (r *Replica) releaseExtras(rec *record) {
+	if len(r.extras) == 0 {
+		return
+	}
+	ex, ok := r.extras[rec.id]
+	if !ok {
+		return
+	}
+	delete(r.extras, rec.id)
+	if ex.meta != 0 {
+		r.names.release(ex.meta)
+	}
+	if ex.info != 0 {
+		r.names.release(ex.info)
+	}
+	if len(r.extras) == 0 {
+		r.extras = nil
+	}
+}

@@ -50,6 +50,10 @@ type Replica struct {
 	sets  groupSets
 	keys  keyTable
 	users int // users with session records: non-empty chains
+	// extras holds the meta and info of the records that have any, by
+	// the name ID of the record's session ID (one per record, not
+	// interned): a record without them costs nothing more.
+	extras map[nameID]recExtra
 	// groupOnline maps group -> user -> active sessions in group. It is
 	// built by the first group query (groupIndex) and maintained from then
 	// on: a replica nobody asks about groups (the simulator's) does not pay
@@ -140,12 +144,21 @@ func (r *Replica) PutLocal(s Session, now int64) (Delta, error) {
 // PutAccountLocal writes a user's account record as this replica's origin,
 // stamping it with the hybrid logical clock at wall time now.
 func (r *Replica) PutAccountLocal(user string, override Override, authoritativeDevice string, now int64) (Delta, error) {
-	if user == "" {
+	return r.PutAccount(Account{User: user, Override: override, AuthoritativeDevice: authoritativeDevice}, now)
+}
+
+// PutAccount is PutAccountLocal of every setting: the caller fills User,
+// Override, AuthoritativeDevice, Text, Emoji and Until; PutAccount stamps
+// the rest. A write every peer would refuse (an over-long text) is an
+// error and changes nothing.
+func (r *Replica) PutAccount(a Account, now int64) (Delta, error) {
+	if a.User == "" {
 		return Delta{}, errors.New("crdt: account needs a user")
 	}
-	a := Account{
-		User: user, Override: override, AuthoritativeDevice: authoritativeDevice,
-		Stamp: r.hlc.Now(now), Writer: r.cfg.Self.Node, Origin: r.cfg.Self,
+	a.Stamp, a.Writer, a.Origin = r.hlc.Now(now), r.cfg.Self.Node, r.cfg.Self
+	a.Version = r.version + 1
+	if err := a.validate(); err != nil {
+		return Delta{}, fmt.Errorf("crdt: local account: %w", err)
 	}
 	r.version++
 	a.Version = r.version
@@ -452,6 +465,7 @@ func (r *Replica) mergeSession(st *originState, s *Session, now int64) bool {
 			r.uncount(rec)
 		}
 		r.sets.release(&r.names, rec.groups)
+		r.releaseExtras(rec)
 		if !r.names.equal(rec.id, s.ID) { // a later write of one session keeps its ID
 			r.names.release(rec.id)
 			rec.id = 0
@@ -460,6 +474,7 @@ func (r *Replica) mergeSession(st *originState, s *Session, now int64) bool {
 	if rec.id == 0 {
 		rec.id = r.names.store(s.ID)
 	}
+	r.setExtras(rec, s.Meta, s.Info)
 	rec.groups = groups
 	rec.epoch, rec.seq, rec.version = s.Epoch, s.Seq, s.Version
 	rec.expiresAt, rec.updated, rec.endedAt = s.ExpiresAt, s.Updated, endedAt
@@ -540,6 +555,7 @@ func (r *Replica) removeRecord(id recID) {
 	r.keys.remove(&r.recs, id)
 	r.unchainUser(rec)
 	r.sets.release(&r.names, rec.groups)
+	r.releaseExtras(rec)
 	r.names.release(rec.id)
 	r.names.release(rec.device)
 	r.names.release(rec.user)

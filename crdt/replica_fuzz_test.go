@@ -296,7 +296,7 @@ func (w *opsWorld) check(step int) {
 			w.fatalf("step %d: %s: %v\n%s", step, r.Self(), err, dumpReplica(r))
 		}
 		for _, u := range opsUsers {
-			r.Presence(u)
+			r.Presence(u, w.now)
 			r.UserSessions(u)
 			for _, d := range opsDevices {
 				r.MaxEpoch(Key{u, d})
@@ -317,7 +317,7 @@ func opsProjection(r *Replica) string {
 	var b bytes.Buffer
 	b.Write(canonicalSnapshot(r))
 	for _, u := range opsUsers {
-		fmt.Fprintf(&b, "|%+v", r.Presence(u))
+		fmt.Fprintf(&b, "|%+v", r.Presence(u, 0)) // one instant for every replica compared
 	}
 	for _, g := range opsGroups {
 		fmt.Fprintf(&b, "|%s=%v", g, r.GroupOnlineUsers(g))

@@ -174,7 +174,7 @@ func (s *scenario) run(c *ddCmd) (string, error) {
 		if err := need(2); err != nil {
 			return "", err
 		}
-		return formatPresence(r.Presence(pos[1])), nil
+		return formatPresence(r.Presence(pos[1], 0)), nil
 	case "group":
 		if err := need(2); err != nil {
 			return "", err

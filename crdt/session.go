@@ -31,6 +31,12 @@ type Session struct {
 	// as of the owner's last write.
 	ExpiresAt int64
 	Updated   int64 // when the owner made this write
+	// Meta is the session's own data, set by its client: a compact JSON
+	// object of at most MaxMetaBytes, or empty for none. Info is
+	// what the session's token vouches for (its rollcall.info claim), as
+	// compact JSON of at most MaxInfoBytes, or empty.
+	Meta string
+	Info string
 
 	Origin  Origin // owning gateway incarnation
 	Version uint64 // the origin's write counter at this write

@@ -46,7 +46,7 @@ func TestTombstonesPerUserCapped(t *testing.T) {
 		if _, ok := r.Session(Key{User: "u", Device: "d09"}); !ok {
 			t.Fatalf("%v lost the newest tombstone", r.Self())
 		}
-		if p := r.Presence("u"); !p.Online || len(p.Sessions) != 1 {
+		if p := r.Presence("u", 0); !p.Online || len(p.Sessions) != 1 {
 			t.Fatalf("%v: presence %+v, want phone online", r.Self(), p)
 		}
 		if got := r.MaxEpoch(Key{User: "u", Device: "d00"}); got != 5 {

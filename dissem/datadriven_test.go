@@ -242,7 +242,7 @@ func runCmd(hp **harness, c *datadriven.Cmd) (string, error) {
 			return "", err
 		}
 		user, _ := c.Arg("user")
-		p := n.r.Presence(user)
+		p := n.r.Presence(user, 0)
 		var sess []string
 		for _, s := range p.Sessions {
 			sess = append(sess, fmt.Sprintf("%s/%s@%s", s.Device, s.Status, s.Gateway))

@@ -86,7 +86,7 @@ func (h *fakeHost) nodeDown(n string) (since int64, down bool) {
 func (h *fakeHost) presence(user string) crdt.Presence {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.r.Presence(user)
+	return h.r.Presence(user, 0)
 }
 
 // testCluster is an in-process cluster of real memberlist nodes on loopback.

@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rollcall/rollcall/auth"
+	"github.com/rollcall/rollcall/crdt"
 	"github.com/rollcall/rollcall/protocol"
 )
 
@@ -129,7 +130,20 @@ func (n *Node) handleRefresh(c *conn, req *protocol.Request) (any, *requestError
 			n.unwatchGroupLocked(gr, c)
 		}
 	}
-	lk.unlock()
+	var deltas []crdt.Delta
+	if s := c.sess; s.info != id.Info {
+		// The new token vouches for other info: the session shows it.
+		saved := s.info
+		s.info = id.Info
+		now := n.clock.Now()
+		if d, err := n.replica.PutLocal(n.recordLocked(c, crdt.StateActive, now), now.UnixNano()); err != nil {
+			s.info = saved
+		} else {
+			deltas = append(deltas, d)
+			n.markDirtyLocked(user)
+		}
+	}
+	n.unlockAndPublish(&lk, deltas)
 	if after := c.tokenDeadline.Load(); after < before {
 		// A shorter-lived token: the wheel holds c for a later deadline.
 		n.wheel.add(c, c.deadline(int64(n.cfg.Timeout)))

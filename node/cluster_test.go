@@ -84,7 +84,7 @@ func TestPublishOwnedWritesNotHeartbeats(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if p := peer.r.Presence("alice"); p.Online {
+	if p := peer.r.Presence("alice", 0); p.Online {
 		t.Fatalf("peer sees %+v", p)
 	}
 }
@@ -197,7 +197,7 @@ func TestApplySyncSupersedesAndDigest(t *testing.T) {
 	if _, err := rm.r.ApplySync(n.Diff(rm.r.Digest()), time.Now().UnixNano()); err != nil {
 		t.Fatal(err)
 	}
-	if !rm.r.Presence("watcher").Online {
+	if !rm.r.Presence("watcher", 0).Online {
 		t.Fatal("peer did not learn watcher")
 	}
 	if err := n.ApplySync(crdt.Sync{{Origin: crdt.Origin{}}}); err == nil {

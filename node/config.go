@@ -250,6 +250,15 @@ type Config struct {
 	SendRate  float64
 	SendBurst int
 
+	// MetaRate is how many meta requests per second one session may make
+	// on average, and MetaBurst how many at once after a quiet spell (a
+	// token bucket per session, apart from the send and request buckets).
+	// A meta request past the allowance gets rate_limited and changes
+	// nothing; the connection stays open. Defaults 2/s and 10; a negative
+	// MetaRate disables the limit.
+	MetaRate  float64
+	MetaBurst int
+
 	// Abuse limits past the send rate (limits.go); each may change while
 	// the node runs (Node.SetLimits).
 	//

@@ -196,6 +196,7 @@ func (n *Node) sweepLoop() {
 			n.expireSession(c, now)
 		}
 		clear(due)
+		n.lapseDue(n.clock.Now().UnixNano())
 		n.sweeps.Add(1)
 	}
 }

@@ -446,7 +446,7 @@ func (n *Node) handleEvents(w http.ResponseWriter, r *http.Request) {
 	for _, u := range users {
 		n.watchUserLocked(u).subs[s] = struct{}{}
 		if _, ok := changed[u]; ok || !resumed {
-			initial = append(initial, encodeEvent(n.replica.Presence(u), version, "", nil))
+			initial = append(initial, encodeEvent(n.replica.Presence(u, n.clock.Now().UnixNano()), version, "", nil))
 		}
 	}
 	if group != "" {
@@ -461,11 +461,11 @@ func (n *Node) handleEvents(w http.ResponseWriter, r *http.Request) {
 			// A changed user now outside the group may have left it.
 			for _, u := range uniqueStrings(mapKeys(changed)) {
 				_, is := in[u]
-				initial = append(initial, encodeEvent(n.replica.Presence(u), version, group, &is))
+				initial = append(initial, encodeEvent(n.replica.Presence(u, n.clock.Now().UnixNano()), version, group, &is))
 			}
 		} else {
 			for _, u := range online {
-				initial = append(initial, encodeEvent(n.replica.Presence(u), version, group, &member))
+				initial = append(initial, encodeEvent(n.replica.Presence(u, n.clock.Now().UnixNano()), version, group, &member))
 			}
 		}
 	}

@@ -432,7 +432,7 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 func presenceOf(n *Node, user string) crdt.Presence {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.replica.Presence(user)
+	return n.replica.Presence(user, n.clock.Now().UnixNano())
 }
 
 // sessionOf returns the node's record for a key.

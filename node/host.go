@@ -82,6 +82,7 @@ func (n *Node) afterRemoteChangeLocked(touched map[string]struct{}) []*conn {
 	var lost []*conn
 	for u := range touched {
 		n.markDirtyLocked(u)
+		n.scheduleLapseLocked(u)
 		for dev, c := range n.local[u] {
 			held, ok := n.replica.Session(crdt.Key{User: u, Device: dev})
 			if ok && held.Gateway == n.cfg.Name && held.Origin == n.origin && held.ID == c.sess.id {

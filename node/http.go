@@ -85,7 +85,7 @@ func (n *Node) handlePresenceHTTP(w http.ResponseWriter, r *http.Request) {
 	lk := lockOf(&n.mu)
 	defer lk.unlock()
 	v := n.nextVersionLocked()
-	p := presenceJSON(n.replica.Presence(user), v)
+	p := presenceJSON(n.replica.Presence(user, n.clock.Now().UnixNano()), v)
 	lk.unlock()
 	n.writeJSON(w, http.StatusOK, p)
 }

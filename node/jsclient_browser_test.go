@@ -77,7 +77,8 @@ func jsRosterStatus(user, status string) string {
 }
 
 // TestJSClientInBrowser: the demo page in two headless Chromium tabs, on
-// two gateways of a cluster. A's status change shows in B's roster;
+// two gateways of a cluster. A's status change and status text show in
+// B's roster;
 // closing tab A shows A offline in B; when B's gateway goes, B reconnects
 // to the other gateway and stays online there.
 func TestJSClientInBrowser(t *testing.T) {
@@ -101,6 +102,9 @@ func TestJSClientInBrowser(t *testing.T) {
 
 	a.eval(`((s) => { s.value = 'away'; s.dispatchEvent(new Event('change')); return true })(document.getElementById('status'))`)
 	b.waitUntil("alice away in bob's roster", jsRosterStatus("alice", "away"))
+
+	a.eval(`((s) => { s.value = 'at lunch'; s.dispatchEvent(new Event('change')); return true })(document.getElementById('text'))`)
+	b.waitUntil("alice's status text in bob's roster", `((r) => r && r.dataset.text === 'at lunch' && r.textContent.endsWith('away: at lunch'))([...document.querySelectorAll('#roster li')].find(li => li.dataset.user === 'alice'))`)
 
 	a.cancel() // closes the tab
 	b.waitUntil("alice offline in bob's roster", jsRosterStatus("alice", "offline"))

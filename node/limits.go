@@ -21,6 +21,7 @@ import (
 //
 //	per connection  RequestRate/RequestBurst   rate_limited (stays open)
 //	per session     SendRate/SendBurst         rate_limited (stays open)
+//	                MetaRate/MetaBurst         rate_limited (stays open)
 //	per user        MaxSessionsPerUser         too_many_sessions (closes)
 //	                UserHelloRate/Burst        rate_limited at hello (stays open)
 //	per source IP   MaxConnectionsPerIP        too_many_connections (closes)
@@ -46,6 +47,13 @@ const (
 	// after a quiet spell: room for a reconnecting client to replay its
 	// state (a hello, MaxGroups joins, subs, gets) without waiting.
 	DefaultRequestBurst = 500
+	// DefaultMetaRate is the meta requests per second one session may
+	// make on average, and DefaultMetaBurst how many at once: each is a
+	// write every gateway of the cluster merges and every subscriber of
+	// the user is told of, so a client that updates its meta at each
+	// keystroke is held to a few per second.
+	DefaultMetaRate  = 2
+	DefaultMetaBurst = 10
 	// DefaultMaxSessionsPerUser is the active sessions one user may hold
 	// across the cluster: far more devices and tabs than a person has,
 	// few enough that one stolen or buggy token cannot fill a gateway.
@@ -74,6 +82,8 @@ type Limits struct {
 	RequestBurst        int
 	SendRate            float64
 	SendBurst           int
+	MetaRate            float64
+	MetaBurst           int
 	MaxConnections      int
 	MaxConnectionsPerIP int
 	MaxSessionsPerUser  int
@@ -88,6 +98,7 @@ func (c Config) Limits() Limits {
 	return Limits{
 		RequestRate: c.RequestRate, RequestBurst: c.RequestBurst,
 		SendRate: c.SendRate, SendBurst: c.SendBurst,
+		MetaRate: c.MetaRate, MetaBurst: c.MetaBurst,
 		MaxConnections: c.MaxConnections, MaxConnectionsPerIP: c.MaxConnectionsPerIP,
 		MaxSessionsPerUser: c.MaxSessionsPerUser,
 		UserHelloRate:      c.UserHelloRate, UserHelloBurst: c.UserHelloBurst,
@@ -99,6 +110,7 @@ func (c Config) Limits() Limits {
 func (c *Config) setLimits(l Limits) {
 	c.RequestRate, c.RequestBurst = l.RequestRate, l.RequestBurst
 	c.SendRate, c.SendBurst = l.SendRate, l.SendBurst
+	c.MetaRate, c.MetaBurst = l.MetaRate, l.MetaBurst
 	c.MaxConnections, c.MaxConnectionsPerIP = l.MaxConnections, l.MaxConnectionsPerIP
 	c.MaxSessionsPerUser = l.MaxSessionsPerUser
 	c.UserHelloRate, c.UserHelloBurst = l.UserHelloRate, l.UserHelloBurst
@@ -125,6 +137,12 @@ func (l *Limits) fill() {
 	}
 	if l.SendBurst == 0 {
 		l.SendBurst = DefaultSendBurst
+	}
+	if l.MetaRate == 0 {
+		l.MetaRate = DefaultMetaRate
+	}
+	if l.MetaBurst == 0 {
+		l.MetaBurst = DefaultMetaBurst
 	}
 	if l.MaxConnections == 0 {
 		l.MaxConnections = DefaultMaxConnections
@@ -165,6 +183,9 @@ func (l *Limits) validate(heartbeat time.Duration) []error {
 	if math.IsNaN(l.SendRate) || math.IsInf(l.SendRate, 0) || l.SendBurst < 1 {
 		errs = append(errs, fmt.Errorf("send rate (%v) must be a number and send burst (%d) at least 1", l.SendRate, l.SendBurst))
 	}
+	if math.IsNaN(l.MetaRate) || math.IsInf(l.MetaRate, 0) || l.MetaBurst < 1 {
+		errs = append(errs, fmt.Errorf("meta rate (%v) must be a number and meta burst (%d) at least 1", l.MetaRate, l.MetaBurst))
+	}
 	if math.IsNaN(l.UserHelloRate) || math.IsInf(l.UserHelloRate, 0) || l.UserHelloBurst < 1 {
 		errs = append(errs, fmt.Errorf("user hello rate (%v) must be a number and user hello burst (%d) at least 1", l.UserHelloRate, l.UserHelloBurst))
 	}
@@ -204,6 +225,8 @@ func (n *Node) SetLimits(l Limits) (changed []string, err error) {
 	diff("RequestBurst", old.RequestBurst, l.RequestBurst)
 	diff("SendRate", old.SendRate, l.SendRate)
 	diff("SendBurst", old.SendBurst, l.SendBurst)
+	diff("MetaRate", old.MetaRate, l.MetaRate)
+	diff("MetaBurst", old.MetaBurst, l.MetaBurst)
 	diff("MaxConnections", old.MaxConnections, l.MaxConnections)
 	diff("MaxConnectionsPerIP", old.MaxConnectionsPerIP, l.MaxConnectionsPerIP)
 	diff("MaxSessionsPerUser", old.MaxSessionsPerUser, l.MaxSessionsPerUser)

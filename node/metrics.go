@@ -32,6 +32,7 @@ const (
 	opSend
 	opBye
 	opRefresh
+	opMeta
 	numOps
 )
 
@@ -66,6 +67,8 @@ func opIndex(op string) int32 {
 		return opBye
 	case protocol.OpRefresh:
 		return opRefresh
+	case protocol.OpMeta:
+		return opMeta
 	}
 	return opUnknown
 }
@@ -73,7 +76,8 @@ func opIndex(op string) int32 {
 // opNames returns the label value of each op index.
 func opNames() [numOps]string {
 	return [numOps]string{"unknown", protocol.OpHello, protocol.OpHB, protocol.OpStatus, protocol.OpAccount, protocol.OpJoin, protocol.OpLeave,
-		protocol.OpGet, protocol.OpGroup, protocol.OpLocate, protocol.OpSub, protocol.OpUnsub, protocol.OpSend, protocol.OpBye, protocol.OpRefresh}
+		protocol.OpGet, protocol.OpGroup, protocol.OpLocate, protocol.OpSub, protocol.OpUnsub, protocol.OpSend, protocol.OpBye, protocol.OpRefresh,
+		protocol.OpMeta}
 }
 
 // errorCodes returns every error code, in the order of the error

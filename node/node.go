@@ -94,6 +94,7 @@ type Node struct {
 	groups     map[string]*groupWatch
 	feedLast   map[string]feedLast // the feed's view of each online user; nil when the feed is off
 	changes    changeLog           // recently dirty users by version, for event streams' resume (events.go)
+	lapses     lapseQueue          // users whose account's until is to come (status.go)
 
 	pubMu sync.Mutex // orders Publish calls; see the type comment
 	fanMu sync.Mutex // orders event delivery; see the type comment

@@ -167,7 +167,8 @@ func TestHelloProtocolVersion(t *testing.T) {
 	}
 }
 
-// TestProtocolLimitsMatchCRDT: the protocol's name, group and epoch limits
+// TestProtocolLimitsMatchCRDT: the protocol's name, group, epoch and status
+// field limits
 // are the ones the CRDT enforces, so a request within them is never
 // refused by the state underneath.
 func TestProtocolLimitsMatchCRDT(t *testing.T) {
@@ -179,5 +180,11 @@ func TestProtocolLimitsMatchCRDT(t *testing.T) {
 	}
 	if protocol.MaxNameLen != crdt.MaxNameLen {
 		t.Errorf("protocol.MaxNameLen %d, crdt.MaxNameLen %d", protocol.MaxNameLen, crdt.MaxNameLen)
+	}
+	if protocol.MaxStatusTextChars != crdt.MaxStatusTextChars || protocol.MaxStatusEmojiBytes != crdt.MaxStatusEmojiBytes ||
+		protocol.MaxMetaBytes != crdt.MaxMetaBytes || protocol.MaxInfoBytes != crdt.MaxInfoBytes {
+		t.Errorf("status limits differ: protocol %d/%d/%d/%d, crdt %d/%d/%d/%d",
+			protocol.MaxStatusTextChars, protocol.MaxStatusEmojiBytes, protocol.MaxMetaBytes, protocol.MaxInfoBytes,
+			crdt.MaxStatusTextChars, crdt.MaxStatusEmojiBytes, crdt.MaxMetaBytes, crdt.MaxInfoBytes)
 	}
 }

@@ -38,7 +38,7 @@ func (n *Node) handleGet(c *conn, req *protocol.Request) (any, *requestError) {
 	n.underLockHook(req)
 	v := n.nextVersionLocked()
 	for _, u := range users {
-		out = append(out, presenceJSON(n.replica.Presence(u), v))
+		out = append(out, presenceJSON(n.replica.Presence(u, n.clock.Now().UnixNano()), v))
 	}
 	lk.unlock()
 	return protocol.PresenceReply{Op: protocol.OpPresence, ID: req.ID, Users: out}, nil
@@ -109,9 +109,10 @@ func (n *Node) handleGroup(c *conn, req *protocol.Request) (any, *requestError) 
 		i++
 	}
 	users = users[i:]
+	now := n.clock.Now().UnixNano()
 	members := make([]protocol.Presence, 0, min(limit, len(users)))
 	for _, u := range users[:min(limit, len(users))] {
-		members = append(members, presenceJSON(n.replica.Presence(u), v))
+		members = append(members, presenceJSON(n.replica.Presence(u, now), v))
 	}
 	lk.unlock()
 	// Cut the page to its byte budget (always one member at least).
@@ -152,7 +153,8 @@ func (n *Node) handleLocate(c *conn, req *protocol.Request) (any, *requestError)
 	book, _ := n.getCluster().(AddressBook)
 	out := make([]protocol.SessionInfo, 0, len(sessions))
 	for _, s := range sessions {
-		info := protocol.SessionInfo{Session: s.ID, Device: s.Device, Epoch: s.Epoch, Gateway: s.Gateway, Status: s.Status.String()}
+		info := protocol.SessionInfo{Session: s.ID, Device: s.Device, Epoch: s.Epoch, Gateway: s.Gateway, Status: s.Status.String(),
+			Meta: rawObject(s.Meta), Info: rawObject(s.Info)}
 		switch {
 		case s.Gateway == n.cfg.Name:
 			info.GatewayAddr = n.AdvertisedClientAddr()

@@ -143,6 +143,8 @@ func (n *Node) dispatch(c *conn, req *protocol.Request) {
 		}
 	case protocol.OpRefresh:
 		reply, rerr = n.handleRefresh(c, req)
+	case protocol.OpMeta:
+		reply, rerr = n.handleMeta(c, req)
 	case protocol.OpBye:
 		rerr = n.handleBye(c, req)
 		if rerr == nil {

@@ -23,8 +23,11 @@ type localSession struct {
 	epoch  uint64
 	status crdt.Status
 	groups []string // sorted, unique
+	meta   string   // compact JSON object, "" for none
+	info   string   // the token's rollcall.info, compact; "" for none
 
 	sends tokenBucket // the session's allowance of sends (Config.SendRate)
+	metas tokenBucket // the session's allowance of meta requests (Config.MetaRate)
 }
 
 // The session lifecycle (the seed's state machine), every transition a crdt
@@ -107,6 +110,12 @@ func (n *Node) handleHello(c *conn, req *protocol.Request) {
 		id:     "ses_" + randomHex(8),
 		status: status,
 		groups: crdt.NormalizeGroups(slices.Clone(req.Groups)),
+	}
+	if req.Meta != nil {
+		sess.meta, _ = checkMeta(req.Meta) // checked by checkHello
+	}
+	if id != nil {
+		sess.info = id.Info
 	}
 	now := n.clock.Now()
 	mono := n.monoAt(now)
@@ -210,6 +219,11 @@ func checkHello(req *protocol.Request) *requestError {
 	}
 	if len(req.Token) > protocol.MaxTokenLen {
 		return errorf(protocol.CodeBadRequest, "token longer than %d bytes", protocol.MaxTokenLen)
+	}
+	if req.Meta != nil {
+		if _, rerr := checkMeta(req.Meta); rerr != nil {
+			return rerr
+		}
 	}
 	return nil
 }
@@ -324,10 +338,12 @@ func (n *Node) writeFailedLocked(c *conn, err error) *requestError {
 	return errorf(protocol.CodeInternal, "could not write the session")
 }
 
-// handleAccount writes the user's account record.
+// handleAccount writes the user's account record. A write starts from the
+// account as it shows now: once its until has passed, without the lapsed
+// override, text, emoji and until.
 func (n *Node) handleAccount(c *conn, req *protocol.Request) (any, *requestError) {
-	if req.Override == nil && req.AuthoritativeDevice == nil {
-		return nil, errorf(protocol.CodeBadRequest, "want override and/or authoritative_device")
+	if req.Override == nil && req.AuthoritativeDevice == nil && req.Text == nil && req.Emoji == nil && req.Until == nil {
+		return nil, errorf(protocol.CodeBadRequest, "want override, text, emoji, until and/or authoritative_device")
 	}
 	var ov crdt.Override
 	if req.Override != nil {
@@ -342,7 +358,21 @@ func (n *Node) handleAccount(c *conn, req *protocol.Request) (any, *requestError
 			return nil, rerr
 		}
 	}
+	if rerr := checkStatusText(req.Text, req.Emoji); rerr != nil {
+		return nil, rerr
+	}
 	now := n.clock.Now()
+	var until int64
+	if req.Until != nil && *req.Until != "" {
+		t, err := time.Parse(time.RFC3339Nano, *req.Until)
+		if err != nil {
+			return nil, errorf(protocol.CodeBadRequest, "until is not an RFC 3339 time: %q", truncate(*req.Until, 64))
+		}
+		if !t.After(now) {
+			return nil, errorf(protocol.CodeBadRequest, "until %s is not in the future (the gateway's time is %s)", n.formatTime(t), n.formatTime(now))
+		}
+		until = t.UnixNano()
+	}
 	lk := lockOf(&n.mu)
 	defer lk.unlock()
 	s, rerr := n.ownedLocked(c)
@@ -351,18 +381,32 @@ func (n *Node) handleAccount(c *conn, req *protocol.Request) (any, *requestError
 		return nil, rerr
 	}
 	cur, _ := n.replica.Account(s.user)
+	cur = cur.Effective(now.UnixNano())
 	if req.Override != nil {
 		cur.Override = ov
 	}
 	if req.AuthoritativeDevice != nil {
 		cur.AuthoritativeDevice = *req.AuthoritativeDevice
 	}
-	d, err := n.replica.PutAccountLocal(s.user, cur.Override, cur.AuthoritativeDevice, now.UnixNano())
+	if req.Text != nil {
+		cur.Text = *req.Text
+	}
+	if req.Emoji != nil {
+		cur.Emoji = *req.Emoji
+	}
+	if req.Until != nil {
+		cur.Until = until
+	}
+	d, err := n.replica.PutAccount(crdt.Account{
+		User: s.user, Override: cur.Override, AuthoritativeDevice: cur.AuthoritativeDevice,
+		Text: cur.Text, Emoji: cur.Emoji, Until: cur.Until,
+	}, now.UnixNano())
 	if err != nil {
 		lk.unlock()
 		n.log.Error("account write failed", zap.Error(err))
 		return nil, errorf(protocol.CodeInternal, "could not write the account")
 	}
+	n.scheduleLapseLocked(s.user)
 	n.markDirtyLocked(s.user)
 	n.unlockAndPublish(&lk, []crdt.Delta{d})
 	return protocol.OK{Op: protocol.OpOK, ID: req.ID}, nil
@@ -487,7 +531,7 @@ func (n *Node) recordLocked(c *conn, st crdt.State, now time.Time) crdt.Session 
 	lastActive := now.UnixNano() - (n.monoAt(now) - c.lastActive.Load())
 	return crdt.OwnedSession{
 		User: s.user, Device: s.device, ID: s.id, Epoch: s.epoch,
-		Status: s.status, Groups: s.groups,
+		Status: s.status, Groups: s.groups, Meta: s.meta, Info: s.info,
 	}.Record(st, lastActive, n.cfg.Timeout)
 }
 

@@ -183,15 +183,16 @@ func (n *Node) snapshotPage(c *conn) (sent bool) {
 	lk := lockOf(&n.mu)
 	defer lk.unlock()
 	version := n.nextVersionLocked()
+	now := n.clock.Now().UnixNano()
 	var frames [][]byte
 	size := 0
 	for s.left > 0 && len(frames) < maxFrames {
 		var f []byte
 		if len(s.users) > 0 {
-			f = encodeSnapshotEvent(n.replica.Presence(s.users[0]), version, "", nil, s.left > 1)
+			f = encodeSnapshotEvent(n.replica.Presence(s.users[0], now), version, "", nil, s.left > 1)
 		} else {
 			member := n.onlineInGroupLocked(s.members[0], s.group)
-			f = encodeSnapshotEvent(n.replica.Presence(s.members[0]), version, s.group, &member, s.left > 1)
+			f = encodeSnapshotEvent(n.replica.Presence(s.members[0], now), version, s.group, &member, s.left > 1)
 		}
 		if len(frames) > 0 && size+len(f) > maxBytes {
 			break
@@ -290,7 +291,7 @@ func (n *Node) watchUserLocked(u string) *userWatch {
 		uw = &userWatch{
 			subs:   make(map[subscriber]struct{}),
 			groups: make(map[string]struct{}),
-			last:   n.replica.Presence(u),
+			last:   n.replica.Presence(u, n.clock.Now().UnixNano()),
 		}
 		n.users[u] = uw
 	}
@@ -421,7 +422,7 @@ func (n *Node) flushEvents() bool {
 		var cur crdt.Presence
 		read := false
 		if n.feed != nil {
-			cur, read = n.replica.Presence(u), true
+			cur, read = n.replica.Presence(u, n.clock.Now().UnixNano()), true
 			if ch, ok := n.feedChangeLocked(cur); ok {
 				if version == 0 {
 					version = n.nextVersionLocked()
@@ -440,7 +441,7 @@ func (n *Node) flushEvents() bool {
 			uw.last = crdt.Presence{User: u} // new to every group view
 		}
 		if !read {
-			cur = n.replica.Presence(u)
+			cur = n.replica.Presence(u, n.clock.Now().UnixNano())
 		}
 		changed := !cur.Equal(uw.last)
 		if version == 0 && (changed || len(now) > 0 || len(uw.groups) > 0) {
@@ -556,7 +557,12 @@ func presenceJSON(p crdt.Presence, version uint64) protocol.Presence {
 	for _, s := range p.Sessions {
 		out.Sessions = append(out.Sessions, protocol.SessionInfo{
 			Session: s.Session, Device: s.Device, Epoch: s.Epoch, Gateway: s.Gateway, Status: s.Status.String(),
+			Meta: rawObject(s.Meta), Info: rawObject(s.Info),
 		})
+	}
+	out.Text, out.Emoji = p.Text, p.Emoji
+	if p.Until != 0 {
+		out.Until = formatUnixNano(p.Until)
 	}
 	return out
 }

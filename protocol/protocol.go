@@ -36,6 +36,18 @@ const (
 	MaxNameLen = 256
 	// MaxTokenLen bounds a hello's token.
 	MaxTokenLen = 8 << 10
+	// MaxStatusTextChars bounds an account's status text, in characters
+	// (Unicode code points) of valid UTF-8.
+	MaxStatusTextChars = 128
+	// MaxStatusEmojiBytes bounds an account's status emoji, in bytes of
+	// valid UTF-8.
+	MaxStatusEmojiBytes = 16
+	// MaxMetaBytes bounds a session's meta, a JSON object, in bytes once
+	// compacted (insignificant white space removed).
+	MaxMetaBytes = 1 << 10
+	// MaxInfoBytes bounds a session's info, the JSON object of its token's
+	// rollcall.info claim, in bytes once compacted.
+	MaxInfoBytes = 1 << 10
 	// MaxEpoch is the largest session epoch a gateway issues: 2^53-1, the
 	// largest integer a browser holds exactly. A hello's last_epoch must be
 	// below it, and a (user, device) whose next epoch would exceed it is
@@ -55,7 +67,7 @@ const (
 	OpHello   = "hello"   // request: authenticate and open the session
 	OpHB      = "hb"      // request: heartbeat; reply (same op) only with an id
 	OpStatus  = "status"  // request: set this device's status
-	OpAccount = "account" // request: set the user's account override/authoritative device
+	OpAccount = "account" // request: set the user's account override, status text and emoji, until, authoritative device
 	OpJoin    = "join"    // request: join a group
 	OpLeave   = "leave"   // request: leave a group
 	OpGet     = "get"     // request: presence of users
@@ -66,9 +78,10 @@ const (
 	OpSend    = "send"    // request: message every active session of a user
 	OpBye     = "bye"     // request: end the session cleanly
 	OpRefresh = "refresh" // request: present a new token for the session's user before the current one expires
+	OpMeta    = "meta"    // request: set this session's meta
 
 	OpWelcome  = "welcome"  // reply to hello
-	OpOK       = "ok"       // reply to status, account, join, leave, sub, unsub, send, refresh, bye
+	OpOK       = "ok"       // reply to status, account, meta, join, leave, sub, unsub, send, refresh, bye
 	OpPresence = "presence" // reply to get
 	OpEvent    = "event"    // pushed: a subscribed user's presence changed
 	OpMessage  = "message"  // pushed: a message sent to this user
@@ -79,7 +92,7 @@ const (
 func IsRequestOp(op string) bool {
 	switch op {
 	case OpHello, OpHB, OpStatus, OpAccount, OpJoin, OpLeave, OpGet, OpGroup,
-		OpLocate, OpSub, OpUnsub, OpSend, OpBye, OpRefresh:
+		OpLocate, OpSub, OpUnsub, OpSend, OpBye, OpRefresh, OpMeta:
 		return true
 	}
 	return false
@@ -157,9 +170,18 @@ type Request struct {
 	// hello, status
 	Status string `json:"status,omitempty"`
 
-	// account: absent fields are left unchanged
+	// account: absent fields are left unchanged; "" clears text, emoji
+	// and until. Until is an RFC 3339 time after which override, text
+	// and emoji lapse.
 	Override            *string `json:"override,omitempty"`
 	AuthoritativeDevice *string `json:"authoritative_device,omitempty"`
+	Text                *string `json:"text,omitempty"`
+	Emoji               *string `json:"emoji,omitempty"`
+	Until               *string `json:"until,omitempty"`
+
+	// hello, meta: the session's meta, a JSON object of at most
+	// MaxMetaBytes once compacted ({} for none)
+	Meta json.RawMessage `json:"meta,omitempty"`
 
 	// join, leave, group, sub, unsub
 	Group string `json:"group,omitempty"`
@@ -244,6 +266,10 @@ type SessionInfo struct {
 	// GatewayAddr is the owning gateway's client address, when known (in
 	// locate replies; from the cluster's member metadata).
 	GatewayAddr string `json:"gateway_addr,omitempty"`
+	// Meta is the session's meta (hello, meta); Info is what its token's
+	// issuer vouches for (the rollcall.info claim). Absent when none.
+	Meta json.RawMessage `json:"meta,omitempty"`
+	Info json.RawMessage `json:"info,omitempty"`
 }
 
 // Presence is a user's aggregate presence. Version orders observations of
@@ -255,6 +281,12 @@ type Presence struct {
 	Status   string        `json:"status"`
 	Sessions []SessionInfo `json:"sessions"`
 	Version  uint64        `json:"version"`
+	// Text, Emoji and Until are the account's status text, emoji and the
+	// RFC 3339 time they and the override lapse at; absent when none or
+	// lapsed.
+	Text  string `json:"text,omitempty"`
+	Emoji string `json:"emoji,omitempty"`
+	Until string `json:"until,omitempty"`
 }
 
 // PresenceReply is the reply to get.

@@ -149,6 +149,8 @@ func agentFlagSet(c *agentConfig, stderr io.Writer) (*flag.FlagSet, []flagSectio
 	fs.IntVar(&n.RequestBurst, "request-burst", n.RequestBurst, "Requests one connection may make at once after a quiet spell.")
 	fs.Float64Var(&n.SendRate, "send-rate", n.SendRate, "Sends per second one session may make on average; then rate_limited. Negative: no limit.")
 	fs.IntVar(&n.SendBurst, "send-burst", n.SendBurst, "Sends one session may make at once after a quiet spell.")
+	fs.Float64Var(&n.MetaRate, "meta-rate", n.MetaRate, "Meta requests per second one session may make on average; then rate_limited. Negative: no limit.")
+	fs.IntVar(&n.MetaBurst, "meta-burst", n.MetaBurst, "Meta requests one session may make at once after a quiet spell.")
 	fs.IntVar(&n.MaxSessionsPerUser, "max-sessions-per-user", n.MaxSessionsPerUser, "Active sessions one user may hold across the cluster; then too_many_sessions. Negative: no cap.")
 	fs.IntVar(&n.MaxConnectionsPerIP, "max-connections-per-ip", n.MaxConnectionsPerIP, "Client connections one source address may hold on this gateway; then too_many_connections. Negative: no cap.")
 	fs.IntVar(&n.MaxConnections, "max-connections", n.MaxConnections, "Client connections held at once; then overloaded. Capped below the open-file limit. Negative: no cap (but the open-file limit's).")

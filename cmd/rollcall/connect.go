@@ -26,6 +26,11 @@ const connectHelp = `commands:
   status available|away|busy      set this device's status
   account none|away|dnd|busy      set the account override
   account auth DEVICE             make DEVICE authoritative ("account auth -" clears)
+  account text TEXT...            set the status text ("account text -" clears)
+  account emoji EMOJI             set the status emoji ("account emoji -" clears)
+  account until TIME|DURATION     lapse override, text and emoji at an RFC 3339
+                                  time or after a duration ("account until -" clears)
+  meta JSON                       set this session's meta (a JSON object; {} clears)
   get USER...                     presence of users
   group GROUP                     online members of a group
   locate USER                     a user's active sessions
@@ -214,7 +219,7 @@ func (cl *interactive) currentToken(context.Context) (string, error) {
 // restoredOps are the requests whose effect a reconnect loses: connect
 // sends them again, in order, after the new welcome.
 var restoredOps = map[string]bool{protocol.OpStatus: true, protocol.OpAccount: true, protocol.OpJoin: true,
-	protocol.OpLeave: true, protocol.OpSub: true, protocol.OpUnsub: true}
+	protocol.OpLeave: true, protocol.OpSub: true, protocol.OpUnsub: true, protocol.OpMeta: true}
 
 // note remembers a request line about to be sent: a refresh's token for
 // the next hello, a state change to send again after a reconnect.
@@ -451,18 +456,44 @@ func parseCommand(line string) (req []byte, quit bool, err error) {
 		if err := need(1, "account none|away|dnd|busy  or  account auth DEVICE"); err != nil {
 			return nil, false, err
 		}
-		if args[0] == "auth" {
-			if err := need(2, "account auth DEVICE"); err != nil {
+		switch args[0] {
+		case "auth", "text", "emoji", "until":
+			if err := need(2, "account "+args[0]+" VALUE"); err != nil {
 				return nil, false, err
 			}
-			dev := args[1]
-			if dev == "-" {
-				dev = ""
+			val := strings.Join(args[1:], " ")
+			if val == "-" {
+				val = ""
 			}
-			v = protocol.Request{Op: protocol.OpAccount, AuthoritativeDevice: &dev}
-		} else {
+			v = protocol.Request{Op: protocol.OpAccount}
+			switch args[0] {
+			case "auth":
+				v.AuthoritativeDevice = &args[1]
+				if args[1] == "-" {
+					v.AuthoritativeDevice = &val
+				}
+			case "text":
+				v.Text = &val
+			case "emoji":
+				v.Emoji = &val
+			case "until":
+				if d, err := time.ParseDuration(val); err == nil {
+					val = time.Now().Add(d).UTC().Format(time.RFC3339Nano)
+				}
+				v.Until = &val
+			}
+		default:
 			v = protocol.Request{Op: protocol.OpAccount, Override: &args[0]}
 		}
+	case "meta":
+		if err := need(1, "meta JSON"); err != nil {
+			return nil, false, err
+		}
+		raw := strings.TrimSpace(strings.TrimPrefix(line, "meta"))
+		if !json.Valid([]byte(raw)) {
+			return nil, false, errors.New("usage: meta JSON (a JSON object)")
+		}
+		v = protocol.Request{Op: protocol.OpMeta, Meta: json.RawMessage(raw)}
 	case "get":
 		if err := need(1, "get USER..."); err != nil {
 			return nil, false, err

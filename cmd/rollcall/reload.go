@@ -300,7 +300,7 @@ func tlsReloader(srv *tlsconf.Server) reloadFunc {
 // limitKeys are the settings limitsReloader applies to a running node.
 func limitKeys() []string {
 	return []string{"request-rate", "request-burst", "send-rate", "send-burst",
-		"max-connections", "max-connections-per-ip", "max-sessions-per-user",
+		"meta-rate", "meta-burst", "max-connections", "max-connections-per-ip", "max-sessions-per-user",
 		"user-hello-rate", "user-hello-burst", "ip-hello-rate", "ip-hello-burst"}
 }
 

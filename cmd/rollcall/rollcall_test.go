@@ -15,6 +15,8 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 	"go.uber.org/zap"
+
+	"github.com/rollcall/rollcall/auth"
 )
 
 func TestParseFlagsEnv(t *testing.T) {
@@ -92,6 +94,20 @@ func TestTokenCommand(t *testing.T) {
 	}
 	if err := runToken(t.Context(), []string{"--user", "alice"}, io.Discard, io.Discard); err == nil {
 		t.Fatal("missing --secret-file accepted")
+	}
+	out.Reset()
+	if err := runToken(t.Context(), []string{"--secret-file", secret, "--user", "alice", "--info", `{"name": "Alice"}`}, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	v, err := auth.NewVerifier(auth.Source{SecretFile: secret}, auth.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, err := v.Verify(strings.TrimSpace(out.String()), time.Now()); err != nil || id.Info != `{"name":"Alice"}` {
+		t.Fatalf("--info: %+v %v", id, err)
+	}
+	if err := runToken(t.Context(), []string{"--secret-file", secret, "--user", "alice", "--info", `[1]`}, io.Discard, io.Discard); err == nil {
+		t.Fatal("--info that is not an object accepted")
 	}
 }
 
@@ -274,7 +290,20 @@ func TestParseCommand(t *testing.T) {
 			t.Errorf("%q: got %s %v %v, want %s", line, got, quit, err, want)
 		}
 	}
-	for _, line := range []string{"status", "refresh", "send bob", "frobnicate", "{bad", "get"} {
+	for line, want := range map[string]string{
+		"account text at lunch":              `{"op":"account","text":"at lunch"}`,
+		"account text -":                     `{"op":"account","text":""}`,
+		"account emoji 🍔":                    `{"op":"account","emoji":"🍔"}`,
+		"account until 2030-01-02T03:04:05Z": `{"op":"account","until":"2030-01-02T03:04:05Z"}`,
+		"account until -":                    `{"op":"account","until":""}`,
+		`meta {"tab": "inbox"}`:              `{"op":"meta","meta":{"tab":"inbox"}}`,
+	} {
+		got, _, err := parseCommand(line)
+		if err != nil || string(got) != want {
+			t.Errorf("%q: got %s %v, want %s", line, got, err, want)
+		}
+	}
+	for _, line := range []string{"status", "refresh", "send bob", "frobnicate", "{bad", "get", "account text", "meta {bad"} {
 		if _, _, err := parseCommand(line); err == nil {
 			t.Errorf("%q accepted", line)
 		}

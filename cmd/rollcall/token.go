@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -19,7 +20,7 @@ import (
 func runToken(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, tf := tokenFlagSet(stderr)
 	secretFile, keyFile, user, ttl, kid, aud, iss := tf.secretFile, tf.keyFile, tf.user, tf.ttl, tf.kid, tf.aud, tf.iss
-	read, join, send, backend := tf.read, tf.join, tf.send, tf.backend
+	read, join, send, backend, info := tf.read, tf.join, tf.send, tf.backend, tf.info
 	if err := parseFlags(fs, args, os.Environ()); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -43,8 +44,14 @@ func runToken(_ context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	spec := auth.TokenSpec{User: *user, TTL: *ttl, KeyID: *kid, Audience: *aud, Issuer: *iss}
-	if g := (auth.GrantsClaim{Read: splitList(*read), Join: splitList(*join), Send: splitList(*send), Backend: *backend}); g.Read != nil ||
-		g.Join != nil || g.Send != nil || g.Backend {
+	g := auth.GrantsClaim{Read: splitList(*read), Join: splitList(*join), Send: splitList(*send), Backend: *backend}
+	if *info != "" {
+		if _, err := auth.ParseInfo(json.RawMessage(*info)); err != nil {
+			return fmt.Errorf("--info: %w", err)
+		}
+		g.Info = json.RawMessage(*info)
+	}
+	if g.Read != nil || g.Join != nil || g.Send != nil || g.Backend || g.Info != nil {
 		spec.Grants = &g
 	}
 	tok, err := signer.Sign(spec, time.Now())
@@ -60,6 +67,8 @@ type tokenCmdFlags struct {
 	secretFile, keyFile, user, kid, aud, iss, read, join, send *string
 	ttl                                                        *time.Duration
 	backend                                                    *bool
+
+	info *string
 }
 
 func tokenFlagSet(stderr io.Writer) (*flag.FlagSet, tokenCmdFlags) {
@@ -77,5 +86,6 @@ func tokenFlagSet(stderr io.Writer) (*flag.FlagSet, tokenCmdFlags) {
 		join:       fs.String("join", "", "comma-separated groups the token may join, or *"),
 		send:       fs.String("send", "", "comma-separated users and groups the token may send to: user:NAME, group:NAME or *"),
 		backend:    fs.Bool("backend", false, "a backend token: may read every user and group"),
+		info:       fs.String("info", "", "a JSON object the token vouches for, shown as the info of its sessions (at most 1 KiB)"),
 	}
 }

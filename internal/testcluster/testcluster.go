@@ -38,6 +38,9 @@ type Options struct {
 	// EventCoalesce and gossip.Config's BatchDelay (negative: no wait).
 	EventCoalesce time.Duration
 	GossipBatch   time.Duration
+	// Configure, when set, adjusts each gateway's node.Config last (a
+	// token secret instead of --dev, say).
+	Configure func(*node.Config)
 }
 
 // Start starts n --dev gateways named g0..gN-1, joins them by gossip with
@@ -65,6 +68,9 @@ func Start(t testing.TB, n int, o Options) []*Gateway {
 		cfg.Heartbeat = o.Heartbeat
 		if o.EventCoalesce != 0 {
 			cfg.EventCoalesce = o.EventCoalesce
+		}
+		if o.Configure != nil {
+			o.Configure(&cfg)
 		}
 		gw, err := node.New(cfg)
 		if err != nil {

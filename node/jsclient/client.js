@@ -69,6 +69,7 @@ export class RollcallClient {
    * opts: urls (WebSocket URLs of gateways' /ws), user, device (optional;
    * otherwise the first welcome's), token (async function returning a
    * token; optional on a --dev gateway), status ("available"), groups ([]),
+   * meta (the session's meta, a JSON-able object, sent at every hello),
    * gatewayURL (addr => URL or null, for shutting_down hints),
    * onstate, onmessage, WebSocket (constructor, default globalThis.WebSocket).
    */
@@ -82,6 +83,7 @@ export class RollcallClient {
     this.tokenSource = opts.token || null;
     this.status = opts.status || "available";
     this.groups = new Set(opts.groups || []);
+    this.meta = opts.meta || null;
     this.gatewayURL = opts.gatewayURL || (addr => (/^wss?:\/\//.test(addr) ? addr : null));
     this.onstate = opts.onstate || null;
     this.onmessage = opts.onmessage || null;
@@ -176,6 +178,7 @@ export class RollcallClient {
       if (token) hello.token = token;
       if (this.epoch) hello.last_epoch = this.epoch;
       if (this.groups.size) hello.groups = [...this.groups];
+      if (this.meta) hello.meta = this.meta;
       ws.send(JSON.stringify(hello));
     };
     ws.onmessage = e => {
@@ -378,7 +381,25 @@ export class RollcallClient {
   /** groupCount resolves to how many members of a group are online. */
   async groupCount(group) { return (await this.groupPage(group, {limit: 0})).online; }
   send(to, body) { return this.request({op: "send", to, body}); }
+  /**
+   * account changes account settings: {override, authoritative_device,
+   * text, emoji, until}; absent ones are left as they are, "" clears.
+   */
   account(settings) { return this.request({op: "account", ...settings}); }
+
+  /**
+   * setStatusText sets the status text and emoji, lapsing at until (a Date
+   * or RFC 3339 string; absent or null: never).
+   */
+  setStatusText(text, emoji = "", until = null) {
+    const u = until instanceof Date ? until.toISOString() : (until || "");
+    return this.account({text, emoji, until: u});
+  }
+
+  /** setMeta sets this session's meta (an object; null clears); kept across reconnects. */
+  setMeta(meta) {
+    return this.request({op: "meta", meta: meta || {}}).then(r => { this.meta = meta || null; return r; });
+  }
 
   /** subscribe calls handler with every event of the users, restored after reconnects. */
   subscribe(users, handler) {

@@ -2,8 +2,8 @@
 // (jsclient_e2e_test.go), as a browser tab would run it: node
 // --experimental-websocket tab_test.mjs CLIENT_MJS USER GROUP URL[,URL...]
 // Prints one JSON line per state change and per delivered event; reads
-// commands from stdin: "status S", "members LIMIT" (every page of the
-// group's members, LIMIT a page), "count", "close".
+// commands from stdin: "status S", "text T", "meta JSON", "members LIMIT"
+// (every page of the group's members, LIMIT a page), "count", "close".
 import {createInterface} from "node:readline";
 import {pathToFileURL} from "node:url";
 
@@ -23,6 +23,7 @@ try {
 }
 for await (const line of createInterface({input: process.stdin})) {
   const [cmd, arg] = line.split(" ");
+  const rest = line.slice(cmd.length + 1);
   if (cmd === "status") {
     c.setStatus(arg).then(() => out({ok: "status"}), e => out({error: e.message}));
   } else if (cmd === "members") {
@@ -30,6 +31,10 @@ for await (const line of createInterface({input: process.stdin})) {
       g => out({members: g.members.map(m => m.user).join(","), online: g.online}), e => out({error: e.message}));
   } else if (cmd === "count") {
     c.groupCount(group).then(n => out({count: n}), e => out({error: e.message}));
+  } else if (cmd === "text") {
+    c.setStatusText(rest, "", new Date(Date.now() + 3600e3)).then(() => out({ok: "text"}), e => out({error: e.message}));
+  } else if (cmd === "meta") {
+    c.setMeta(JSON.parse(rest)).then(() => out({ok: "meta"}), e => out({error: e.message}));
   } else if (cmd === "close") {
     await c.close();
     out({closed: true});
