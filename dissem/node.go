@@ -246,8 +246,9 @@ type Node struct {
 	reviving  map[string]revival   // nil while empty
 	answering int
 	leaving   bool
-	dead      int // peers in StateDead, not forgotten (reconnect rounds)
-	notAlive  int // peers not in StateAlive (the relay tree leaves them out)
+	dead      int      // peers in StateDead, not forgotten (reconnect rounds)
+	notAlive  int      // peers not in StateAlive (the relay tree leaves them out)
+	lastAlive *Message // the last announcement
 }
 
 // MemberState is a member's state as memberlist's events told this node.
@@ -618,9 +619,16 @@ func (n *Node) flush(reliable bool) {
 // announcement straight to every member each second would cost the
 // cluster N² packets a second).
 func (n *Node) announce() {
-	m, err := NewAlive(TypeAlive, n.alive())
-	if err != nil {
-		panic(fmt.Sprintf("dissem: encode alive: %v", err))
+	// An announcement equal to the last is the last one again: messages
+	// are immutable, and most announcements repeat the one before.
+	a := n.alive()
+	m := n.lastAlive
+	if m == nil || m.Alive != a {
+		var err error
+		if m, err = NewAlive(TypeAlive, a); err != nil {
+			panic(fmt.Sprintf("dissem: encode alive: %v", err))
+		}
+		n.lastAlive = m
 	}
 	if n.Mode() == ModeEager {
 		n.sendLive(m, false)
