@@ -699,7 +699,7 @@ func (n *Node) peer(name string) *peer { return n.peerNum(n.origins.names.number
 // peerNum returns the record of the peer whose name has number k, making
 // one if needed.
 func (n *Node) peerNum(k int32) *peer {
-	p, made := n.peers.get(k)
+	p, made := n.peers.get(k, len(n.origins.names.list))
 	if made {
 		p.incarnation = n.members.Incarnation(n.origins.names.list[k])
 	}

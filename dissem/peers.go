@@ -32,13 +32,17 @@ func (s *peerStore) at(k int32) *peer {
 }
 
 // get returns the record of name number k, making an empty one if there
-// is none (made reports that).
-func (s *peerStore) get(k int32) (p *peer, made bool) {
+// is none (made reports that). names is how many names are numbered: the
+// index grows to cover them all at once, rather than a few at a time as
+// the node hears of them.
+func (s *peerStore) get(k int32, names int) (p *peer, made bool) {
 	if p := s.at(k); p != nil {
 		return p, false
 	}
 	if int(k) >= len(s.idx) {
-		s.idx = append(s.idx, make([]int32, int(k)+1-len(s.idx))...)
+		idx := make([]int32, max(int(k)+1, names, 2*len(s.idx)))
+		copy(idx, s.idx)
+		s.idx = idx
 	}
 	i := s.n
 	if i%peerChunk == 0 {
