@@ -206,7 +206,7 @@ func (b *qbucket) mergeBlock(blk []qent, pool *qpool, tmp *[]qent) int {
 		}
 		return 1
 	})
-	tail, _ := slices.BinarySearchFunc(items, first, cmpQEnt)
+	tail, _ := searchID(items, first)
 	front := head < len(items)-tail
 	var seg []qent
 	if front {
@@ -457,7 +457,7 @@ func (q *bqueue) removeAt(t int32, bi, i int) {
 func (q *bqueue) deleteItem(it qitem) {
 	if bi, ok := q.bucket(it.transmits, it.msgLen); ok {
 		b := &q.buckets(it.transmits)[bi]
-		if i, ok := slices.BinarySearchFunc(b.items(), it.id, cmpQEnt); ok {
+		if i, ok := searchID(b.items(), it.id); ok {
 			q.pool.dropped = append(q.pool.dropped, b.items()[i].ref)
 			q.removeAt(it.transmits, bi, i)
 		}
@@ -470,14 +470,21 @@ func (q *bqueue) deleteItem(it qitem) {
 	}
 }
 
-func cmpQEnt(e qent, id int64) int {
-	switch {
-	case e.id < id:
-		return -1
-	case e.id > id:
-		return 1
+// searchID returns the index of the first of items (by id ascending) whose
+// id is not below id, and whether its id is id: slices.BinarySearchFunc
+// by id, without a call per probe (replacing a named broadcast searches
+// its bucket for the old item, several times per packet under loss).
+func searchID(items []qent, id int64) (int, bool) {
+	lo, hi := 0, len(items)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if items[m].id < id {
+			lo = m + 1
+		} else {
+			hi = m
+		}
 	}
-	return 0
+	return lo, lo < len(items) && items[lo].id == id
 }
 
 // addItem is memberlist's addItem (ReplaceOrInsert: an item with an equal
@@ -503,7 +510,7 @@ func (q *bqueue) addItem(it qitem) {
 		tr.n++
 		q.n++
 	default:
-		if i, ok := slices.BinarySearchFunc(items, it.id, cmpQEnt); ok {
+		if i, ok := searchID(items, it.id); ok {
 			q.pool.dropped = append(q.pool.dropped, items[i].ref)
 			items[i] = e
 		} else {
