@@ -565,6 +565,9 @@ func (q *bqueue) getBroadcasts(overhead, limit, numNodes int, out []uint32, sc *
 		return out
 	}
 	transmitLimit := retransmitLimit(q.retransmitMult, numNodes)
+	if q.n == 1 {
+		return q.getOne(overhead, limit, transmitLimit, out)
+	}
 	bytesUsed := 0
 	free := int64(limit - bytesUsed - overhead)
 	takes := sc.takes[:0]
@@ -641,6 +644,44 @@ search:
 		q.addBlock(tk.t+1, tk.l, items[tk.off:end], &sc.merge)
 	}
 	sc.takes, sc.items = takes, items
+	return out
+}
+
+// getOne is getBroadcasts of a queue holding one item, as a healthy
+// node's Rollcall queue mostly does (its own announcement): the item is
+// taken if it fits, and its bucket moves up a tier as it is, rather than
+// going back to the pool for another to be drawn for the next tier.
+func (q *bqueue) getOne(overhead, limit, transmitLimit int, out []uint32) []uint32 {
+	t, _ := q.transmitRange()
+	free := int64(limit - overhead)
+	b := q.buckets(t)[0]
+	if free <= 0 || int64(b.msgLen) > free {
+		return out
+	}
+	e := b.buf[b.lo]
+	out = append(out, e.ref)
+	if int(t)+1 >= transmitLimit {
+		if e.name != noName {
+			q.named.del(e.name)
+		}
+		q.pool.dropped = append(q.pool.dropped, e.ref)
+		q.removeAt(t, 0, 0)
+		return out
+	}
+	if int(t)+1 >= len(q.tiers) {
+		q.addTiers(t + 1)
+	}
+	// Tier t+1 is empty: the bucket is its only one. The queue was
+	// empty for a moment, as memberlist's is between the item's removal
+	// and its return, which resets the id generator.
+	q.idGen = 0
+	q.slots[int(t)*q.width] = qbucket{}
+	q.tiers[t].n, q.tiers[t].nb = 0, 0
+	q.slots[int(t+1)*q.width] = b
+	q.tiers[t+1] = qtier{n: 1, nb: 1, minLen: b.msgLen}
+	if e.name != noName {
+		q.named.set(e.name, qitem{id: e.id, transmits: t + 1, msgLen: b.msgLen, ref: e.ref, name: e.name})
+	}
 	return out
 }
 
