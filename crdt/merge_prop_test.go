@@ -224,7 +224,8 @@ func TestCoalesce(t *testing.T) {
 // order, one through Apply and one through ApplyVia with a ref drawn from a
 // small pool, which a third replica also fills now and then: a ref often
 // holds another origin's state, or another replica's. Every step must
-// report the same result, and the two observers must end up the same.
+// report the same result, and the two observers must end up the same; and
+// WatermarkVia through any ref must answer what Watermark answers.
 func TestApplyViaIsApply(t *testing.T) {
 	t.Parallel()
 	rapid.Check(t, func(t *rapid.T) {
@@ -249,6 +250,11 @@ func TestApplyViaIsApply(t *testing.T) {
 			}
 			if err := via.CheckInvariants(); err != nil {
 				t.Fatalf("step %d: %v", step, err)
+			}
+			// WatermarkVia is Watermark, whatever the ref holds.
+			o := ds[rapid.SampledFrom(all).Draw(t, "asked")].Origin()
+			if got, want := via.WatermarkVia(pick(), o), via.Watermark(o); got != want {
+				t.Fatalf("step %d: WatermarkVia(%s) %d, Watermark %d", step, o, got, want)
 			}
 		}
 		if got, want := projection(via), projection(plain); got != want {

@@ -9,3 +9,20 @@ func (r *Replica) Watermark(o Origin) uint64 {
 	}
 	return 0
 }
+
+// WatermarkVia is Watermark that looks o up through ref first, as ApplyVia
+// does, and leaves in ref where o's state is, if the replica has it: a
+// caller asking again and again for one origin's watermark (a gateway's
+// own, which each of its announcements carries) spares the node-table
+// lookup.
+func (r *Replica) WatermarkVia(ref *OriginRef, o Origin) uint64 {
+	if ref.r == r && ref.st.origin == o {
+		return ref.st.watermark
+	}
+	st := r.origin(o)
+	if st == nil {
+		return 0
+	}
+	ref.r, ref.st = r, st
+	return st.watermark
+}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/rollcall/rollcall/crdt"
@@ -56,7 +57,9 @@ type Config struct {
 	Origins *OriginTable
 	// Trees shares relay trees between nodes with equal member lists;
 	// nodes driven from one goroutine may share one (the simulator's do).
-	// Nil: the node keeps its own.
+	// Nodes that share one share Origins too (nil Origins: the one the
+	// first of them was given, or one of the table's own). Nil: the node
+	// keeps its own.
 	Trees *TreeTable
 }
 
@@ -80,21 +83,61 @@ func (n *Node) OriginRef(m *Message, i int) *crdt.OriginRef {
 	return &n.seen[w].ref
 }
 
-// OriginTable numbers origins densely, in order of first sight. It is not
-// safe for concurrent use: nodes that share one are driven from one
-// goroutine.
-type OriginTable struct{ num map[crdt.Origin]int32 }
+// OriginTable numbers origins densely, in order of first sight, and the
+// node names and client addresses of the peers the nodes that share it hear
+// of: a node keeps its peers' records by name number, in an array rather
+// than a map keyed by name (a simulator's node hears of thousands of
+// peers). It is not safe for concurrent use: nodes that share one are
+// driven from one goroutine.
+type OriginTable struct {
+	num    map[crdt.Origin]int32
+	nodeOf []int32 // by origin number: the number of its node's name
+	names  stringTable
+	addrs  stringTable
+}
 
 // NewOriginTable returns an empty table.
-func NewOriginTable() *OriginTable { return &OriginTable{num: make(map[crdt.Origin]int32)} }
+func NewOriginTable() *OriginTable {
+	t := &OriginTable{num: make(map[crdt.Origin]int32)}
+	t.addrs.number("") // 0: no address
+	return t
+}
 
 func (t *OriginTable) number(o crdt.Origin) int32 {
 	k, ok := t.num[o]
 	if !ok {
 		k = int32(len(t.num))
 		t.num[o] = k
+		t.nodeOf = append(t.nodeOf, t.names.number(o.Node))
 	}
 	return k
+}
+
+// stringTable numbers strings densely, in order of first sight.
+type stringTable struct {
+	num  map[string]int32
+	list []string // by number
+}
+
+// number returns s's number, numbering it if it has none.
+func (t *stringTable) number(s string) int32 {
+	k, ok := t.num[s]
+	if !ok {
+		if t.num == nil {
+			t.num = make(map[string]int32)
+		}
+		s = strings.Clone(s) // not the message it came in
+		k = int32(len(t.list))
+		t.num[s] = k
+		t.list = append(t.list, s)
+	}
+	return k
+}
+
+// lookup returns s's number, if it has one.
+func (t *stringTable) lookup(s string) (int32, bool) {
+	k, ok := t.num[s]
+	return k, ok
 }
 
 // DefaultConfig returns the protocol's defaults (Name, Incarnation,
@@ -203,18 +246,20 @@ type Node struct {
 	// the periodic timers' next due times
 	aliveAt, leaseAt, reconnectAt int64
 
-	peers     map[string]*peer
+	peers     peerStore
 	pulling   map[string]bool
 	transfers map[string]*transfer // paged answers coming in, by sender; nil while empty
 	relayTree *relayTree           // ModeTree's member list; nil when members changed
+	trees     *TreeTable           // cfg.Trees, or the node's own
 	treeGaps  map[int32]treeGap    // ModeTree: versions seen, to be held by the next check
 	reviving  map[string]revival   // nil while empty
 	answering int
 	leaving   bool
-	dead      int    // peers in StateDead, not forgotten (reconnect rounds)
-	strangers int    // peers that are strangers (whose leases every mode enforces)
-	lister    Lister // members, if it is one
-	slab      []peer // records not yet handed out
+	dead      int      // peers in StateDead, not forgotten (reconnect rounds)
+	notAlive  int      // peers not in StateAlive (the relay tree leaves them out)
+	lastAlive *Message // the last announcement
+	strangers int      // peers that are strangers (whose leases every mode enforces)
+	lister    Lister   // members, if it is one
 }
 
 // MemberState is a member's state as memberlist's events told this node.
@@ -231,13 +276,15 @@ const (
 
 func (s MemberState) String() string { return [...]string{"alive", "dead", "left"}[s] }
 
-// peer is what this node knows of another member.
+// peer is what this node knows of another member. It holds no pointer:
+// a node's thousands of records are no work for the garbage collector.
 type peer struct {
 	lease       lease // its lease: is it up, as this node shows it
 	gap         gap   // the gap state of the origin it announces
 	incarnation uint64
-	clientAddr  string
 	sessions    int
+	name        int32 // its name's number in the node's OriginTable
+	clientAddr  int32 // its client address's number there; 0: none
 	state       MemberState
 	listed      bool  // memberlist reported it (a join or update)
 	stranger    bool  // not listed by Members when first heard of, nor reported since (leaseOrigin)
@@ -262,6 +309,11 @@ func (p *peer) setState(n *Node, state MemberState, forgotten bool) {
 	}
 	if p.state != state {
 		n.relayTree = nil // the tree is over the members alive
+		if p.state == StateAlive {
+			n.notAlive++
+		} else if state == StateAlive {
+			n.notAlive--
+		}
 	}
 	p.state, p.forgotten = state, forgotten
 	if p.state == StateDead && !p.forgotten {
@@ -311,18 +363,34 @@ func (n *Node) Init(cfg Config, members Members, replica Replica) error {
 			cfg.AliveInterval, cfg.LeaseTimeout, cfg.ReconnectInterval, cfg.BatchDelay)
 	case cfg.PacketBudget <= 0:
 		return fmt.Errorf("dissem: packet budget %d", cfg.PacketBudget)
+	case cfg.Trees != nil && cfg.Origins != nil && cfg.Trees.origins != nil && cfg.Trees.origins != cfg.Origins:
+		return errors.New("dissem: nodes that share a TreeTable share one OriginTable too")
 	}
 	origins := cfg.Origins
+	if cfg.Trees != nil {
+		// The trees hold name numbers: the nodes that share them number
+		// names alike.
+		if cfg.Trees.origins == nil {
+			cfg.Trees.origins = origins
+			if origins == nil {
+				cfg.Trees.origins = NewOriginTable()
+			}
+		}
+		origins = cfg.Trees.origins
+	}
 	if origins == nil {
 		origins = NewOriginTable()
 	}
 	*n = Node{
 		cfg: cfg, self: crdt.Origin{Node: cfg.Name, Incarnation: cfg.Incarnation},
 		members: members, replica: replica, rng: cfg.Rand, name: cfg.Name, threshold: cfg.EagerThreshold,
-		peers:   make(map[string]*peer),
 		pulling: make(map[string]bool),
 		origins: origins,
+		trees:   cfg.Trees,
 		quietAt: math.MinInt64, // no window open: the first write goes at once
+	}
+	if n.trees == nil {
+		n.trees = &TreeTable{private: true}
 	}
 	n.rd = &n.bufs[0]
 	n.lister, _ = members.(Lister)
@@ -509,7 +577,7 @@ func (n *Node) Step(m *Message, now int64) {
 	case TypeDeltas:
 		n.stepDeltas(m, now)
 	case TypeAlive:
-		n.stepAlive(m.Alive, now)
+		n.stepAlive(m, now)
 	case TypeLeaving:
 		if name := m.Alive.Origin.Node; name != n.name {
 			n.peer(name).leaving = true
@@ -574,9 +642,16 @@ func (n *Node) flush(reliable bool) {
 // announcement straight to every member each second would cost the
 // cluster N² packets a second).
 func (n *Node) announce() {
-	m, err := NewAlive(TypeAlive, n.alive())
-	if err != nil {
-		panic(fmt.Sprintf("dissem: encode alive: %v", err))
+	// An announcement equal to the last is the last one again: messages
+	// are immutable, and most announcements repeat the one before.
+	a := n.alive()
+	m := n.lastAlive
+	if m == nil || m.Alive != a {
+		var err error
+		if m, err = NewAlive(TypeAlive, a); err != nil {
+			panic(fmt.Sprintf("dissem: encode alive: %v", err))
+		}
+		n.lastAlive = m
 	}
 	if n.Mode() == ModeEager {
 		n.sendLive(m, false)
@@ -589,8 +664,10 @@ func (n *Node) announce() {
 // memberlist, or held dead by memberlist but not by this node's leases
 // (it was heard since the verdict: cutting it off would leave it without
 // our deltas and announcements until memberlist's view heals).
-func (n *Node) Live(name string) bool {
-	p := n.peers[name]
+func (n *Node) Live(name string) bool { return live(n.lookup(name)) }
+
+// live is Live of a peer's record (nil: none).
+func live(p *peer) bool {
 	if p == nil {
 		return true
 	}
@@ -640,16 +717,15 @@ func (n *Node) randomLive(k int) []string {
 }
 
 // peer returns the record of a peer, making one if needed.
-func (n *Node) peer(name string) *peer {
-	p := n.peers[name]
-	if p == nil {
-		if len(n.slab) == 0 {
-			n.slab = make([]peer, peerSlab)
-		}
-		p = &n.slab[0]
-		n.slab = n.slab[1:]
+func (n *Node) peer(name string) *peer { return n.peerNum(n.origins.names.number(name)) }
+
+// peerNum returns the record of the peer whose name has number k, making
+// one if needed.
+func (n *Node) peerNum(k int32) *peer {
+	p, made := n.peers.get(k, len(n.origins.names.list))
+	if made {
+		name := n.origins.names.list[k]
 		p.incarnation = n.members.Incarnation(name)
-		n.peers[name] = p
 		if n.lister != nil && !n.lister.Listed(name) {
 			p.stranger = true
 			n.strangers++
@@ -658,9 +734,17 @@ func (n *Node) peer(name string) *peer {
 	return p
 }
 
-// peerSlab is how many peer records are allocated at once: a node that
-// hears of thousands of peers keeps their records together.
-const peerSlab = 64
+// lookup returns the record of a peer, or nil.
+func (n *Node) lookup(name string) *peer {
+	k, ok := n.origins.names.lookup(name)
+	if !ok {
+		return nil
+	}
+	return n.peers.at(k)
+}
+
+// peerName returns a peer's name.
+func (n *Node) peerName(p *peer) string { return n.origins.names.list[p.name] }
 
 func (n *Node) stepDeltas(m *Message, now int64) {
 	ds := m.Deltas
@@ -696,7 +780,7 @@ func (n *Node) stepDeltas(m *Message, now int64) {
 			n.leaseOrigin(o.Node, now)
 			continue
 		}
-		if n.peer(o.Node).lease.heardAt(now) {
+		if n.peerNum(n.origins.nodeOf[w]).lease.heardAt(now) {
 			n.heardUp = append(n.heardUp, revival{node: o.Node, origin: o, target: ds[i].Version(), since: now})
 			continue
 		}
@@ -723,7 +807,8 @@ func (n *Node) stepDeltas(m *Message, now int64) {
 	}
 }
 
-func (n *Node) stepAlive(a Alive, now int64) {
+func (n *Node) stepAlive(m *Message, now int64) {
+	a := &m.Alive
 	name := a.Origin.Node
 	if name == n.name {
 		return
@@ -734,11 +819,12 @@ func (n *Node) stepAlive(a Alive, now int64) {
 	if a.Watermark > 0 {
 		local = n.replica.Watermark(a.Origin)
 	}
-	p := n.peer(name)
+	num, addr := m.aliveNumbers(n.origins)
+	p := n.peerNum(num)
 	wasDown := p.lease.heardAt(now)
 	newInc := a.Origin.Incarnation > p.incarnation
 	p.incarnation = max(p.incarnation, a.Origin.Incarnation)
-	p.sessions, p.clientAddr = a.Sessions, a.ClientAddr
+	p.sessions, p.clientAddr = a.Sessions, addr
 	// While a paged answer comes in, it brings what the gap is: a pull
 	// now would start a second answer of the same records.
 	//
@@ -883,9 +969,9 @@ func (n *Node) expireLeases(now int64) {
 		return
 	}
 	var expired []string
-	for name, p := range n.peers {
-		if (enforced || p.stranger) && p.lease.expire(now, n.cfg.LeaseTimeout) {
-			expired = append(expired, name)
+	for i := range n.peers.n {
+		if p := n.peers.rec(i); (enforced || p.stranger) && p.lease.expire(now, n.cfg.LeaseTimeout) {
+			expired = append(expired, n.peerName(p))
 		}
 	}
 	slices.Sort(expired)
@@ -907,10 +993,12 @@ func (n *Node) reconnect(now int64) {
 		return
 	}
 	var names []string
-	for name, p := range n.peers {
+	for i := range n.peers.n {
+		p := n.peers.rec(i)
 		if p.state != StateDead || p.forgotten {
 			continue
 		}
+		name := n.peerName(p)
 		if now-p.deadSince > int64(n.cfg.ReconnectTimeout) {
 			p.setState(n, p.state, true)
 			n.out().Forget = append(n.rd.Forget, name)
@@ -934,7 +1022,7 @@ func (n *Node) MemberAlive(name string, meta Meta, now int64) {
 	newInc := meta.Incarnation > p.incarnation
 	p.incarnation = max(p.incarnation, meta.Incarnation)
 	if meta.ClientAddr != "" {
-		p.clientAddr = meta.ClientAddr
+		p.clientAddr = n.origins.addrs.number(meta.ClientAddr)
 	}
 	wasAlive := p.state == StateAlive && p.listed
 	p.setState(n, StateAlive, false)
@@ -1028,11 +1116,9 @@ type PeerInfo struct {
 
 // Peers returns every peer the node has a record of, by name.
 func (n *Node) Peers() []PeerInfo {
-	out := make([]PeerInfo, 0, len(n.peers))
-	for name, p := range n.peers {
-		_, reviving := n.reviving[name]
-		out = append(out, PeerInfo{Name: name, State: p.state, Incarnation: p.incarnation, ClientAddr: p.clientAddr,
-			Sessions: p.sessions, Listed: p.listed, Leaving: p.leaving, ShownDown: p.lease.down || reviving})
+	out := make([]PeerInfo, 0, n.peers.n)
+	for i := range n.peers.n {
+		out = append(out, n.peerInfo(n.peers.rec(i)))
 	}
 	slices.SortFunc(out, func(a, b PeerInfo) int {
 		if a.Name < b.Name {
@@ -1048,13 +1134,18 @@ func (n *Node) Peers() []PeerInfo {
 
 // Peer returns what the node knows of one peer.
 func (n *Node) Peer(name string) (PeerInfo, bool) {
-	p := n.peers[name]
+	p := n.lookup(name)
 	if p == nil {
 		return PeerInfo{}, false
 	}
+	return n.peerInfo(p), true
+}
+
+func (n *Node) peerInfo(p *peer) PeerInfo {
+	name := n.peerName(p)
 	_, reviving := n.reviving[name]
-	return PeerInfo{Name: name, State: p.state, Incarnation: p.incarnation, ClientAddr: p.clientAddr,
-		Sessions: p.sessions, Listed: p.listed, Leaving: p.leaving, ShownDown: p.lease.down || reviving}, true
+	return PeerInfo{Name: name, State: p.state, Incarnation: p.incarnation, ClientAddr: n.origins.addrs.list[p.clientAddr],
+		Sessions: p.sessions, Listed: p.listed, Leaving: p.leaving, ShownDown: p.lease.down || reviving}
 }
 
 // Staying counts the live listed members that have not announced a leave.
@@ -1065,7 +1156,7 @@ func (n *Node) Staying() int {
 		if name == n.name || !n.Live(name) {
 			continue
 		}
-		if p := n.peers[name]; p == nil || !p.leaving {
+		if p := n.lookup(name); p == nil || !p.leaving {
 			c++
 		}
 	}
@@ -1075,7 +1166,7 @@ func (n *Node) Staying() int {
 // LastHeard returns when a peer was last heard from (or its lease began),
 // and whether it ever was.
 func (n *Node) LastHeard(name string) (int64, bool) {
-	if p := n.peers[name]; p != nil {
+	if p := n.lookup(name); p != nil {
 		return p.lease.last, p.lease.heard
 	}
 	return 0, false

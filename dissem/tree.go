@@ -42,11 +42,13 @@ func TreeChildren(n, k, owner, self int) []int {
 	return out
 }
 
-// relayTree is the sorted list of the members alive (self included). A
-// member's position in it is found by binary search: a map of positions
+// relayTree is the sorted list of the members alive (self included), and
+// the numbers of their names in the OriginTable of the node that made it.
+// A member's position in it is found by binary search: a map of positions
 // cost as much as the list again, at every node.
 type relayTree struct {
 	names []string
+	nums  []int32
 }
 
 // position returns name's position in the tree's list, if it is there.
@@ -56,21 +58,61 @@ func (t *relayTree) position(name string) (int, bool) {
 
 // TreeTable shares relay trees between nodes whose member lists are equal:
 // a simulator's nodes mostly list the same members, and a tree per node
-// of ten thousand would hold ten thousand copies of one list. It is not
-// safe for concurrent use: nodes that share one are driven from one
-// goroutine.
+// of ten thousand would hold ten thousand copies of one list. It keeps the
+// sorted list of the last Members list a node read, so that nodes reading
+// the same list sort it once. It is not safe for concurrent use: nodes
+// that share one are driven from one goroutine, and share one
+// OriginTable.
 type TreeTable struct {
-	trees   map[uint64][]*relayTree // by hash of the list
+	trees map[uint64][]*relayTree // by hash of the list
+	base  treeBase
+	// private: the table of one node (Config.Trees nil), which keeps no
+	// trees, only the sorted list.
+	private bool
+	origins *OriginTable // the table of the nodes that share it
 	scratch []string
+	nums    []int32
+}
+
+// treeBase is a Members list (members, in its order) and the tree over
+// all of it: sorted, without repeats. It is not among the table's trees.
+type treeBase struct {
+	members []string
+	tree    *relayTree
 }
 
 // NewTreeTable returns an empty table.
 func NewTreeTable() *TreeTable { return &TreeTable{trees: make(map[uint64][]*relayTree)} }
 
-// intern returns the table's tree of the sorted list names, made from a
-// copy of names if there is none yet. A tree no node uses any more stays
-// in the table: member lists change rarely.
-func (tt *TreeTable) intern(names []string) *relayTree {
+// baseOf returns the tree over every member ms lists, sorted again only
+// when the list differs from the one last read. Name numbers are t's.
+func (tt *TreeTable) baseOf(ms Members, t *OriginTable) *relayTree {
+	b := &tt.base
+	k := ms.NumPeers()
+	same := b.tree != nil && len(b.members) == k
+	for i := 0; same && i < k; i++ {
+		same = b.members[i] == ms.Peer(i)
+	}
+	if same {
+		return b.tree
+	}
+	b.members = b.members[:0]
+	for i := range k {
+		b.members = append(b.members, ms.Peer(i))
+	}
+	names := slices.Compact(slices.Sorted(slices.Values(b.members)))
+	nums := make([]int32, len(names))
+	for i, name := range names {
+		nums[i] = t.names.number(name)
+	}
+	b.tree = &relayTree{names: names, nums: nums}
+	return b.tree
+}
+
+// intern returns the table's tree of the sorted list names (numbered
+// nums), made from copies of them if there is none yet. A tree no node
+// uses any more stays in the table: member lists change rarely.
+func (tt *TreeTable) intern(names []string, nums []int32) *relayTree {
 	h := fnv.New64a()
 	for _, name := range names {
 		h.Write([]byte(name))
@@ -82,38 +124,48 @@ func (tt *TreeTable) intern(names []string) *relayTree {
 			return t
 		}
 	}
-	t := &relayTree{names: slices.Clone(names)}
+	t := &relayTree{names: slices.Clone(names), nums: slices.Clone(nums)}
 	tt.trees[key] = append(tt.trees[key], t)
 	return t
 }
 
 // tree returns the relay tree over the members alive, built again after
-// any member's state changed.
+// any member's state changed: the tree over every listed member, less the
+// peers this node holds not alive, plus itself.
 func (n *Node) tree() *relayTree {
 	if n.relayTree != nil {
 		return n.relayTree
 	}
-	var names []string
-	if n.cfg.Trees != nil {
-		names = n.cfg.Trees.scratch[:0]
+	tt := n.trees
+	base := tt.baseOf(n.members, n.origins)
+	at, hasSelf := base.position(n.name)
+	if hasSelf && n.notAlive == 0 {
+		n.relayTree = base
+		return base
 	}
-	names = append(names, n.name)
-	for i, k := 0, n.members.NumPeers(); i < k; i++ {
-		name := n.members.Peer(i)
+	names, nums := tt.scratch[:0], tt.nums[:0]
+	for i, name := range base.names {
+		if i == at && !hasSelf {
+			names = append(names, n.name)
+			nums = append(nums, n.origins.names.number(n.name))
+		}
 		if name == n.name {
+			names, nums = append(names, name), append(nums, base.nums[i])
 			continue
 		}
-		if p := n.peers[name]; p == nil || p.state == StateAlive {
-			names = append(names, name)
+		if p := n.peers.at(base.nums[i]); p == nil || p.state == StateAlive {
+			names, nums = append(names, name), append(nums, base.nums[i])
 		}
 	}
-	slices.Sort(names)
-	names = slices.Compact(names)
-	if n.cfg.Trees != nil {
-		n.cfg.Trees.scratch = names
-		n.relayTree = n.cfg.Trees.intern(names)
+	if at == len(base.names) && !hasSelf {
+		names = append(names, n.name)
+		nums = append(nums, n.origins.names.number(n.name))
+	}
+	tt.scratch, tt.nums = names, nums
+	if tt.private {
+		n.relayTree = &relayTree{names: slices.Clone(names), nums: slices.Clone(nums)}
 	} else {
-		n.relayTree = &relayTree{names: names}
+		n.relayTree = tt.intern(names, nums)
 	}
 	return n.relayTree
 }
@@ -133,8 +185,8 @@ func (n *Node) sendTree(m *Message, owner string) {
 	var visit func(p int)
 	visit = func(p int) {
 		for _, c := range TreeChildren(size, k, o, p) {
-			if name := t.names[c]; n.Live(name) {
-				n.out().Sends = append(n.rd.Sends, Send{To: name, Msg: m})
+			if live(n.peers.at(t.nums[c])) {
+				n.out().Sends = append(n.rd.Sends, Send{To: t.names[c], Msg: m})
 			} else {
 				visit(c)
 			}

@@ -2,6 +2,7 @@ package dissem
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -161,5 +162,28 @@ func TestTreeRelayWithSharedTrees(t *testing.T) {
 	// Every member that relayed lists the same members: one tree for all.
 	if got := len(trees.trees); got != 1 {
 		t.Fatalf("%d distinct trees, want 1", got)
+	}
+}
+
+// A relay tree holds the numbers of its members' names, so nodes that
+// share a TreeTable must number names alike: a node given another
+// OriginTable than the one the table's nodes use is refused.
+func TestSharedTreesNeedSharedOrigins(t *testing.T) {
+	trees := NewTreeTable()
+	cfg := DefaultConfig()
+	cfg.Rand = rand.New(rand.NewPCG(1, 2))
+	cfg.Trees, cfg.Origins = trees, NewOriginTable()
+	var a, b, c Node
+	cfg.Name = "a"
+	if err := a.Init(cfg, nil, nil); err != nil {
+		t.Fatalf("first node: %v", err)
+	}
+	cfg.Name = "b"
+	if err := b.Init(cfg, nil, nil); err != nil {
+		t.Fatalf("second node, same tables: %v", err)
+	}
+	cfg.Name, cfg.Origins = "c", NewOriginTable()
+	if err := c.Init(cfg, nil, nil); err == nil {
+		t.Fatal("a node sharing the trees with its own OriginTable was accepted")
 	}
 }

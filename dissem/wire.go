@@ -488,6 +488,21 @@ type Message struct {
 	invalid error
 	table   *OriginTable
 	origins []int32
+	// An announcement's node name and client address numbered in
+	// aliveTable.
+	aliveTable           *OriginTable
+	aliveName, aliveAddr int32
+}
+
+// aliveNumbers returns the numbers in t of an announcement's node name
+// and client address, once per message and table.
+func (m *Message) aliveNumbers(t *OriginTable) (name, addr int32) {
+	if m.aliveTable != t {
+		m.aliveTable = t
+		m.aliveName = t.names.number(m.Alive.Origin.Node)
+		m.aliveAddr = t.addrs.number(m.Alive.ClientAddr)
+	}
+	return m.aliveName, m.aliveAddr
 }
 
 // check validates a delta batch's deltas, once per message.

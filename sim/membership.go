@@ -61,6 +61,9 @@ type suspicion struct {
 	deadline int64   // when the timer fires
 	checkAt  int64   // when its pending event is
 	conf     []int32 // the accusers: at most k+1, so a scan finds one
+	// confBuf holds conf while it fits (k+1 is 3 at the default
+	// suspicion multiplier): one allocation per suspicion, not two.
+	confBuf [4]int32
 }
 
 func (s *Sim) viewOf(n *node, p int32) peerView {
@@ -219,8 +222,10 @@ func (s *Sim) suspectNode(n *node, p part) {
 	if k < 1 {
 		timeout = lo
 	}
-	sp := &suspicion{id: n.suspSeq, k: k, min: lo, max: hi, start: s.now, conf: []int32{p.from},
+	sp := &suspicion{id: n.suspSeq, k: k, min: lo, max: hi, start: s.now,
 		deadline: s.now + int64(timeout), checkAt: s.now + int64(lo)}
+	sp.confBuf[0] = p.from
+	sp.conf = sp.confBuf[:1]
 	v.susp = sp
 	s.setView(n, p.node, v)
 	s.after(n, lo, evSuspicion, p.node, sp.id)

@@ -206,7 +206,7 @@ func (b *qbucket) mergeBlock(blk []qent, pool *qpool, tmp *[]qent) int {
 		}
 		return 1
 	})
-	tail, _ := slices.BinarySearchFunc(items, first, cmpQEnt)
+	tail, _ := searchID(items, first)
 	front := head < len(items)-tail
 	var seg []qent
 	if front {
@@ -457,7 +457,7 @@ func (q *bqueue) removeAt(t int32, bi, i int) {
 func (q *bqueue) deleteItem(it qitem) {
 	if bi, ok := q.bucket(it.transmits, it.msgLen); ok {
 		b := &q.buckets(it.transmits)[bi]
-		if i, ok := slices.BinarySearchFunc(b.items(), it.id, cmpQEnt); ok {
+		if i, ok := searchID(b.items(), it.id); ok {
 			q.pool.dropped = append(q.pool.dropped, b.items()[i].ref)
 			q.removeAt(it.transmits, bi, i)
 		}
@@ -470,14 +470,21 @@ func (q *bqueue) deleteItem(it qitem) {
 	}
 }
 
-func cmpQEnt(e qent, id int64) int {
-	switch {
-	case e.id < id:
-		return -1
-	case e.id > id:
-		return 1
+// searchID returns the index of the first of items (by id ascending) whose
+// id is not below id, and whether its id is id: slices.BinarySearchFunc
+// by id, without a call per probe (replacing a named broadcast searches
+// its bucket for the old item, several times per packet under loss).
+func searchID(items []qent, id int64) (int, bool) {
+	lo, hi := 0, len(items)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if items[m].id < id {
+			lo = m + 1
+		} else {
+			hi = m
+		}
 	}
-	return 0
+	return lo, lo < len(items) && items[lo].id == id
 }
 
 // addItem is memberlist's addItem (ReplaceOrInsert: an item with an equal
@@ -503,7 +510,7 @@ func (q *bqueue) addItem(it qitem) {
 		tr.n++
 		q.n++
 	default:
-		if i, ok := slices.BinarySearchFunc(items, it.id, cmpQEnt); ok {
+		if i, ok := searchID(items, it.id); ok {
 			q.pool.dropped = append(q.pool.dropped, items[i].ref)
 			items[i] = e
 		} else {
@@ -558,6 +565,9 @@ func (q *bqueue) getBroadcasts(overhead, limit, numNodes int, out []uint32, sc *
 		return out
 	}
 	transmitLimit := retransmitLimit(q.retransmitMult, numNodes)
+	if q.n == 1 {
+		return q.getOne(overhead, limit, transmitLimit, out)
+	}
 	bytesUsed := 0
 	free := int64(limit - bytesUsed - overhead)
 	takes := sc.takes[:0]
@@ -634,6 +644,44 @@ search:
 		q.addBlock(tk.t+1, tk.l, items[tk.off:end], &sc.merge)
 	}
 	sc.takes, sc.items = takes, items
+	return out
+}
+
+// getOne is getBroadcasts of a queue holding one item, as a healthy
+// node's Rollcall queue mostly does (its own announcement): the item is
+// taken if it fits, and its bucket moves up a tier as it is, rather than
+// going back to the pool for another to be drawn for the next tier.
+func (q *bqueue) getOne(overhead, limit, transmitLimit int, out []uint32) []uint32 {
+	t, _ := q.transmitRange()
+	free := int64(limit - overhead)
+	b := q.buckets(t)[0]
+	if free <= 0 || int64(b.msgLen) > free {
+		return out
+	}
+	e := b.buf[b.lo]
+	out = append(out, e.ref)
+	if int(t)+1 >= transmitLimit {
+		if e.name != noName {
+			q.named.del(e.name)
+		}
+		q.pool.dropped = append(q.pool.dropped, e.ref)
+		q.removeAt(t, 0, 0)
+		return out
+	}
+	if int(t)+1 >= len(q.tiers) {
+		q.addTiers(t + 1)
+	}
+	// Tier t+1 is empty: the bucket is its only one. The queue was
+	// empty for a moment, as memberlist's is between the item's removal
+	// and its return, which resets the id generator.
+	q.idGen = 0
+	q.slots[int(t)*q.width] = qbucket{}
+	q.tiers[t].n, q.tiers[t].nb = 0, 0
+	q.slots[int(t+1)*q.width] = b
+	q.tiers[t+1] = qtier{n: 1, nb: 1, minLen: b.msgLen}
+	if e.name != noName {
+		q.named.set(e.name, qitem{id: e.id, transmits: t + 1, msgLen: b.msgLen, ref: e.ref, name: e.name})
+	}
 	return out
 }
 

@@ -40,8 +40,13 @@ func (v *coreView) Incarnation(name string) uint64 {
 	return incarnation(v.s.viewOf(v.n, v.s.index(name)).life)
 }
 
-func (v *coreView) Watermark(o crdt.Origin) uint64 { return v.n.r.Watermark(o) }
-func (v *coreView) SessionCount() int              { return v.n.sessions }
+func (v *coreView) Watermark(o crdt.Origin) uint64 {
+	if o == v.n.self { // each announcement asks
+		return v.n.r.WatermarkVia(&v.n.selfRef, o)
+	}
+	return v.n.r.Watermark(o)
+}
+func (v *coreView) SessionCount() int { return v.n.sessions }
 
 // initCore makes the core of a node's life.
 func (s *Sim) initCore(n *node) {

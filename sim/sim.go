@@ -315,7 +315,8 @@ type node struct {
 
 	// Rollcall
 	self       crdt.Origin
-	writeDelay int32 // 1 + the Config.WriteDelays index of the pending flush; 0 for none
+	selfRef    crdt.OriginRef // where the replica keeps self
+	writeDelay int32          // 1 + the Config.WriteDelays index of the pending flush; 0 for none
 	// delayed are writes waiting out a measured flush delay (evPublish)
 	delayed  []crdt.Delta
 	sessions int // active sessions owned (alive announcements carry it)

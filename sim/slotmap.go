@@ -1,6 +1,9 @@
 package sim
 
-import "math/bits"
+import (
+	"math/bits"
+	"slices"
+)
 
 // slotMap maps node slots (0 to slots-1) to values: a Go map while it
 // holds few of them, an array indexed by slot once it holds more than
@@ -11,12 +14,19 @@ import "math/bits"
 // thousand entries cost a fifth of the run where an array index costs one
 // cache line. The array costs slots values, at most denseFraction times
 // what the map held when it switched.
+//
+// While sparse, one value is held inline (one and v1) before any goes to
+// the map: a queue's name index mostly holds one name, its node's own
+// announcement, set again each time the announcement moves up a transmit
+// tier, and a map assignment cost more than the rest of the move.
 type slotMap[V any] struct {
 	small   map[int32]V
 	dense   []V      // by slot, once dense
 	present []uint64 // dense: bit k set when slot k holds a value
 	n       int
 	slots   int32
+	one     int32 // sparse: 1 + the slot held inline; 0: none
+	v1      V
 }
 
 // denseFraction sets when a slotMap turns into an array: once it holds
@@ -41,6 +51,9 @@ func (m *slotMap[V]) get(k int32) (V, bool) {
 		var zero V
 		return zero, false
 	}
+	if k+1 == m.one {
+		return m.v1, true
+	}
 	v, ok := m.small[k]
 	return v, ok
 }
@@ -56,11 +69,22 @@ func (m *slotMap[V]) set(k int32, v V) {
 		m.dense[k] = v
 		return
 	}
-	if m.small == nil {
-		m.small = make(map[int32]V)
+	switch {
+	case k+1 == m.one:
+		m.v1 = v
+		return
+	case m.one == 0 && len(m.small) == 0: // k is not in the map
+		m.one, m.v1 = k+1, v
+	default:
+		if m.small == nil {
+			m.small = make(map[int32]V)
+		}
+		m.small[k] = v
 	}
-	m.small[k] = v
 	m.n = len(m.small)
+	if m.one != 0 {
+		m.n++
+	}
 	if m.n > int(m.slots)/denseFraction {
 		m.dense = make([]V, m.slots)
 		m.present = make([]uint64, (m.slots+63)/64)
@@ -68,7 +92,11 @@ func (m *slotMap[V]) set(k int32, v V) {
 			m.dense[k] = v
 			m.present[k>>6] |= 1 << (uint(k) & 63)
 		}
-		m.small = nil
+		if k := m.one - 1; k >= 0 {
+			m.dense[k] = m.v1
+			m.present[k>>6] |= 1 << (uint(k) & 63)
+		}
+		m.small, m.one, m.v1 = nil, 0, *new(V)
 	}
 }
 
@@ -87,14 +115,26 @@ func (m *slotMap[V]) del(k int32) {
 	if m.n == 0 {
 		return
 	}
-	delete(m.small, k)
+	if k+1 == m.one {
+		m.one, m.v1 = 0, *new(V)
+	} else {
+		delete(m.small, k)
+	}
 	m.n = len(m.small)
+	if m.one != 0 {
+		m.n++
+	}
 }
 
 // sortedSlots returns the slots holding a value, ascending.
 func (m *slotMap[V]) sortedSlots() []int32 {
 	if m.dense == nil {
-		return sortedKeys(m.small)
+		out := sortedKeys(m.small)
+		if k := m.one - 1; k >= 0 {
+			i, _ := slices.BinarySearch(out, k)
+			out = slices.Insert(out, i, k)
+		}
+		return out
 	}
 	out := make([]int32, 0, m.n)
 	for w, word := range m.present {
