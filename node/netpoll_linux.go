@@ -38,9 +38,6 @@ import (
 // readChunk is a poller's read buffer: one read per readiness event.
 const readChunk = 64 << 10
 
-// yieldEvery is how often a busy poller yields to the scheduler (run).
-const yieldEvery = time.Millisecond
-
 // pollerSet is the node's pollers, assigned to connections in turn.
 type pollerSet struct {
 	ps   []*poller
@@ -157,19 +154,7 @@ func (s *pollerSet) pollFor(raw net.Conn) (*poller, int, bool) {
 func (p *poller) run(wg *sync.WaitGroup) {
 	defer wg.Done()
 	events := make([]unix.EpollEvent, 256)
-	yielded := time.Now()
 	for {
-		// A poller never blocks in Go, so to the scheduler it is one
-		// goroutine running for ever: every 10 ms the runtime's monitor
-		// (sysmon) preempts it, or takes its P away while it waits in
-		// epoll_wait, and then checks again every 20 µs for a millisecond,
-		// each check a nanosleep. A busy poller yields every millisecond
-		// instead, which costs no system call (the scheduler finds this
-		// goroutine again, or first runs what waits) and keeps its P.
-		if now := time.Now(); now.Sub(yielded) >= yieldEvery {
-			runtime.Gosched()
-			yielded = now
-		}
 		// A blocking epoll_wait holds this goroutine's thread while it
 		// waits. Waiting through the runtime's poller instead (the epoll
 		// descriptor is pollable) blocks no thread but pays a second
