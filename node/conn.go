@@ -147,6 +147,12 @@ type outQueue struct {
 	// writing is set while someone writes the queue (a producer on the
 	// event loop, or writeLoop); it stays set once closing is.
 	writing bool
+	// On the event loop, corked is set while the reader handles the lines
+	// of one read (consumeCorked): a frame queued meanwhile is written
+	// when they are all handled (flushDue), so the replies to requests
+	// read together leave in one write.
+	corked   bool
+	flushDue bool
 
 	// closeCode is the error code the connection is closing with, if
 	// any: the reason its session ended, for the disconnect counters.
@@ -307,7 +313,14 @@ func (c *conn) lines(buf []byte) []byte {
 				c.pause(c.await)
 				c.await = nil
 			} else if room := c.sendSnapshotPages(); room != nil {
-				c.pause(room)
+				// Write what waits first: the queue may hold
+				// half its bound only because it is corked.
+				if c.flushCorked() {
+					room = c.sendSnapshotPages()
+				}
+				if room != nil {
+					c.pause(room)
+				}
 			}
 		}
 	}
@@ -448,6 +461,11 @@ func (c *conn) wakeWriter() {
 	}
 	q.writing = true
 	if c.poll != nil && !q.closing {
+		if q.corked {
+			q.flushDue = true
+			q.mu.Unlock()
+			return
+		}
 		q.mu.Unlock()
 		c.flushEvent(false)
 		return

@@ -59,6 +59,9 @@ type poller struct {
 	// The read in progress (the poller goroutine only).
 	rn   int
 	rerr error
+
+	// writes counts the writev calls to this poller's sockets.
+	writes atomic.Uint64
 }
 
 // startPollers starts the event loop's pollers, or returns nil when the
@@ -283,7 +286,7 @@ func (p *poller) ready(c *conn, events uint32) {
 	p.rn, p.rerr = unix.Read(c.fd, p.buf)
 	switch {
 	case p.rerr == nil && p.rn > 0:
-		c.consume(p.buf[:p.rn])
+		c.consumeCorked(p.buf[:p.rn])
 	case errors.Is(p.rerr, unix.EAGAIN) || errors.Is(p.rerr, unix.EINTR):
 	default:
 		if p.rerr != nil && c.state.Load() != stateClosing && !errors.Is(p.rerr, unix.ECONNRESET) {
@@ -291,6 +294,45 @@ func (p *poller) ready(c *conn, events uint32) {
 		}
 		c.finishEvent() // EOF or a read error
 	}
+}
+
+// consumeCorked is consume with c's queue corked: the replies to the lines
+// of one read, and whatever else is queued meanwhile, are written together
+// once the lines are handled, in one writev. The caller holds c.rmu.
+func (c *conn) consumeCorked(data []byte) {
+	q := &c.q
+	q.mu.Lock()
+	q.corked = true
+	q.mu.Unlock()
+	defer c.uncork()
+	c.consume(data)
+}
+
+// uncork ends consumeCorked: it writes what was queued meanwhile.
+func (c *conn) uncork() {
+	q := &c.q
+	q.mu.Lock()
+	q.corked = false
+	due := q.flushDue
+	q.flushDue = false
+	q.mu.Unlock()
+	if due {
+		c.flushEvent(false)
+	}
+}
+
+// flushCorked writes what waits in c's corked queue now, and reports
+// whether there was any; the queue stays corked. The caller holds c.rmu.
+func (c *conn) flushCorked() bool {
+	q := &c.q
+	q.mu.Lock()
+	due := q.flushDue
+	q.flushDue = false
+	q.mu.Unlock()
+	if due {
+		c.flushEvent(false)
+	}
+	return due
 }
 
 // pause stops reading c until room is closed (roomWait): the poller never
@@ -315,7 +357,7 @@ func (c *conn) pause(room <-chan struct{}) {
 			c.pause(room) // the next page, or the room to read on, once the writer drains this one
 			return
 		}
-		c.consume(nil)
+		c.consumeCorked(nil)
 		if !c.paused && !c.finished {
 			c.poll.setReading(c, true)
 		}
@@ -531,6 +573,7 @@ func (c *conn) writeNowLocked(frames [][]byte) ([][]byte, error) {
 		}
 		iov := frames[:min(len(frames), 1024)] // IOV_MAX
 		k, err := unix.Writev(c.fd, iov)
+		c.poll.writes.Add(1)
 		if err != nil {
 			if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
 				return frames, nil

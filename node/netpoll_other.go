@@ -34,4 +34,6 @@ func (c *conn) writeSoonEvent() {}
 
 func (c *conn) flushEvent(bool) {}
 
+func (c *conn) flushCorked() bool { return false }
+
 func (c *conn) closeEvent([][]byte) {}

@@ -1,0 +1,40 @@
+package node
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// Requests that arrive together are answered together: the replies to the
+// lines of one read leave in one write, not one write each.
+func TestRepliesToOneReadLeaveInOneWrite(t *testing.T) {
+	if testTransport != "tcp" {
+		t.Skip("the event loop serves plain TCP on Linux")
+	}
+	n := newTestNode(t, nil)
+	c, _ := connect(t, n, "alice", "phone")
+	writes := func() uint64 {
+		var w uint64
+		for _, p := range n.polls.ps {
+			w += p.writes.Load()
+		}
+		return w
+	}
+	const k = 8
+	var b strings.Builder
+	for i := range k {
+		b.WriteString(`{"op":"hb","id":` + strconv.Itoa(i) + "}\n")
+	}
+	before := writes()
+	// One write of a few hundred bytes on loopback: one segment, one read.
+	c.sendRaw(strings.TrimSuffix(b.String(), "\n"))
+	for i := range k {
+		if f := c.expect("hb"); f.num("id") != float64(i) {
+			t.Fatalf("reply %v, want id %d", f, i)
+		}
+	}
+	if w := writes() - before; w > 2 {
+		t.Fatalf("%d replies to one read took %d writes, want them together", k, w)
+	}
+}
