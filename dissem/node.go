@@ -1025,6 +1025,11 @@ func (n *Node) MemberAlive(name string, meta Meta, now int64) {
 		p.clientAddr = n.origins.addrs.number(meta.ClientAddr)
 	}
 	wasAlive := p.state == StateAlive && p.listed
+	if !wasAlive {
+		// A member new to the list changes the tree even when its record,
+		// made just now, is already alive.
+		n.relayTree = nil
+	}
 	p.setState(n, StateAlive, false)
 	p.listed, p.leaving = true, false
 	p.known(n)

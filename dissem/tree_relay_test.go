@@ -3,6 +3,7 @@ package dissem
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -185,5 +186,65 @@ func TestSharedTreesNeedSharedOrigins(t *testing.T) {
 	cfg.Name, cfg.Origins = "c", NewOriginTable()
 	if err := c.Init(cfg, nil, nil); err == nil {
 		t.Fatal("a node sharing the trees with its own OriginTable was accepted")
+	}
+}
+
+// A member that joins a cluster already past the eager threshold is in
+// every member's relay tree from the moment memberlist reports it: each
+// owner's writes reach it relayed, in one copy per member, not only through
+// gap pulls an announcement later.
+func TestTreeRelayReachesAMemberThatJoinsLater(t *testing.T) {
+	const members = 30
+	h := treeHarness(t, members)
+	// Every member builds its tree: one write from each of a few owners.
+	for i, owner := range []string{"n000", "n011", "n029"} {
+		if err := h.write(h.nodes[owner], fmt.Sprintf("before%d", i), "d", crdt.StatusAvailable, crdt.StateActive); err != nil {
+			t.Fatal(err)
+		}
+		h.drive(h.nodes[owner], "publish")
+	}
+	h.stabilize()
+	// n0105 joins: it sorts between n010 and n011, so it moves the tree
+	// positions of the members after it.
+	const joiner = "n0105"
+	h.names = append(h.names, joiner)
+	slices.Sort(h.names)
+	inc := uint64(harnessEpoch) + 1000
+	hn, err := h.newNode(slices.Index(h.names, joiner), inc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.nodes[joiner] = hn
+	for _, name := range h.names {
+		n := h.nodes[name]
+		n.members = len(h.names)
+		if name == joiner {
+			continue
+		}
+		hn.core.MemberAlive(name, Meta{Incarnation: n.core.cfg.Incarnation}, h.now)
+		n.core.MemberAlive(joiner, Meta{Incarnation: inc}, h.now)
+		h.drive(n, "member-alive")
+	}
+	hn.core.Start(h.now, false)
+	h.drive(hn, "join")
+	h.stabilize()
+	for i, owner := range []string{"n000", "n011", "n029", "n005"} {
+		h.delivered = nil
+		k := crdt.Key{User: fmt.Sprintf("after%d", i), Device: "d"}
+		if err := h.write(h.nodes[owner], k.User, k.Device, crdt.StatusAvailable, crdt.StateActive); err != nil {
+			t.Fatal(err)
+		}
+		h.drive(h.nodes[owner], "publish")
+		// Only the relayed copies: no time passes, so no announcement or
+		// gap pull can bring the write instead.
+		for len(h.flight) > 0 {
+			h.deliver(0)
+		}
+		if _, ok := hn.r.Session(k); !ok {
+			t.Fatalf("write at %s: the joined member %s did not get it relayed", owner, joiner)
+		}
+		if got := h.delivered[TypeDeltas]; got != len(h.names)-1 {
+			t.Fatalf("write at %s: %d delta copies for %d members, want %d", owner, got, len(h.names), len(h.names)-1)
+		}
 	}
 }
