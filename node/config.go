@@ -414,7 +414,9 @@ type Config struct {
 	// otherwise the session is written disconnected when it ends. bye,
 	// and the closes the gateway decides (slow_consumer, expired, ...),
 	// end the session at once; a drain holds sessions for DrainGrace.
-	// Zero (or negative) ends sessions at once. DefaultConfig sets
+	// A held session still expires Timeout after its last request, so
+	// a grace beyond Timeout is cut to it. Zero (or negative) ends
+	// sessions at once. DefaultConfig sets
 	// DefaultDisconnectGrace (5s); a Config not taken from it has none.
 	DisconnectGrace time.Duration
 

@@ -204,7 +204,17 @@ func TestDisconnectGraceSendNotDelivered(t *testing.T) {
 	sender, _ := connect(t, n, "sam", "phone")
 	rx, _ := connect(t, n, "rita", "phone")
 	rx.nc.Close()
-	waitFor(t, "the dropped session held", func() bool { return inGrace(n, "rita", "phone") })
+	waitFor(t, "the dropped session held, its connection dead", func() bool {
+		if !inGrace(n, "rita", "phone") {
+			return false
+		}
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		c := n.local["rita"]["phone"]
+		c.q.mu.Lock()
+		defer c.q.mu.Unlock()
+		return c.q.dead
+	})
 	f := sender.call(map[string]any{"op": "send", "to": "rita", "body": map[string]any{"x": 1}})
 	if f.str("op") != protocol.OpOK || f.num("delivered") != 0 {
 		t.Fatalf("send to a session in grace: %v", f)
@@ -254,5 +264,64 @@ func TestDisconnectGraceAcrossGateways(t *testing.T) {
 	}
 	for _, n := range ns {
 		checkInvariants(t, n)
+	}
+}
+
+// A drain does not wait for a session in its disconnect grace: a
+// standalone gateway's drain writes it disconnected at once, like every
+// other session (the clock never moves here).
+func TestDisconnectGraceDrainEndsHeldSession(t *testing.T) {
+	n, _, fc := graceNode(t, testGrace)
+	w := watch(t, n, "fay")
+	fay, _ := connect(t, n, "fay", "phone")
+	w.expectEvent("fay")
+	fay.nc.Close()
+	waitFor(t, "the dropped session held", func() bool { return inGrace(n, "fay", "phone") })
+	if err := n.Drain(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := sessionOf(n, crdt.Key{User: "fay", Device: "phone"}); s.State != crdt.StateDisconnected {
+		t.Fatalf("fay's record after the drain %+v", s)
+	}
+	if ends := endsPublished(fc, "fay"); len(ends) != 1 || ends[0] != crdt.StateDisconnected {
+		t.Fatalf("published ends %v", ends)
+	}
+}
+
+// A held session still expires timeout after its client's last request:
+// the grace never outlasts the session's timeout.
+func TestDisconnectGraceNeverOutlastsTimeout(t *testing.T) {
+	clock := newFakeClock()
+	n := newTestNode(t, func(c *Config) {
+		c.Clock = clock
+		c.Heartbeat = time.Second
+		c.Timeout = 3 * time.Second
+		c.DisconnectGrace = time.Minute
+	})
+	w := watch(t, n, "gus")
+	gus, _ := connect(t, n, "gus", "phone")
+	w.expectEvent("gus")
+	gus.nc.Close()
+	waitFor(t, "the dropped session held", func() bool { return inGrace(n, "gus", "phone") })
+	// The watcher keeps its own session alive; the sweeper may end gus's
+	// before a reply, so keep the events read on the way.
+	var gone frame
+	for range 4 {
+		clock.Advance(time.Second)
+		_, events := w.callEvents(map[string]any{"op": "hb"})
+		for _, e := range events {
+			if e.str("user") == "gus" && gone == nil {
+				gone = e
+			}
+		}
+	}
+	if gone == nil {
+		gone = w.expectEvent("gus")
+	}
+	if gone["online"] != false {
+		t.Fatalf("after the timeout: %v", gone)
+	}
+	if s, _ := sessionOf(n, crdt.Key{User: "gus", Device: "phone"}); s.State != crdt.StateExpired {
+		t.Fatalf("gus's record %+v", s)
 	}
 }
