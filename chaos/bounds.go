@@ -76,6 +76,17 @@ type Bounds struct {
 	// requests may be for the client still to count as heartbeating: one
 	// heartbeat interval (the gateway may read a request that late).
 	Grace time.Duration
+	// DisconnectGrace is --disconnect-grace: a session whose connection
+	// closed without bye may show online that much longer than the usual
+	// bound (close + DisconnectGrace + Propagation). DeriveBounds leaves it
+	// zero; the caller sets it (WithDisconnectGrace).
+	DisconnectGrace time.Duration
+}
+
+// WithDisconnectGrace returns b with the agents' --disconnect-grace.
+func (b Bounds) WithDisconnectGrace(grace time.Duration) Bounds {
+	b.DisconnectGrace = max(grace, 0)
+	return b
 }
 
 // DeriveBounds computes the bounds for the agent settings heartbeat and
@@ -120,6 +131,7 @@ func (b Bounds) Describe() string {
 	p("convergence", "after faults: timeout + lease check + repair + coalesce + 2*slack", b.Convergence)
 	p("rejoin", "after a network fault heals: reconnect round 10s + recovery", b.Rejoin)
 	p("grace", "a request gap under timeout-grace is heartbeating", b.Grace)
+	p("disconnect", "--disconnect-grace: a dropped connection's session stays", b.DisconnectGrace)
 	return s.String()
 }
 

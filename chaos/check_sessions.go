@@ -129,7 +129,9 @@ func (m *model) settle(c *connModel) {
 	}
 	if c.closeAt < inf {
 		act(c.closeAt, "closed by the client", c.closeLine)
-		dl(m.extendForPauses(c.gw, c.closeAt, c.closeAt+p), "close + propagation")
+		// Closed without bye: the gateway holds the session for
+		// --disconnect-grace in case the client comes back.
+		dl(m.extendForPauses(c.gw, c.closeAt, c.closeAt+m.b.dgrace+p), "close + disconnect grace + propagation")
 	}
 	if c.silentAt < inf {
 		act(c.silentAt, "client went silent", c.silentLine)
@@ -176,7 +178,14 @@ func (m *model) settle(c *connModel) {
 	// The gateway closed it for some other reason.
 	if c.endLine != 0 && c.endT < c.endAct {
 		act(c.endT, "closed by the gateway: "+c.endReason, c.endLine)
-		dl(m.extendForPauses(c.gw, c.endT, c.endT+p), "gateway closed it + propagation")
+		if c.endReason == "eof" {
+			// No closing error: the connection broke (a network fault),
+			// and the gateway may take it for a drop and hold the
+			// session for --disconnect-grace.
+			dl(m.extendForPauses(c.gw, c.endT, c.endT+m.b.dgrace+p), "connection broke + disconnect grace + propagation")
+		} else {
+			dl(m.extendForPauses(c.gw, c.endT, c.endT+p), "gateway closed it + propagation")
+		}
 	}
 	// An end the gateway must write itself (an expiry, a disconnect) is
 	// not guaranteed if the gateway dies before that write is due: the

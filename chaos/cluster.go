@@ -24,6 +24,8 @@ type ClusterConfig struct {
 	Heartbeat    time.Duration // --heartbeat
 	Timeout      time.Duration // --timeout
 	DrainTimeout time.Duration // --drain-timeout
+	// DisconnectGrace is --disconnect-grace (0: none).
+	DisconnectGrace time.Duration
 	// Net, if set, runs each agent in its own network namespace of it,
 	// on fixed ports of its own address (network faults).
 	Net *network
@@ -158,7 +160,7 @@ func (c *Cluster) start(g *Gateway, join []string) error {
 	args := []string{"agent", "--dev", "--name", g.Name,
 		"--client-addr", g.ClientAddr, "--http-addr", g.HTTPAddr, "--gossip-addr", g.GossipAddr,
 		"--gossip-profile", "local", "--heartbeat", c.cfg.Heartbeat.String(), "--timeout", c.cfg.Timeout.String(),
-		"--drain-timeout", c.cfg.DrainTimeout.String()}
+		"--drain-timeout", c.cfg.DrainTimeout.String(), "--disconnect-grace", c.cfg.DisconnectGrace.String()}
 	if len(join) > 0 {
 		args = append(args, "--join", strings.Join(join, ","))
 	}

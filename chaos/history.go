@@ -99,26 +99,29 @@ type Record struct {
 // RunInfo is the history's header: what the checker needs to know about
 // the run besides what happened. Times are history milliseconds.
 type RunInfo struct {
-	Seed         uint64   `json:"seed"`
-	Gateways     []string `json:"gateways"`
-	Users        []string `json:"users"`
-	HeartbeatMS  float64  `json:"heartbeat_ms"`
-	TimeoutMS    float64  `json:"timeout_ms"`
-	SlackMS      float64  `json:"slack_ms"`
-	DrainMS      float64  `json:"drain_ms"`
-	FaultStart   float64  `json:"fault_start"`
-	FaultEnd     float64  `json:"fault_end"`
-	SettleStart  float64  `json:"settle_start"`
-	Stop         float64  `json:"stop"`
-	Netns        bool     `json:"netns,omitempty"`
-	Command      string   `json:"command,omitempty"`
-	AgentVersion string   `json:"agent,omitempty"`
+	Seed        uint64   `json:"seed"`
+	Gateways    []string `json:"gateways"`
+	Users       []string `json:"users"`
+	HeartbeatMS float64  `json:"heartbeat_ms"`
+	TimeoutMS   float64  `json:"timeout_ms"`
+	SlackMS     float64  `json:"slack_ms"`
+	DrainMS     float64  `json:"drain_ms"`
+	// DisconnectGraceMS is the agents' --disconnect-grace; absent in a
+	// history of agents without one.
+	DisconnectGraceMS float64 `json:"disconnect_grace_ms,omitempty"`
+	FaultStart        float64 `json:"fault_start"`
+	FaultEnd          float64 `json:"fault_end"`
+	SettleStart       float64 `json:"settle_start"`
+	Stop              float64 `json:"stop"`
+	Netns             bool    `json:"netns,omitempty"`
+	Command           string  `json:"command,omitempty"`
+	AgentVersion      string  `json:"agent,omitempty"`
 }
 
 // Bounds returns the bounds for the run's settings.
 func (ri *RunInfo) Bounds() Bounds {
 	d := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
-	return DeriveBounds(d(ri.HeartbeatMS), d(ri.TimeoutMS), d(ri.SlackMS))
+	return DeriveBounds(d(ri.HeartbeatMS), d(ri.TimeoutMS), d(ri.SlackMS)).WithDisconnectGrace(d(ri.DisconnectGraceMS))
 }
 
 // Recorder writes a history file. It is safe for concurrent use; every

@@ -39,6 +39,9 @@ type Config struct {
 	Heartbeat, Timeout time.Duration
 	// DrainTimeout is the agents' --drain-timeout. Default 3s.
 	DrainTimeout time.Duration
+	// DisconnectGrace is the agents' --disconnect-grace. Default 1s;
+	// negative passes 0 (none).
+	DisconnectGrace time.Duration
 	// Slack is the loaded-machine allowance in every bound. Default
 	// DefaultSlack.
 	Slack time.Duration
@@ -59,7 +62,7 @@ const warmup = 3 * time.Second
 // DefaultConfig returns the defaults above (Bin and Seed unset).
 func DefaultConfig() Config {
 	return Config{Duration: 60 * time.Second, Gateways: 3, Users: 40, Heartbeat: 500 * time.Millisecond,
-		Timeout: 2 * time.Second, DrainTimeout: 3 * time.Second, Slack: DefaultSlack}
+		Timeout: 2 * time.Second, DrainTimeout: 3 * time.Second, DisconnectGrace: time.Second, Slack: DefaultSlack}
 }
 
 // Timeline is when a run's phases start, from the cluster formed.
@@ -79,6 +82,7 @@ func (c *Config) Validate() error {
 	set(&c.Heartbeat, d.Heartbeat)
 	set(&c.Timeout, d.Timeout)
 	set(&c.DrainTimeout, d.DrainTimeout)
+	set(&c.DisconnectGrace, d.DisconnectGrace)
 	set(&c.Slack, d.Slack)
 	if c.Gateways == 0 {
 		c.Gateways = d.Gateways
@@ -104,10 +108,11 @@ func (c *Config) Validate() error {
 
 // Timeline splits the run: warm-up, faults, a fault-free tail of
 // max(convergence + 2s, settle + 2s), the last settle of which changes
-// nothing (settle = silent expiry + 1s of polls).
+// nothing (settle = the later of silent expiry and disconnect grace +
+// propagation, + 1s of polls).
 func (c *Config) Timeline() Timeline {
-	b := DeriveBounds(c.Heartbeat, c.Timeout, c.Slack)
-	settle := b.SilentExpiry + time.Second
+	b := DeriveBounds(c.Heartbeat, c.Timeout, c.Slack).WithDisconnectGrace(c.DisconnectGrace)
+	settle := max(b.SilentExpiry, b.DisconnectGrace+b.Propagation) + time.Second
 	tail := max(b.Convergence, settle) + 2*time.Second
 	return Timeline{FaultStart: warmup, FaultEnd: c.Duration - tail, SettleStart: c.Duration - settle, Stop: c.Duration}
 }
@@ -168,7 +173,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	defer rec.Close()
-	bounds := DeriveBounds(cfg.Heartbeat, cfg.Timeout, cfg.Slack)
+	bounds := DeriveBounds(cfg.Heartbeat, cfg.Timeout, cfg.Slack).WithDisconnectGrace(cfg.DisconnectGrace)
 	tl := cfg.Timeline()
 
 	var nw *network
@@ -183,7 +188,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}
 	cl, err := NewCluster(ClusterConfig{Bin: cfg.Bin, Dir: cfg.Dir, Gateways: cfg.Gateways, Heartbeat: cfg.Heartbeat,
-		Timeout: cfg.Timeout, DrainTimeout: cfg.DrainTimeout, Net: nw}, rec)
+		Timeout: cfg.Timeout, DrainTimeout: cfg.DrainTimeout, DisconnectGrace: max(cfg.DisconnectGrace, 0), Net: nw}, rec)
 	if err != nil {
 		return nil, err
 	}
@@ -203,7 +208,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	e := &env{rec: rec, cl: cl, users: Users(cfg.Users), bounds: bounds, settleAt: at(tl.SettleStart)}
 	rec.Write(Record{T: base, K: KindRun, Run: &RunInfo{Seed: cfg.Seed, Gateways: names, Users: e.users,
 		HeartbeatMS: ms(cfg.Heartbeat), TimeoutMS: ms(cfg.Timeout), SlackMS: ms(cfg.Slack), DrainMS: ms(cfg.DrainTimeout),
-		FaultStart: at(tl.FaultStart), FaultEnd: at(tl.FaultEnd), SettleStart: at(tl.SettleStart), Stop: at(tl.Stop),
+		DisconnectGraceMS: ms(max(cfg.DisconnectGrace, 0)),
+		FaultStart:        at(tl.FaultStart), FaultEnd: at(tl.FaultEnd), SettleStart: at(tl.SettleStart), Stop: at(tl.Stop),
 		Command: cfg.Command, AgentVersion: agentVersion(cfg.Bin), Netns: nw != nil}})
 
 	runCtx, stop := context.WithCancel(ctx)

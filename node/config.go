@@ -18,7 +18,8 @@ import (
 
 // Config configures a Node. Take DefaultConfig and change what you need;
 // New calls Validate, which fills zero values with the defaults below
-// (except EventCoalesce, whose zero means no window).
+// (except EventCoalesce, whose zero means no window, and DisconnectGrace,
+// whose zero means none).
 type Config struct {
 	// Name is the node (gateway) name: the origin of every record it writes
 	// and the "gateway" clients see. Unique in a cluster. Default: hostname.
@@ -415,6 +416,19 @@ type Config struct {
 	// Default 2s (DefaultDrainGrace); negative disables the hold.
 	DrainGrace time.Duration
 
+	// DisconnectGrace is how long the session of a connection that closes
+	// without bye (the client's EOF, a reset, a failed write) stays
+	// online: a reconnect of the same (user, device) within it, on any
+	// gateway, takes the session over without an offline event anywhere;
+	// otherwise the session is written disconnected when it ends. bye,
+	// and the closes the gateway decides (slow_consumer, expired, ...),
+	// end the session at once; a drain holds sessions for DrainGrace.
+	// A held session still expires Timeout after its last request, so
+	// a grace beyond Timeout is cut to it. Zero (or negative) ends
+	// sessions at once. DefaultConfig sets
+	// DefaultDisconnectGrace (5s); a Config not taken from it has none.
+	DisconnectGrace time.Duration
+
 	// ClientAdvertise is the client address this node tells clients and
 	// other gateways (locate's gateway_addr for its own sessions; the
 	// cluster layer publishes its own copy in the member metadata). Use it
@@ -441,6 +455,7 @@ const (
 	DefaultGCInterval         = time.Minute
 	DefaultDrainTimeout       = 10 * time.Second
 	DefaultDrainGrace         = 2 * time.Second
+	DefaultDisconnectGrace    = 5 * time.Second
 	maxDefaultSweepInterval   = 250 * time.Millisecond
 	minSweepInterval          = time.Millisecond
 )
@@ -449,7 +464,7 @@ const (
 // (which has none), Dev (false), and SweepInterval and StallThreshold (zero:
 // Validate derives them from the Timeout the caller settles on).
 func DefaultConfig() Config {
-	c := Config{EventCoalesce: DefaultEventCoalesce}
+	c := Config{EventCoalesce: DefaultEventCoalesce, DisconnectGrace: DefaultDisconnectGrace}
 	_ = c.fill()
 	c.SweepInterval, c.StallThreshold = 0, 0
 	return c

@@ -79,6 +79,10 @@ type conn struct {
 	// leeway (0: none, as on a --dev gateway).
 	grants        atomic.Pointer[auth.Grants]
 	tokenDeadline atomic.Int64
+	// graceDeadline is the Node.mono() time at which the session of a
+	// connection the client dropped is written disconnected (grace.go);
+	// 0 while the connection is open or its session ended.
+	graceDeadline atomic.Int64
 
 	// Guarded by n.wheel.mu: the generation of c's latest placement in the
 	// deadline wheel.

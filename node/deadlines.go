@@ -78,6 +78,9 @@ func (c *conn) deadline(timeout int64) int64 {
 	if td := c.tokenDeadline.Load(); td != 0 && td < d {
 		d = td
 	}
+	if gd := c.graceDeadline.Load(); gd != 0 && gd < d {
+		d = gd
+	}
 	return d
 }
 
@@ -134,7 +137,7 @@ func (w *wheel) advance(now, timeout int64, due []*conn) []*conn {
 		w.slots[i] = w.spare
 		for _, e := range items {
 			c := e.c
-			if e.gen != c.wheelGen || c.state.Load() == stateClosing {
+			if e.gen != c.wheelGen || (c.state.Load() == stateClosing && c.graceDeadline.Load() == 0) {
 				continue
 			}
 			deadline := c.deadline(timeout)
@@ -193,6 +196,10 @@ func (n *Node) sweepLoop() {
 		now := n.mono()
 		due = n.wheel.advance(now, int64(n.cfg.Timeout), due[:0])
 		for _, c := range due {
+			if c.graceDeadline.Load() != 0 {
+				n.graceOver(c, now)
+				continue
+			}
 			n.expireSession(c, now)
 		}
 		clear(due)

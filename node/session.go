@@ -39,7 +39,9 @@ type localSession struct {
 //	                            refused (epoch_exhausted) past MaxEpoch
 //	Active -> Active            status/join/leave: PutLocal(active, Seq+1);
 //	                            any request refreshes the deadline (no write)
-//	Active -> Disconnected      handleBye, connLost (TCP closed), Drain
+//	Active -> Disconnected      handleBye, connLost (TCP closed), Drain,
+//	                            graceOver (the connection dropped and no
+//	                            newer epoch came within DisconnectGrace)
 //	Active -> Expired           expireSession (the sweeper found it silent)
 //	Active -> (superseded)      a newer epoch for the same (user, device),
 //	                            here or on another gateway: no write, the
@@ -434,7 +436,8 @@ func (n *Node) handleBye(c *conn, req *protocol.Request) *requestError {
 }
 
 // connLost runs when a connection's reader stops: a live session is
-// disconnected at once, and the connection is forgotten.
+// disconnected at once, or held for Config.DisconnectGrace when the client
+// dropped the connection (grace.go), and the connection is forgotten.
 func (n *Node) connLost(c *conn) {
 	n.endConnSession(c, true)
 }
@@ -444,7 +447,9 @@ func (n *Node) connLost(c *conn) {
 // writer calls it as soon as a closing error is queued, so a session never
 // outlives the decision to close its connection, except while Drain holds
 // the sessions (drain.go): then the session stays until a newer epoch
-// elsewhere takes it over or the grace ends.
+// elsewhere takes it over or the grace ends; and except when the client
+// dropped the connection (forget, no close code): then it is held for
+// Config.DisconnectGrace (grace.go).
 func (n *Node) endConnSession(c *conn, forget bool) {
 	now := n.clock.Now()
 	lk := lockOf(&n.mu)
@@ -457,7 +462,7 @@ func (n *Node) endConnSession(c *conn, forget bool) {
 	var deltas []crdt.Delta
 	// While Drain holds the sessions, Drain writes it or a newer epoch
 	// replaces it.
-	if !n.holding {
+	if !n.holding && !(forget && n.startGraceLocked(c, now)) {
 		if d, ok := n.endSessionLocked(c, crdt.StateDisconnected, now); ok {
 			deltas = append(deltas, d)
 			n.stats.m.disconnected(c.q.disconnectReason(), 1)

@@ -55,6 +55,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	dir := fs.String("dir", "", "parent of the run directories (default: the system's temporary directory)")
 	keep := fs.Bool("keep", false, "keep the run directory of a passing seed too")
 	slack := fs.Duration("slack", chaos.DefaultSlack, "loaded-machine allowance in every bound")
+	grace := fs.Duration("disconnect-grace", chaos.DefaultConfig().DisconnectGrace, "the agents' --disconnect-grace (0: none); the bounds include it")
 	netns := fs.Bool("netns", os.Getenv("CHAOS_NETNS") != "", "network faults too: agents in network namespaces, partitions, one-way cuts, loss (root, ip, iptables) [CHAOS_NETNS]")
 	show := fs.Int("show", 30, "violations printed in full per seed (all are in the run directory's violations.txt)")
 	verbose := fs.Bool("v", false, "progress lines (members at stop, run directory)")
@@ -84,7 +85,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	b := chaos.DeriveBounds(500*time.Millisecond, 2*time.Second, *slack)
+	b := chaos.DeriveBounds(500*time.Millisecond, 2*time.Second, *slack).WithDisconnectGrace(*grace)
 	fmt.Fprint(stdout, b.Describe())
 	failed := 0
 	for _, seed := range list {
@@ -98,9 +99,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if *netns {
 			replay += " --netns"
 		}
+		if *grace != chaos.DefaultConfig().DisconnectGrace {
+			replay += " --disconnect-grace " + grace.String()
+		}
 		cfg := chaos.DefaultConfig()
 		cfg.Seed, cfg.Duration, cfg.Gateways, cfg.Users, cfg.Bin, cfg.Slack = seed, *duration, *gateways, *users, absBin, *slack
 		cfg.Command, cfg.Netns = replay, *netns
+		cfg.DisconnectGrace = *grace
+		if *grace == 0 {
+			cfg.DisconnectGrace = -1 // Config's zero is its default
+		}
 		if *dir != "" {
 			cfg.Dir = filepath.Join(*dir, fmt.Sprintf("seed-%d-%s", seed, time.Now().Format("150405")))
 		}

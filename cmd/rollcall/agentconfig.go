@@ -140,6 +140,7 @@ func agentFlagSet(c *agentConfig, stderr io.Writer) (*flag.FlagSet, []flagSectio
 	fs.DurationVar(&n.Heartbeat, "heartbeat", n.Heartbeat, "Heartbeat interval told to clients. Keep --timeout at three heartbeats or more.")
 	fs.DurationVar(&n.Timeout, "timeout", n.Timeout, "Client session timeout, and the lease on a silent peer gateway. Must exceed --heartbeat.")
 	fs.DurationVar(&n.DrainGrace, "drain-grace", n.DrainGrace, "On SIGTERM, SIGINT or 'rollcall leave', how long the sessions stay online while their clients reconnect to another gateway. Must be below --drain-timeout. Negative: end them at once.")
+	fs.DurationVar(&n.DisconnectGrace, "disconnect-grace", n.DisconnectGrace, "How long a session whose connection closes without bye (EOF, reset, a failed write) stays online: a reconnect of the same user and device within it, on any gateway, shows no offline; otherwise it goes offline when the grace ends. bye is immediate. 0: offline at once.")
 	fs.DurationVar(&n.DrainTimeout, "drain-timeout", n.DrainTimeout, "Bound on the whole graceful shutdown: the grace, the final writes, and the leave.")
 	fs.DurationVar(&n.HandshakeTimeout, "handshake-timeout", n.HandshakeTimeout, "Time from connect (TLS handshake included) to a valid hello; then handshake_timeout and closed.")
 	fs.IntVar(&n.MaxTombstonesPerUser, "max-tombstones-per-user", n.MaxTombstonesPerUser, "Ended sessions of one user the replica keeps for the tombstone horizon; past it the oldest is collected at once (its epoch kept). Negative: no bound.")
