@@ -30,13 +30,15 @@ type Client struct {
 	done   chan struct{} // closed when the run loop has stopped
 	msgs   chan Message
 
-	stateMu sync.Mutex // serialises OnState calls
+	stateMu  sync.Mutex // serialises OnState calls
+	statusMu sync.Mutex // serialises Status and SetIdle, so the last one's status is the session's
 
 	mu         sync.Mutex
 	cur        *conn         // the connection in use, nil while reconnecting
 	ready      chan struct{} // closed when cur is set; replaced when it is cleared
 	device     string
-	status     string
+	status     string          // the status the application last set
+	idle       bool            // SetIdle(true): the session shows away, status is kept to restore
 	meta       json.RawMessage // sent at hello; nil for none
 	groups     []string
 	lastEpoch  uint64
@@ -260,7 +262,7 @@ func (c *Client) connect(ctx context.Context, addr string) (*conn, error) {
 	stop := context.AfterFunc(ctx, func() { t.Close() })
 	defer stop()
 	c.mu.Lock()
-	hello := protocol.Request{Op: protocol.OpHello, User: c.cfg.User, Device: c.device, Token: token, Status: c.status,
+	hello := protocol.Request{Op: protocol.OpHello, User: c.cfg.User, Device: c.device, Token: token, Status: c.wireStatus(),
 		LastEpoch: c.lastEpoch, Groups: slices.Clone(c.groups), Meta: c.meta}
 	c.mu.Unlock()
 	b, _ := json.Marshal(hello)
@@ -421,8 +423,19 @@ func (c *Client) call(ctx context.Context, req protocol.Request, idempotent bool
 }
 
 // Status sets this device's status: available, away or busy. It is kept
-// across reconnects.
+// across reconnects. While the client is idle (SetIdle) the session stays
+// away and nothing is sent: status becomes the one SetIdle(false)
+// restores, and the gateway checks it then.
 func (c *Client) Status(ctx context.Context, status string) error {
+	c.statusMu.Lock()
+	defer c.statusMu.Unlock()
+	c.mu.Lock()
+	if c.idle {
+		c.status = status
+		c.mu.Unlock()
+		return nil
+	}
+	c.mu.Unlock()
 	if err := c.call(ctx, protocol.Request{Op: protocol.OpStatus, Status: status}, true, nil); err != nil {
 		return err
 	}
@@ -430,6 +443,57 @@ func (c *Client) Status(ctx context.Context, status string) error {
 	c.status = status
 	c.mu.Unlock()
 	return nil
+}
+
+// statusAway is the device status an idle client shows.
+const statusAway = "away"
+
+// SetIdle marks the user idle (true: the session shows away) or back
+// (false: it shows the status the application last set, with Status or
+// Config.Status; available when it set none). The application's own
+// status is remembered, not replaced: a Status call while idle changes
+// what SetIdle(false) restores and leaves the session away. Setting the
+// state the client is already in sends nothing. The idle state is kept
+// across reconnects: an idle client's hello says away. If the request
+// fails the state is left as it was, and SetIdle returns the error (a
+// gateway's refusal of the restored status as an *Error).
+func (c *Client) SetIdle(ctx context.Context, idle bool) error {
+	c.statusMu.Lock()
+	defer c.statusMu.Unlock()
+	c.mu.Lock()
+	if c.idle == idle {
+		c.mu.Unlock()
+		return nil
+	}
+	c.idle = idle // a reconnect from here on says hello with the new state
+	wire := c.wireStatus()
+	c.mu.Unlock()
+	if wire == "" {
+		wire = "available"
+	}
+	err := c.call(ctx, protocol.Request{Op: protocol.OpStatus, Status: wire}, true, nil)
+	if err != nil {
+		c.mu.Lock()
+		c.idle = !idle
+		c.mu.Unlock()
+	}
+	return err
+}
+
+// Idle reports whether the client is idle (SetIdle).
+func (c *Client) Idle() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.idle
+}
+
+// wireStatus is the status the session shows: away while idle, else the
+// application's ("" for the gateway's default). c.mu is held.
+func (c *Client) wireStatus() string {
+	if c.idle {
+		return statusAway
+	}
+	return c.status
 }
 
 // AccountUpdate is what Account changes; nil fields are left as they are.

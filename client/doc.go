@@ -38,6 +38,15 @@
 //     client: Done closes and Err reports it. It does not reconnect, which
 //     would take the session back and start a fight.
 //
+// Idle: SetIdle(ctx, true) shows the session away without losing the
+// status the application set; SetIdle(ctx, false) shows that status again
+// (available if it set none). A Status call while idle changes only the
+// status to restore: the session stays away until SetIdle(false). The
+// idle state survives reconnects (an idle client's hello says away). The
+// client does not watch for input itself; the application decides when
+// its user is idle (the browser client's idle timer follows the same
+// rules).
+//
 // A caller that speaks the protocol itself (a terminal client such as
 // `rollcall connect`, a protocol test, a bridge) uses DialRaw instead: a
 // RawClient writes the caller's request lines as they are (Send) and hands

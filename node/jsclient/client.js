@@ -22,6 +22,14 @@
 // groups, then every subscription is sent again; an event whose version is
 // not newer than the last delivered for its subject is dropped; superseded
 // stops the client; token refresh at two thirds of its remaining lifetime.
+//
+// Idle: after idleAfter (default 10 minutes) without input (keydown,
+// pointerdown, mousemove, touchstart, wheel, focus on the page), the page's
+// hidden time included, the session shows away; the next input, or the page
+// becoming visible again, shows the status the app last set. setStatus while
+// idle changes only the status to restore. setIdle(bool) does the same by
+// hand; the idle state survives reconnects (hello says away). As the Go
+// client's SetIdle.
 
 const PROTOCOL = 1;
 const SUB_CHUNK = 1000;
@@ -31,6 +39,14 @@ const BACKOFF_MAX_MS = 10000;
 const REFUSED = new Set(["auth_failed", "bad_request", "forbidden", "epoch_exhausted", "too_many_sessions"]);
 // Requests whose effect the client restores itself after a reconnect.
 const RESTORED = new Set(["status", "sub", "unsub", "join", "leave"]);
+// The idle timer's defaults, and the input that ends idle time.
+const IDLE_AFTER_MS = 10 * 60 * 1000;
+const IDLE_INPUT = ["keydown", "pointerdown", "mousemove", "touchstart", "wheel", "focus"];
+const realClock = {
+  now: () => Date.now(),
+  setTimeout: (fn, ms) => setTimeout(fn, ms),
+  clearTimeout: t => clearTimeout(t),
+};
 
 /** An error reply from the gateway, or a client-side failure (code "disconnected", "closed"). */
 export class RollcallError extends Error {
@@ -72,6 +88,12 @@ export class RollcallClient {
    * meta (the session's meta, a JSON-able object, sent at every hello),
    * gatewayURL (addr => URL or null, for shutting_down hints),
    * onstate, onmessage, WebSocket (constructor, default globalThis.WebSocket).
+   * Idle: idleAfter (ms without input before the session shows away;
+   * default 10 minutes; 0 turns the idle timer off), idleTarget (where
+   * input events are listened for; default globalThis.window: without one,
+   * as in Node.js, the timer is off), idleDocument (its visibilityState and
+   * visibilitychange; default globalThis.document), idleClock ({now,
+   * setTimeout, clearTimeout}; default the real ones).
    */
   constructor(opts) {
     if (!opts || !opts.user) throw new TypeError("RollcallClient: user is required");
@@ -104,6 +126,75 @@ export class RollcallClient {
     this._hb = null;
     this._live = null; // the welcomed WebSocket
     this._closing = false;
+    this.idleAfter = opts.idleAfter === undefined ? IDLE_AFTER_MS : opts.idleAfter;
+    this._idleTarget = opts.idleTarget !== undefined ? opts.idleTarget
+      : (globalThis.window && typeof globalThis.window.addEventListener === "function" ? globalThis.window : null);
+    this._idleDoc = opts.idleDocument !== undefined ? opts.idleDocument : (globalThis.document || null);
+    this._clock = opts.idleClock || realClock;
+    this._idle = false;
+    this._idleTimer = null;
+    this._idleOn = false;
+  }
+
+  /** idle is true while the session shows away for idleness (setIdle or the idle timer). */
+  get idle() { return this._idle; }
+
+  /**
+   * setIdle(true) shows the session away, keeping the status the app set;
+   * setIdle(false) shows that status again. Setting the current state sends
+   * nothing. Input ends idleness set by hand as well.
+   */
+  setIdle(idle) {
+    idle = !!idle;
+    if (idle === this._idle) return Promise.resolve({op: "ok"});
+    this._idle = idle;
+    return this.request({op: "status", status: this._shownStatus()}).catch(e => {
+      if (this._idle === idle) this._idle = !idle;
+      throw e;
+    });
+  }
+
+  _shownStatus() { return this._idle ? "away" : this.status; }
+
+  _idleStart() {
+    if (this._idleOn || !(this.idleAfter > 0) || !this._idleTarget) return;
+    this._idleOn = true;
+    this._lastInput = this._clock.now();
+    this._onInput = () => this._activity();
+    for (const type of IDLE_INPUT) this._idleTarget.addEventListener(type, this._onInput, {capture: true, passive: true});
+    if (this._idleDoc && typeof this._idleDoc.addEventListener === "function") {
+      this._onVisibility = () => this._activity();
+      this._idleDoc.addEventListener("visibilitychange", this._onVisibility);
+    }
+    this._idleArm(this.idleAfter);
+  }
+
+  _idleStop() {
+    if (!this._idleOn) return;
+    this._idleOn = false;
+    for (const type of IDLE_INPUT) this._idleTarget.removeEventListener(type, this._onInput, {capture: true});
+    if (this._onVisibility) this._idleDoc.removeEventListener("visibilitychange", this._onVisibility);
+    if (this._idleTimer !== null) this._clock.clearTimeout(this._idleTimer);
+    this._idleTimer = null;
+  }
+
+  // _activity: input, or the page shown again. A hidden page's time counts
+  // as idle time.
+  _activity() {
+    if (!this._idleOn || (this._idleDoc && this._idleDoc.visibilityState === "hidden")) return;
+    this._lastInput = this._clock.now();
+    if (this._idle) this.setIdle(false).catch(() => {});
+    if (this._idleTimer === null) this._idleArm(this.idleAfter);
+  }
+
+  _idleArm(ms) {
+    this._idleTimer = this._clock.setTimeout(() => {
+      this._idleTimer = null;
+      if (!this._idleOn) return;
+      const quiet = this._clock.now() - this._lastInput;
+      if (quiet >= this.idleAfter) this.setIdle(true).catch(() => {}); // armed again by the next input
+      else this._idleArm(this.idleAfter - quiet);
+    }, ms);
   }
 
   _setState(state, info) {
@@ -129,6 +220,7 @@ export class RollcallClient {
     this._connectPromise = new Promise((resolve, reject) => {
       this._first = {resolve, reject, tries: 0};
     });
+    this._idleStart();
     this._dial();
     return this._connectPromise;
   }
@@ -173,7 +265,7 @@ export class RollcallClient {
       this._lost(ws, err, welcomed);
     };
     ws.onopen = () => {
-      const hello = {op: "hello", user: this.user, status: this.status, protocol: PROTOCOL};
+      const hello = {op: "hello", user: this.user, status: this._shownStatus(), protocol: PROTOCOL};
       if (this.device) hello.device = this.device;
       if (token) hello.token = token;
       if (this.epoch) hello.last_epoch = this.epoch;
@@ -321,6 +413,7 @@ export class RollcallClient {
 
   _stop(state, err) {
     this._closing = true;
+    this._idleStop();
     for (const t of this._timers) clearTimeout(t);
     this._timers.clear();
     this._setState(state, {error: err});
@@ -340,9 +433,14 @@ export class RollcallClient {
     });
   }
 
-  /** setStatus sets this device's status ("available", "away", "busy"); kept across reconnects. */
+  /**
+   * setStatus sets this device's status ("available", "away", "busy"); kept
+   * across reconnects. While idle it only changes the status shown when
+   * idleness ends (nothing is sent).
+   */
   setStatus(status) {
     this.status = status;
+    if (this._idle) return Promise.resolve({op: "ok", idle: true});
     return this.request({op: "status", status});
   }
 
@@ -448,6 +546,7 @@ export class RollcallClient {
   /** close says bye, waits for its reply or the connection's end (at most 2 s), and stops. */
   async close() {
     if (this._closing) return;
+    this._idleStop();
     const ws = this.ws;
     const first = this._first;
     this._first = null;
