@@ -41,12 +41,15 @@ all: build
 build:
 	$(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(BIN) ./cmd/rollcall
 
-# All packages, race detector on, the bench lab's too. Property tests run
+# All packages, race detector on, the bench lab's too; the simulator's
+# scenario goldens (single-goroutine, deterministic runs, skipped under
+# -race) in a command of their own without it. Property tests run
 # 1,000 cases per law. The gateway's protocol suite runs again over
 # WebSocket (-transport=ws) and over TCP served by goroutines
 # (-transport=tcpgo, the path TLS takes) rather than the event loop.
 test:
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	$(GO) test -count=1 -timeout 20m -run '^TestScenarios$$' ./sim/simcli
 	$(GO) test -race -count=1 -timeout 20m ./node -args -transport=ws
 	$(GO) test -race -count=1 -timeout 20m ./node -args -transport=tcpgo
 	cd $(LAB) && $(GO) test -race -count=1 -timeout 20m $(PKGS)

@@ -422,10 +422,13 @@ func connect(t testing.TB, n *Node, user, device string, extra ...map[string]any
 	return c, w
 }
 
-// waitFor polls cond until it holds or 5s pass.
+// waitFor polls cond until it holds or 30s pass: a bound against a hang,
+// not a timing assertion, so one a loaded machine running the race
+// detector meets (a WebSocket close, for one, is a handshake the node sees
+// only when both sides' goroutines have run).
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	testkit.WaitFor(t, 5*time.Second, what, cond)
+	testkit.WaitFor(t, 30*time.Second, what, cond)
 }
 
 // presenceOf returns the node's view of user.

@@ -47,7 +47,9 @@ func TestSIGHUPRotatesCertificateAndLimits(t *testing.T) {
 	}
 	config := filepath.Join(dir, "rollcall.yaml")
 	writeConfig := func(rate int) {
-		text := fmt.Sprintf("dev: true\nlog-format: json\ngossip-profile: local\ntls-cert: %s\ntls-key: %s\nrequest-rate: %d\n", certFile, keyFile, rate)
+		// timeout: bob is silent from his hello to his last get, across
+		// the reload; an hour keeps a loaded machine from expiring him.
+		text := fmt.Sprintf("dev: true\nlog-format: json\ngossip-profile: local\ntimeout: 1h\ntls-cert: %s\ntls-key: %s\nrequest-rate: %d\n", certFile, keyFile, rate)
 		if err := os.WriteFile(config, []byte(text), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -112,8 +114,11 @@ func TestSIGHUPReloadsTokenKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	client := freeAddr(t)
+	// bob says nothing from his hello to his last get, across the reload:
+	// a session timeout of an hour keeps a loaded machine's slow steps
+	// (the reload, the dials, the waits for the log) from expiring him.
 	a := startLoggedAgent(t, testkit.BuildRollcall(t), "--name", "gw", "--secret-file", secret, "--client-addr", client,
-		"--http-addr", freeAddr(t), "--gossip-addr", "", "--log-format", "json")
+		"--http-addr", freeAddr(t), "--gossip-addr", "", "--log-format", "json", "--timeout", "1h")
 	waitDial(t, client)
 	token := func(key []byte, user string) string {
 		tok, err := node.NewToken(key, user, time.Hour, time.Now())

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rollcall/rollcall/internal/testkit"
 	"github.com/rollcall/rollcall/sim"
 )
 
@@ -118,7 +119,16 @@ func runScenario(args string) (string, error) {
 	return strings.TrimRight(b.String(), "\n"), nil
 }
 
+// TestScenarios runs every scenario file and compares each case's table
+// with its golden. A run of the simulator is one goroutine and
+// deterministic, so the race detector has nothing to find in it while
+// slowing it several times over (the 16-node cases also check every index
+// after every event): under -race the test is skipped, and `make test`
+// runs it in a command of its own without -race.
 func TestScenarios(t *testing.T) {
+	if testkit.RaceEnabled && !*rewrite {
+		t.Skip("single-goroutine, deterministic simulator runs: checked without -race (make test runs go test -run '^TestScenarios$' ./sim/simcli)")
+	}
 	files, err := filepath.Glob("../../testdata/sim/*.txt")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no scenario files: %v", err)
