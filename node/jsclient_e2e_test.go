@@ -24,6 +24,26 @@ const jsWait = 10 * time.Second
 type jsGateway = testcluster.Gateway
 
 // startJSCluster starts n gateways serving /ws, joined by gossip.
+// jsModule returns the Node.js executable and the JavaScript client copied
+// to a temporary .mjs file Node.js imports as a module, skipping the test
+// where no node is installed.
+func jsModule(t *testing.T) (nodeExe, module string) {
+	t.Helper()
+	nodeExe, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("SKIP: no node (Node.js 20 or newer) in PATH to run the JavaScript client")
+	}
+	src, err := os.ReadFile(filepath.Join("jsclient", "client.js"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	module = filepath.Join(t.TempDir(), "client.mjs")
+	if err := os.WriteFile(module, src, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return nodeExe, module
+}
+
 func startJSCluster(t *testing.T, n int) []*jsGateway {
 	return testcluster.Start(t, n, testcluster.Options{HTTP: true, Timeout: 3 * time.Second, Heartbeat: 300 * time.Millisecond})
 }
@@ -159,18 +179,7 @@ func TestJSClientFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("SKIP: -short: the JavaScript client test starts Node.js and a gossip cluster")
 	}
-	nodeExe, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("SKIP: no node (Node.js 20 or newer) in PATH to run the JavaScript client")
-	}
-	src, err := os.ReadFile(filepath.Join("jsclient", "client.js"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	module := filepath.Join(t.TempDir(), "client.mjs")
-	if err := os.WriteFile(module, src, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	nodeExe, module := jsModule(t)
 	gs := startJSCluster(t, 2)
 	g0, g1 := gs[0], gs[1]
 
@@ -202,18 +211,7 @@ func TestJSClientGroupPages(t *testing.T) {
 	if testing.Short() {
 		t.Skip("SKIP: -short: the JavaScript client test starts Node.js and a gateway")
 	}
-	nodeExe, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("SKIP: no node (Node.js 20 or newer) in PATH to run the JavaScript client")
-	}
-	src, err := os.ReadFile(filepath.Join("jsclient", "client.js"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	module := filepath.Join(t.TempDir(), "client.mjs")
-	if err := os.WriteFile(module, src, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	nodeExe, module := jsModule(t)
 	g0 := startJSCluster(t, 1)[0]
 	var tabs []*jsTab
 	for _, u := range []string{"carol", "alice", "bob"} {

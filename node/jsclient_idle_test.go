@@ -1,7 +1,6 @@
 package node_test
 
 import (
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -16,18 +15,7 @@ import (
 // idle, and sends nothing with idleAfter 0 or without an input target.
 // Skips where no node is installed.
 func TestJSClientIdle(t *testing.T) {
-	nodeExe, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("SKIP: no node (Node.js 20 or newer) in PATH to run the JavaScript client")
-	}
-	src, err := os.ReadFile(filepath.Join("jsclient", "client.js"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	module := filepath.Join(t.TempDir(), "client.mjs")
-	if err := os.WriteFile(module, src, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	nodeExe, module := jsModule(t)
 	out, err := exec.Command(nodeExe, "--no-warnings", filepath.Join("jsclient", "idle_test.mjs"), module).CombinedOutput()
 	if err != nil || strings.TrimSpace(string(out)) != "ok" {
 		t.Fatalf("jsclient/idle_test.mjs: %v\n%s", err, out)

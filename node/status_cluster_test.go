@@ -3,9 +3,6 @@ package node_test
 import (
 	"context"
 	"encoding/json"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -104,18 +101,7 @@ func TestJSClientStatusTextAndMeta(t *testing.T) {
 	if testing.Short() {
 		t.Skip("SKIP: -short: the JavaScript client test starts Node.js and a gossip cluster")
 	}
-	nodeExe, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("SKIP: no node (Node.js 20 or newer) in PATH to run the JavaScript client")
-	}
-	src, err := os.ReadFile(filepath.Join("jsclient", "client.js"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	module := filepath.Join(t.TempDir(), "client.mjs")
-	if err := os.WriteFile(module, src, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	nodeExe, module := jsModule(t)
 	gs := startJSCluster(t, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
