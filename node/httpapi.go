@@ -158,7 +158,7 @@ func decodeJSONObject(body []byte, want string, v any) *requestError {
 // of a type error.
 func jsonProblem(err error) string {
 	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok && te.Field != "" {
-		return te.Field + " is a JSON " + te.Value + ", not a " + jsonType(te.Type.String())
+		return te.Field + " is a JSON " + te.Value + ", want " + jsonType(te.Type.String())
 	}
 	if se, ok := errors.AsType[*json.SyntaxError](err); ok {
 		return "at byte " + strconv.FormatInt(se.Offset, 10) + ": " + se.Error()
@@ -170,9 +170,9 @@ func jsonProblem(err error) string {
 func jsonType(goType string) string {
 	switch goType {
 	case "string":
-		return "string"
+		return "a string"
 	case "[]string":
-		return "array of strings"
+		return "an array of strings"
 	}
 	return goType
 }
