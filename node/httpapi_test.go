@@ -1,12 +1,14 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strings"
@@ -493,5 +495,40 @@ func TestAPIRateLimit(t *testing.T) {
 	// Other routes are not limited by it.
 	if r := apiCall(t, "GET", base+"/v1/presence/bob", tok.backend, ""); r.code != http.StatusOK {
 		t.Fatalf("GET /v1/presence/bob: %d %s", r.code, r.body)
+	}
+}
+
+// BenchmarkAPIPresenceBatch: POST /v1/presence of 1,000 users, half of
+// them online, through the handler (no network): the cost of one batch.
+func BenchmarkAPIPresenceBatch(b *testing.B) {
+	n := newTestNode(b, func(c *Config) { c.RequestRate = -1 }) // every request from one address
+	users := make([]string, protocol.MaxUsersPerRequest)
+	var ds []crdt.Delta
+	rm := &remote{r: must(crdt.NewReplica(crdt.Config{Self: crdt.Origin{Node: "n2", Incarnation: 1}}))}
+	for i := range users {
+		users[i] = fmt.Sprintf("user-%04d", i)
+		if i%2 == 0 {
+			d, err := rm.r.PutLocal(crdt.Session{User: users[i], Device: "d", ID: "s" + users[i], Epoch: 1, State: crdt.StateActive,
+				ExpiresAt: time.Now().Add(time.Hour).UnixNano()}, time.Now().UnixNano())
+			if err != nil {
+				b.Fatal(err)
+			}
+			ds = append(ds, d)
+		}
+	}
+	if err := n.ApplyDeltas(ds); err != nil {
+		b.Fatal(err)
+	}
+	body, _ := json.Marshal(map[string]any{"users": users})
+	h := n.httpHandler()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		req := httptest.NewRequest("POST", "/v1/presence", bytes.NewReader(body))
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		if w.Code != http.StatusOK {
+			b.Fatalf("%d %s", w.Code, w.Body)
+		}
 	}
 }
