@@ -145,6 +145,11 @@ func (c *Client) run(cn *conn) {
 			c.stop(cause)
 			return
 		}
+		if HasCode(cause, protocol.CodeKicked) {
+			c.log.Warn("rollcall session ended by the app's backend (kicked); stopping", zap.String("gateway", cn.gateway))
+			c.stop(cause)
+			return
+		}
 		c.log.Info("rollcall connection lost; reconnecting", zap.String("gateway", cn.gateway), zap.Error(cause))
 		c.setState(State{Err: cause})
 		if c.raw != nil {
@@ -763,12 +768,14 @@ func (c *Client) Session() (Session, bool) {
 }
 
 // Done is closed when the client has stopped: after Close, or when the
-// session was superseded (see Err).
+// session was superseded or kicked (see Err).
 func (c *Client) Done() <-chan struct{} { return c.done }
 
 // Err is why the client stopped: nil while it runs and after Close; an
 // *Error with CodeSuperseded when another connection took this (user,
-// device) (the client does not fight it).
+// device) (the client does not fight it); an *Error with CodeKicked when
+// the app's backend ended the session (the client does not reconnect: a
+// new Dial opens a new session).
 func (c *Client) Err() error {
 	select {
 	case <-c.done:

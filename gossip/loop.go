@@ -136,6 +136,9 @@ func (c *Cluster) handle(b []byte) {
 	case dissem.TypeRoute:
 		c.goRoute(m.Route)
 		return
+	case dissem.TypeKick:
+		c.goKick(m.Kick)
+		return
 	case dissem.TypeRouteAck:
 		c.routeMu.Lock()
 		ch := c.routes[m.Ack.ID]

@@ -182,7 +182,7 @@ func nodeDefs() []metricDef[node.Metrics] {
 		counter("messages_dropped_total",
 			"Messages not queued to a recipient session here: its queue was past its share for messages.",
 			func(m *M) uint64 { return m.MessageDrops }),
-		counter("route_failures_total", "Sends to recipients on another gateway whose routing failed.",
+		counter("route_failures_total", "Sends to recipients on another gateway, and kicks of sessions another gateway owns, whose routing failed.",
 			func(m *M) uint64 { return m.RouteFailures }),
 
 		// Replication, as the node sees it.

@@ -227,3 +227,31 @@ func TestJSClientGroupPages(t *testing.T) {
 	a.send("count")
 	a.waitLine("the count", map[string]any{"count": 3.0})
 }
+
+// TestJSClientKicked: the app's backend disconnects alice through another
+// gateway's HTTP API; her JavaScript client stops in state kicked instead
+// of reconnecting, and bob sees her offline.
+func TestJSClientKicked(t *testing.T) {
+	if testing.Short() {
+		t.Skip("SKIP: -short: the JavaScript client test starts Node.js and a gossip cluster")
+	}
+	nodeExe, module := jsModule(t)
+	gs := startJSCluster(t, 2)
+	g0, g1 := gs[0], gs[1]
+	b := startJSTab(t, nodeExe, module, "bob", "team", g0.WS())
+	b.waitLine("connected to g0", map[string]any{"state": "connected", "gateway": "g0"})
+	a := startJSTab(t, nodeExe, module, "alice", "team", g1.WS())
+	a.waitLine("connected to g1", map[string]any{"state": "connected", "gateway": "g1"})
+	b.waitLine("alice online", map[string]any{"user": "alice", "status": "available"})
+
+	resp, err := http.Post("http://"+g0.GW.HTTPAddr().String()+"/v1/users/alice/disconnect", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("disconnect: %s", resp.Status)
+	}
+	a.waitLine("kicked", map[string]any{"state": "kicked"})
+	b.waitLine("alice offline", map[string]any{"user": "alice", "status": "offline"})
+}

@@ -88,13 +88,14 @@ func errorCodes() [numCodes]protocol.ErrorCode {
 	return [numCodes]protocol.ErrorCode{protocol.CodeBadJSON, protocol.CodeLineTooLong, protocol.CodeUnknownOp, protocol.CodeBadRequest, protocol.CodeAuthFailed,
 		protocol.CodeHandshakeTimeout, protocol.CodeNotAuthenticated, protocol.CodeSuperseded, protocol.CodeShuttingDown, protocol.CodeSlowConsumer,
 		protocol.CodeExpired, protocol.CodeInternal, protocol.CodeOverloaded, protocol.CodeEpochExhausted, protocol.CodeRateLimited,
-		protocol.CodeTooManySessions, protocol.CodeTooManyConnections, protocol.CodeForbidden, protocol.CodeTokenExpired, protocol.CodeUnsupportedProtocol}
+		protocol.CodeTooManySessions, protocol.CodeTooManyConnections, protocol.CodeForbidden, protocol.CodeTokenExpired, protocol.CodeUnsupportedProtocol,
+		protocol.CodeKicked}
 }
 
 // numCodes is the number of error codes counted apart; codeOther counts
 // the rest.
 const (
-	numCodes  = 20
+	numCodes  = 21
 	codeOther = numCodes
 )
 

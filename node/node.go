@@ -132,7 +132,8 @@ type Node struct {
 
 	streams eventStreams // GET /v1/events (events.go)
 
-	hellos *helloLimiter // hello rates by user and source (hellolimit.go); static after New
+	hellos   *helloLimiter // hello rates by user and source (hellolimit.go); static after New
+	apiLimit *apiLimiter   // backend API request rates by source (apilimit.go); static after New
 }
 
 type clusterRef struct{ c Cluster }
@@ -181,6 +182,7 @@ func New(cfg Config) (*Node, error) {
 		drained:    make(chan struct{}),
 		handedOver: make(chan struct{}, 1),
 		hellos:     newHelloLimiter(),
+		apiLimit:   newAPILimiter(),
 	}
 	n.initEventStreams()
 	limits := cfg.Limits()
@@ -445,6 +447,7 @@ func (n *Node) gcLoop() {
 		st := n.replica.GC(n.clock.Now().UnixNano())
 		n.mu.Unlock()
 		n.pruneHellos(n.mono())
+		n.apiLimit.prune(n.mono(), n.limits.Load())
 		if st.Tombstones > 0 || st.Purged > 0 {
 			n.log.Debug("crdt gc", zap.Int("tombstones", st.Tombstones), zap.Int("purged", st.Purged))
 		}

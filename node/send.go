@@ -44,12 +44,7 @@ func (n *Node) handleSend(c *conn, req *protocol.Request) (any, *requestError) {
 			lim.SendRate, lim.SendBurst, max(wait.Milliseconds(), 1))
 	}
 	msg := Message{To: req.To, From: s.user, FromDevice: s.device, Body: slices.Clone(req.Body)}
-	var remote []string
-	for _, rs := range recipients {
-		if rs.Gateway != n.cfg.Name && !slices.Contains(remote, rs.Gateway) {
-			remote = append(remote, rs.Gateway)
-		}
-	}
+	remote := n.remoteGateways(recipients)
 	lk.unlock()
 
 	delivered := n.DeliverLocal(msg)
@@ -73,6 +68,33 @@ func (n *Node) handleSend(c *conn, req *protocol.Request) (any, *requestError) {
 		delivered += n.route(msg, remote)
 	}
 	return protocol.OK{Op: protocol.OpOK, ID: req.ID, Delivered: &delivered}, nil
+}
+
+// remoteGateways returns the gateways other than this one that own
+// sessions, each once.
+func (n *Node) remoteGateways(sessions []crdt.Session) []string {
+	var out []string
+	for _, s := range sessions {
+		if s.Gateway != n.cfg.Name && !slices.Contains(out, s.Gateway) {
+			out = append(out, s.Gateway)
+		}
+	}
+	return out
+}
+
+// sendFrom delivers msg to every active session of msg.To, as send does
+// (handleSend): this node's directly, every other gateway's through
+// route. It returns the number of sessions reached.
+func (n *Node) sendFrom(msg Message) int {
+	lk := lockOf(&n.mu)
+	defer lk.unlock()
+	remote := n.remoteGateways(n.activeSessionsLocked(msg.To))
+	lk.unlock()
+	delivered := n.DeliverLocal(msg)
+	if len(remote) > 0 {
+		delivered += n.route(msg, remote)
+	}
+	return delivered
 }
 
 // sessionGroups returns the groups of sessions, unsorted, possibly with

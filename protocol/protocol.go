@@ -16,7 +16,8 @@ import "encoding/json"
 //	   welcome.token_expires_at, forbidden and token_expired joined with
 //	   authorization from token claims; group's limit and cursor, its
 //	   reply's next, sub's ok.snapshot and the snapshot and more flags of
-//	   events joined with paging.
+//	   events joined with paging; kicked joined with the HTTP API's
+//	   disconnect.
 const Version = 1
 
 // Limits.
@@ -60,6 +61,14 @@ const (
 	// page shorter, to fit the connection's outbound queue; its next then
 	// says where to go on.
 	MaxGroupPage = 5000
+	// MaxHTTPBodyBytes bounds the body of an HTTP API request (POST
+	// /v1/presence, /v1/send, /v1/users/{user}/disconnect): room for
+	// MaxUsersPerRequest names of MaxNameLen bytes, most of them escaped.
+	MaxHTTPBodyBytes = 1 << 20
+	// MaxSendBodyBytes bounds the body of a message sent through the HTTP
+	// API (POST /v1/send): what a send request in a line of MaxLineBytes
+	// can carry, and what the cluster routes to another gateway.
+	MaxSendBodyBytes = 64 << 10
 )
 
 // Ops. Requests are sent by clients; the rest by the gateway.
@@ -133,6 +142,11 @@ const (
 	// CodeUnsupportedProtocol refuses a hello that asks for a protocol
 	// version other than Version; closes.
 	CodeUnsupportedProtocol ErrorCode = "unsupported_protocol"
+	// CodeKicked ends a session the app's backend disconnected (POST
+	// /v1/users/{user}/disconnect); closes. The session is written
+	// disconnected. A client should not reconnect by itself: the backend
+	// decided this session ends.
+	CodeKicked ErrorCode = "kicked"
 )
 
 // Closes reports whether the gateway closes the connection after sending
@@ -142,7 +156,7 @@ func (c ErrorCode) Closes() bool {
 	switch c {
 	case CodeAuthFailed, CodeHandshakeTimeout, CodeLineTooLong, CodeSuperseded,
 		CodeShuttingDown, CodeSlowConsumer, CodeExpired, CodeTokenExpired,
-		CodeTooManySessions, CodeTooManyConnections, CodeUnsupportedProtocol:
+		CodeTooManySessions, CodeTooManyConnections, CodeUnsupportedProtocol, CodeKicked:
 		return true
 	}
 	return false

@@ -146,8 +146,8 @@ func agentFlagSet(c *agentConfig, stderr io.Writer) (*flag.FlagSet, []flagSectio
 	fs.IntVar(&n.MaxTombstonesPerUser, "max-tombstones-per-user", n.MaxTombstonesPerUser, "Ended sessions of one user the replica keeps for the tombstone horizon; past it the oldest is collected at once (its epoch kept). Negative: no bound.")
 
 	s.start(sectionLimits)
-	fs.Float64Var(&n.RequestRate, "request-rate", n.RequestRate, "Requests per second one connection may make on average, heartbeats included; then rate_limited. Negative: no limit.")
-	fs.IntVar(&n.RequestBurst, "request-burst", n.RequestBurst, "Requests one connection may make at once after a quiet spell.")
+	fs.Float64Var(&n.RequestRate, "request-rate", n.RequestRate, "Requests per second one connection may make on average, heartbeats included, and one source address to the backend HTTP API; then rate_limited. Negative: no limit.")
+	fs.IntVar(&n.RequestBurst, "request-burst", n.RequestBurst, "Requests one connection (or one address to the backend HTTP API) may make at once after a quiet spell.")
 	fs.Float64Var(&n.SendRate, "send-rate", n.SendRate, "Sends per second one session may make on average; then rate_limited. Negative: no limit.")
 	fs.IntVar(&n.SendBurst, "send-burst", n.SendBurst, "Sends one session may make at once after a quiet spell.")
 	fs.Float64Var(&n.MetaRate, "meta-rate", n.MetaRate, "Meta requests per second one session may make on average; then rate_limited. Negative: no limit.")

@@ -40,6 +40,8 @@ var boundsConstants = map[string]float64{
 	"protocol.MaxStatusEmojiBytes": protocol.MaxStatusEmojiBytes,
 	"protocol.MaxMetaBytes":        protocol.MaxMetaBytes,
 	"protocol.MaxInfoBytes":        protocol.MaxInfoBytes,
+	"protocol.MaxHTTPBodyBytes":    protocol.MaxHTTPBodyBytes,
+	"protocol.MaxSendBodyBytes":    protocol.MaxSendBodyBytes,
 	"dissem.MaxBodyBytes":          dissem.MaxBodyBytes,
 	"dissem.MaxConcurrentAnswers":  dissem.MaxConcurrentAnswers,
 	"node.Config.RouteTimeout":     node.DefaultRouteTimeout.Seconds(),

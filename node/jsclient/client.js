@@ -21,7 +21,8 @@
 // hints are TCP client addresses); hello carries the current status and
 // groups, then every subscription is sent again; an event whose version is
 // not newer than the last delivered for its subject is dropped; superseded
-// stops the client; token refresh at two thirds of its remaining lifetime.
+// stops the client, and so does kicked (state "kicked": the app's backend
+// ended the session); token refresh at two thirds of its remaining lifetime.
 //
 // Idle: after idleAfter (default 10 minutes) without input (keydown,
 // pointerdown, mousemove, touchstart, wheel, focus on the page), the page's
@@ -126,6 +127,7 @@ export class RollcallClient {
     this._hb = null;
     this._live = null; // the welcomed WebSocket
     this._closing = false;
+    this._ended = null; // "superseded" or "kicked": the session ended for good; stop, do not reconnect
     this.idleAfter = opts.idleAfter === undefined ? IDLE_AFTER_MS : opts.idleAfter;
     this._idleTarget = opts.idleTarget !== undefined ? opts.idleTarget
       : (globalThis.window && typeof globalThis.window.addEventListener === "function" ? globalThis.window : null);
@@ -334,8 +336,8 @@ export class RollcallClient {
           this._settle(m.id, null, new RollcallError(m.code, m.message, m));
           return;
         }
-        if (m.code === "superseded") {
-          this._superseded = true;
+        if (m.code === "superseded" || m.code === "kicked") {
+          this._ended = m.code;
         } else if (m.code === "shutting_down" && Array.isArray(m.gateways)) {
           this._hints = m.gateways.slice();
           this._shutdown = true;
@@ -383,8 +385,8 @@ export class RollcallClient {
     if (this._closing) return;
     const why = this._lastError || err;
     this._lastError = null;
-    if (this._superseded) {
-      this._stop("superseded", why);
+    if (this._ended) {
+      this._stop(this._ended, why);
       return;
     }
     if (this._first) {
