@@ -1,6 +1,7 @@
 package node_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -188,5 +189,42 @@ func testWebhooksAcrossGateways(t *testing.T, failHalf bool) {
 		if st := g.GW.WebhookStats(); st.Dropped != 0 || st.Failed != 0 {
 			t.Errorf("%s: %+v", g.GW.Name(), st)
 		}
+	}
+}
+
+// TestWebhooksDeliveredBeforeDrainReturns: a gateway that drains has sent
+// its users' user.offline by the time Drain returns, so the agent's exit
+// loses none.
+func TestWebhooksDeliveredBeforeDrainReturns(t *testing.T) {
+	key := webhook.NewSecret()
+	rcv, url := newHookReceiver(t, key, true)
+	cfg := node.DefaultConfig()
+	cfg.Name, cfg.ClientAddr, cfg.Dev = "solo", "127.0.0.1:0", true
+	// The online's flush opens a window of a minute: the notifier would
+	// flush the drain's disconnect after the drain, not before.
+	cfg.EventCoalesce = time.Minute
+	cfg.Webhook.URLs, cfg.Webhook.Secrets = []string{url}, [][]byte{key}
+	cfg.Webhook.MinBackoff, cfg.Webhook.MaxBackoff = 10*time.Millisecond, 100*time.Millisecond
+	n, err := node.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Close() })
+	testkit.DialLine(t, n.ClientAddr().String(), "alice", "phone", nil)
+	rcv.once("alice", "user.online")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := n.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := rcv.of("alice", "user.offline")
+	if len(got) != 1 || got[0].body.Data.Reason != "disconnected" {
+		t.Fatalf("after the drain: %+v", got)
+	}
+	if st := n.WebhookStats(); st.Sent != 2 || st.Queued != 0 || st.Retried == 0 {
+		t.Fatalf("stats %+v", st)
 	}
 }
