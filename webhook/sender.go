@@ -74,6 +74,7 @@ func NewSender(cfg Config) (*Sender, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConns = cfg.Concurrency * len(cfg.URLs)
 	tr.MaxIdleConnsPerHost = cfg.Concurrency
+	tr.MaxConnsPerHost = cfg.Concurrency // a bound, even while a dial races an idle connection's return
 	tr.ResponseHeaderTimeout = cfg.Timeout
 	tr.Proxy = http.ProxyFromEnvironment
 	s := &Sender{
