@@ -46,7 +46,7 @@ type webhooks struct {
 	sender *webhook.Sender
 
 	// Guarded by Node.mu.
-	last map[string]webhook.Last // what this node last saw of each online user
+	last map[string]webhook.Last // what this node last saw of each online user (and of those a failed gateway's end left offline)
 
 	// Guarded by mu, which is taken after Node.mu, never before.
 	mu       sync.Mutex
@@ -165,7 +165,7 @@ func (n *Node) decideWebhookLocked(p crdt.Presence, now int64, out []*webhook.Ev
 		ob.Account = &a
 	}
 	ev, next := webhook.Decide(h.last[u], ob)
-	if next.Online {
+	if next.Online || next.Opened.Session != "" {
 		h.last[u] = next
 	} else {
 		delete(h.last, u)

@@ -28,6 +28,11 @@ type Last struct {
 	// ids of its user.online, user.status and user.offline derive from it,
 	// so they stay the same while the user's other sessions come and go.
 	Opened SessionRef
+	// Revivals counts the times Opened came back online after a
+	// gateway_failed (its gateway was shown down, then up again: a false
+	// suspicion, a healed partition). It is part of the ids, so the
+	// announcements of one period stay apart from those of the next.
+	Revivals uint32
 	// Sessions are the active sessions, by device.
 	Sessions []SessionRef
 	Status   crdt.UserStatus
@@ -71,8 +76,9 @@ type Observation struct {
 //     aggregate): nothing.
 //
 // The id hashes the type, the user and the versions that identify the
-// change: the session that opened the online period (device, id, epoch)
-// for user.online and user.offline; for user.status also the new status,
+// change: the session that opened the online period (device, id, epoch,
+// and how many times it came back after a gateway_failed) for user.online
+// and user.offline; for user.status also the new status,
 // text, emoji and until, the account's stamp and each active session's
 // epoch, write sequence and status. A flap back to an earlier status is a
 // new write, so it gets a new id.
@@ -81,11 +87,20 @@ func Decide(last Last, ob Observation) (*Event, Last) {
 	active := activeRecords(ob.Records)
 	switch {
 	case !p.Online && !last.Online:
+		if last.Opened.Session != "" && slices.ContainsFunc(ob.Records, func(s crdt.Session) bool {
+			return s.ID == last.Opened.Session && s.Epoch == last.Opened.Epoch
+		}) {
+			return nil, last
+		}
 		return nil, Last{}
 	case !p.Online:
-		return offline(last, ob), Last{}
+		ev, reason := offline(last, ob)
+		if reason == GatewayFailed {
+			return ev, Last{Opened: last.Opened, Revivals: last.Revivals}
+		}
+		return ev, Last{}
 	}
-	next := Last{Online: true, Opened: last.Opened, Sessions: refs(active),
+	next := Last{Online: true, Opened: last.Opened, Revivals: last.Revivals, Sessions: refs(active),
 		Status: p.Status, Text: p.Text, Emoji: p.Emoji, Until: p.Until}
 	if !last.Online {
 		opener := active[0]
@@ -94,9 +109,12 @@ func Decide(last Last, ob Observation) (*Event, Last) {
 				opener = s
 			}
 		}
-		next.Opened = ref(opener)
+		next.Opened, next.Revivals = ref(opener), 0
+		if o := next.Opened; last.Opened.Session == o.Session && last.Opened.Epoch == o.Epoch && o.Session != "" {
+			next.Revivals = last.Revivals + 1
+		}
 		at := opener.Updated
-		id := eventID(UserOnline, p.User, next.Opened, nil)
+		id := eventID(UserOnline, p.User, next.Opened, next.Revivals, nil)
 		return &Event{ID: id, Type: UserOnline, User: p.User, Time: at, Body: encodeBody(UserOnline, at, onlineData(p, active))}, next
 	}
 	if p.Status == last.Status && p.Text == last.Text && p.Emoji == last.Emoji && p.Until == last.Until {
@@ -113,12 +131,12 @@ func Decide(last Last, ob Observation) (*Event, Last) {
 		h.str(s.Device).u64(s.Epoch).u64(s.Seq).str(s.Status.String())
 		at = max(at, s.Updated)
 	}
-	id := eventID(UserStatus, p.User, next.Opened, h.sum())
+	id := eventID(UserStatus, p.User, next.Opened, next.Revivals, h.sum())
 	return &Event{ID: id, Type: UserStatus, User: p.User, Time: at, Body: encodeBody(UserStatus, at, onlineData(p, active))}, next
 }
 
-// offline is the user.offline of a user last seen online.
-func offline(last Last, ob Observation) *Event {
+// offline is the user.offline of a user last seen online, and its reason.
+func offline(last Last, ob Observation) (*Event, Reason) {
 	p := ob.Presence
 	reason, at := ReasonNone, int64(0)
 	ended := make([]SessionData, 0, len(last.Sessions))
@@ -134,8 +152,8 @@ func offline(last Last, ob Observation) *Event {
 	}
 	d := Data{User: p.User, Status: crdt.UserOffline.String(), Reason: reason.String(), Text: p.Text, Emoji: p.Emoji,
 		Until: untilText(p.Until), Sessions: ended}
-	id := eventID(UserOffline, p.User, last.Opened, nil)
-	return &Event{ID: id, Type: UserOffline, User: p.User, Time: at, Body: encodeBody(UserOffline, at, d)}
+	id := eventID(UserOffline, p.User, last.Opened, last.Revivals, nil)
+	return &Event{ID: id, Type: UserOffline, User: p.User, Time: at, Body: encodeBody(UserOffline, at, d)}, reason
 }
 
 // endOf says how session r, active when last seen, ended, and when.
@@ -204,10 +222,13 @@ func refs(ss []crdt.Session) []SessionRef {
 var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
 
 // eventID is "msg_" and the first 16 bytes of SHA-256 over the type, the
-// user, the opening session and extra, base32.
-func eventID(t Type, user string, opened SessionRef, extra []byte) string {
+// user, the opening session, its revivals and extra, base32.
+func eventID(t Type, user string, opened SessionRef, revivals uint32, extra []byte) string {
 	h := newHasher()
 	h.str("rollcall-webhook-v1").str(t.String()).str(user).str(opened.Device).str(opened.Session).u64(opened.Epoch)
+	if revivals > 0 {
+		h.u64(uint64(revivals))
+	}
 	h.buf = append(h.buf, extra...)
 	sum := sha256.Sum256(h.buf)
 	return "msg_" + idEncoding.EncodeToString(sum[:16])

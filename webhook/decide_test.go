@@ -159,3 +159,39 @@ func TestDecideSameStateSameID(t *testing.T) {
 		t.Fatalf("status differs: %+v / %+v", sA, sB)
 	}
 }
+
+// TestDecideRevival: a session shown expired because its gateway was
+// shown down, then shown active again (a false suspicion, a healed
+// partition), is announced online again under a new id, and its next end
+// under a new id too.
+func TestDecideRevival(t *testing.T) {
+	phone := rec("phone", "s1", 1, 1, "g1", 100)
+	down := phone
+	down.State = crdt.StateExpired
+	on1, last := Decide(Last{}, observe(nil, 100, nil, phone))
+	off1, last := Decide(last, observe(nil, 200, map[string]bool{"g1": true}, down))
+	if off1 == nil || body(t, off1).Data.Reason != "gateway_failed" || last.Opened.Session != "s1" {
+		t.Fatalf("failed: %+v %+v", off1, last)
+	}
+	// Still shown down: nothing, and the user is still remembered.
+	if ev, l := Decide(last, observe(nil, 250, map[string]bool{"g1": true}, down)); ev != nil || l.Opened.Session != "s1" {
+		t.Fatalf("still down: %+v %+v", ev, l)
+	}
+	on2, last := Decide(last, observe(nil, 300, nil, phone))
+	if on2 == nil || on2.Type != UserOnline || on2.ID == on1.ID || last.Revivals != 1 {
+		t.Fatalf("revived: %+v (first online %s), %+v", on2, on1.ID, last)
+	}
+	off2, last := Decide(last, observe(nil, 400, nil, ended(phone, crdt.StateDisconnected, 400)))
+	if off2 == nil || off2.ID == off1.ID || body(t, off2).Data.Reason != "disconnected" {
+		t.Fatalf("second end: %+v", off2)
+	}
+	if last.Opened.Session != "" {
+		t.Fatalf("a clean end is remembered: %+v", last)
+	}
+	// A failed gateway's user whose record is gone is forgotten.
+	_, last = Decide(Last{}, observe(nil, 100, nil, phone))
+	_, last = Decide(last, observe(nil, 200, map[string]bool{"g1": true}, down))
+	if _, l := Decide(last, observe(nil, 300, nil)); l.Opened.Session != "" {
+		t.Fatalf("purged user remembered: %+v", l)
+	}
+}
