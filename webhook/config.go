@@ -145,7 +145,7 @@ func (c *Config) Validate() error {
 	for _, u := range c.URLs {
 		p, err := url.Parse(u)
 		if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
-			errs = append(errs, fmt.Errorf("webhook URL %q: want http://host/... or https://host/...", u))
+			errs = append(errs, fmt.Errorf("webhook URL %q: want an http or https URL with a host", u))
 		}
 	}
 	if len(c.Secrets) == 0 {
