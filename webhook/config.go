@@ -43,8 +43,8 @@ type Config struct {
 	// each with up to half of it taken off at random (so a receiver that
 	// failed everyone at once is not retried by everyone at once). A
 	// Retry-After the receiver gives, up to MaxBackoff, is waited
-	// instead when longer. Defaults 1s and 5m: ten attempts span about
-	// 13 minutes.
+	// instead when longer. Defaults 1s and 5m: the nine waits between
+	// ten attempts add up to 4 to 9 minutes.
 	MinBackoff time.Duration
 	MaxBackoff time.Duration
 
