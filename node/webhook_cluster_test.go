@@ -161,6 +161,23 @@ func testWebhooksAcrossGateways(t *testing.T, failHalf bool) {
 		}
 	}
 
+	// With every queue empty, nothing was delivered twice.
+	testkit.WaitFor(t, 30*time.Second, "the webhook queues to empty", func() bool {
+		for _, g := range gs {
+			if g.GW.WebhookStats().Queued != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	for i := range users {
+		for _, typ := range []string{"user.online", "user.status", "user.offline"} {
+			if got := rcv.of(fmt.Sprintf("u%d", i), typ); len(got) > 1 {
+				t.Fatalf("u%d %s delivered %d times", i, typ, len(got))
+			}
+		}
+	}
+
 	// g1 is killed: its users go offline, gateway_failed, announced by
 	// g0 or g2.
 	gs[1].Kill()
