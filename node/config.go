@@ -14,6 +14,7 @@ import (
 	"github.com/rollcall/rollcall/auth"
 	"github.com/rollcall/rollcall/crdt"
 	"github.com/rollcall/rollcall/protocol"
+	"github.com/rollcall/rollcall/webhook"
 )
 
 // Config configures a Node. Take DefaultConfig and change what you need;
@@ -436,6 +437,11 @@ type Config struct {
 	// container. Default: the cluster's published address for this node
 	// (see gossip.Config.ClientAddr), else the bound client address.
 	ClientAdvertise string
+
+	// Webhook configures the webhooks this node sends (webhook.go,
+	// docs/webhooks.md); without URLs, none. DefaultConfig holds
+	// webhook.DefaultConfig.
+	Webhook webhook.Config
 }
 
 // Defaults.
@@ -464,7 +470,7 @@ const (
 // (which has none), Dev (false), and SweepInterval and StallThreshold (zero:
 // Validate derives them from the Timeout the caller settles on).
 func DefaultConfig() Config {
-	c := Config{EventCoalesce: DefaultEventCoalesce, DisconnectGrace: DefaultDisconnectGrace}
+	c := Config{EventCoalesce: DefaultEventCoalesce, DisconnectGrace: DefaultDisconnectGrace, Webhook: webhook.DefaultConfig()}
 	_ = c.fill()
 	c.SweepInterval, c.StallThreshold = 0, 0
 	return c
@@ -573,6 +579,9 @@ func (c *Config) Validate() error {
 	}
 	if c.DrainGrace >= c.DrainTimeout {
 		errs = append(errs, fmt.Errorf("drain grace (%v) must be below drain timeout (%v)", c.DrainGrace, c.DrainTimeout))
+	}
+	if err := c.Webhook.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if a := c.ClientAdvertise; a != "" {
 		if host, port, err := net.SplitHostPort(a); err != nil || host == "" || port == "" {

@@ -60,6 +60,8 @@ func (n *Node) Drain(ctx context.Context) error {
 	n.draining = true
 	n.mu.Unlock()
 	defer close(n.drained)
+	// Webhooks of the last writes are sent before drained closes.
+	defer n.drainWebhooks(ctx)
 	n.stopFeed()         // status-page streams end; the page reconnects elsewhere
 	n.stopEventStreams() // so do the change streams (events.go)
 

@@ -318,6 +318,9 @@ type Metrics struct {
 	// Stalled is the total length of this gateway's own stalls (see
 	// Config.StallThreshold).
 	Stalled time.Duration
+
+	// Webhooks counts the webhooks (webhook.go); zero when off.
+	Webhooks WebhookStats
 }
 
 // OpCode is a request op and an error code: the key of
@@ -404,6 +407,7 @@ func (n *Node) Metrics() Metrics {
 	m.DeltasInvalid = mc.deltasInvalid.Load()
 	m.PropagationLag = mc.lag.snapshot()
 	m.Stalled = time.Duration(n.stalled.Load())
+	m.Webhooks = n.WebhookStats()
 	return m
 }
 

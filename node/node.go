@@ -134,6 +134,8 @@ type Node struct {
 
 	hellos   *helloLimiter // hello rates by user and source (hellolimit.go); static after New
 	apiLimit *apiLimiter   // backend API request rates by source (apilimit.go); static after New
+
+	hooks *webhooks // webhook.go; nil when Config.Webhook has no URLs; static after New
 }
 
 type clusterRef struct{ c Cluster }
@@ -185,6 +187,11 @@ func New(cfg Config) (*Node, error) {
 		apiLimit:   newAPILimiter(),
 	}
 	n.initEventStreams()
+	if cfg.Webhook.Enabled() {
+		if n.hooks, err = newWebhooks(cfg, n.log); err != nil {
+			return nil, fmt.Errorf("node: %w", err)
+		}
+	}
 	limits := cfg.Limits()
 	n.limits.Store(&limits)
 	n.files = cfg.fileLimit()
@@ -319,6 +326,7 @@ func (n *Node) start() error {
 	go n.sweepLoop()
 	go n.notifyLoop()
 	go n.gcLoop()
+	n.startWebhooks()
 	n.log.Info("gateway started",
 		zap.Stringer("client_addr", ln.Addr()),
 		zap.String("http_addr", n.addrString(n.httpLn)),
@@ -403,6 +411,7 @@ func (n *Node) Close() error {
 		n.connWG.Wait()
 		n.polls.close()
 		n.loops.Wait()
+		n.closeWebhooks()
 	})
 	return nil
 }

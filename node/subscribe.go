@@ -9,6 +9,7 @@ import (
 
 	"github.com/rollcall/rollcall/crdt"
 	"github.com/rollcall/rollcall/protocol"
+	"github.com/rollcall/rollcall/webhook"
 )
 
 // Subscriptions and events.
@@ -405,6 +406,9 @@ func (n *Node) hasDirty() bool {
 // flushEvents emits the events for every dirty user, and reports whether
 // there were any.
 func (n *Node) flushEvents() bool {
+	if n.hooks != nil {
+		n.watchWebhookMembers() // the view the decisions below use
+	}
 	n.mu.Lock()
 	if len(n.dirty) == 0 {
 		n.mu.Unlock()
@@ -418,11 +422,18 @@ func (n *Node) flushEvents() bool {
 		changes = make([]PresenceChange, 0, len(dirty))
 	}
 	var version uint64
+	var hooked []*webhook.Event // webhooks this node sends (webhook.go)
 	for _, u := range dirty {
 		var cur crdt.Presence
 		read := false
-		if n.feed != nil {
+		if n.hooks != nil {
 			cur, read = n.replica.Presence(u, n.clock.Now().UnixNano()), true
+			hooked = n.decideWebhookLocked(cur, n.clock.Now().UnixNano(), hooked)
+		}
+		if n.feed != nil {
+			if !read {
+				cur, read = n.replica.Presence(u, n.clock.Now().UnixNano()), true
+			}
 			if ch, ok := n.feedChangeLocked(cur); ok {
 				if version == 0 {
 					version = n.nextVersionLocked()
@@ -505,6 +516,9 @@ func (n *Node) flushEvents() bool {
 			changes[i].Time = at
 		}
 		n.feed.publish(changes)
+	}
+	if len(hooked) > 0 {
+		n.sendWebhooks(hooked)
 	}
 	n.fanMu.Unlock()
 	if len(out) > 0 {

@@ -19,6 +19,7 @@ import (
 	"github.com/rollcall/rollcall/internal/tlsconf"
 	"github.com/rollcall/rollcall/metrics"
 	"github.com/rollcall/rollcall/node"
+	"github.com/rollcall/rollcall/webhook"
 )
 
 // agentActions are the agent's command-line-only flags.
@@ -278,6 +279,17 @@ func (ac *agentConfig) nodeConfig(log *zap.Logger) (node.Config, error) {
 			return cfg, fmt.Errorf("--admin-token-file: %w", err)
 		}
 		cfg.AdminToken = token
+	}
+	if ac.WebhookSecretFile != "" {
+		keys, err := webhook.ReadSecretFile(ac.WebhookSecretFile)
+		if err != nil {
+			return cfg, fmt.Errorf("--webhook-secret-file: %w", err)
+		}
+		cfg.Webhook.Secrets = keys
+	}
+	if len(cfg.Webhook.URLs) > 0 {
+		log.Info("webhooks on", zap.Int("urls", len(cfg.Webhook.URLs)), zap.Stringer("events", cfg.Webhook.Events),
+			zap.Int("secrets", len(cfg.Webhook.Secrets)))
 	}
 	if err := checkLimitFlags(cfg); err != nil {
 		return cfg, err

@@ -9,6 +9,7 @@ import (
 	"github.com/rollcall/rollcall/gossip"
 	"github.com/rollcall/rollcall/internal/tlsconf"
 	"github.com/rollcall/rollcall/node"
+	"github.com/rollcall/rollcall/webhook"
 )
 
 // agentConfig is the configuration of `rollcall agent`. Every agent flag
@@ -51,6 +52,9 @@ type agentConfig struct {
 	// GossipInsecure lets gossip run without a key on a non-loopback
 	// address outside --dev (checkGossip refuses that otherwise).
 	GossipInsecure bool
+	// WebhookSecretFile holds the webhook signing secrets, one whsec_
+	// secret per line (webhook.ParseSecrets); needed with webhook URLs.
+	WebhookSecretFile string
 	// LogLevel and LogFormat configure the agent's logger.
 	LogLevel  string
 	LogFormat string
@@ -85,6 +89,7 @@ const (
 	sectionLimits   = "**Limits** ([below](#limits); all SIGHUP)"
 	sectionBuffers  = "**Buffers and windows** ([below](#buffer-and-window-sizes))"
 	sectionGossip   = "**Gossip** ([gossip encryption](security.md#gossip-encryption-and-key-rotation))"
+	sectionWebhooks = "**Webhooks** ([webhooks](../webhooks.md))"
 	sectionLogging  = "**Logging**"
 )
 
@@ -182,6 +187,17 @@ func agentFlagSet(c *agentConfig, stderr io.Writer) (*flag.FlagSet, []flagSectio
 	fs.BoolVar(&c.GossipInsecure, "gossip-insecure", c.GossipInsecure, "Run gossip without a key on a --gossip-addr that is not loopback. Without a key anyone who reaches the gossip port can join the cluster and forge members and presence; without this flag (or --dev) such an agent refuses to start. Only on a network nobody else reaches.")
 	fs.DurationVar(&n.PurgeHorizon, "purge-horizon", n.PurgeHorizon, "How long a failed gateway's sessions stay (shown expired) before they are purged. If the gateway is heard from again later, anti-entropy fetches its live sessions again.")
 
+	s.start(sectionWebhooks)
+	w := &n.Webhook
+	fs.Var(appendFlag{&w.URLs}, "webhook-url", "URL that receives the webhooks (user.online, user.offline, user.status), signed as Standard Webhooks says; repeat the flag (or separate with commas) for several, each sent every event. Needs --webhook-secret-file. (default: none, webhooks off)")
+	fs.StringVar(&c.WebhookSecretFile, "webhook-secret-file", c.WebhookSecretFile, "File of webhook signing secrets, one per line: whsec_ followed by the base64 of 24 to 64 random bytes; each signs every request, so list the new one beside the old while rotating.")
+	fs.Var(typesFlag{&w.Events}, "webhook-events", "Comma-separated webhook events to send: user.online, user.offline, user.status.")
+	fs.IntVar(&w.Concurrency, "webhook-concurrency", w.Concurrency, "Webhook requests in flight at once, and keep-alive connections kept per URL.")
+	fs.IntVar(&w.Queue, "webhook-queue", w.Queue, "Webhook deliveries (an event to one URL) that may wait, be in flight or wait for a retry; one more is dropped and counted.")
+	fs.IntVar(&w.MaxAttempts, "webhook-attempts", w.MaxAttempts, "Attempts of one webhook delivery, the first included, with exponential backoff from 1s to 5m between them; then it is given up and counted failed.")
+	fs.DurationVar(&w.Timeout, "webhook-timeout", w.Timeout, "Bound on one webhook attempt, up to the response's headers.")
+	fs.DurationVar(&w.Handoff, "webhook-handoff", w.Handoff, "How long after a gateway joins, leaves or fails the gateways on both sides of the change announce the users that move (receivers drop the duplicates by webhook-id), and how long each gateway keeps the events it left to another, to send them if that one fails. Longer than the cluster takes to detect a failure.")
+
 	s.start(sectionLogging)
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error. Reloaded on SIGHUP.")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "console for people (coloured only on a terminal), json for log collectors.")
@@ -206,6 +222,46 @@ func (l listFlag) Set(s string) error {
 }
 
 func (l listFlag) Get() any { return l.String() }
+
+// appendFlag is a repeatable list flag bound onto a []string: each use
+// adds its comma-separated items. Its Get is the text, so a config file
+// may give it as a YAML list.
+type appendFlag struct{ list *[]string }
+
+func (l appendFlag) String() string {
+	if l.list == nil {
+		return ""
+	}
+	return strings.Join(*l.list, ",")
+}
+
+func (l appendFlag) Set(s string) error {
+	*l.list = append(*l.list, splitList(s)...)
+	return nil
+}
+
+func (l appendFlag) Get() any { return l.String() }
+
+// typesFlag is a comma-separated list of webhook event types.
+type typesFlag struct{ types *webhook.Types }
+
+func (f typesFlag) String() string {
+	if f.types == nil {
+		return ""
+	}
+	return f.types.String()
+}
+
+func (f typesFlag) Set(s string) error {
+	t, err := webhook.ParseTypes(s)
+	if err != nil {
+		return err
+	}
+	*f.types = t
+	return nil
+}
+
+func (f typesFlag) Get() any { return f.String() }
 
 // flagSection is one section of a flag reference: a title and the flags
 // registered under it.

@@ -29,6 +29,7 @@ var (
 	_ node.Cluster           = (*gossip.Cluster)(nil)
 	_ node.AddressBook       = (*gossip.Cluster)(nil)
 	_ node.GatewayLister     = (*gossip.Cluster)(nil)
+	_ node.LiveGatewayLister = (*gossip.Cluster)(nil)
 	_ node.DrainAnnouncer    = (*gossip.Cluster)(nil)
 	_ node.ReadinessReporter = (*gossip.Cluster)(nil)
 	_ node.Membership        = (*gossip.Cluster)(nil)

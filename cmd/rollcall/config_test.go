@@ -418,3 +418,41 @@ func TestPlaintextGossipOnANetworkRefused(t *testing.T) {
 		}
 	}
 }
+
+// The webhook flags: --webhook-url repeats (and takes commas), in a config
+// file a YAML list; the events parse; URLs need a secret file, whose
+// secrets reach the node's configuration.
+func TestWebhookFlags(t *testing.T) {
+	af, err := parseAgent(t, []string{"--webhook-url", "http://a/h", "--webhook-url", "https://b/h,http://c/h",
+		"--webhook-events", "user.offline, user.online"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := af.Node.Webhook
+	if strings.Join(w.URLs, " ") != "http://a/h https://b/h http://c/h" || w.Events.String() != "user.online,user.offline" {
+		t.Fatalf("urls %v, events %v", w.URLs, w.Events)
+	}
+	path := writeConfigFile(t, "webhook-url: [http://a/h, http://b/h]\n")
+	if af, err = parseAgent(t, []string{"--config", path}, nil); err != nil || len(af.Node.Webhook.URLs) != 2 {
+		t.Fatalf("from the config file: %v, %v", af.Node.Webhook.URLs, err)
+	}
+	if _, err := parseAgent(t, []string{"--webhook-events", "user.deleted"}, nil); err == nil || !strings.Contains(err.Error(), "user.deleted") {
+		t.Fatalf("unknown event: %v", err)
+	}
+	af, err = parseAgent(t, []string{"--dev", "--webhook-url", "http://a/h"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := af.nodeConfig(zap.NewNop()); err == nil || !strings.Contains(err.Error(), "--webhook-secret-file") {
+		t.Fatalf("URLs without a secret: %v", err)
+	}
+	secrets := filepath.Join(t.TempDir(), "webhook-secret")
+	if err := os.WriteFile(secrets, []byte("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	af.WebhookSecretFile = secrets
+	cfg, err := af.nodeConfig(zap.NewNop())
+	if err != nil || len(cfg.Webhook.Secrets) != 1 || len(cfg.Webhook.Secrets[0]) != 24 {
+		t.Fatalf("secret file: %v", err)
+	}
+}
