@@ -94,6 +94,7 @@ func (n *Node) afterRemoteChangeLocked(touched map[string]struct{}) []*conn {
 	for _, c := range lost {
 		n.unregisterLocked(c)
 	}
+	n.lostTrackedLocked(touched)
 	return lost
 }
 

@@ -168,6 +168,7 @@ func (n *Node) handleHello(c *conn, req *protocol.Request) {
 	if old != nil {
 		n.unregisterLocked(old)
 	}
+	n.dropTrackedLocked(key)
 	n.registerLocked(c)
 	n.markDirtyLocked(sess.user)
 	n.unlockAndPublish(&lk, []crdt.Delta{d})
@@ -462,7 +463,8 @@ func (n *Node) endConnSession(c *conn, forget bool) {
 	var deltas []crdt.Delta
 	// While Drain holds the sessions, Drain writes it or a newer epoch
 	// replaces it.
-	if !n.holding && !(forget && n.startGraceLocked(c, now)) {
+	holding := n.holding
+	if !holding && !(forget && n.startGraceLocked(c, now)) {
 		if d, ok := n.endSessionLocked(c, crdt.StateDisconnected, now); ok {
 			deltas = append(deltas, d)
 			n.stats.m.disconnected(c.q.disconnectReason(), 1)
@@ -470,6 +472,11 @@ func (n *Node) endConnSession(c *conn, forget bool) {
 	}
 	n.dropSubsLocked(c)
 	n.unlockAndPublish(&lk, deltas)
+	if !holding {
+		// The sessions c tracks share its liveness: they end with it
+		// (no disconnect grace: their client is the connection).
+		n.endTracked(c, crdt.StateDisconnected, c.q.disconnectReason())
+	}
 }
 
 // expireSession ends c's session if it has been silent for Timeout
@@ -508,6 +515,7 @@ func (n *Node) expireSession(c *conn, nowMono int64) {
 		deltas = append(deltas, d)
 	}
 	n.unlockAndPublish(&lk, deltas)
+	n.endTracked(c, crdt.StateExpired, 0) // silent: every session it tracks expires with it
 	n.stats.expired.Add(1)
 	n.log.Debug("session expired", zap.Uint64("conn", c.id))
 	c.closeWithError(nil, protocol.CodeExpired, "no request within "+n.cfg.Timeout.String())
@@ -584,12 +592,7 @@ func (n *Node) unregisterLocked(c *conn) {
 	}
 	n.localCount--
 	n.markDirtyLocked(s.user)
-	if n.holding && n.localCount == 0 {
-		select {
-		case n.handedOver <- struct{}{}:
-		default:
-		}
-	}
+	n.signalHandoverLocked()
 }
 
 func randomHex(nbytes int) string {
