@@ -84,9 +84,9 @@ type Node struct {
 	local      map[string]map[string]*conn // user -> device -> conn owning that active session
 	localCount int
 	tracked    map[crdt.Key]*trackedSession // sessions connections hold on behalf of users (track.go)
-	conns      map[*conn]struct{} // every open connection
-	perIP      map[netip.Addr]int // open connections by source address (sourceKey): client and HTTP
-	httpConns  int                // open HTTP connections (httpconns.go)
+	conns      map[*conn]struct{}           // every open connection
+	perIP      map[netip.Addr]int           // open connections by source address (sourceKey): client and HTTP
+	httpConns  int                          // open HTTP connections (httpconns.go)
 	draining   bool
 	holding    bool                  // Drain holds the local sessions for DrainGrace (drain.go)
 	version    uint64                // last presence version handed out

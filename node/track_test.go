@@ -208,7 +208,12 @@ func trackUsers(t testing.TB, be *client, from, to int) {
 func TestTrackedSessionsShareTheConnectionsDeadline(t *testing.T) {
 	fc := &fakeCluster{}
 	clock := newFakeClock()
-	n := newTestNode(t, func(c *Config) { c.Cluster = fc; c.Clock = clock; c.Timeout = 10 * time.Second; c.Heartbeat = 2 * time.Second })
+	n := newTestNode(t, func(c *Config) {
+		c.Cluster = fc
+		c.Clock = clock
+		c.Timeout = 10 * time.Second
+		c.Heartbeat = 2 * time.Second
+	})
 	be, _ := connect(t, n, "backend", "b1")
 	trackUsers(t, be, 0, 50)
 	published := len(fc.published())
