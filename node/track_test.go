@@ -404,3 +404,36 @@ func liveHeap() uint64 {
 	runtime.ReadMemStats(&ms)
 	return ms.HeapAlloc
 }
+
+// TestDrainHoldsTrackedSessions: a draining gateway holds the sessions a
+// backend tracks, as it holds its connections' sessions: the backend
+// reconnects to another gateway and tracks them there, a subscriber never
+// sees them offline, and the drain ends once they are all taken over.
+func TestDrainHoldsTrackedSessions(t *testing.T) {
+	m, ns := newMesh(t, func(c *Config) { c.DrainGrace, c.DrainTimeout = time.Minute, 2*time.Minute }, "A", "B", "C")
+	a, b, c := ns[0], ns[1], ns[2]
+	w, _ := connect(t, c, "watcher", "w")
+	w.ok(map[string]any{"op": "sub", "users": []string{"alice"}})
+	expectPresence(t, w.recv(), "alice", "")
+	be, _ := connect(t, a, "backend", "b1")
+	results(t, be.call(trackReq("track", ses("alice", "web"))), protocol.OpTracked)
+	expectPresence(t, w.recv(), "alice", "A")
+
+	drained := make(chan error, 1)
+	go func() { drained <- a.Drain(t.Context()) }()
+	be.expectError(protocol.CodeShuttingDown)
+	be.expectClosed()
+	be2, _ := connect(t, b, "backend", "b1")
+	results(t, be2.call(trackReq("track", ses("alice", "web"))), protocol.OpTracked)
+	expectPresence(t, w.recv(), "alice", "B")
+	if err := <-drained; err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range m.published("A") {
+		if s := d.Session; s != nil && s.User == "alice" && s.State != crdt.StateActive {
+			t.Fatalf("A wrote alice %v", s.State)
+		}
+	}
+	checkInvariants(t, a)
+	checkInvariants(t, b)
+}
