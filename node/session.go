@@ -443,8 +443,9 @@ func (n *Node) connLost(c *conn) {
 	n.endConnSession(c, true)
 }
 
-// endConnSession disconnects c's session if c still owns it and drops its
-// subscriptions; forget also removes c from the open connections. The
+// endConnSession disconnects c's session if c still owns it, and the
+// sessions it tracks, and drops its subscriptions; forget also removes c
+// from the open connections. The
 // writer calls it as soon as a closing error is queued, so a session never
 // outlives the decision to close its connection, except while Drain holds
 // the sessions (drain.go): then the session stays until a newer epoch
@@ -470,12 +471,21 @@ func (n *Node) endConnSession(c *conn, forget bool) {
 			n.stats.m.disconnected(c.q.disconnectReason(), 1)
 		}
 	}
+	tracking := !holding && c.tracks != nil && c.tracks.head != nil
 	n.dropSubsLocked(c)
 	n.unlockAndPublish(&lk, deltas)
-	if !holding {
-		// The sessions c tracks share its liveness: they end with it
-		// (no disconnect grace: their client is the connection).
-		n.endTracked(c, crdt.StateDisconnected, c.q.disconnectReason())
+	if tracking {
+		// The sessions c tracks share its liveness: they end with it (no
+		// disconnect grace: their client is the connection), on a
+		// goroutine of their own, so that a backend's 100,000 do not hold
+		// up the event loop's other connections. The caller holds connWG
+		// for c (its reader side, or a writer's).
+		reason := c.q.disconnectReason()
+		n.connWG.Add(1)
+		go func() {
+			defer n.connWG.Done()
+			n.endTracked(c, crdt.StateDisconnected, reason)
+		}()
 	}
 }
 

@@ -28,10 +28,11 @@ import (
 //	            list
 //	untrack     handleUntrack: PutLocal(disconnected)
 //	connection  closes: endConnSession ends every session it tracks,
-//	            disconnected; goes silent past Timeout: expireSession ends
-//	            them expired. One pass over the connection's list, in
-//	            batches of endTrackedBatch writes per hold of mu, each
-//	            batch published as one slice of deltas
+//	            disconnected, on a goroutine of its own; goes silent past
+//	            Timeout: expireSession (the sweeper) ends them expired.
+//	            One pass over the connection's list, in batches of
+//	            endTrackedBatch writes per hold of mu, each batch published
+//	            as one slice of deltas
 //	superseded  a newer epoch of the (user, device) here (handleHello,
 //	            another connection's track) or from another gateway
 //	            (afterRemoteChangeLocked): the session is forgotten without
