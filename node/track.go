@@ -437,11 +437,26 @@ func (n *Node) endTracked(c *conn, st crdt.State, reason int) {
 	n.log.Debug("tracked sessions ended", zap.Uint64("conn", c.id), zap.Stringer("state", st), zap.Int("sessions", ended))
 }
 
-// lostTrackedLocked forgets the tracked sessions of the touched users
-// whose (user, device) the replica now holds a newer record of (another
-// gateway's, or a newer epoch): they were superseded.
-func (n *Node) lostTrackedLocked(touched map[string]struct{}) {
+// lostTrackedLocked forgets the tracked sessions whose (user, device) the
+// replica now holds a newer record of (another gateway's, or a newer
+// epoch): they were superseded. It looks at keys, when not nil (the keys of
+// the records merged), else at every device of the touched users.
+func (n *Node) lostTrackedLocked(touched map[string]struct{}, keys []crdt.Key) {
 	if len(n.tracked) == 0 {
+		return
+	}
+	if keys != nil {
+		for _, k := range keys {
+			t := n.tracked[k]
+			if t == nil {
+				continue
+			}
+			if s, ok := n.replica.Session(k); ok && s.Origin == n.origin && s.Epoch == t.epoch && s.State == crdt.StateActive {
+				continue
+			}
+			n.unlinkTrackedLocked(t)
+			n.stats.superseded.Add(1)
+		}
 		return
 	}
 	for u := range touched {

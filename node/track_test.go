@@ -281,6 +281,17 @@ func TestTrackEpochs(t *testing.T) {
 	if n.TrackedCount() != 0 {
 		t.Fatalf("tracked %d after a newer remote epoch", n.TrackedCount())
 	}
+	// And one learned by anti-entropy (a sync, which names users only).
+	results(t, be2.call(trackReq("track", ses("carol", "web"))), protocol.OpTracked)
+	held, _ := sessionOf(n, crdt.Key{User: "carol", Device: "web"})
+	rm.put("carol", "web", held.Epoch+1, crdt.StateActive, crdt.StatusAvailable)
+	if err := n.ApplySync(rm.r.Diff(n.Digest())); err != nil {
+		t.Fatal(err)
+	}
+	if n.TrackedCount() != 0 {
+		t.Fatalf("tracked %d after a newer epoch by sync", n.TrackedCount())
+	}
+	checkInvariants(t, n)
 	be2.nc.Close()
 	waitFor(t, "backend b2 gone", func() bool { return n.SessionCount() == 2 })
 	if p := presenceOf(n, "bob"); !p.Online || p.Sessions[0].Gateway != "n2" {
