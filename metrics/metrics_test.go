@@ -209,7 +209,7 @@ func TestMetricsFollowNamingConventions(t *testing.T) {
 func boundedLabels() map[string]*regexp.Regexp {
 	code := regexp.MustCompile(`^[a-z_]+$`)
 	return map[string]*regexp.Regexp{
-		"op":         regexp.MustCompile(`^(unknown|hello|hb|status|account|join|leave|get|group|locate|sub|unsub|send|bye|refresh|meta)$`),
+		"op":         regexp.MustCompile(`^(unknown|hello|hb|status|account|join|leave|get|group|locate|sub|unsub|send|bye|refresh|meta|track|untrack)$`),
 		"code":       code,
 		"reason":     code,
 		"result":     regexp.MustCompile(`^(applied|stale|invalid)$`),

@@ -303,6 +303,23 @@ type Config struct {
 	IPHelloRate    float64
 	IPHelloBurst   int
 
+	// TrackRate is how many sessions per second one connection may track
+	// or untrack on average (each session of a track or untrack request
+	// takes one token), and TrackBurst how many at once after a quiet
+	// spell: a token bucket per connection, apart from the request bucket.
+	// Each tracked session is a write every gateway merges, so a backend
+	// that reconnects fills its sessions back at this pace. A request past
+	// the allowance gets rate_limited, tracks nothing, and the connection
+	// stays open. Defaults 10,000/s and 20,000 (at least
+	// protocol.MaxTrackPerRequest); a negative TrackRate disables the
+	// limit.
+	TrackRate  float64
+	TrackBurst int
+	// MaxTrackedPerConnection caps the sessions one connection tracks at
+	// once: a track that would take it past the cap gets bad_request and
+	// tracks nothing. Default 100,000; negative means no cap.
+	MaxTrackedPerConnection int
+
 	// MaxTombstonesPerUser is passed to crdt.Config: the ended sessions
 	// of one user the replica keeps for the tombstone horizon; past it
 	// the oldest is collected at once. Default crdt's

@@ -85,7 +85,7 @@ func (n *Node) Drain(ctx context.Context) error {
 	} else {
 		deltas = n.endLocalSessionsLocked(now)
 	}
-	held := n.localCount
+	held := n.heldCountLocked()
 	conns := make([]*conn, 0, len(n.conns))
 	for c := range n.conns {
 		conns = append(conns, c)
@@ -142,7 +142,7 @@ func (n *Node) awaitHandover(ctx context.Context, grace time.Duration) error {
 			return fmt.Errorf("node: drain: %w", ctx.Err())
 		case <-n.handedOver:
 			n.mu.Lock()
-			left := n.localCount
+			left := n.heldCountLocked()
 			n.mu.Unlock()
 			if left == 0 {
 				return nil
@@ -162,6 +162,7 @@ func (n *Node) endLocalSessionsLocked(now time.Time) []crdt.Delta {
 			}
 		}
 	}
+	deltas = append(deltas, n.endAllTrackedLocked(now)...)
 	n.stats.m.disconnected(codeIndex(protocol.CodeShuttingDown), len(deltas))
 	return deltas
 }

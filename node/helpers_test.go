@@ -471,6 +471,7 @@ func checkInvariants(t testing.TB, n *Node) {
 	if count != n.localCount {
 		t.Fatalf("localCount %d, indexed %d", n.localCount, count)
 	}
+	checkTrackedLocked(t, n)
 }
 
 func joinLines(lines ...string) string { return strings.Join(lines, "\n") }

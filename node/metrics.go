@@ -33,6 +33,8 @@ const (
 	opBye
 	opRefresh
 	opMeta
+	opTrack
+	opUntrack
 	numOps
 )
 
@@ -69,6 +71,10 @@ func opIndex(op string) int32 {
 		return opRefresh
 	case protocol.OpMeta:
 		return opMeta
+	case protocol.OpTrack:
+		return opTrack
+	case protocol.OpUntrack:
+		return opUntrack
 	}
 	return opUnknown
 }
@@ -77,7 +83,7 @@ func opIndex(op string) int32 {
 func opNames() [numOps]string {
 	return [numOps]string{"unknown", protocol.OpHello, protocol.OpHB, protocol.OpStatus, protocol.OpAccount, protocol.OpJoin, protocol.OpLeave,
 		protocol.OpGet, protocol.OpGroup, protocol.OpLocate, protocol.OpSub, protocol.OpUnsub, protocol.OpSend, protocol.OpBye, protocol.OpRefresh,
-		protocol.OpMeta}
+		protocol.OpMeta, protocol.OpTrack, protocol.OpUntrack}
 }
 
 // errorCodes returns every error code, in the order of the error

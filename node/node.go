@@ -83,9 +83,10 @@ type Node struct {
 	replica    *crdt.Replica
 	local      map[string]map[string]*conn // user -> device -> conn owning that active session
 	localCount int
-	conns      map[*conn]struct{} // every open connection
-	perIP      map[netip.Addr]int // open connections by source address (sourceKey): client and HTTP
-	httpConns  int                // open HTTP connections (httpconns.go)
+	tracked    map[crdt.Key]*trackedSession // sessions connections hold on behalf of users (track.go)
+	conns      map[*conn]struct{}           // every open connection
+	perIP      map[netip.Addr]int           // open connections by source address (sourceKey): client and HTTP
+	httpConns  int                          // open HTTP connections (httpconns.go)
 	draining   bool
 	holding    bool                  // Drain holds the local sessions for DrainGrace (drain.go)
 	version    uint64                // last presence version handed out
@@ -174,6 +175,7 @@ func New(cfg Config) (*Node, error) {
 		tls:        serverTLS(cfg.TLS),
 		replica:    r,
 		local:      make(map[string]map[string]*conn),
+		tracked:    make(map[crdt.Key]*trackedSession),
 		conns:      make(map[*conn]struct{}),
 		perIP:      make(map[netip.Addr]int),
 		dirty:      make(map[string]struct{}),

@@ -168,6 +168,7 @@ func (n *Node) handleHello(c *conn, req *protocol.Request) {
 	if old != nil {
 		n.unregisterLocked(old)
 	}
+	n.dropTrackedLocked(key)
 	n.registerLocked(c)
 	n.markDirtyLocked(sess.user)
 	n.unlockAndPublish(&lk, []crdt.Delta{d})
@@ -442,8 +443,9 @@ func (n *Node) connLost(c *conn) {
 	n.endConnSession(c, true)
 }
 
-// endConnSession disconnects c's session if c still owns it and drops its
-// subscriptions; forget also removes c from the open connections. The
+// endConnSession disconnects c's session if c still owns it, and the
+// sessions it tracks, and drops its subscriptions; forget also removes c
+// from the open connections. The
 // writer calls it as soon as a closing error is queued, so a session never
 // outlives the decision to close its connection, except while Drain holds
 // the sessions (drain.go): then the session stays until a newer epoch
@@ -462,14 +464,29 @@ func (n *Node) endConnSession(c *conn, forget bool) {
 	var deltas []crdt.Delta
 	// While Drain holds the sessions, Drain writes it or a newer epoch
 	// replaces it.
-	if !n.holding && !(forget && n.startGraceLocked(c, now)) {
+	holding := n.holding
+	if !holding && !(forget && n.startGraceLocked(c, now)) {
 		if d, ok := n.endSessionLocked(c, crdt.StateDisconnected, now); ok {
 			deltas = append(deltas, d)
 			n.stats.m.disconnected(c.q.disconnectReason(), 1)
 		}
 	}
+	tracking := !holding && c.tracks != nil && c.tracks.head != nil
 	n.dropSubsLocked(c)
 	n.unlockAndPublish(&lk, deltas)
+	if tracking {
+		// The sessions c tracks share its liveness: they end with it (no
+		// disconnect grace: their client is the connection), on a
+		// goroutine of their own, so that a backend's 100,000 do not hold
+		// up the event loop's other connections. The caller holds connWG
+		// for c (its reader side, or a writer's).
+		reason := c.q.disconnectReason()
+		n.connWG.Add(1)
+		go func() {
+			defer n.connWG.Done()
+			n.endTracked(c, crdt.StateDisconnected, reason)
+		}()
+	}
 }
 
 // expireSession ends c's session if it has been silent for Timeout
@@ -508,6 +525,7 @@ func (n *Node) expireSession(c *conn, nowMono int64) {
 		deltas = append(deltas, d)
 	}
 	n.unlockAndPublish(&lk, deltas)
+	n.endTracked(c, crdt.StateExpired, 0) // silent: every session it tracks expires with it
 	n.stats.expired.Add(1)
 	n.log.Debug("session expired", zap.Uint64("conn", c.id))
 	c.closeWithError(nil, protocol.CodeExpired, "no request within "+n.cfg.Timeout.String())
@@ -584,12 +602,7 @@ func (n *Node) unregisterLocked(c *conn) {
 	}
 	n.localCount--
 	n.markDirtyLocked(s.user)
-	if n.holding && n.localCount == 0 {
-		select {
-		case n.handedOver <- struct{}{}:
-		default:
-		}
-	}
+	n.signalHandoverLocked()
 }
 
 func randomHex(nbytes int) string {

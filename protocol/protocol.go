@@ -17,7 +17,8 @@ import "encoding/json"
 //	   authorization from token claims; group's limit and cursor, its
 //	   reply's next, sub's ok.snapshot and the snapshot and more flags of
 //	   events joined with paging; kicked joined with the HTTP API's
-//	   disconnect.
+//	   disconnect; track and untrack (backend grant) joined with
+//	   sessions held on behalf of users.
 const Version = 1
 
 // Limits.
@@ -69,6 +70,8 @@ const (
 	// API (POST /v1/send): what a send request in a line of MaxLineBytes
 	// can carry, and what the cluster routes to another gateway.
 	MaxSendBodyBytes = 64 << 10
+	// MaxTrackPerRequest bounds the sessions of one track or untrack.
+	MaxTrackPerRequest = 1000
 )
 
 // Ops. Requests are sent by clients; the rest by the gateway.
@@ -88,20 +91,24 @@ const (
 	OpBye     = "bye"     // request: end the session cleanly
 	OpRefresh = "refresh" // request: present a new token for the session's user before the current one expires
 	OpMeta    = "meta"    // request: set this session's meta
+	OpTrack   = "track"   // request (backend grant): hold sessions on behalf of users, for as long as this connection lives
+	OpUntrack = "untrack" // request (backend grant): end sessions this connection tracks
 
-	OpWelcome  = "welcome"  // reply to hello
-	OpOK       = "ok"       // reply to status, account, meta, join, leave, sub, unsub, send, refresh, bye
-	OpPresence = "presence" // reply to get
-	OpEvent    = "event"    // pushed: a subscribed user's presence changed
-	OpMessage  = "message"  // pushed: a message sent to this user
-	OpError    = "error"    // reply or pushed: something went wrong
+	OpWelcome   = "welcome"   // reply to hello
+	OpOK        = "ok"        // reply to status, account, meta, join, leave, sub, unsub, send, refresh, bye
+	OpPresence  = "presence"  // reply to get
+	OpEvent     = "event"     // pushed: a subscribed user's presence changed
+	OpMessage   = "message"   // pushed: a message sent to this user
+	OpError     = "error"     // reply or pushed: something went wrong
+	OpTracked   = "tracked"   // reply to track
+	OpUntracked = "untracked" // reply to untrack
 )
 
 // IsRequestOp reports whether op is one a client may send.
 func IsRequestOp(op string) bool {
 	switch op {
 	case OpHello, OpHB, OpStatus, OpAccount, OpJoin, OpLeave, OpGet, OpGroup,
-		OpLocate, OpSub, OpUnsub, OpSend, OpBye, OpRefresh, OpMeta:
+		OpLocate, OpSub, OpUnsub, OpSend, OpBye, OpRefresh, OpMeta, OpTrack, OpUntrack:
 		return true
 	}
 	return false
@@ -212,6 +219,46 @@ type Request struct {
 	// send
 	To   string          `json:"to,omitempty"`
 	Body json.RawMessage `json:"body,omitempty"`
+
+	// track, untrack: at most MaxTrackPerRequest, each (user, device)
+	// once (untrack reads only user and device)
+	Sessions []TrackSession `json:"sessions,omitempty"`
+}
+
+// TrackSession is one session of a track or untrack request: a session
+// the connection holds on behalf of User. Status (absent: available),
+// Groups and Meta are as a hello's; a track of a (user, device) the
+// connection already tracks sets them anew (absent ones to their
+// defaults), keeping the session's id and epoch.
+type TrackSession struct {
+	User   string          `json:"user"`
+	Device string          `json:"device"`
+	Status string          `json:"status,omitempty"`
+	Groups []string        `json:"groups,omitempty"`
+	Meta   json.RawMessage `json:"meta,omitempty"`
+}
+
+// TrackResult is one session of a tracked or untracked reply, in the
+// request's order: its id and epoch. In a tracked reply, an entry the
+// gateway could not open carries Code and Message instead
+// (epoch_exhausted, too_many_sessions: they close nothing here); in an
+// untracked reply, a (user, device) the connection did not track (or lost
+// to a newer connection) has neither session nor epoch.
+type TrackResult struct {
+	User    string    `json:"user"`
+	Device  string    `json:"device"`
+	Session string    `json:"session,omitempty"`
+	Epoch   uint64    `json:"epoch,omitempty"`
+	Code    ErrorCode `json:"code,omitempty"`
+	Message string    `json:"message,omitempty"`
+}
+
+// TrackReply is the reply to track (Op tracked) and untrack (Op
+// untracked).
+type TrackReply struct {
+	Op       string          `json:"op"`
+	ID       json.RawMessage `json:"id,omitempty"`
+	Sessions []TrackResult   `json:"sessions"`
 }
 
 // Head is the envelope of any line from the gateway: what a client first

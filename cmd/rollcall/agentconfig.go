@@ -165,6 +165,9 @@ func agentFlagSet(c *agentConfig, stderr io.Writer) (*flag.FlagSet, []flagSectio
 	fs.IntVar(&n.UserHelloBurst, "user-hello-burst", n.UserHelloBurst, "Hellos one user may make at once after a quiet spell.")
 	fs.Float64Var(&n.IPHelloRate, "ip-hello-rate", n.IPHelloRate, "Hellos per second one source address may make on average, checked before the token; then rate_limited. Negative: no limit.")
 	fs.IntVar(&n.IPHelloBurst, "ip-hello-burst", n.IPHelloBurst, "Hellos one source address may make at once after a quiet spell.")
+	fs.Float64Var(&n.TrackRate, "track-rate", n.TrackRate, "Sessions per second one connection may track or untrack on average (each session of a request counts); then rate_limited. Negative: no limit.")
+	fs.IntVar(&n.TrackBurst, "track-burst", n.TrackBurst, "Sessions one connection may track or untrack at once after a quiet spell (at least 1000, a full request).")
+	fs.IntVar(&n.MaxTrackedPerConnection, "max-tracked-per-connection", n.MaxTrackedPerConnection, "Sessions one connection may track at once; a track past it gets bad_request. Negative: no cap.")
 
 	s.start(sectionBuffers)
 	fs.IntVar(&n.MaxLineBytes, "max-line-bytes", n.MaxLineBytes, "Longest client request line in bytes, newline excluded (at least 1024); a longer one gets line_too_long and the connection is closed.")

@@ -29,6 +29,7 @@ const boundsDocPath = "../../docs/operations/security.md"
 // row gets its value checked too.
 var boundsConstants = map[string]float64{
 	"protocol.MaxUsersPerRequest":  protocol.MaxUsersPerRequest,
+	"protocol.MaxTrackPerRequest":  protocol.MaxTrackPerRequest,
 	"protocol.MaxSubscriptions":    protocol.MaxSubscriptions,
 	"protocol.MaxGroups":           protocol.MaxGroups,
 	"protocol.MaxNameLen":          protocol.MaxNameLen,
