@@ -22,7 +22,7 @@ type Delta struct {
 	// <= Since, this delta's record covers every write the origin made in
 	// (Since, Version]. An uncoalesced delta has Since = Version-1;
 	// Coalesce widens it. Receivers use it to advance their watermark.
-	Since   uint64
+	Since    uint64
 	Session  *Session
 	Account  *Account
 	LastSeen *LastSeen
