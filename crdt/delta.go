@@ -361,3 +361,20 @@ func compareOrigins(a, b Origin) int {
 	}
 	return cmpU64(a.Incarnation, b.Incarnation)
 }
+
+// WithoutLastSeen returns the sync without its last-seen records, for a
+// peer that cannot read them; the watermarks are unchanged. s is not
+// modified.
+func (s Sync) WithoutLastSeen() Sync {
+	out := s
+	for i := range s {
+		if len(s[i].LastSeen) == 0 {
+			continue
+		}
+		if &out[0] == &s[0] {
+			out = slices.Clone(s)
+		}
+		out[i].LastSeen = nil
+	}
+	return out
+}
