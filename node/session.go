@@ -423,12 +423,8 @@ func (n *Node) handleBye(c *conn, req *protocol.Request) *requestError {
 		lk.unlock()
 		return rerr
 	}
-	d, ok := n.endSessionLocked(c, crdt.StateDisconnected, now)
+	deltas, _ := n.endSessionLocked(c, crdt.StateDisconnected, now)
 	n.dropSubsLocked(c)
-	var deltas []crdt.Delta
-	if ok {
-		deltas = append(deltas, d)
-	}
 	n.unlockAndPublish(&lk, deltas)
 	n.stats.m.disconnected(reasonBye, 1)
 	c.closeWith(encodeLine(protocol.OK{Op: protocol.OpOK, ID: req.ID}))
@@ -463,8 +459,8 @@ func (n *Node) endConnSession(c *conn, forget bool) {
 	// While Drain holds the sessions, Drain writes it or a newer epoch
 	// replaces it.
 	if !n.holding && !(forget && n.startGraceLocked(c, now)) {
-		if d, ok := n.endSessionLocked(c, crdt.StateDisconnected, now); ok {
-			deltas = append(deltas, d)
+		if ds, ok := n.endSessionLocked(c, crdt.StateDisconnected, now); ok {
+			deltas = append(deltas, ds...)
 			n.stats.m.disconnected(c.q.disconnectReason(), 1)
 		}
 	}
@@ -492,21 +488,15 @@ func (n *Node) expireSession(c *conn, nowMono int64) {
 		return
 	}
 	if td := c.tokenDeadline.Load(); td != 0 && crdt.Expired(td, nowMono) && td < idle {
-		var deltas []crdt.Delta
-		if d, ok := n.endSessionLocked(c, crdt.StateDisconnected, now); ok {
-			deltas = append(deltas, d)
-		}
+		deltas, _ := n.endSessionLocked(c, crdt.StateDisconnected, now)
 		n.unlockAndPublish(&lk, deltas)
-		n.stats.m.disconnected(codeIndex(protocol.CodeTokenExpired), len(deltas))
+		n.stats.m.disconnected(codeIndex(protocol.CodeTokenExpired), sessionDeltas(deltas))
 		n.stats.tokenExpired.Add(1)
 		n.log.Debug("session token expired", zap.Uint64("conn", c.id))
 		c.closeWithError(nil, protocol.CodeTokenExpired, "the session's token expired without a refresh; reconnect with a new token")
 		return
 	}
-	var deltas []crdt.Delta
-	if d, ok := n.endSessionLocked(c, crdt.StateExpired, now); ok {
-		deltas = append(deltas, d)
-	}
+	deltas, _ := n.endSessionLocked(c, crdt.StateExpired, now)
 	n.unlockAndPublish(&lk, deltas)
 	n.stats.expired.Add(1)
 	n.log.Debug("session expired", zap.Uint64("conn", c.id))
@@ -541,11 +531,13 @@ func (n *Node) recordLocked(c *conn, st crdt.State, now time.Time) crdt.Session 
 }
 
 // endSessionLocked writes c's session as ended (disconnected or expired)
-// and forgets it, if c still owns it. ok reports whether a delta was
-// written.
-func (n *Node) endSessionLocked(c *conn, st crdt.State, now time.Time) (d crdt.Delta, ok bool) {
+// and forgets it, if c still owns it, and writes the time to the user's
+// last-seen register. ok reports whether the session was written; ds are
+// the deltas to publish, in write order: the session's, then the last
+// seen's (sessionDeltas counts the sessions in a batch of them).
+func (n *Node) endSessionLocked(c *conn, st crdt.State, now time.Time) (ds []crdt.Delta, ok bool) {
 	if _, rerr := n.ownedLocked(c); rerr != nil {
-		return crdt.Delta{}, false
+		return nil, false
 	}
 	d, err := n.replica.PutLocal(n.recordLocked(c, st, now), now.UnixNano())
 	n.unregisterLocked(c)
@@ -553,9 +545,29 @@ func (n *Node) endSessionLocked(c *conn, st crdt.State, now time.Time) (d crdt.D
 		if !errors.Is(err, crdt.ErrSuperseded) {
 			n.log.Error("session end write failed", zap.Uint64("conn", c.id), zap.Error(err))
 		}
-		return crdt.Delta{}, false
+		return nil, false
 	}
-	return d, true
+	ds = append(make([]crdt.Delta, 0, 2), d)
+	if n.lastSeenReady() {
+		ls, err := n.replica.PutLastSeen(c.sess.user, now.UnixNano())
+		if err != nil {
+			n.log.Error("last seen write failed", zap.Uint64("conn", c.id), zap.Error(err))
+		} else {
+			ds = append(ds, ls)
+		}
+	}
+	return ds, true
+}
+
+// sessionDeltas counts the session records among deltas.
+func sessionDeltas(deltas []crdt.Delta) int {
+	n := 0
+	for i := range deltas {
+		if deltas[i].Session != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // registerLocked records c as the owner of its session.
