@@ -225,10 +225,16 @@ func (r *Replica) noteShown(users []string, now int64) {
 
 // PutLastSeen writes, as this replica's origin, that a session of user it
 // owned ended at now (Unix nanoseconds), and returns the delta to
-// disseminate. The write is taken only if it is the user's latest; either
-// way it uses a version, so the delta is always disseminated.
+// disseminate. A time earlier than the register's (a clock stepped back,
+// or a peer's clock ahead) is raised to it: a write never loses to one
+// held, so a later write of an origin dominates its earlier ones and
+// Coalesce may keep the last alone.
 func (r *Replica) PutLastSeen(user string, now int64) (Delta, error) {
-	ls := LastSeen{User: user, At: now, Origin: r.cfg.Self, Version: r.version + 1}
+	at := now
+	if slot := r.lastSeenSlot(user, false); slot != 0 && r.lastSeen.slots[slot].version != 0 {
+		at = max(at, r.lastSeen.slots[slot].at)
+	}
+	ls := LastSeen{User: user, At: at, Origin: r.cfg.Self, Version: r.version + 1}
 	if err := ls.validate(); err != nil {
 		return Delta{}, fmt.Errorf("crdt: local last seen: %w", err)
 	}

@@ -285,3 +285,30 @@ func itoa(i int) string {
 	}
 	return string(b)
 }
+
+// TestLastSeenCoalesceAfterClockStep: a gateway whose clock steps back
+// between two ends of one user's sessions still writes a time that
+// dominates the first, so a receiver of the coalesced batch (the second
+// write alone, covering both) holds what the writer holds.
+func TestLastSeenCoalesceAfterClockStep(t *testing.T) {
+	t.Parallel()
+	w := newTestReplica(t, "a", 1, Config{})
+	t0 := int64(time.Hour)
+	d1, err := w.PutLastSeen("u", t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d2, err := w.PutLastSeen("u", t0-int64(time.Second)) // the clock stepped back
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newTestReplica(t, "b", 1, Config{})
+	for _, d := range Coalesce([]Delta{d1, d2}) {
+		if _, _, err := r.Apply(d, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := r.LastSeenSnapshot(), w.LastSeenSnapshot(); !slices.Equal(got, want) || got[0].At != t0 {
+		t.Fatalf("receiver holds %+v, writer %+v", got, want)
+	}
+}
