@@ -31,6 +31,10 @@ type Presence struct {
 	Text  string
 	Emoji string
 	Until int64
+	// LastSeen, while offline, is when the user's last session ended
+	// (Unix nanoseconds; Replica.LastSeen); 0 for none or while online.
+	// Aggregate leaves it 0: the register is not among its inputs.
+	LastSeen int64
 }
 
 // Aggregate computes a user's presence at now (Unix nanoseconds) from the
@@ -124,6 +128,6 @@ func deviceToUser(s Status) UserStatus {
 // Equal reports whether two aggregates are the same, sessions included.
 func (p Presence) Equal(q Presence) bool {
 	return p.User == q.User && p.Online == q.Online && p.Status == q.Status &&
-		p.Text == q.Text && p.Emoji == q.Emoji && p.Until == q.Until &&
+		p.Text == q.Text && p.Emoji == q.Emoji && p.Until == q.Until && p.LastSeen == q.LastSeen &&
 		slices.Equal(p.Sessions, q.Sessions)
 }

@@ -20,16 +20,24 @@ import (
 //	Account    [user, override, authoritative_device, hlc_wall, hlc_logical,
 //	            writer, origin_node, origin_incarnation, version
 //	            (, text, emoji, until)]
+//	LastSeen   [user, at, origin_node, origin_incarnation, version]
 //
 // The fields in parentheses are sent only when one of them is set, so a
 // record without them is encoded as before they existed (and a decoder
 // that predates them still reads it); decoders take either length.
-//	Delta      [since, 0, Session] | [since, 1, Account]
+//	Delta      [since, 0, Session] | [since, 1, Account] | [since, 2, LastSeen]
 //	Deltas     [Delta...]
 //	Digest     [[origin_node, origin_incarnation, watermark (, [after, through, ...])]...]
 //	           the fourth element, the held runs, only when there are any
 //	Sync       [[origin_node, origin_incarnation, watermark, gc_floor, full,
-//	            [Session...], [Account...]]...]
+//	            [Session...], [Account...] (, [LastSeen...])]...]
+//	           the eighth element only when the origin has last-seen
+//	           writes to send
+//
+// A decoder that predates the LastSeen record refuses a delta batch or a
+// sync that holds one (an unknown delta kind, an origin of 8 elements);
+// see gossip's LastSeenReady for how the writes wait for every member to
+// know them.
 
 // Decoder limits.
 const (
@@ -43,8 +51,9 @@ const (
 var ErrDecode = errors.New("decode")
 
 const (
-	kindSession = 0
-	kindAccount = 1
+	kindSession  = 0
+	kindAccount  = 1
+	kindLastSeen = 2
 )
 
 // AppendDeltas encodes a batch of deltas.
@@ -173,7 +182,11 @@ func AppendSync(buf []byte, s Sync) ([]byte, error) {
 	}
 	for i := range s {
 		os := &s[i]
-		if err := encodeAll(enc, arr(7), os.Origin.Node, os.Origin.Incarnation, os.Watermark, os.GCFloor, os.Full, arr(len(os.Sessions))); err != nil {
+		fields := 7
+		if len(os.LastSeen) > 0 {
+			fields = 8
+		}
+		if err := encodeAll(enc, arr(fields), os.Origin.Node, os.Origin.Incarnation, os.Watermark, os.GCFloor, os.Full, arr(len(os.Sessions))); err != nil {
 			return nil, err
 		}
 		for j := range os.Sessions {
@@ -187,6 +200,16 @@ func AppendSync(buf []byte, s Sync) ([]byte, error) {
 		for j := range os.Accounts {
 			if err := encodeAccount(enc, &os.Accounts[j]); err != nil {
 				return nil, err
+			}
+		}
+		if fields == 8 {
+			if err := enc.EncodeArrayLen(len(os.LastSeen)); err != nil {
+				return nil, err
+			}
+			for j := range os.LastSeen {
+				if err := encodeLastSeen(enc, &os.LastSeen[j]); err != nil {
+					return nil, err
+				}
 			}
 		}
 	}
@@ -203,7 +226,8 @@ func DecodeSync(b []byte) (Sync, error) {
 	out := make(Sync, 0, min(n, 256))
 	total := 0
 	for range n {
-		if _, err := arrayLen(dec, 7, 7); err != nil {
+		fields, err := arrayLen(dec, 7, 8)
+		if err != nil {
 			return nil, err
 		}
 		var os OriginSync
@@ -247,6 +271,21 @@ func DecodeSync(b []byte) (Sync, error) {
 				return nil, err
 			}
 			os.Accounts = append(os.Accounts, a)
+		}
+		if fields == 8 {
+			nl, err := arrayLen(dec, 1, MaxSyncRecords-total)
+			if err != nil {
+				return nil, err
+			}
+			total += nl
+			os.LastSeen = make([]LastSeen, 0, min(nl, 1024))
+			for range nl {
+				ls, err := decodeLastSeen(dec)
+				if err != nil {
+					return nil, err
+				}
+				os.LastSeen = append(os.LastSeen, ls)
+			}
 		}
 		out = append(out, os)
 	}
@@ -297,6 +336,12 @@ func encodeDelta(enc *msgpack.Encoder, d *Delta) error {
 		}
 		return encodeSession(enc, d.Session)
 	}
+	if d.LastSeen != nil {
+		if err := encodeAll(enc, arr(3), d.Since, uint8(kindLastSeen)); err != nil {
+			return err
+		}
+		return encodeLastSeen(enc, d.LastSeen)
+	}
 	if d.Account == nil {
 		return errors.New("crdt: empty delta")
 	}
@@ -304,6 +349,34 @@ func encodeDelta(enc *msgpack.Encoder, d *Delta) error {
 		return err
 	}
 	return encodeAccount(enc, d.Account)
+}
+
+func encodeLastSeen(enc *msgpack.Encoder, ls *LastSeen) error {
+	return encodeAll(enc, arr(5), ls.User, ls.At, ls.Origin.Node, ls.Origin.Incarnation, ls.Version)
+}
+
+func decodeLastSeen(dec *msgpack.Decoder) (LastSeen, error) {
+	var ls LastSeen
+	if _, err := arrayLen(dec, 5, 5); err != nil {
+		return ls, err
+	}
+	var err error
+	if ls.User, err = str(dec); err != nil {
+		return ls, err
+	}
+	if ls.At, err = i64(dec); err != nil {
+		return ls, err
+	}
+	if ls.Origin.Node, err = str(dec); err != nil {
+		return ls, err
+	}
+	if ls.Origin.Incarnation, err = u64(dec); err != nil {
+		return ls, err
+	}
+	if ls.Version, err = u64(dec); err != nil {
+		return ls, err
+	}
+	return ls, nil
 }
 
 func encodeSession(enc *msgpack.Encoder, s *Session) error {
@@ -370,6 +443,12 @@ func decodeDelta(dec *msgpack.Decoder) (Delta, error) {
 			return d, err
 		}
 		d.Account = &a
+	case kindLastSeen:
+		ls, err := decodeLastSeen(dec)
+		if err != nil {
+			return d, err
+		}
+		d.LastSeen = &ls
 	default:
 		return d, fmt.Errorf("%w: unknown delta kind %d", ErrDecode, kind)
 	}

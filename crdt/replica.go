@@ -68,6 +68,8 @@ type Replica struct {
 
 	floors     map[Key]epochFloor // epochs of collected tombstones (epochfloor.go)
 	floorQueue []floorItem
+
+	lastSeen lastSeenTable // per-user last-seen registers (lastseen.go)
 }
 
 // NewReplica returns an empty replica writing as cfg.Self.
@@ -221,11 +223,14 @@ func (r *Replica) ApplyVia(ref *OriginRef, d Delta, now int64) (changed bool, dr
 	if d.Version() <= st.watermark {
 		return false, dropped, nil
 	}
-	if d.Session != nil {
+	switch {
+	case d.Session != nil:
 		changed = r.mergeSession(st, d.Session, now)
-	} else {
+	case d.Account != nil:
 		r.hlc.Observe(now, d.Account.Stamp)
 		changed = r.mergeAccount(d.Account)
+	default:
+		changed = r.mergeLastSeen(d.LastSeen, now)
 	}
 	st.observe(d.Since, d.Version(), r.cfg.MaxPendingRanges)
 	return changed, dropped, nil
@@ -297,7 +302,9 @@ func (r *Replica) retire(st *originState, now int64) []string {
 		r.tombstones = append(r.tombstones, tombstone{rec: recID(it.ref), origin: st.idx, version: rec.version, endedAt: now})
 		return true
 	})
-	return sortedUnique(users)
+	users = sortedUnique(users)
+	r.noteShown(users, now)
+	return users
 }
 
 // ended reports whether a record has ended in this replica's view: terminal,

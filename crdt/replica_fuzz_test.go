@@ -161,7 +161,7 @@ func (w *opsWorld) origin(in *opsInput) Origin {
 }
 
 func (w *opsWorld) step(in *opsInput) {
-	switch op := in.pick(12); op {
+	switch op := in.pick(14); op {
 	case 0, 1: // a local session write
 		i := in.pick(len(w.reps))
 		s := w.session(in)
@@ -270,6 +270,37 @@ func (w *opsWorld) step(in *opsInput) {
 			r.GC(w.now)
 		}
 		w.logf("GC at %v", time.Duration(w.now))
+	case 12: // a local last-seen write
+		i := in.pick(len(w.reps))
+		user := opsUsers[in.pick(len(opsUsers))]
+		d, err := w.reps[i].PutLastSeen(user, w.now)
+		w.logf("last seen %s %s at %d: %v", w.reps[i].Self(), user, w.now, err)
+		if err != nil {
+			if w.now > 0 {
+				w.fatalf("PutLastSeen: %v", err)
+			}
+			return
+		}
+		w.pool = append(w.pool, d)
+		w.honest = append(w.honest, d)
+	case 13: // a forged last-seen delta, or sync
+		ls := LastSeen{User: opsUsers[in.pick(len(opsUsers))], At: int64(in.u64()), Origin: w.origin(in), Version: in.u64()}
+		if in.pick(2) == 0 {
+			i := in.pick(len(w.reps))
+			sy := Sync{{Origin: ls.Origin, Watermark: in.u64(), Full: in.pick(2) == 0, LastSeen: []LastSeen{ls}}}
+			_, err := w.reps[i].ApplySync(sy, w.now)
+			w.logf("forged sync to %s: last seen %s v%d %s at %d: %v", w.reps[i].Self(), ls.Origin, ls.Version, ls.User, ls.At, err)
+			if err != nil && sy.Validate() == nil {
+				w.fatalf("a valid sync was refused: %v", err)
+			}
+			return
+		}
+		d := Delta{Since: in.u64(), LastSeen: &ls}
+		if in.pick(2) == 0 && ls.Version > 0 {
+			d.Since = ls.Version - 1
+		}
+		w.logf("forge last seen %s v%d since %d %s at %d", ls.Origin, ls.Version, d.Since, ls.User, ls.At)
+		w.pool = append(w.pool, d)
 	case 11: // a restart under a new incarnation, which then pulls
 		i := in.pick(len(w.reps))
 		old := w.reps[i].Self()

@@ -360,6 +360,7 @@ func (c *Cluster) goAnswer(a dissem.Answer) {
 		if len(page) == 0 && last && !a.Cursor.Started {
 			return
 		}
+		page = c.forPeer(a.To, page)
 		m, err := dissem.NewSyncPage(dissem.SyncPage{From: c.cfg.Name, At: a.Cursor, Next: next, Last: last}, page)
 		if err != nil {
 			c.log.Error("encode sync page", zap.Error(err))

@@ -326,6 +326,12 @@ type Config struct {
 	// DefaultMaxTombstonesPerUser (256); negative means no bound.
 	MaxTombstonesPerUser int
 
+	// LastSeenRetention is passed to crdt.Config: how long a user's last
+	// seen (when the user's last session ended) is kept after that time,
+	// apart from the session records, which go a tombstone horizon after
+	// they end. Default 720h, 30 days (crdt.DefaultLastSeenRetention).
+	LastSeenRetention time.Duration
+
 	// GCInterval is how often the node collects crdt tombstones and purges
 	// the sessions of long-dead gateways. Default 1m.
 	GCInterval time.Duration
@@ -553,6 +559,9 @@ func (c *Config) fill() error {
 	if c.PurgeHorizon == 0 {
 		c.PurgeHorizon = crdt.DefaultPurgeHorizon
 	}
+	if c.LastSeenRetention == 0 {
+		c.LastSeenRetention = crdt.DefaultLastSeenRetention
+	}
 	if c.GCInterval == 0 {
 		c.GCInterval = DefaultGCInterval
 	}
@@ -582,7 +591,7 @@ func (c *Config) Validate() error {
 	}
 	if c.Heartbeat < 0 || c.Timeout < 0 || c.HandshakeTimeout < 0 || c.SweepInterval < 0 ||
 		c.WriteTimeout < 0 || c.RouteTimeout < 0 || c.GCInterval < 0 || c.DrainTimeout < 0 ||
-		c.TombstoneHorizon < 0 || c.PurgeHorizon < 0 {
+		c.TombstoneHorizon < 0 || c.PurgeHorizon < 0 || c.LastSeenRetention < 0 {
 		errs = append(errs, errors.New("durations must not be negative"))
 	}
 	if c.Timeout <= c.Heartbeat {

@@ -157,13 +157,13 @@ func (n *Node) endLocalSessionsLocked(now time.Time) []crdt.Delta {
 	var deltas []crdt.Delta
 	for _, devs := range n.local {
 		for _, c := range devs {
-			if d, ok := n.endSessionLocked(c, crdt.StateDisconnected, now); ok {
-				deltas = append(deltas, d)
+			if ds, ok := n.endSessionLocked(c, crdt.StateDisconnected, now); ok {
+				deltas = append(deltas, ds...)
 			}
 		}
 	}
 	deltas = append(deltas, n.endAllTrackedLocked(now)...)
-	n.stats.m.disconnected(codeIndex(protocol.CodeShuttingDown), len(deltas))
+	n.stats.m.disconnected(codeIndex(protocol.CodeShuttingDown), sessionDeltas(deltas))
 	return deltas
 }
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -123,6 +124,31 @@ func (tab *jsTab) send(line string) {
 }
 
 // waitLine reads the tab's output until a line has every field of want.
+// waitLines waits for a line matching each of wants, in any order.
+func (tab *jsTab) waitLines(what string, wants ...map[string]any) {
+	tab.t.Helper()
+	timeout := time.After(jsWait)
+	for len(wants) > 0 {
+		select {
+		case m, ok := <-tab.lines:
+			if !ok {
+				tab.t.Fatalf("%s: the client exited before %s; it said %v", tab.name, what, tab.seen)
+			}
+			tab.seen = append(tab.seen, m)
+			wants = slices.DeleteFunc(wants, func(want map[string]any) bool {
+				for k, v := range want {
+					if m[k] != v {
+						return false
+					}
+				}
+				return true
+			})
+		case <-timeout:
+			tab.t.Fatalf("%s: no %s within %v; it said %v", tab.name, what, jsWait, tab.seen)
+		}
+	}
+}
+
 func (tab *jsTab) waitLine(what string, want map[string]any) {
 	tab.t.Helper()
 	timeout := time.After(jsWait)
@@ -190,6 +216,8 @@ func TestJSClientFailover(t *testing.T) {
 	a := startJSTab(t, nodeExe, module, "alice", "team", g0.WS())
 	a.waitLine("connected to g0", map[string]any{"state": "connected", "gateway": "g0"})
 	b.waitLine("alice online", map[string]any{"user": "alice", "status": "available"})
+	b.send("sub alice")
+	b.waitLine("alice online, not last seen", map[string]any{"sub": "alice", "online": true, "seen": false})
 
 	a.send("status away")
 	a.waitLine("the status ok", map[string]any{"ok": "status"})
@@ -197,7 +225,8 @@ func TestJSClientFailover(t *testing.T) {
 
 	a.send("close")
 	a.waitLine("closed", map[string]any{"closed": true})
-	b.waitLine("alice offline", map[string]any{"user": "alice", "status": "offline"})
+	b.waitLines("alice offline in the group, and last seen", map[string]any{"user": "alice", "status": "offline"},
+		map[string]any{"sub": "alice", "online": false, "seen": true})
 
 	g1.Kill()
 	b.waitLine("reconnected to g0", map[string]any{"state": "connected", "gateway": "g0"})

@@ -70,14 +70,14 @@ func (n *Node) KickLocal(user, device string) int {
 	deltas := make([]crdt.Delta, 0, len(conns))
 	ended := conns[:0]
 	for _, c := range conns {
-		if d, ok := n.endSessionLocked(c, crdt.StateDisconnected, now); ok {
-			deltas = append(deltas, d)
+		if ds, ok := n.endSessionLocked(c, crdt.StateDisconnected, now); ok {
+			deltas = append(deltas, ds...)
 			ended = append(ended, c)
 			c.graceDeadline.Store(0)
 		}
 	}
 	n.unlockAndPublish(&lk, deltas)
-	n.stats.m.disconnected(codeIndex(protocol.CodeKicked), len(deltas))
+	n.stats.m.disconnected(codeIndex(protocol.CodeKicked), sessionDeltas(deltas))
 	for _, c := range ended {
 		n.log.Debug("session kicked", zap.Uint64("conn", c.id), zap.String("user", user), zap.String("device", c.sess.device))
 		c.closeWithError(nil, protocol.CodeKicked, kickMessage)

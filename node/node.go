@@ -157,6 +157,7 @@ func New(cfg Config) (*Node, error) {
 		PurgeHorizon:     cfg.PurgeHorizon,
 
 		MaxTombstonesPerUser: cfg.MaxTombstonesPerUser,
+		LastSeenRetention:    cfg.LastSeenRetention,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)

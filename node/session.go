@@ -424,12 +424,8 @@ func (n *Node) handleBye(c *conn, req *protocol.Request) *requestError {
 		lk.unlock()
 		return rerr
 	}
-	d, ok := n.endSessionLocked(c, crdt.StateDisconnected, now)
+	deltas, _ := n.endSessionLocked(c, crdt.StateDisconnected, now)
 	n.dropSubsLocked(c)
-	var deltas []crdt.Delta
-	if ok {
-		deltas = append(deltas, d)
-	}
 	n.unlockAndPublish(&lk, deltas)
 	n.stats.m.disconnected(reasonBye, 1)
 	c.closeWith(encodeLine(protocol.OK{Op: protocol.OpOK, ID: req.ID}))
@@ -466,8 +462,8 @@ func (n *Node) endConnSession(c *conn, forget bool) {
 	// replaces it.
 	holding := n.holding
 	if !holding && !(forget && n.startGraceLocked(c, now)) {
-		if d, ok := n.endSessionLocked(c, crdt.StateDisconnected, now); ok {
-			deltas = append(deltas, d)
+		if ds, ok := n.endSessionLocked(c, crdt.StateDisconnected, now); ok {
+			deltas = append(deltas, ds...)
 			n.stats.m.disconnected(c.q.disconnectReason(), 1)
 		}
 	}
@@ -509,21 +505,15 @@ func (n *Node) expireSession(c *conn, nowMono int64) {
 		return
 	}
 	if td := c.tokenDeadline.Load(); td != 0 && crdt.Expired(td, nowMono) && td < idle {
-		var deltas []crdt.Delta
-		if d, ok := n.endSessionLocked(c, crdt.StateDisconnected, now); ok {
-			deltas = append(deltas, d)
-		}
+		deltas, _ := n.endSessionLocked(c, crdt.StateDisconnected, now)
 		n.unlockAndPublish(&lk, deltas)
-		n.stats.m.disconnected(codeIndex(protocol.CodeTokenExpired), len(deltas))
+		n.stats.m.disconnected(codeIndex(protocol.CodeTokenExpired), sessionDeltas(deltas))
 		n.stats.tokenExpired.Add(1)
 		n.log.Debug("session token expired", zap.Uint64("conn", c.id))
 		c.closeWithError(nil, protocol.CodeTokenExpired, "the session's token expired without a refresh; reconnect with a new token")
 		return
 	}
-	var deltas []crdt.Delta
-	if d, ok := n.endSessionLocked(c, crdt.StateExpired, now); ok {
-		deltas = append(deltas, d)
-	}
+	deltas, _ := n.endSessionLocked(c, crdt.StateExpired, now)
 	n.unlockAndPublish(&lk, deltas)
 	n.endTracked(c, crdt.StateExpired, 0) // silent: every session it tracks expires with it
 	n.stats.expired.Add(1)
@@ -559,11 +549,13 @@ func (n *Node) recordLocked(c *conn, st crdt.State, now time.Time) crdt.Session 
 }
 
 // endSessionLocked writes c's session as ended (disconnected or expired)
-// and forgets it, if c still owns it. ok reports whether a delta was
-// written.
-func (n *Node) endSessionLocked(c *conn, st crdt.State, now time.Time) (d crdt.Delta, ok bool) {
+// and forgets it, if c still owns it, and writes the time to the user's
+// last-seen register. ok reports whether the session was written; ds are
+// the deltas to publish, in write order: the session's, then the last
+// seen's (sessionDeltas counts the sessions in a batch of them).
+func (n *Node) endSessionLocked(c *conn, st crdt.State, now time.Time) (ds []crdt.Delta, ok bool) {
 	if _, rerr := n.ownedLocked(c); rerr != nil {
-		return crdt.Delta{}, false
+		return nil, false
 	}
 	d, err := n.replica.PutLocal(n.recordLocked(c, st, now), now.UnixNano())
 	n.unregisterLocked(c)
@@ -571,9 +563,34 @@ func (n *Node) endSessionLocked(c *conn, st crdt.State, now time.Time) (d crdt.D
 		if !errors.Is(err, crdt.ErrSuperseded) {
 			n.log.Error("session end write failed", zap.Uint64("conn", c.id), zap.Error(err))
 		}
-		return crdt.Delta{}, false
+		return nil, false
 	}
-	return d, true
+	return n.appendLastSeenLocked(append(make([]crdt.Delta, 0, 2), d), c.sess.user, now), true
+}
+
+// appendLastSeenLocked writes now to user's last-seen register, when every
+// member knows last-seen records, and appends the delta to ds.
+func (n *Node) appendLastSeenLocked(ds []crdt.Delta, user string, now time.Time) []crdt.Delta {
+	if !n.lastSeenReady() {
+		return ds
+	}
+	ls, err := n.replica.PutLastSeen(user, now.UnixNano())
+	if err != nil {
+		n.log.Error("last seen write failed", zap.String("user", user), zap.Error(err))
+		return ds
+	}
+	return append(ds, ls)
+}
+
+// sessionDeltas counts the session records among deltas.
+func sessionDeltas(deltas []crdt.Delta) int {
+	n := 0
+	for i := range deltas {
+		if deltas[i].Session != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // registerLocked records c as the owner of its session.

@@ -578,6 +578,9 @@ func presenceJSON(p crdt.Presence, version uint64) protocol.Presence {
 	if p.Until != 0 {
 		out.Until = formatUnixNano(p.Until)
 	}
+	if p.LastSeen != 0 {
+		out.LastSeen = formatUnixNano(p.LastSeen)
+	}
 	return out
 }
 

@@ -351,25 +351,26 @@ func (n *Node) handleUntrack(c *conn, req *protocol.Request) (any, *requestError
 		if t == nil || t.owner != c {
 			continue
 		}
-		if d, id, ok := n.endTrackedLocked(t, crdt.StateDisconnected, now, now.UnixNano()); ok {
-			deltas = append(deltas, d)
+		if ds, id, ok := n.endTrackedLocked(t, crdt.StateDisconnected, now, now.UnixNano()); ok {
+			deltas = append(deltas, ds...)
 			r.Session, r.Epoch = id, t.epoch
 		}
 	}
 	n.unlockAndPublish(&lk, deltas)
-	n.stats.m.disconnected(reasonBye, len(deltas))
+	n.stats.m.disconnected(reasonBye, sessionDeltas(deltas))
 	return protocol.TrackReply{Op: protocol.OpUntracked, ID: req.ID, Sessions: results}, nil
 }
 
 // endTrackedLocked writes a tracked session ended (st) at clock time now,
 // its owner's last request at lastActive (Unix nanoseconds), and forgets
-// it. It returns the delta and the session's id, unless the replica holds
-// a newer record for the key (no write).
-func (n *Node) endTrackedLocked(t *trackedSession, st crdt.State, now time.Time, lastActive int64) (crdt.Delta, string, bool) {
+// it, and writes now to the user's last-seen register. It returns the
+// deltas (the session's, then the last seen's) and the session's id,
+// unless the replica holds a newer record for the key (no write).
+func (n *Node) endTrackedLocked(t *trackedSession, st crdt.State, now time.Time, lastActive int64) ([]crdt.Delta, string, bool) {
 	n.unlinkTrackedLocked(t)
 	cur, ok := n.replica.Session(t.key)
 	if !ok || cur.Origin != n.origin || cur.Epoch != t.epoch || cur.State != crdt.StateActive {
-		return crdt.Delta{}, "", false
+		return nil, "", false
 	}
 	cur.State = st
 	cur.ExpiresAt = crdt.ExpiryDeadline(lastActive, n.cfg.Timeout)
@@ -378,9 +379,9 @@ func (n *Node) endTrackedLocked(t *trackedSession, st crdt.State, now time.Time,
 		if !errors.Is(err, crdt.ErrSuperseded) {
 			n.log.Error("tracked session end write failed", zap.String("key", t.key.String()), zap.Error(err))
 		}
-		return crdt.Delta{}, "", false
+		return nil, "", false
 	}
-	return d, cur.ID, true
+	return n.appendLastSeenLocked(append(make([]crdt.Delta, 0, 2), d), t.key.User, now), cur.ID, true
 }
 
 // unlinkTrackedLocked forgets a tracked session (without a write) and
@@ -417,14 +418,14 @@ func (n *Node) endTracked(c *conn, st crdt.State, reason int) {
 			break
 		}
 		lastActive := now.UnixNano() - (n.monoAt(now) - c.lastActive.Load())
-		deltas := make([]crdt.Delta, 0, min(ts.count, endTrackedBatch))
+		deltas := make([]crdt.Delta, 0, 2*min(ts.count, endTrackedBatch))
 		for k := 0; k < endTrackedBatch && ts.head != nil; k++ {
-			if d, _, ok := n.endTrackedLocked(ts.head, st, now, lastActive); ok {
-				deltas = append(deltas, d)
+			if ds, _, ok := n.endTrackedLocked(ts.head, st, now, lastActive); ok {
+				deltas = append(deltas, ds...)
+				ended++
 			}
 		}
 		n.unlockAndPublish(&lk, deltas)
-		ended += len(deltas)
 	}
 	if ended == 0 {
 		return
@@ -485,8 +486,8 @@ func (n *Node) dropTrackedLocked(key crdt.Key) {
 func (n *Node) endAllTrackedLocked(now time.Time) []crdt.Delta {
 	var deltas []crdt.Delta
 	for _, t := range n.tracked {
-		if d, _, ok := n.endTrackedLocked(t, crdt.StateDisconnected, now, now.UnixNano()); ok {
-			deltas = append(deltas, d)
+		if ds, _, ok := n.endTrackedLocked(t, crdt.StateDisconnected, now, now.UnixNano()); ok {
+			deltas = append(deltas, ds...)
 		}
 	}
 	return deltas

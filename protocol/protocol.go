@@ -348,6 +348,10 @@ type Presence struct {
 	Text  string `json:"text,omitempty"`
 	Emoji string `json:"emoji,omitempty"`
 	Until string `json:"until,omitempty"`
+	// LastSeen, while the user is offline, is the RFC 3339 time the
+	// user's last session ended; absent while online, and for a user
+	// not seen within the gateways' --last-seen-retention.
+	LastSeen string `json:"last_seen,omitempty"`
 }
 
 // PresenceReply is the reply to get.

@@ -149,6 +149,7 @@ func agentFlagSet(c *agentConfig, stderr io.Writer) (*flag.FlagSet, []flagSectio
 	fs.DurationVar(&n.DrainTimeout, "drain-timeout", n.DrainTimeout, "Bound on the whole graceful shutdown: the grace, the final writes, and the leave.")
 	fs.DurationVar(&n.HandshakeTimeout, "handshake-timeout", n.HandshakeTimeout, "Time from connect (TLS handshake included) to a valid hello; then handshake_timeout and closed.")
 	fs.IntVar(&n.MaxTombstonesPerUser, "max-tombstones-per-user", n.MaxTombstonesPerUser, "Ended sessions of one user the replica keeps for the tombstone horizon; past it the oldest is collected at once (its epoch kept). Negative: no bound.")
+	fs.DurationVar(&n.LastSeenRetention, "last-seen-retention", n.LastSeenRetention, "How long a user's last_seen (when the user's last session ended) is kept after that time; the ended sessions themselves go after about 10 minutes. Every gateway holds it for every user seen within it, about 130 bytes each.")
 
 	s.start(sectionLimits)
 	fs.Float64Var(&n.RequestRate, "request-rate", n.RequestRate, "Requests per second one connection may make on average, heartbeats included, and one source address to the backend HTTP API; then rate_limited. Negative: no limit.")

@@ -387,7 +387,7 @@ func formatReply(reply any) string {
 				if m.Online {
 					return prefix + m.User + " left the group"
 				}
-				return prefix + m.User + " is offline"
+				return prefix + m.User + " is offline" + lastSeenSuffix(m.Presence)
 			}
 		}
 		return prefix + formatPresence(m.Presence) + fmt.Sprintf("  (v%d)", m.Version)
@@ -411,13 +411,21 @@ func formatReply(reply any) string {
 // @n1, desktop available @n2)".
 func formatPresence(p protocol.Presence) string {
 	if !p.Online {
-		return p.User + ": offline"
+		return p.User + ": offline" + lastSeenSuffix(p)
 	}
 	parts := make([]string, 0, len(p.Sessions))
 	for _, s := range p.Sessions {
 		parts = append(parts, fmt.Sprintf("%s %s @%s", s.Device, s.Status, s.Gateway))
 	}
 	return fmt.Sprintf("%s: %s (%s)", p.User, p.Status, strings.Join(parts, ", "))
+}
+
+// lastSeenSuffix is ", last seen TIME" for a presence with a last_seen.
+func lastSeenSuffix(p protocol.Presence) string {
+	if p.LastSeen == "" {
+		return ""
+	}
+	return ", last seen " + p.LastSeen
 }
 
 // parseCommand turns a command line into a request line. quit reports bye;

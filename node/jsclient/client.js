@@ -7,7 +7,7 @@
 //                                 token: async () => fetchToken(), user: "alice", device: "laptop"});
 //   c.onstate = (state, info) => console.log(state, info);
 //   await c.connect();
-//   const sub = c.subscribe(["bob"], ev => console.log(ev.user, ev.status));
+//   const sub = c.subscribe(["bob"], ev => console.log(ev.user, ev.status, lastSeenOf(ev)));
 //   const team = c.subscribeGroup("team-7", ev => ...);   // ev.member says in or out
 //   await c.setStatus("away");
 //   sub.close(); c.close();
@@ -48,6 +48,18 @@ const realClock = {
   setTimeout: (fn, ms) => setTimeout(fn, ms),
   clearTimeout: t => clearTimeout(t),
 };
+
+/**
+ * lastSeenOf returns when a user's last session ended, as a Date, from a
+ * presence (an event, a get or group reply's entry): its last_seen, which
+ * a gateway sends while the user is offline; null while online or when
+ * the user was not seen within the gateways' retention.
+ */
+export function lastSeenOf(presence) {
+  if (!presence || !presence.last_seen) return null;
+  const d = new Date(presence.last_seen);
+  return isNaN(d.getTime()) ? null : d;
+}
 
 /** An error reply from the gateway, or a client-side failure (code "disconnected", "closed"). */
 export class RollcallError extends Error {
