@@ -31,6 +31,23 @@ type Presence struct {
 	Text  string
 	Emoji string
 	Until int64
+	// Invisible is true when the account's override is invisible (and not
+	// lapsed), whether or not the user is online: Status and Sessions are
+	// the truth the user sees, and every other reader but a backend sees
+	// Public instead.
+	Invisible bool
+}
+
+// Public returns the presence as readers other than the user see it: p
+// itself unless Invisible. An invisible user shows as an offline one does:
+// no sessions, status offline, the account's text, emoji and until (an
+// offline user's presence carries them too), so going invisible looks like
+// going offline and leaving it like coming online.
+func (p Presence) Public() Presence {
+	if !p.Invisible {
+		return p
+	}
+	return Presence{User: p.User, Status: UserOffline, Text: p.Text, Emoji: p.Emoji, Until: p.Until}
 }
 
 // Aggregate computes a user's presence at now (Unix nanoseconds) from the
@@ -42,7 +59,8 @@ type Presence struct {
 //
 // Precedence, first match wins:
 //  1. offline if no session is active;
-//  2. the account override (away, dnd or busy);
+//  2. the account override (away, dnd or busy; invisible sets
+//     Presence.Invisible and leaves the status to the rules below);
 //  3. the status of the authoritative device, when it has an active session;
 //  4. away if every active session is away; otherwise available (busy from
 //     a device that is not authoritative counts as available).
@@ -54,6 +72,7 @@ func Aggregate(user string, sessions []*Session, acct *Account, now int64) Prese
 	}
 	if acct != nil {
 		p.Text, p.Emoji, p.Until = acct.Text, acct.Emoji, acct.Until
+		p.Invisible = acct.Override == OverrideInvisible
 	}
 	for _, s := range sessions {
 		if s.State != StateActive {
@@ -124,6 +143,6 @@ func deviceToUser(s Status) UserStatus {
 // Equal reports whether two aggregates are the same, sessions included.
 func (p Presence) Equal(q Presence) bool {
 	return p.User == q.User && p.Online == q.Online && p.Status == q.Status &&
-		p.Text == q.Text && p.Emoji == q.Emoji && p.Until == q.Until &&
+		p.Text == q.Text && p.Emoji == q.Emoji && p.Until == q.Until && p.Invisible == q.Invisible &&
 		slices.Equal(p.Sessions, q.Sessions)
 }

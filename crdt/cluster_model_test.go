@@ -218,7 +218,7 @@ func (w *world) write(i int) {
 			w.fatalf("%s: a change of its own live session %s failed: %v", n.r.Self(), k, err)
 		}
 	case 5:
-		ov := Override(rapid.IntRange(0, int(OverrideBusy)).Draw(t, "override"))
+		ov := Override(rapid.IntRange(0, int(maxOverrideEnum)).Draw(t, "override"))
 		auth := rapid.SampledFrom(append([]string{""}, propDevices...)).Draw(t, "auth")
 		d, err = n.r.PutAccountLocal(k.User, ov, auth, w.now)
 	}
