@@ -33,12 +33,13 @@ func (n *Node) handleGet(c *conn, req *protocol.Request) (any, *requestError) {
 		return nil, rerr
 	}
 	out := make([]protocol.Presence, 0, len(users))
+	who := c.viewer()
 	lk := lockOf(&n.mu)
 	defer lk.unlock()
 	n.underLockHook(req)
 	v := n.nextVersionLocked()
 	for _, u := range users {
-		out = append(out, presenceJSON(n.replica.Presence(u, n.clock.Now().UnixNano()), v))
+		out = append(out, presenceJSON(who.view(n.replica.Presence(u, n.clock.Now().UnixNano())), v))
 	}
 	lk.unlock()
 	return protocol.PresenceReply{Op: protocol.OpPresence, ID: req.ID, Users: out}, nil
@@ -93,15 +94,17 @@ func (n *Node) handleGroup(c *conn, req *protocol.Request) (any, *requestError) 
 		return nil, rerr
 	}
 	reply := protocol.GroupReply{Op: protocol.OpGroup, ID: req.ID, Group: req.Group, Members: []protocol.Presence{}}
+	who := c.viewer()
 	lk := lockOf(&n.mu)
 	defer lk.unlock()
 	n.underLockHook(req)
+	now := n.clock.Now().UnixNano()
 	if limit == 0 {
-		reply.Online = n.replica.GroupOnlineCount(req.Group)
+		reply.Online = n.visibleGroupCountLocked(req.Group, who, now)
 		return reply, nil
 	}
 	v := n.nextVersionLocked()
-	users := n.replica.GroupOnlineUsers(req.Group)
+	users := n.visibleGroupMembersLocked(req.Group, who, now)
 	reply.Online = len(users)
 	// The members after the cursor.
 	i, found := slices.BinarySearch(users, req.Cursor)
@@ -109,10 +112,9 @@ func (n *Node) handleGroup(c *conn, req *protocol.Request) (any, *requestError) 
 		i++
 	}
 	users = users[i:]
-	now := n.clock.Now().UnixNano()
 	members := make([]protocol.Presence, 0, min(limit, len(users)))
 	for _, u := range users[:min(limit, len(users))] {
-		members = append(members, presenceJSON(n.replica.Presence(u, now), v))
+		members = append(members, presenceJSON(who.view(n.replica.Presence(u, now)), v))
 	}
 	lk.unlock()
 	// Cut the page to its byte budget (always one member at least).
@@ -138,7 +140,8 @@ func (n *Node) handleGroup(c *conn, req *protocol.Request) (any, *requestError) 
 	return reply, nil
 }
 
-// handleLocate returns a user's active sessions, with their gateways.
+// handleLocate returns a user's active sessions, with their gateways: none
+// of an invisible user the reader does not see (invisible.go).
 func (n *Node) handleLocate(c *conn, req *protocol.Request) (any, *requestError) {
 	if rerr := checkName("user", req.User); rerr != nil {
 		return nil, rerr
@@ -146,9 +149,13 @@ func (n *Node) handleLocate(c *conn, req *protocol.Request) (any, *requestError)
 	if rerr := checkRead(c, []string{req.User}); rerr != nil {
 		return nil, rerr
 	}
+	who := c.viewer()
 	lk := lockOf(&n.mu)
 	defer lk.unlock()
-	sessions := n.activeSessionsLocked(req.User)
+	var sessions []crdt.Session
+	if who.sees(req.User) || !n.replica.Invisible(req.User, n.clock.Now().UnixNano()) {
+		sessions = n.activeSessionsLocked(req.User)
+	}
 	lk.unlock()
 	book, _ := n.getCluster().(AddressBook)
 	out := make([]protocol.SessionInfo, 0, len(sessions))
