@@ -22,6 +22,24 @@ func setOverride(c *client, ov string) {
 	c.ok(map[string]any{"op": "account", "override": ov})
 }
 
+// okEvent sends req, which must succeed, and returns c's next event of
+// user, which may come before the reply or after it.
+func okEvent(c *client, req map[string]any, user string) frame {
+	c.t.Helper()
+	f, events := c.callEvents(req)
+	if f.str("op") != protocol.OpOK {
+		c.t.Fatalf("%v: want ok, got %v", req, f)
+	}
+	for _, e := range events {
+		if e.str("op") == protocol.OpEvent && e.str("user") == user {
+			return e
+		}
+	}
+	return c.expectEvent(user)
+}
+
+func overrideReq(ov string) map[string]any { return map[string]any{"op": "account", "override": ov} }
+
 // getOne returns c's get of user.
 func getOne(c *client, user string) frame {
 	c.t.Helper()
@@ -101,13 +119,12 @@ func TestInvisibleSubscription(t *testing.T) {
 	alice.expectEvent("alice")
 
 	// Going invisible is going offline to bob; she sees the truth.
-	setOverride(alice, "invisible")
+	mine := okEvent(alice, overrideReq("invisible"), "alice")
 	expectHidden(t, bob.expectEvent("alice"), "alice")
-	expectTruth(t, alice.expectEvent("alice"), "alice", "available", 1)
+	expectTruth(t, mine, "alice", "available", 1)
 	// Changes while invisible reach her and not bob: his next event of
 	// alice is her coming back.
-	alice.ok(map[string]any{"op": "status", "status": "away"})
-	expectTruth(t, alice.expectEvent("alice"), "alice", "away", 1)
+	expectTruth(t, okEvent(alice, map[string]any{"op": "status", "status": "away"}, "alice"), "alice", "away", 1)
 	connect(t, n, "alice", "phone")
 	expectTruth(t, alice.expectEvent("alice"), "alice", "available", 2)
 	// A subscriber that comes now gets her offline in its snapshot.
@@ -115,10 +132,10 @@ func TestInvisibleSubscription(t *testing.T) {
 	carol.ok(map[string]any{"op": "sub", "users": []string{"alice"}})
 	expectHidden(t, carol.expectEvent("alice"), "alice")
 
-	setOverride(alice, "none")
+	mine = okEvent(alice, overrideReq("none"), "alice")
 	expectVisible(t, bob.expectEvent("alice"), "alice", "available")
 	expectVisible(t, carol.expectEvent("alice"), "alice", "available")
-	if e := alice.expectEvent("alice"); e["invisible"] != nil || e["online"] != true {
+	if e := mine; e["invisible"] != nil || e["online"] != true {
 		t.Fatalf("her own event after leaving invisible: %v", e)
 	}
 }
