@@ -12,6 +12,10 @@ func (r *Replica) Invisible(user string, now int64) bool {
 	return !r.account(user).Lapsed(now)
 }
 
+// InvisibleAccounts returns how many account records hold the invisible
+// override, lapsed or not: while it is 0, no reader needs the rule.
+func (r *Replica) InvisibleAccounts() int { return len(r.invisible) }
+
 // GroupInvisibleUsers returns the users GroupOnlineUsers lists for group g
 // whose account is invisible at now, sorted: the members a reader other
 // than themselves does not see (Presence.Public). It costs

@@ -454,7 +454,7 @@ func (n *Node) handleEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	if group != "" {
 		n.watchGroupLocked(group).subs[s] = struct{}{}
-		online := n.visibleGroupMembersLocked(group, s.who, now)
+		online := n.visibleGroupMembersLocked(group, s.who)
 		member := true
 		if resumed {
 			in := make(map[string]struct{}, len(online))

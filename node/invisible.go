@@ -54,9 +54,14 @@ func (v viewer) view(p crdt.Presence) crdt.Presence {
 }
 
 // viewer is the session's user, with its token's backend grant (a --dev
-// gateway's sessions hold no backend grant: auth.Unrestricted).
+// gateway's sessions hold no backend grant: auth.Unrestricted). A
+// connection without a session (none reads before hello) is no one.
 func (c *conn) viewer() viewer {
-	return viewer{user: c.sess.user, all: c.sessionGrants().Backend()}
+	v := viewer{all: c.sessionGrants().Backend()}
+	if s := c.sess; s != nil {
+		v.user = s.user
+	}
+	return v
 }
 
 // viewer is the stream's reader, fixed when it opened.
@@ -78,12 +83,12 @@ func (n *Node) httpViewer(r *http.Request) viewer {
 // visibleGroupMembersLocked returns the online members of group g that v
 // sees, sorted: GroupOnlineUsers without the invisible ones other than v's
 // user.
-func (n *Node) visibleGroupMembersLocked(g string, v viewer, now int64) []string {
+func (n *Node) visibleGroupMembersLocked(g string, v viewer) []string {
 	users := n.replica.GroupOnlineUsers(g)
-	if v.all {
+	if v.all || n.replica.InvisibleAccounts() == 0 {
 		return users
 	}
-	hidden := n.replica.GroupInvisibleUsers(g, now)
+	hidden := n.replica.GroupInvisibleUsers(g, n.clock.Now().UnixNano())
 	if len(hidden) == 0 {
 		return users
 	}
@@ -96,12 +101,12 @@ func (n *Node) visibleGroupMembersLocked(g string, v viewer, now int64) []string
 // visibleGroupCountLocked returns how many online members of group g v
 // sees: O(1) while no account is invisible, O(min(invisible accounts,
 // members)) otherwise.
-func (n *Node) visibleGroupCountLocked(g string, v viewer, now int64) int {
+func (n *Node) visibleGroupCountLocked(g string, v viewer) int {
 	count := n.replica.GroupOnlineCount(g)
-	if v.all {
+	if v.all || n.replica.InvisibleAccounts() == 0 {
 		return count
 	}
-	for _, u := range n.replica.GroupInvisibleUsers(g, now) {
+	for _, u := range n.replica.GroupInvisibleUsers(g, n.clock.Now().UnixNano()) {
 		if u != v.user {
 			count--
 		}

@@ -98,13 +98,13 @@ func (n *Node) handleGroup(c *conn, req *protocol.Request) (any, *requestError) 
 	lk := lockOf(&n.mu)
 	defer lk.unlock()
 	n.underLockHook(req)
-	now := n.clock.Now().UnixNano()
 	if limit == 0 {
-		reply.Online = n.visibleGroupCountLocked(req.Group, who, now)
+		reply.Online = n.visibleGroupCountLocked(req.Group, who)
 		return reply, nil
 	}
 	v := n.nextVersionLocked()
-	users := n.visibleGroupMembersLocked(req.Group, who, now)
+	now := n.clock.Now().UnixNano()
+	users := n.visibleGroupMembersLocked(req.Group, who)
 	reply.Online = len(users)
 	// The members after the cursor.
 	i, found := slices.BinarySearch(users, req.Cursor)

@@ -130,7 +130,7 @@ func (n *Node) handleSub(c *conn, req *protocol.Request) *requestError {
 		}
 		c.subGroups[g] = struct{}{}
 		n.watchGroupLocked(g).subs[c] = struct{}{}
-		snap.members = n.visibleGroupMembersLocked(g, c.viewer(), n.clock.Now().UnixNano())
+		snap.members = n.visibleGroupMembersLocked(g, c.viewer())
 	}
 	snap.left = len(snap.users) + len(snap.members)
 	// The ok goes out ahead of every event of the new subjects: a flush
