@@ -85,10 +85,12 @@ type Grants struct {
 	sendGroups map[string]struct{}
 }
 
-// Unrestricted returns grants that allow everything: what a development
-// gateway (--dev) gives every session.
+// Unrestricted returns grants that allow every read, join and send: what
+// a development gateway (--dev) gives every session. They are not a
+// backend's, so a --dev session sees invisible users as every other
+// reader does (offline).
 func Unrestricted() *Grants {
-	return &Grants{backend: true, readAll: true, joinAll: true, sendAll: true}
+	return &Grants{readAll: true, joinAll: true, sendAll: true}
 }
 
 // ParseGrants checks a claim and returns its grants; nil gives the
@@ -160,7 +162,8 @@ func checkGrantName(s string) error {
 	return nil
 }
 
-// Backend reports whether the token is a backend's: it may read everything.
+// Backend reports whether the token is a backend's: it may read everything,
+// and sees invisible users as they are.
 func (g *Grants) Backend() bool { return g.backend }
 
 // MayRead reports whether the token of user self may read user's presence

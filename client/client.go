@@ -503,7 +503,7 @@ func (c *Client) wireStatus() string {
 
 // AccountUpdate is what Account changes; nil fields are left as they are.
 type AccountUpdate struct {
-	// Override is none, away, dnd or busy.
+	// Override is none, away, dnd, busy or invisible (SetInvisible).
 	Override *string
 	// AuthoritativeDevice names the device whose status speaks for the
 	// user ("" for none).
@@ -536,6 +536,20 @@ func (c *Client) Account(ctx context.Context, u AccountUpdate) error {
 // (the zero Time: never); empty strings clear them.
 func (c *Client) SetStatusText(ctx context.Context, text, emoji string, until time.Time) error {
 	return c.Account(ctx, AccountUpdate{Text: &text, Emoji: &emoji, Until: &until})
+}
+
+// SetInvisible sets the account override to invisible (true) or to none
+// (false; it replaces any other override too). While invisible, every
+// reader but the user's own sessions and backends sees the user offline;
+// the user's own reads carry the truth with Presence.Invisible. The user
+// still sends and receives messages. An Until set with Account lapses it
+// like any override.
+func (c *Client) SetInvisible(ctx context.Context, on bool) error {
+	ov := "none"
+	if on {
+		ov = "invisible"
+	}
+	return c.Account(ctx, AccountUpdate{Override: &ov})
 }
 
 // SetMeta sets this session's meta: a value that encodes to a JSON object

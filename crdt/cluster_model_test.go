@@ -224,7 +224,7 @@ func (w *world) write(i int) {
 			d, err = n.r.PutLastSeen(k.User, w.now)
 		}
 	case 5:
-		ov := Override(rapid.IntRange(0, int(OverrideBusy)).Draw(t, "override"))
+		ov := Override(rapid.IntRange(0, int(maxOverrideEnum)).Draw(t, "override"))
 		auth := rapid.SampledFrom(append([]string{""}, propDevices...)).Draw(t, "auth")
 		d, err = n.r.PutAccountLocal(k.User, ov, auth, w.now)
 	}

@@ -537,7 +537,7 @@ func decodeAccount(dec *msgpack.Decoder) (Account, error) {
 	if err != nil {
 		return a, err
 	}
-	if ov > uint64(OverrideBusy) {
+	if ov > uint64(maxOverrideEnum) {
 		return a, fmt.Errorf("%w: account override %d", ErrDecode, ov)
 	}
 	a.Override = Override(ov)

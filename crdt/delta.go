@@ -153,7 +153,7 @@ func (a *Account) validate() error {
 	if err := checkNames("account", a.User, "x", "x", a.Writer, a.Origin.Node); err != nil {
 		return err
 	}
-	if len(a.AuthoritativeDevice) > MaxNameLen || a.Override > OverrideBusy || a.Version == 0 {
+	if len(a.AuthoritativeDevice) > MaxNameLen || a.Override > maxOverrideEnum || a.Version == 0 {
 		return fmt.Errorf("%w: account %q malformed", ErrInvalidDelta, a.User)
 	}
 	if err := CheckStatusText(a.Text, a.Emoji); err != nil {

@@ -37,6 +37,16 @@ func (r *Replica) CheckInvariants() error {
 			return fmt.Errorf("account of %s in the wrong slot %d", u, slot)
 		}
 	}
+	for u := range r.invisible {
+		if a := r.account(u); a == nil || a.Override != OverrideInvisible {
+			return fmt.Errorf("%s in the invisible set, account %+v", u, a)
+		}
+	}
+	for u := range r.accounts {
+		if _, in := r.invisible[u]; !in && r.account(u).Override == OverrideInvisible {
+			return fmt.Errorf("invisible account of %s not in the invisible set", u)
+		}
+	}
 	if n := len(r.acctSlots) - 1 - len(r.acctFree); n != len(r.accounts) {
 		return fmt.Errorf("%d account slots held, %d accounts", n, len(r.accounts))
 	}

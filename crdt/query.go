@@ -128,8 +128,11 @@ func (r *Replica) Presence(user string, now int64) Presence {
 		recs = append(recs, &s)
 	}
 	p := Aggregate(user, recs, r.account(user), now)
-	if !p.Online {
+	switch {
+	case !p.Online:
 		p.LastSeen = r.LastSeen(user, now)
+	case p.Invisible:
+		p.hiddenLastSeen = r.LastSeen(user, now)
 	}
 	return p
 }

@@ -35,6 +35,9 @@ type Replica struct {
 	accounts  map[string]uint32
 	acctSlots []*Account
 	acctFree  []uint32
+	// invisible holds the users whose account record's override is
+	// OverrideInvisible, lapsed or not (invisible.go).
+	invisible map[string]struct{}
 	// nodes holds, per gateway node, its newest incarnation seen, whether
 	// it is marked down, and its origins' states (node.go).
 	nodes strMap[*nodeState]
@@ -81,6 +84,7 @@ func NewReplica(cfg Config) (*Replica, error) {
 		cfg:       cfg,
 		accounts:  make(map[string]uint32),
 		acctSlots: make([]*Account, 1),
+		invisible: make(map[string]struct{}),
 		nodes:     newStrMap[*nodeState](),
 		down:      make(map[string]*nodeState),
 		names:     newNameTable(),
@@ -602,6 +606,11 @@ func (r *Replica) mergeAccount(a *Account) bool {
 	}
 	c := *a
 	r.acctSlots[slot] = &c
+	if c.Override == OverrideInvisible {
+		r.invisible[c.User] = struct{}{}
+	} else {
+		delete(r.invisible, c.User)
+	}
 	st.log.ReplaceOrInsert(logItem{version: a.Version, ref: slot, kind: itemAccount})
 	return true
 }
@@ -621,6 +630,7 @@ func (r *Replica) allocAccount() uint32 {
 func (r *Replica) removeAccount(user string) {
 	slot := r.accounts[user]
 	delete(r.accounts, user)
+	delete(r.invisible, user)
 	r.acctSlots[slot] = nil
 	r.acctFree = append(r.acctFree, slot)
 }

@@ -174,7 +174,7 @@ func (w *opsWorld) step(in *opsInput) {
 	case 2: // a local account write
 		i := in.pick(len(w.reps))
 		user := opsUsers[in.pick(len(opsUsers))]
-		ov := Override(in.pick(int(OverrideBusy) + 1))
+		ov := Override(in.pick(int(maxOverrideEnum) + 1))
 		dev := []string{"", "d1", "d2"}[in.pick(3)]
 		d, err := w.reps[i].PutAccountLocal(user, ov, dev, w.now)
 		w.logf("account %s %s %v %q: %v", w.reps[i].Self(), user, ov, dev, err)
@@ -199,7 +199,7 @@ func (w *opsWorld) step(in *opsInput) {
 		w.pool = append(w.pool, d)
 	case 4: // a forged account delta
 		a := Account{
-			User: opsUsers[in.pick(len(opsUsers))], Override: Override(in.pick(int(OverrideBusy) + 2)),
+			User: opsUsers[in.pick(len(opsUsers))], Override: Override(in.pick(int(maxOverrideEnum) + 2)),
 			AuthoritativeDevice: []string{"", "d1", "d2"}[in.pick(3)],
 			Stamp:               Timestamp{Wall: int64(in.u64()), Logical: uint32(in.u64())},
 			Writer:              opsNodes[in.pick(len(opsNodes))],
@@ -244,7 +244,7 @@ func (w *opsWorld) step(in *opsInput) {
 		}
 		for range in.pick(2) {
 			os.Accounts = append(os.Accounts, Account{User: opsUsers[in.pick(len(opsUsers))],
-				Override: Override(in.pick(int(OverrideBusy) + 1)), Stamp: Timestamp{Wall: int64(in.u64())},
+				Override: Override(in.pick(int(maxOverrideEnum) + 1)), Stamp: Timestamp{Wall: int64(in.u64())},
 				Writer: os.Origin.Node, Origin: os.Origin, Version: in.u64()})
 		}
 		sy := Sync{os}

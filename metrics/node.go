@@ -94,6 +94,9 @@ func nodeDefs() []metricDef[node.Metrics] {
 					emit(float64(m.Disconnects[r]), r)
 				}
 			}},
+		gauge("sessions_in_grace", "Sessions this gateway holds for the disconnect grace: their client dropped the connection "+
+			"without bye, and they show online until a reconnect takes them over or the grace ends.",
+			func(m *M) float64 { return float64(m.SessionsInGrace) }),
 		counter("sessions_expired_total", "Sessions this gateway expired: no request within the timeout.",
 			func(m *M) uint64 { return m.Expired }),
 		counter("sessions_superseded_total",

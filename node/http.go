@@ -105,10 +105,11 @@ func (n *Node) handlePresenceHTTP(w http.ResponseWriter, r *http.Request) {
 		n.writeJSON(w, http.StatusBadRequest, map[string]string{"error": rerr.msg})
 		return
 	}
+	who := n.httpViewer(r)
 	lk := lockOf(&n.mu)
 	defer lk.unlock()
 	v := n.nextVersionLocked()
-	p := presenceJSON(n.replica.Presence(user, n.clock.Now().UnixNano()), v)
+	p := presenceJSON(who.view(n.replica.Presence(user, n.clock.Now().UnixNano())), v)
 	lk.unlock()
 	n.writeJSON(w, http.StatusOK, p)
 }

@@ -207,7 +207,8 @@ func decodePresenceRequest(body []byte) ([]string, *requestError) {
 }
 
 // handlePresenceBatch answers the presence of each user asked, in request
-// order (a user named more than once, at its first place only), as get.
+// order (a user named more than once, at its first place only), as get
+// (an invisible user offline to a reader that is not a backend).
 func (n *Node) handlePresenceBatch(w http.ResponseWriter, r *http.Request, _ string) {
 	body, ok := n.readAPIBody(w, r)
 	if !ok {
@@ -219,12 +220,13 @@ func (n *Node) handlePresenceBatch(w http.ResponseWriter, r *http.Request, _ str
 		return
 	}
 	out := make([]protocol.Presence, 0, len(users))
+	who := n.httpViewer(r)
 	lk := lockOf(&n.mu)
 	defer lk.unlock()
 	v := n.nextVersionLocked()
 	now := n.clock.Now().UnixNano()
 	for _, u := range users {
-		out = append(out, presenceJSON(n.replica.Presence(u, now), v))
+		out = append(out, presenceJSON(who.view(n.replica.Presence(u, now)), v))
 	}
 	lk.unlock()
 	n.writeJSON(w, http.StatusOK, map[string]any{"users": out})
@@ -281,7 +283,7 @@ func (n *Node) handleGroupHTTP(w http.ResponseWriter, r *http.Request, _ string)
 	}
 	// The page's own fields: next, a user name escaped at worst.
 	budget := n.cfg.OutboundQueueBytes/2 - (64 + 6*protocol.MaxNameLen)
-	online, members, next, rerr := n.groupPage(group, gq.cursor, gq.limit, budget, nil)
+	online, members, next, rerr := n.groupPage(group, gq.cursor, gq.limit, budget, n.httpViewer(r), nil)
 	if rerr != nil {
 		n.apiError(w, http.StatusInternalServerError, rerr)
 		return

@@ -248,6 +248,11 @@ type Metrics struct {
 	Connections   int  // open client connections
 	LocalSessions int  // active sessions this node owns
 	Draining      bool // Drain has begun
+	// SessionsInGrace counts the local sessions held for the disconnect
+	// grace (Config.DisconnectGrace): their client dropped the connection,
+	// and they show online until a reconnect takes them over or the grace
+	// ends. LocalSessions includes them.
+	SessionsInGrace int
 	// Subscribers counts the connections with at least one subscription;
 	// UserSubscriptions and GroupSubscriptions the subscriptions they hold.
 	Subscribers        int
@@ -337,8 +342,8 @@ type OpCode struct {
 }
 
 // Metrics returns a snapshot of the node's counters and gauges. It walks
-// the connections under the node's lock (O(connections)): for
-// monitoring, not hot paths.
+// the connections and, with a disconnect grace, the local sessions under
+// the node's lock (O(connections)): for monitoring, not hot paths.
 func (n *Node) Metrics() Metrics {
 	lk := lockOf(&n.mu)
 	defer lk.unlock()
@@ -352,6 +357,15 @@ func (n *Node) Metrics() Metrics {
 			m.Subscribers++
 			m.UserSubscriptions += len(c.subUsers)
 			m.GroupSubscriptions += len(c.subGroups)
+		}
+	}
+	if n.cfg.DisconnectGrace > 0 {
+		for _, devs := range n.local {
+			for _, c := range devs {
+				if c.graceDeadline.Load() != 0 {
+					m.SessionsInGrace++
+				}
+			}
 		}
 	}
 	m.Replica = n.replica.Census()

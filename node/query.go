@@ -33,12 +33,13 @@ func (n *Node) handleGet(c *conn, req *protocol.Request) (any, *requestError) {
 		return nil, rerr
 	}
 	out := make([]protocol.Presence, 0, len(users))
+	who := c.viewer()
 	lk := lockOf(&n.mu)
 	defer lk.unlock()
 	n.underLockHook(req)
 	v := n.nextVersionLocked()
 	for _, u := range users {
-		out = append(out, presenceJSON(n.replica.Presence(u, n.clock.Now().UnixNano()), v))
+		out = append(out, presenceJSON(who.view(n.replica.Presence(u, n.clock.Now().UnixNano())), v))
 	}
 	lk.unlock()
 	return protocol.PresenceReply{Op: protocol.OpPresence, ID: req.ID, Users: out}, nil
@@ -84,7 +85,7 @@ func (n *Node) handleGroup(c *conn, req *protocol.Request) (any, *requestError) 
 	// The reply's own fields: its group and next (a user name) escaped at
 	// worst (\u003c for <), the id, the rest.
 	budget := n.cfg.OutboundQueueBytes/2 - (128 + len(req.ID) + 6*len(req.Group) + 6*protocol.MaxNameLen)
-	online, members, next, rerr := n.groupPage(req.Group, req.Cursor, limit, budget, func() { n.underLockHook(req) })
+	online, members, next, rerr := n.groupPage(req.Group, req.Cursor, limit, budget, c.viewer(), func() { n.underLockHook(req) })
 	if rerr != nil {
 		return nil, rerr
 	}
@@ -113,10 +114,11 @@ func checkGroupPage(group, cursor string, limit int) *requestError {
 // count of every online member. A page holds at most limit members, and is
 // cut shorter to fit budget bytes of JSON (always one member at least);
 // next is the page's last member when more follow, else empty. A limit of
-// 0 asks for the count alone, which reads no member's presence. underLock,
+// 0 asks for the count alone, which reads no member's presence. The
+// members and the count are those who sees (invisible.go). underLock,
 // when set, runs under mu (a test seam). The group, cursor and limit are
 // checked by checkGroupPage.
-func (n *Node) groupPage(group, cursor string, limit, budget int, underLock func()) (online int, members []protocol.Presence, next string, rerr *requestError) {
+func (n *Node) groupPage(group, cursor string, limit, budget int, who viewer, underLock func()) (online int, members []protocol.Presence, next string, rerr *requestError) {
 	members = []protocol.Presence{}
 	lk := lockOf(&n.mu)
 	defer lk.unlock()
@@ -124,10 +126,10 @@ func (n *Node) groupPage(group, cursor string, limit, budget int, underLock func
 		underLock()
 	}
 	if limit == 0 {
-		return n.replica.GroupOnlineCount(group), members, "", nil
+		return n.visibleGroupCountLocked(group, who), members, "", nil
 	}
 	v := n.nextVersionLocked()
-	users := n.replica.GroupOnlineUsers(group)
+	users := n.visibleGroupMembersLocked(group, who)
 	online = len(users)
 	// The members after the cursor.
 	i, found := slices.BinarySearch(users, cursor)
@@ -138,7 +140,7 @@ func (n *Node) groupPage(group, cursor string, limit, budget int, underLock func
 	now := n.clock.Now().UnixNano()
 	members = make([]protocol.Presence, 0, min(limit, len(users)))
 	for _, u := range users[:min(limit, len(users))] {
-		members = append(members, presenceJSON(n.replica.Presence(u, now), v))
+		members = append(members, presenceJSON(who.view(n.replica.Presence(u, now)), v))
 	}
 	lk.unlock()
 	// Cut the page to its byte budget (always one member at least).
@@ -161,7 +163,8 @@ func (n *Node) groupPage(group, cursor string, limit, budget int, underLock func
 	return online, members, next, nil
 }
 
-// handleLocate returns a user's active sessions, with their gateways.
+// handleLocate returns a user's active sessions, with their gateways: none
+// of an invisible user the reader does not see (invisible.go).
 func (n *Node) handleLocate(c *conn, req *protocol.Request) (any, *requestError) {
 	if rerr := checkName("user", req.User); rerr != nil {
 		return nil, rerr
@@ -169,9 +172,13 @@ func (n *Node) handleLocate(c *conn, req *protocol.Request) (any, *requestError)
 	if rerr := checkRead(c, []string{req.User}); rerr != nil {
 		return nil, rerr
 	}
+	who := c.viewer()
 	lk := lockOf(&n.mu)
 	defer lk.unlock()
-	sessions := n.activeSessionsLocked(req.User)
+	var sessions []crdt.Session
+	if who.sees(req.User) || !n.replica.Invisible(req.User, n.clock.Now().UnixNano()) {
+		sessions = n.activeSessionsLocked(req.User)
+	}
 	lk.unlock()
 	book, _ := n.getCluster().(AddressBook)
 	out := make([]protocol.SessionInfo, 0, len(sessions))

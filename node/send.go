@@ -16,7 +16,8 @@ import (
 // handleSend delivers a message to every active session of the recipient:
 // this node's directly, every other gateway's through one Cluster.Route call
 // per gateway, all concurrently and bounded by RouteTimeout. It replies with
-// the number of sessions reached.
+// the number of sessions reached (0 for an invisible recipient the sender
+// does not see: invisible.go).
 func (n *Node) handleSend(c *conn, req *protocol.Request) (any, *requestError) {
 	if rerr := checkName("to", req.To); rerr != nil {
 		return nil, rerr
@@ -35,6 +36,15 @@ func (n *Node) handleSend(c *conn, req *protocol.Request) (any, *requestError) {
 	if rerr := checkSend(c, req.To, func() []string { return sessionGroups(recipients) }); rerr != nil {
 		lk.unlock()
 		return nil, rerr
+	}
+	// An invisible recipient gets the message, and a sender that does not
+	// see it is told no session did, as for an offline one (invisible.go).
+	hidden := !c.viewer().sees(req.To) && n.replica.Invisible(req.To, n.clock.Now().UnixNano())
+	shown := func(k int) *int {
+		if hidden {
+			k = 0
+		}
+		return &k
 	}
 	lim := n.limits.Load()
 	if ok, wait := s.sends.allow(n.mono(), lim.SendRate, lim.SendBurst); !ok {
@@ -60,14 +70,14 @@ func (n *Node) handleSend(c *conn, req *protocol.Request) (any, *requestError) {
 				defer close(done)
 				defer c.recoverRequest(new(bool))
 				total := delivered + n.route(msg, remote)
-				c.sendValue(protocol.OK{Op: protocol.OpOK, ID: id, Delivered: &total})
+				c.sendValue(protocol.OK{Op: protocol.OpOK, ID: id, Delivered: shown(total)})
 			}()
 			c.await = done
 			return nil, nil
 		}
 		delivered += n.route(msg, remote)
 	}
-	return protocol.OK{Op: protocol.OpOK, ID: req.ID, Delivered: &delivered}, nil
+	return protocol.OK{Op: protocol.OpOK, ID: req.ID, Delivered: shown(delivered)}, nil
 }
 
 // remoteGateways returns the gateways other than this one that own

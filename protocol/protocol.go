@@ -192,8 +192,8 @@ type Request struct {
 	Status string `json:"status,omitempty"`
 
 	// account: absent fields are left unchanged; "" clears text, emoji
-	// and until. Until is an RFC 3339 time after which override, text
-	// and emoji lapse.
+	// and until. Override is none, away, dnd, busy or invisible. Until is
+	// an RFC 3339 time after which override, text and emoji lapse.
 	Override            *string `json:"override,omitempty"`
 	AuthoritativeDevice *string `json:"authoritative_device,omitempty"`
 	Text                *string `json:"text,omitempty"`
@@ -352,6 +352,10 @@ type Presence struct {
 	// user's last session ended; absent while online, and for a user
 	// not seen within the gateways' --last-seen-retention.
 	LastSeen string `json:"last_seen,omitempty"`
+	// Invisible is true, in the user's own reads (and a backend's), while
+	// the account's override is invisible: the rest is the truth. Every
+	// other reader sees an invisible user as an offline one, without it.
+	Invisible bool `json:"invisible,omitempty"`
 }
 
 // PresenceReply is the reply to get.

@@ -24,7 +24,9 @@ import (
 
 const connectHelp = `commands:
   status available|away|busy      set this device's status
-  account none|away|dnd|busy      set the account override
+  account none|away|dnd|busy|invisible
+                                  set the account override (invisible: others
+                                  see you offline)
   account auth DEVICE             make DEVICE authoritative ("account auth -" clears)
   account text TEXT...            set the status text ("account text -" clears)
   account emoji EMOJI             set the status emoji ("account emoji -" clears)
@@ -461,7 +463,7 @@ func parseCommand(line string) (req []byte, quit bool, err error) {
 		}
 		v = protocol.Request{Op: protocol.OpStatus, Status: args[0]}
 	case "account":
-		if err := need(1, "account none|away|dnd|busy  or  account auth DEVICE"); err != nil {
+		if err := need(1, "account none|away|dnd|busy|invisible  or  account auth DEVICE"); err != nil {
 			return nil, false, err
 		}
 		switch args[0] {

@@ -494,8 +494,9 @@ export class RollcallClient {
   async groupCount(group) { return (await this.groupPage(group, {limit: 0})).online; }
   send(to, body) { return this.request({op: "send", to, body}); }
   /**
-   * account changes account settings: {override, authoritative_device,
-   * text, emoji, until}; absent ones are left as they are, "" clears.
+   * account changes account settings: {override (none, away, dnd, busy or
+   * invisible), authoritative_device, text, emoji, until}; absent ones are
+   * left as they are, "" clears.
    */
   account(settings) { return this.request({op: "account", ...settings}); }
 
@@ -507,6 +508,14 @@ export class RollcallClient {
     const u = until instanceof Date ? until.toISOString() : (until || "");
     return this.account({text, emoji, until: u});
   }
+
+  /**
+   * setInvisible sets the account override to invisible (true) or none
+   * (false, replacing any other override). While invisible, every reader but
+   * the user and backends sees the user offline; the user's own events and
+   * reads carry the truth with invisible: true. Messages still flow.
+   */
+  setInvisible(on) { return this.account({override: on ? "invisible" : "none"}); }
 
   /** setMeta sets this session's meta (an object; null clears); kept across reconnects. */
   setMeta(meta) {
