@@ -85,12 +85,10 @@ type Grants struct {
 	sendGroups map[string]struct{}
 }
 
-// Unrestricted returns grants that allow every read, join and send: what
-// a development gateway (--dev) gives every session. They are not a
-// backend's, so a --dev session sees invisible users as every other
-// reader does (offline).
+// Unrestricted returns grants that allow everything, a backend's
+// included: what a development gateway (--dev) gives every session.
 func Unrestricted() *Grants {
-	return &Grants{readAll: true, joinAll: true, sendAll: true}
+	return &Grants{backend: true, readAll: true, joinAll: true, sendAll: true}
 }
 
 // ParseGrants checks a claim and returns its grants; nil gives the

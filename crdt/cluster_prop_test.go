@@ -92,8 +92,11 @@ func checkPresence(t *rapid.T, r *Replica, u string, groups bool) {
 		acct = &a
 	}
 	want := Aggregate(u, recs, acct, 0)
-	if !want.Online {
+	switch {
+	case !want.Online:
 		want.LastSeen = r.LastSeen(u, 0) // the register is no input of Aggregate
+	case want.Invisible:
+		want.hiddenLastSeen = r.LastSeen(u, 0) // what Public shows
 	}
 	if got := r.Presence(u, 0); !got.Equal(want) {
 		t.Fatalf("%s: presence of %s is %+v, its records give %+v", r.Self(), u, got, want)
@@ -189,6 +192,8 @@ func (w *world) finish() {
 				if want.LastSeen < ref.lastSeenAt(u) {
 					w.fatalf("%s: last seen of %s %d, before the register's %d", m.r.Self(), u, want.LastSeen, ref.lastSeenAt(u))
 				}
+			} else if want.Invisible {
+				want.hiddenLastSeen = m.r.LastSeen(u, 0) // what Public shows
 			}
 			if got := m.r.Presence(u, 0); !got.Equal(want) {
 				w.fatalf("%s: presence of %s %+v, reference %+v", m.r.Self(), u, got, want)

@@ -53,11 +53,13 @@ func (v viewer) view(p crdt.Presence) crdt.Presence {
 	return p
 }
 
-// viewer is the session's user, with its token's backend grant (a --dev
-// gateway's sessions hold no backend grant: auth.Unrestricted). A
+// viewer is the session's user, with its token's backend grant. A --dev
+// gateway's sessions hold every grant (auth.Unrestricted), the backend's
+// included, so they may track sessions; they see invisible users as
+// other readers do (offline), or the demo could not show the rule. A
 // connection without a session (none reads before hello) is no one.
 func (c *conn) viewer() viewer {
-	v := viewer{all: c.sessionGrants().Backend()}
+	v := viewer{all: c.sessionGrants().Backend() && !c.n.cfg.Dev}
 	if s := c.sess; s != nil {
 		v.user = s.user
 	}
