@@ -50,8 +50,7 @@ func startCluster(_ context.Context, ac *agentConfig, n *node.Node, log *zap.Log
 		return nil, nil, err
 	}
 	cfg.Incarnation = n.Origin().Incarnation
-	cfg.LeaseTimeout = n.Config().Timeout
-	cfg.AliveInterval = min(time.Second, cfg.LeaseTimeout/5)
+	cfg.AliveInterval = 0 // from --peer-lease: dissem.AliveIntervalFor (gossip.Config.Validate)
 	if a := n.Config().ClientAddr; a != "" {
 		cfg.ClientAddr = a
 	}
