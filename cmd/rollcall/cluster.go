@@ -50,7 +50,6 @@ func startCluster(_ context.Context, ac *agentConfig, n *node.Node, log *zap.Log
 		return nil, nil, err
 	}
 	cfg.Incarnation = n.Origin().Incarnation
-	cfg.AliveInterval = 0 // from --peer-lease: dissem.AliveIntervalFor (gossip.Config.Validate)
 	if a := n.Config().ClientAddr; a != "" {
 		cfg.ClientAddr = a
 	}
@@ -86,6 +85,7 @@ func (ac *agentConfig) gossipConfig(name string, log *zap.Logger) (gossip.Config
 	cfg := ac.Gossip
 	cfg.Name = name
 	cfg.Logger = log
+	cfg.AliveInterval = 0 // from --peer-lease: dissem.AliveIntervalFor (gossip.Config.Validate)
 	gossipKey := ac.GossipKey
 	if ac.GossipKeyFile != "" {
 		if gossipKey != "" {
