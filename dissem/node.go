@@ -642,8 +642,8 @@ func (n *Node) flush(reliable bool) {
 
 // announce sends this node's alive message: to every member while eager,
 // through the piggyback queue beyond the eager threshold (an
-// announcement straight to every member each second would cost the
-// cluster N² packets a second).
+// announcement straight to every member each AliveInterval would cost the
+// cluster N² packets an interval).
 func (n *Node) announce() {
 	// An announcement equal to the last is the last one again: messages
 	// are immutable, and most announcements repeat the one before.
