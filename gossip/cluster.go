@@ -161,7 +161,7 @@ func New(cfg Config, host Host) (*Cluster, error) {
 		ctx:      ctx,
 		cancel:   cancel,
 		started:  time.Now(),
-		stall:    stall.NewDetector(dissem.LeaseTick(cfg.LeaseTimeout), cfg.LeaseTimeout/4),
+		stall:    stall.NewDetector(dissem.LeaseTick(cfg.LeaseTimeout), leaseStallThreshold(cfg.LeaseTimeout)),
 		inbound:  make(chan []byte, cfg.InboundQueue),
 		flushCh:  make(chan struct{}, 1),
 		evSignal: make(chan struct{}, 1),

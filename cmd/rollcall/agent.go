@@ -62,8 +62,12 @@ func (ac *agentConfig) check() error {
 // checkGossip validates the gossip settings; startCluster uses them as
 // they are.
 func (ac *agentConfig) checkGossip() error {
+	if ac.Gossip.LeaseTimeout <= 0 {
+		return fmt.Errorf("--peer-lease %v: must be positive", ac.Gossip.LeaseTimeout)
+	}
 	gc := ac.Gossip
 	gc.Name = "check"
+	gc.AliveInterval = 0 // as gossipConfig: from --peer-lease
 	if err := gc.Validate(); err != nil {
 		return fmt.Errorf("--gossip-profile: %w", err)
 	}

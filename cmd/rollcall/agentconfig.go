@@ -24,8 +24,8 @@ type agentConfig struct {
 	// HTTP routes and the open-file limit at start (nodeConfig, runAgent).
 	Node node.Config
 	// Gossip is the cluster layer's configuration. The agent sets Name,
-	// Incarnation, ClientAddr, LeaseTimeout, AliveInterval, Keyring and
-	// Logger from the node at start (startCluster). An empty BindAddr
+	// Incarnation, ClientAddr, AliveInterval (from LeaseTimeout, --peer-lease),
+	// Keyring and Logger at start (startCluster). An empty BindAddr
 	// (--gossip-addr "") runs the agent standalone.
 	Gossip gossip.Config
 	// TokenSource names the files of the client-token keys.
@@ -143,7 +143,7 @@ func agentFlagSet(c *agentConfig, stderr io.Writer) (*flag.FlagSet, []flagSectio
 
 	s.start(sectionSessions)
 	fs.DurationVar(&n.Heartbeat, "heartbeat", n.Heartbeat, "Heartbeat interval told to clients. Keep --timeout at three heartbeats or more.")
-	fs.DurationVar(&n.Timeout, "timeout", n.Timeout, "Client session timeout, and the lease on a silent peer gateway. Must exceed --heartbeat.")
+	fs.DurationVar(&n.Timeout, "timeout", n.Timeout, "Client session timeout: a client silent this long is shown offline. Must exceed --heartbeat.")
 	fs.DurationVar(&n.DrainGrace, "drain-grace", n.DrainGrace, "On SIGTERM, SIGINT or 'rollcall leave', how long the sessions stay online while their clients reconnect to another gateway. Must be below --drain-timeout. Negative: end them at once.")
 	fs.DurationVar(&n.DisconnectGrace, "disconnect-grace", n.DisconnectGrace, "How long a session whose connection closes without bye (EOF, reset, a failed write) stays online: a reconnect of the same user and device within it, on any gateway, shows no offline; otherwise it goes offline when the grace ends. bye is immediate. 0: offline at once.")
 	fs.DurationVar(&n.DrainTimeout, "drain-timeout", n.DrainTimeout, "Bound on the whole graceful shutdown: the grace, the final writes, and the leave.")
@@ -184,6 +184,7 @@ func agentFlagSet(c *agentConfig, stderr io.Writer) (*flag.FlagSet, []flagSectio
 	fs.Var(&g.Relay, "gossip-relay", "How changes travel in a cluster above 64 gateways: epidemic, memberlist's piggyback gossip; tree, a relay tree over the gateways alive (about one copy per gateway, two hops; a copy lost on the way is pulled once announcements show the gap).")
 	fs.DurationVar(&g.BatchDelay, "gossip-batch", g.BatchDelay, "Gossip write window, Nagle-style: a change with no flush in the last window goes to the other gateways at once; changes within a window of a flush wait for its end and share packets. 0: no window.")
 	fs.BoolVar(&g.Compress, "gossip-compress", g.Compress, "LZW-compress gossip messages (memberlist's compression). Deltas (about 70 bytes a copy) do not shrink, so off a status change costs the cluster a third less CPU; on, full-state transfers to joining members are smaller. Members with and without it interoperate.")
+	fs.DurationVar(&g.LeaseTimeout, "peer-lease", g.LeaseTimeout, "How long a silent peer gateway stays up here (up to 64 gateways; beyond, memberlist's failure detection alone). A peer stalled for up to --peer-lease - alive interval - 1s (SIGSTOP, a paused VM) is never shown down; a dead one's sessions are shown offline within --peer-lease + min(--peer-lease/20, 250ms). The alive interval, each gateway's announcement to the others, is min(500ms, --peer-lease/7). The default rides out 2s stalls and shows a crash within 3.675s.")
 	fs.StringVar(&g.Profile, "gossip-profile", g.Profile, "memberlist timings: lan (probe 1s, gossip 200ms, push/pull 30s), wan (probe 5s, push/pull 60s) or local (loopback).")
 	fs.StringVar(&c.GossipKey, "gossip-key", c.GossipKey, "Base64 AES key (16, 24 or 32 bytes) encrypting all gossip. Visible in ps: prefer --gossip-key-file, --keyring-file or ROLLCALL_GOSSIP_KEY.")
 	fs.StringVar(&c.GossipKeyFile, "gossip-key-file", c.GossipKeyFile, "File holding the base64 gossip key (surrounding whitespace ignored).")

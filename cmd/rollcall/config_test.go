@@ -289,6 +289,36 @@ func TestGossipBatch(t *testing.T) {
 	}
 }
 
+// --peer-lease comes from the command line or the config file, apart from
+// --timeout; a short one gets a shorter alive interval, and one that is not
+// positive is refused before anything listens.
+func TestPeerLease(t *testing.T) {
+	af, _, _, err := loadAgentConfig([]string{"--dev", "--timeout", "7s"}, nil, io.Discard)
+	if err != nil || af.Gossip.LeaseTimeout != gossip.DefaultConfig().LeaseTimeout || af.check() != nil {
+		t.Fatalf("peer-lease default: %v, %v", af.Gossip.LeaseTimeout, err)
+	}
+	path := writeConfigFile(t, "peer-lease: 800ms\n")
+	af, _, _, err = loadAgentConfig([]string{"--dev", "--config", path}, nil, io.Discard)
+	if err != nil || af.Gossip.LeaseTimeout != 800*time.Millisecond {
+		t.Fatalf("peer-lease from the config file: %v, %v", af.Gossip.LeaseTimeout, err)
+	}
+	if err := af.check(); err != nil {
+		t.Fatalf("--peer-lease 800ms: %v", err)
+	}
+	if cfg, err := af.gossipConfig("gw1", zap.NewNop()); err != nil || cfg.Validate() != nil || cfg.AliveInterval >= 400*time.Millisecond {
+		t.Fatalf("--peer-lease 800ms: alive interval %v (%v)", cfg.AliveInterval, err)
+	}
+	for _, bad := range []string{"-1s", "0s"} {
+		af, _, _, err = loadAgentConfig([]string{"--dev", "--peer-lease", bad}, nil, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := af.check(); err == nil || !strings.Contains(err.Error(), "--peer-lease") {
+			t.Fatalf("--peer-lease %s: %v", bad, err)
+		}
+	}
+}
+
 // --print-config shows the effective configuration as YAML a config file
 // can hold, with the gossip key redacted and file paths shown.
 func TestPrintConfigRedactsSecrets(t *testing.T) {
