@@ -67,6 +67,10 @@ type conn struct {
 	// Hot path, lock-free.
 	state      atomic.Int32
 	lastActive atomic.Int64 // Node.mono() of the last valid request
+	// routing counts the routed sends c's reader waits on (send.go): its
+	// session does not expire meanwhile, as the gateway, not the client,
+	// holds up its requests.
+	routing atomic.Int32
 	// heartbeats counts this connection's heartbeats. It is the
 	// connection's own, so heartbeats on many cores do not contend for one
 	// counter; it is added to the node's when the connection is forgotten

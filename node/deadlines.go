@@ -142,6 +142,11 @@ func (w *wheel) advance(now, timeout int64, due []*conn) []*conn {
 			}
 			deadline := c.deadline(timeout)
 			if crdt.Expired(deadline, now) {
+				if c.routing.Load() > 0 {
+					// Its reader waits on a routed send: look again next tick.
+					w.addLocked(c, now+w.tick)
+					continue
+				}
 				due = append(due, c)
 				continue
 			}

@@ -89,3 +89,40 @@ func TestRoutedSendHoldsUpNoOneElse(t *testing.T) {
 	}
 	a.expect("hb")
 }
+
+// A session whose routed send waits on another gateway does not expire
+// for the wait: the gateway, not the client, is holding up its requests
+// (the heartbeats it sent meanwhile are read after the send). Its silence
+// counts again from the send's answer.
+func TestRoutedSendWaitDoesNotExpireTheSender(t *testing.T) {
+	clock := newFakeClock()
+	release, routing := make(chan struct{}), make(chan struct{}, 1)
+	fc := &fakeCluster{routeFn: func(ctx context.Context, _ string, _ Message) (int, error) {
+		routing <- struct{}{}
+		select {
+		case <-release:
+			return 1, nil
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}}
+	n := newTestNode(t, func(c *Config) { c.Cluster = fc; c.RouteTimeout = time.Minute; c.Clock = clock })
+	a, _ := connect(t, n, "alice", "phone")
+	n.ApplyDeltas([]crdt.Delta{newRemote(t, "n2").put("bob", "x", 1, crdt.StateActive, crdt.StatusAvailable)})
+	a.sendRaw(`{"op":"send","to":"bob","body":1,"id":1}`)
+	<-routing
+	clock.Advance(n.cfg.Timeout + time.Second)
+	waitSweeps(t, n)
+	if n.stats.expired.Load() != 0 {
+		t.Fatal("alice expired while the gateway routed her send")
+	}
+	close(release)
+	if f := a.expect("ok"); f.num("delivered") != 1 {
+		t.Fatalf("send %v", f)
+	}
+	a.sendRaw(`{"op":"hb","id":2}`)
+	a.expect("hb")
+	// Silent from the answer on, she expires after the timeout.
+	clock.Advance(n.cfg.Timeout + time.Second)
+	waitFor(t, "alice expired once silent past the timeout", func() bool { return n.stats.expired.Load() == 1 })
+}

@@ -69,15 +69,27 @@ func (n *Node) handleSend(c *conn, req *protocol.Request) (any, *requestError) {
 			go func() {
 				defer close(done)
 				defer c.recoverRequest(new(bool))
-				total := delivered + n.route(msg, remote)
+				total := delivered + n.routeFor(c, msg, remote)
 				c.sendValue(protocol.OK{Op: protocol.OpOK, ID: id, Delivered: shown(total)})
 			}()
 			c.await = done
 			return nil, nil
 		}
-		delivered += n.route(msg, remote)
+		delivered += n.routeFor(c, msg, remote)
 	}
 	return protocol.OK{Op: protocol.OpOK, ID: req.ID, Delivered: shown(delivered)}, nil
+}
+
+// routeFor is route for a request of c, whose reader waits for it: c's
+// session does not expire during the wait, and its silence counts from
+// the answer (the requests it sent meanwhile are read after it).
+func (n *Node) routeFor(c *conn, msg Message, gateways []string) int {
+	c.routing.Add(1)
+	defer func() {
+		c.lastActive.Store(max(c.lastActive.Load(), n.mono()))
+		c.routing.Add(-1)
+	}()
+	return n.route(msg, gateways)
 }
 
 // remoteGateways returns the gateways other than this one that own
