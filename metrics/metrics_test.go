@@ -60,7 +60,7 @@ func TestScrapeAfterConnectStatusSendExpiry(t *testing.T) {
 	testkit.WaitFor(t, 10*time.Second, "g1 to show carol expired", func() bool {
 		return g1.scrape(t).value("rollcall_sessions", "owner", "remote", "state", "expired") == 1
 	})
-	testkit.WaitFor(t, 10*time.Second, "g1 to merge g0's four writes", merged(4))
+	testkit.WaitFor(t, 10*time.Second, "g1 to merge g0's five writes", merged(5))
 	after0, after1 := g0.scrape(t), g1.scrape(t)
 
 	// g0: two sessions opened, one expired; its writes; the message it
@@ -71,7 +71,7 @@ func TestScrapeAfterConnectStatusSendExpiry(t *testing.T) {
 	moved("g0", after0, before0, "rollcall_requests_total", 2, "op", "hello")
 	moved("g0", after0, before0, "rollcall_requests_total", 1, "op", "status")
 	moved("g0", after0, before0, "rollcall_request_errors_total", 0)
-	moved("g0", after0, before0, "rollcall_deltas_written_total", 4) // alice's connect and status, carol's connect and expiry
+	moved("g0", after0, before0, "rollcall_deltas_written_total", 5) // alice's connect and status, carol's connect and expiry, carol's last seen
 	moved("g0", after0, before0, "rollcall_messages_delivered_total", 1)
 	moved("g0", after0, before0, "rollcall_gossip_messages_received_total", 1, "type", "route")
 	moved("g0", after0, before0, "rollcall_gossip_messages_sent_total", 1, "type", "route-ack", "transport", "stream")
@@ -83,7 +83,7 @@ func TestScrapeAfterConnectStatusSendExpiry(t *testing.T) {
 	}
 
 	// g1: bob's session and his send, routed over a stream to g0; g0's
-	// four writes merged, each merged delta timed.
+	// five writes merged, each merged delta timed.
 	moved("g1", after1, before1, "rollcall_sessions_opened_total", 1)
 	moved("g1", after1, before1, "rollcall_sessions_expired_total", 0)
 	moved("g1", after1, before1, "rollcall_requests_total", 1, "op", "send")
@@ -93,10 +93,10 @@ func TestScrapeAfterConnectStatusSendExpiry(t *testing.T) {
 	moved("g1", after1, before1, "rollcall_deltas_received_total", 0, "result", "invalid")
 	applied := after1.value("rollcall_deltas_received_total", "result", "applied") - before1.value("rollcall_deltas_received_total", "result", "applied")
 	stale := after1.value("rollcall_deltas_received_total", "result", "stale") - before1.value("rollcall_deltas_received_total", "result", "stale")
-	if applied < 1 || applied+stale != 4 {
+	if applied < 1 || applied+stale != 5 {
 		// Every write reaches g1 as one delta (eager mode); one that
 		// anti-entropy brought first is stale when its delta comes.
-		t.Errorf("g1 deltas: %v applied, %v stale; want 4 in all, at least one applied", applied, stale)
+		t.Errorf("g1 deltas: %v applied, %v stale; want 5 in all, at least one applied", applied, stale)
 	}
 	moved("g1", after1, before1, "rollcall_propagation_lag_seconds", applied)
 	if sum := after1["rollcall_propagation_lag_seconds"].Metric[0].Histogram.GetSampleSum(); sum <= 0 || sum > 10 {
