@@ -67,6 +67,13 @@ type Sim struct {
 	ages         [ageBinCount]uint64
 	targetsTotal int
 	events       uint64
+	// susps is the slab of suspicions (peerView.susp), suspFree its free
+	// slots, suspMore the accusers of suspicions with more than fit in one.
+	// suspSeq numbers suspicions, across nodes.
+	susps    []suspicion
+	suspFree []suspRef
+	suspMore map[suspRef][]int32
+	suspSeq  uint64
 }
 
 // counters are cluster-wide traffic totals.
@@ -103,6 +110,7 @@ func New(cfg Config) (*Sim, error) {
 		origins:  dissem.NewOriginTable(),
 		trees:    dissem.NewTreeTable(),
 	}
+	s.q.stale = s.staleTimer
 	for _, c := range cfg.Crashes {
 		s.restarts = s.restarts || c.Restart > 0
 	}
@@ -331,7 +339,6 @@ type node struct {
 	probeB   uint64
 	probe    *probeState
 	helping  map[uint32]*helpState
-	suspSeq  uint64
 }
 
 func (s *Sim) newNode(id int32, life, mlInc uint32) (*node, error) {
