@@ -29,7 +29,10 @@ import (
 //	Digest     [[origin_node, origin_incarnation, watermark (, [after, through, ...])]...]
 //	           the fourth element, the held runs, only when there are any
 //	Sync       [[origin_node, origin_incarnation, watermark, gc_floor, full,
-//	            [Session...], [Account...]]...]
+//	            [Session...], [Account...] (, drop_after, drop_through,
+//	            [after, through, ...])]...]
+//	           the last three, a page's drop range and the runs it keeps
+//	           (OriginSync.Drop), only on a page of a paged snapshot
 
 // Decoder limits.
 const (
@@ -173,7 +176,11 @@ func AppendSync(buf []byte, s Sync) ([]byte, error) {
 	}
 	for i := range s {
 		os := &s[i]
-		if err := encodeAll(enc, arr(7), os.Origin.Node, os.Origin.Incarnation, os.Watermark, os.GCFloor, os.Full, arr(len(os.Sessions))); err != nil {
+		fields := 7
+		if os.Drop != nil {
+			fields = 10
+		}
+		if err := encodeAll(enc, arr(fields), os.Origin.Node, os.Origin.Incarnation, os.Watermark, os.GCFloor, os.Full, arr(len(os.Sessions))); err != nil {
 			return nil, err
 		}
 		for j := range os.Sessions {
@@ -187,6 +194,16 @@ func AppendSync(buf []byte, s Sync) ([]byte, error) {
 		for j := range os.Accounts {
 			if err := encodeAccount(enc, &os.Accounts[j]); err != nil {
 				return nil, err
+			}
+		}
+		if d := os.Drop; d != nil {
+			if err := encodeAll(enc, d.After, d.Through, arr(2*len(d.Keep))); err != nil {
+				return nil, err
+			}
+			for _, sp := range d.Keep {
+				if err := encodeAll(enc, sp.After, sp.Through); err != nil {
+					return nil, err
+				}
 			}
 		}
 	}
@@ -203,8 +220,12 @@ func DecodeSync(b []byte) (Sync, error) {
 	out := make(Sync, 0, min(n, 256))
 	total := 0
 	for range n {
-		if _, err := arrayLen(dec, 7, 7); err != nil {
+		fields, err := arrayLen(dec, 7, 10)
+		if err != nil {
 			return nil, err
+		}
+		if fields != 7 && fields != 10 {
+			return nil, fmt.Errorf("%w: sync entry of %d fields, want 7 or 10", ErrDecode, fields)
 		}
 		var os OriginSync
 		if os.Origin.Node, err = str(dec); err != nil {
@@ -247,6 +268,20 @@ func DecodeSync(b []byte) (Sync, error) {
 				return nil, err
 			}
 			os.Accounts = append(os.Accounts, a)
+		}
+		if fields == 10 {
+			d := &DropRange{}
+			if d.After, err = u64(dec); err != nil {
+				return nil, err
+			}
+			if d.Through, err = u64(dec); err != nil {
+				return nil, err
+			}
+			if d.Keep, err = decodeSpans(dec, d.After, 0, MaxSyncRecords-total); err != nil {
+				return nil, err
+			}
+			total += len(d.Keep)
+			os.Drop = d
 		}
 		out = append(out, os)
 	}
@@ -573,12 +608,19 @@ func expectEnd(dec *msgpack.Decoder) error {
 // decodeHeld reads held runs: sorted, disjoint, non-empty, above the
 // watermark, at most max of them.
 func decodeHeld(dec *msgpack.Decoder, watermark uint64, max int) ([]Span, error) {
-	n, err := arrayLen(dec, 2, 2*max)
+	return decodeSpans(dec, watermark, 1, max)
+}
+
+// decodeSpans reads from least to most runs, flattened to pairs: sorted,
+// disjoint, non-empty, above after.
+func decodeSpans(dec *msgpack.Decoder, after uint64, least, most int) ([]Span, error) {
+	watermark := after
+	n, err := arrayLen(dec, 2*least, 2*most)
 	if err != nil {
 		return nil, err
 	}
 	if n%2 != 0 {
-		return nil, fmt.Errorf("%w: held runs need pairs, got %d numbers", ErrDecode, n)
+		return nil, fmt.Errorf("%w: runs need pairs, got %d numbers", ErrDecode, n)
 	}
 	held := make([]Span, 0, min(n/2, 1024))
 	prev := watermark
@@ -591,7 +633,7 @@ func decodeHeld(dec *msgpack.Decoder, watermark uint64, max int) ([]Span, error)
 			return nil, err
 		}
 		if sp.After < prev || sp.Through <= sp.After {
-			return nil, fmt.Errorf("%w: held run (%d, %d] out of order or empty", ErrDecode, sp.After, sp.Through)
+			return nil, fmt.Errorf("%w: run (%d, %d] out of order or empty", ErrDecode, sp.After, sp.Through)
 		}
 		held = append(held, sp)
 		prev = sp.Through
