@@ -29,7 +29,10 @@ import (
 //	             or the last page of a paged one
 //	TypeSyncPage  [from_node, last, at, next, crdt Sync]  a page of an answer
 //	             to a pull/digest; at and next are cursors [node, inc, after]:
-//	             where this page starts and where the next one does
+//	             where this page starts and where the next one does; the
+//	             top two bits of after are the pass of a paged snapshot
+//	             (crdt.PagePass: 0 a difference, 1 its drop pass, 2 its full
+//	             pass), node "" and after 0 the zero cursor (a first page)
 //	TypePullPage  [from_node, crdt Digest, cursor]      "send me the page of
 //	             your answer at cursor" (the next page of a paged answer)
 //	TypeRoute     [req_id, from_node, to, from, from_device, body]
@@ -175,8 +178,8 @@ func EncodeSyncPage(p SyncPage, s crdt.Sync) ([]byte, error) {
 	if p.Last {
 		last = 1
 	}
-	return encodeMsg(TypeSyncPage, p.From, last, p.At.Origin.Node, p.At.Origin.Incarnation, p.At.After,
-		p.Next.Origin.Node, p.Next.Origin.Incarnation, p.Next.After, raw)
+	return encodeMsg(TypeSyncPage, p.From, last, p.At.Origin.Node, p.At.Origin.Incarnation, cursorAfter(p.At),
+		p.Next.Origin.Node, p.Next.Origin.Incarnation, cursorAfter(p.Next), raw)
 }
 
 // EncodePullPage encodes a request for the page of an answer at m.Cursor.
@@ -185,7 +188,7 @@ func EncodePullPage(m DigestMsg) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return encodeMsg(TypePullPage, m.From, d, m.Cursor.Origin.Node, m.Cursor.Origin.Incarnation, m.Cursor.After)
+	return encodeMsg(TypePullPage, m.From, d, m.Cursor.Origin.Node, m.Cursor.Origin.Incarnation, cursorAfter(m.Cursor))
 }
 
 func EncodeDigest(t Type, m DigestMsg) ([]byte, error) {
@@ -366,14 +369,31 @@ func decodeDigestMsg(b []byte) (DigestMsg, error) {
 	return m, nil
 }
 
-// cursor reads a page cursor [node, inc, after]; an empty node is the zero
-// cursor (a transfer's start).
+// cursorPassShift places a cursor's pass in the top two bits of its
+// after on the wire: versions never come near 2^62.
+const cursorPassShift = 62
+
+// cursorAfter is a cursor's after on the wire, with its pass.
+func cursorAfter(c crdt.PageCursor) uint64 {
+	return c.After | uint64(c.Pass)<<cursorPassShift
+}
+
+// cursor reads a page cursor [node, inc, after]; an empty node with no
+// pass is the zero cursor (a transfer's start).
 func (fd *fieldDecoder) cursor() crdt.PageCursor {
 	c := crdt.PageCursor{Origin: crdt.Origin{Node: fd.str(crdt.MaxNameLen), Incarnation: fd.u64()}, After: fd.u64()}
-	if c.Origin.Node == "" {
+	pass := c.After >> cursorPassShift
+	c.After &^= 3 << cursorPassShift
+	switch {
+	case pass > uint64(crdt.MaxPagePass):
+		if fd.err == nil {
+			fd.err = fmt.Errorf("%w: page cursor of pass %d", ErrBadMessage, pass)
+		}
+		return crdt.PageCursor{}
+	case c.Origin.Node == "" && pass == 0:
 		return crdt.PageCursor{}
 	}
-	c.Started = true
+	c.Pass, c.Started = crdt.PagePass(pass), true
 	return c
 }
 
