@@ -70,7 +70,7 @@ func (s *Sim) restart(id int32) {
 			if v.state != stAlive {
 				v = peerView{state: stDead, inc: v.inc, life: v.life, changeAt: -1 << 62}
 			}
-			v.susp = 0 // the seed's
+			v.susp, v.accuser, v.confirmed = 0, 0, 0 // the seed's
 			s.setView(n, p, v)
 			if v.state == stAlive {
 				s.observeMember(n, p, v.life) // NotifyJoin

@@ -34,12 +34,19 @@ func (s mlState) String() string {
 //
 // A view holds its suspicion by index, not by pointer: the views are then
 // free of pointers, and the garbage collector does not scan them.
+//
+// Of its suspicion, the view holds what most suspect messages need: a
+// suspicion spreads as copies of one message, from one accuser, so the
+// copies after the first find their accuser there, or the confirmations
+// complete, without a trip to the slab.
 type peerView struct {
-	state    mlState
-	inc      uint32
-	life     uint32
-	susp     suspRef
-	changeAt int64
+	state     mlState
+	confirmed uint8 // the suspicion's confirmations (suspicion.n), up to 255
+	inc       uint32
+	life      uint32
+	susp      suspRef
+	accuser   int32 // the suspicion's first accuser
+	changeAt  int64
 }
 
 var defaultView = peerView{state: stAlive, inc: 1, life: 1, changeAt: math.MinInt64 / 2}
@@ -112,7 +119,7 @@ func (s *Sim) dropSuspicions(n *node) {
 	for _, p := range n.view.sortedSlots() {
 		if v, _ := n.view.get(p); v.susp != 0 {
 			s.freeSuspicion(v.susp)
-			v.susp = 0
+			v.susp, v.accuser, v.confirmed = 0, 0, 0
 			n.view.set(p, v)
 		}
 	}
@@ -238,7 +245,7 @@ func (s *Sim) broadcastML(n *node, p part) {
 	case pDead:
 		p.size = s.sizes.dead
 	}
-	ref, msgLen := s.register(p)
+	ref, msgLen := s.registerML(p)
 	n.mlQueue.queue(ref, msgLen, p.node)
 	s.releaseDropped()
 }
@@ -265,7 +272,7 @@ func (s *Sim) aliveNode(n *node, a part) {
 	}
 	old := v
 	s.freeSuspicion(v.susp)
-	v.susp = 0
+	v.susp, v.accuser, v.confirmed = 0, 0, 0
 	s.broadcastML(n, part{kind: pAlive, node: a.node, inc: a.inc, life: a.life})
 	v.inc, v.life = a.inc, a.life
 	if v.state != stAlive {
@@ -294,7 +301,7 @@ func (s *Sim) suspectNode(n *node, p part) {
 		return
 	}
 	if v.susp != 0 {
-		if s.confirm(n, p.node, v.susp, p.from) {
+		if s.confirm(n, p.node, &v, p.from) {
 			s.broadcastML(n, part{kind: pSuspect, node: p.node, inc: p.inc, from: p.from})
 		}
 		return
@@ -307,11 +314,7 @@ func (s *Sim) suspectNode(n *node, p part) {
 	v.inc = p.inc
 	v.state = stSuspect
 	v.changeAt = s.now
-	k := s.cfg.SuspicionMult - 2
-	est := s.estNumNodes(n)
-	if est-2 < k {
-		k = 0
-	}
+	k := s.suspicionK()
 	lo, hi := s.suspicionTimeouts(n)
 	s.suspSeq++
 	timeout := hi
@@ -323,7 +326,7 @@ func (s *Sim) suspectNode(n *node, p part) {
 	*sp = suspicion{id: s.suspSeq, k: int32(k), start: s.now,
 		deadline: s.now + int64(timeout), checkAt: s.now + int64(lo)}
 	s.addAccuser(r, sp, p.from)
-	v.susp = r
+	v.susp, v.accuser, v.confirmed = r, p.from, 0
 	s.setView(n, p.node, v)
 	// Every suspicion's first check is lo ahead: a timer of the FIFO.
 	s.q.pushTimer(event{at: s.now + int64(lo), kind: evSuspicion, node: n.id, life: n.life, a: p.node, b: sp.id}, uint32(r))
@@ -331,7 +334,14 @@ func (s *Sim) suspectNode(n *node, p part) {
 
 // confirm is memberlist's suspicion.Confirm: a new accuser shortens the
 // timeout towards min, logarithmically in the number of confirmations.
-func (s *Sim) confirm(n *node, target int32, r suspRef, from int32) bool {
+//
+// v is n's view of target, holding the suspicion; confirm stores it back
+// when it changes.
+func (s *Sim) confirm(n *node, target int32, v *peerView, from int32) bool {
+	if k := s.suspicionK(); int(v.confirmed) >= k && v.confirmed < math.MaxUint8 || from == v.accuser {
+		return false // what the slab would say
+	}
+	r := v.susp
 	sp := s.suspOf(r)
 	if sp.n >= sp.k {
 		return false
@@ -341,6 +351,8 @@ func (s *Sim) confirm(n *node, target int32, r suspRef, from int32) bool {
 	}
 	s.addAccuser(r, sp, from)
 	sp.n++
+	v.confirmed = uint8(min(sp.n, math.MaxUint8))
+	n.view.set(target, *v)
 	lo, hi := s.suspicionTimeouts(n)
 	remaining := remainingSuspicionTime(int(sp.n), int(sp.k), time.Duration(s.now-sp.start), lo, hi)
 	sp.deadline = s.now + int64(max(remaining, 0))
@@ -349,6 +361,17 @@ func (s *Sim) confirm(n *node, target int32, r suspRef, from int32) bool {
 		s.after(n, time.Duration(sp.deadline-s.now), evSuspicion, target, sp.id)
 	}
 	return true
+}
+
+// suspicionK is the number of confirmations that bring a suspicion's
+// timeout down to the minimum: memberlist's SuspicionMult-2, or 0 in a
+// cluster too small for that many.
+func (s *Sim) suspicionK() int {
+	k := s.cfg.SuspicionMult - 2
+	if s.estNumNodes(nil)-2 < k {
+		k = 0
+	}
+	return k
 }
 
 // suspicionTimeouts returns the minimum and maximum suspicion timeouts
@@ -399,7 +422,7 @@ func (s *Sim) deadNode(n *node, d part) {
 		return
 	}
 	s.freeSuspicion(v.susp)
-	v.susp = 0
+	v.susp, v.accuser, v.confirmed = 0, 0, 0
 	if v.state >= stDead {
 		s.setView(n, d.node, v)
 		return
@@ -422,7 +445,7 @@ func (s *Sim) getBroadcasts(n *node, overhead, limit int, out []part) []part {
 	used := 0
 	s.refBuf = n.mlQueue.getBroadcasts(overhead, limit, s.estNumNodes(n), s.refBuf[:0], &s.qscratch)
 	for _, ref := range s.refBuf {
-		p := s.registry[ref]
+		p := s.partOf(ref)
 		out = append(out, p)
 		used += regLen(p.size) + overhead
 	}

@@ -30,7 +30,14 @@ type Sim struct {
 	nodes    []*node
 	group    []int32 // partition group per node; nil when whole
 	registry []part
-	regFree  []uint32  // free registry entries
+	regFree  []uint32 // free registry entries
+	// mlReg holds memberlist's queued messages (refs with mlRef set),
+	// mlFree its free entries: apart from Rollcall's, so that dropping one
+	// from a queue, millions of times in a run under loss, is an append
+	// to mlFree rather than a read of a cold registry entry to find its
+	// message's pointer (it has none).
+	mlReg    []mlPart
+	mlFree   []uint32
 	refBuf   []uint32  // getBroadcasts scratch
 	qscratch qscratch  // getBroadcasts scratch
 	qpool    qpool     // the nodes' queues' spare bucket buffers
