@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -95,6 +96,59 @@ func DecodeDeltas(b []byte) ([]Delta, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// DigestSize returns len(AppendDigest(nil, d)) without encoding it.
+func DigestSize(d Digest) int {
+	n := arrSize(len(d))
+	for _, e := range d {
+		n += 1 + strSize(len(e.Origin.Node)) + uintSize(e.Origin.Incarnation) + uintSize(e.Watermark)
+		if len(e.Held) > 0 {
+			n += arrSize(2 * len(e.Held))
+			for _, sp := range e.Held {
+				n += uintSize(sp.After) + uintSize(sp.Through)
+			}
+		}
+	}
+	return n
+}
+
+// Encoded sizes of msgpack's headers and unsigned integers, as the
+// encoder writes them (the shortest form).
+func arrSize(n int) int {
+	switch {
+	case n < 16:
+		return 1
+	case n <= math.MaxUint16:
+		return 3
+	}
+	return 5
+}
+
+func strSize(n int) int {
+	switch {
+	case n < 32:
+		return 1 + n
+	case n < 256:
+		return 2 + n
+	case n <= math.MaxUint16:
+		return 3 + n
+	}
+	return 5 + n
+}
+
+func uintSize(v uint64) int {
+	switch {
+	case v <= math.MaxInt8:
+		return 1
+	case v <= math.MaxUint8:
+		return 2
+	case v <= math.MaxUint16:
+		return 3
+	case v <= math.MaxUint32:
+		return 5
+	}
+	return 9
 }
 
 // AppendDigest encodes a digest.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -208,6 +209,33 @@ func EncodeDigest(t Type, m DigestMsg) ([]byte, error) {
 		return nil, err
 	}
 	return buf.Bytes(), nil
+}
+
+// DigestSize returns len(EncodeDigest(t, m)) without encoding it: a
+// digest's encoding follows from its entries, and a driver that only
+// models the bytes (the simulator) need not build them.
+func DigestSize(m DigestMsg) int {
+	d := crdt.DigestSize(m.Digest)
+	n := len(header(0)) + 1 // the header, then an array of two
+	switch l := len(m.From); {
+	case l < 32:
+		n += 1 + l
+	case l < 256:
+		n += 2 + l
+	case l <= math.MaxUint16:
+		n += 3 + l
+	default:
+		n += 5 + l
+	}
+	switch {
+	case d < 256:
+		n += 2
+	case d <= math.MaxUint16:
+		n += 3
+	default:
+		n += 5
+	}
+	return n + d
 }
 
 func encodeMsg(t Type, fields ...any) ([]byte, error) {
