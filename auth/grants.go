@@ -85,8 +85,8 @@ type Grants struct {
 	sendGroups map[string]struct{}
 }
 
-// Unrestricted returns grants that allow everything: what a development
-// gateway (--dev) gives every session.
+// Unrestricted returns grants that allow everything, a backend's
+// included: what a development gateway (--dev) gives every session.
 func Unrestricted() *Grants {
 	return &Grants{backend: true, readAll: true, joinAll: true, sendAll: true}
 }
@@ -160,7 +160,8 @@ func checkGrantName(s string) error {
 	return nil
 }
 
-// Backend reports whether the token is a backend's: it may read everything.
+// Backend reports whether the token is a backend's: it may read everything,
+// and sees invisible users as they are.
 func (g *Grants) Backend() bool { return g.backend }
 
 // MayRead reports whether the token of user self may read user's presence

@@ -58,7 +58,7 @@ func TestGrants(t *testing.T) {
 		t.Error("backend reads everything, and only reads")
 	}
 	u := Unrestricted()
-	if !u.MayRead("a", "b") || !u.MayReadGroup("g") || !u.MayJoin("g") || !u.MaySend("b", nil) {
+	if !u.MayRead("a", "b") || !u.MayReadGroup("g") || !u.MayJoin("g") || !u.MaySend("b", nil) || !u.MayReadAll() || !u.Backend() {
 		t.Error("unrestricted")
 	}
 }

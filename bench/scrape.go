@@ -100,20 +100,26 @@ func hasLabel(labels, want string) bool {
 	return false
 }
 
+// metricsURL is the /metrics URL of a gateway's HTTP address (host:port
+// or a URL).
+func metricsURL(a string) string {
+	u := a
+	if !strings.Contains(u, "://") {
+		u = "http://" + u
+	}
+	if !strings.HasSuffix(u, "/metrics") {
+		u = strings.TrimSuffix(u, "/") + "/metrics"
+	}
+	return u
+}
+
 // scrapeAll reads the wanted counters of every address and sums them; ok
 // is false when any address could not be read (the sums are then
 // partial and not used).
 func scrapeAll(ctx context.Context, hc *http.Client, addrs []string) (Scraped, bool) {
 	total := Scraped{}
 	for _, a := range addrs {
-		u := a
-		if !strings.Contains(u, "://") {
-			u = "http://" + u
-		}
-		if !strings.HasSuffix(u, "/metrics") {
-			u = strings.TrimSuffix(u, "/") + "/metrics"
-		}
-		req, err := http.NewRequestWithContext(ctx, "GET", u, nil)
+		req, err := http.NewRequestWithContext(ctx, "GET", metricsURL(a), nil)
 		if err != nil {
 			return nil, false
 		}

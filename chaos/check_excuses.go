@@ -54,10 +54,13 @@ func (c netCut) deafens(o, g string) bool {
 
 // gwModel is what the history says about one gateway.
 type gwModel struct {
-	down   []window     // not expected to answer or be answered: paused, dead, or recovering
-	pauses []window     // SIGSTOP..SIGCONT
-	deaths []downEvent  // kills, crashes, terms
-	ready  []readyEvent // every ready, the first start's included
+	down   []window // not expected to answer or be answered: paused, dead, or recovering
+	pauses []window // SIGSTOP..SIGCONT
+	// peerDown is down less its short pauses (Bounds.PauseTolerance): the
+	// windows in which the others may show its sessions offline
+	peerDown []window
+	deaths   []downEvent  // kills, crashes, terms
+	ready    []readyEvent // every ready, the first start's included
 }
 
 // readyEvent is a gateway's ready: it joined the cluster (first start or
@@ -155,7 +158,11 @@ func (m *model) buildGateways(idx []int) {
 			case "CONT":
 				if o := stopAt[r.GW]; o != nil {
 					g.pauses = append(g.pauses, window{a: o.at, b: r.T, line: o.line, why: "paused"})
-					g.down = append(g.down, window{a: o.at, b: r.T + m.b.recovery, line: o.line, why: "paused"})
+					w := window{a: o.at, b: r.T + m.b.recovery, line: o.line, why: "paused"}
+					g.down = append(g.down, w)
+					if r.T-o.at > m.b.pause {
+						g.peerDown = append(g.peerDown, w)
+					}
 					delete(stopAt, r.GW)
 				}
 			case "KILL", "TERM":
@@ -183,7 +190,8 @@ func (m *model) buildGateways(idx []int) {
 		case "ready":
 			g.ready = append(g.ready, readyEvent{at: r.T, line: line})
 			if o := downAt[r.GW]; o != nil {
-				g.down = append(g.down, window{a: o.at, b: r.T + m.b.recovery, line: o.line, why: o.why})
+				w := window{a: o.at, b: r.T + m.b.recovery, line: o.line, why: o.why}
+				g.down, g.peerDown = append(g.down, w), append(g.peerDown, w)
 				g.deaths[len(g.deaths)-1].ready = r.T
 				delete(downAt, r.GW)
 				m.lastFault = max(m.lastFault, r.T)
@@ -191,11 +199,13 @@ func (m *model) buildGateways(idx []int) {
 		}
 	}
 	for name, o := range downAt {
-		m.gw[name].down = append(m.gw[name].down, window{a: o.at, b: inf, line: o.line, why: o.why})
+		w := window{a: o.at, b: inf, line: o.line, why: o.why}
+		m.gw[name].down, m.gw[name].peerDown = append(m.gw[name].down, w), append(m.gw[name].peerDown, w)
 	}
 	for name, o := range stopAt {
+		w := window{a: o.at, b: inf, line: o.line, why: "paused"}
 		m.gw[name].pauses = append(m.gw[name].pauses, window{a: o.at, b: inf, line: o.line, why: "paused"})
-		m.gw[name].down = append(m.gw[name].down, window{a: o.at, b: inf, line: o.line, why: "paused"})
+		m.gw[name].down, m.gw[name].peerDown = append(m.gw[name].down, w), append(m.gw[name].peerDown, w)
 	}
 }
 

@@ -12,7 +12,11 @@ import (
 // gateway and the observing one are running. The windows in which either
 // gateway is paused, dead or recovering (Bounds.Recovery after a resume
 // or a restart) are left out: a paused gateway cannot answer, and its
-// peers rightly show its sessions expired by lease meanwhile.
+// peers rightly show its sessions expired by lease once the pause is
+// longer than the lease rides out. A pause of the session's gateway no
+// longer than Bounds.PauseTolerance is left out only where that gateway
+// is the observer: every other gateway must show its sessions online
+// throughout.
 //
 // A session stops counting as heartbeating at its first end act (bye,
 // close, silence, a newer connection of the device, its gateway's death)
@@ -38,7 +42,13 @@ func (m *model) checkLost() []Violation {
 
 // lostOn checks session c as gateway o shows it over [a, b).
 func (m *model) lostOn(c *connModel, o string, a, b float64) []Violation {
-	excl := slices.Concat(m.gw[o].down, m.gw[c.gw].down, m.cutWindows(o, c.gw))
+	// The session's own gateway may have been paused briefly: its lease
+	// rides that out, and the others show its sessions throughout.
+	own := m.gw[c.gw].down
+	if o != c.gw {
+		own = m.gw[c.gw].peerDown
+	}
+	excl := slices.Concat(m.gw[o].down, own, m.cutWindows(o, c.gw))
 	var out []Violation
 	missing, stale := false, false
 	check := func(ob *obsModel, lo, hi float64, asOf float64) {

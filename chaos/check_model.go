@@ -81,6 +81,9 @@ type model struct {
 // boundsMS are the bounds in history milliseconds.
 type boundsMS struct {
 	prop, silent, crash, recovery, conv, grace, timeout, drain, rejoin, slack, joined float64
+	// pause is the longest pause of a gateway that must not show its
+	// sessions offline on the others (Bounds.PauseTolerance).
+	pause float64
 	// dgrace is --disconnect-grace: how long a dropped connection's
 	// session may stay online before the usual bound starts.
 	dgrace float64
@@ -90,7 +93,7 @@ func newBoundsMS(ri *RunInfo) boundsMS {
 	b := ri.Bounds()
 	return boundsMS{prop: ms(b.Propagation), silent: ms(b.SilentExpiry), crash: ms(b.CrashExpiry),
 		recovery: ms(b.Recovery), conv: ms(b.Convergence), rejoin: ms(b.Rejoin), slack: ms(b.Slack), grace: ms(b.Grace), timeout: ms(b.Timeout), drain: ri.DrainMS,
-		joined: ms(b.JustJoined), dgrace: ms(b.DisconnectGrace)}
+		joined: ms(b.JustJoined), dgrace: ms(b.DisconnectGrace), pause: ms(b.PauseTolerance)}
 }
 
 // buildModel reads a history into a model. It returns nil if the history

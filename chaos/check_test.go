@@ -259,3 +259,36 @@ func TestSettleCountsADeathBetweenHelloAndWelcome(t *testing.T) {
 		t.Errorf("a SIGTERM before the hello was sent bounds the session: %q", c.deadlineWhy)
 	}
 }
+
+// TestCheckShortPauseNotExcused: a pause of a session's gateway that the
+// peer lease rides out excuses nothing on the other gateways. In
+// good.jsonl gw2 (u2/phone's gateway) is paused 1500..2500; gw1 is made
+// to answer a get sent at 2400 with u2 offline. With
+// agents whose lease is the
+// 2s timeout the pause is longer than the lease rides out, and excused;
+// with the default 3.5s peer lease (2s pauses) it is a lost session
+// (counted as joined: gw1 is within its just-joined bound, 6.2s, in this
+// short history).
+func TestCheckShortPauseNotExcused(t *testing.T) {
+	for _, tc := range []struct {
+		leaseMS float64
+		want    map[string]int
+	}{{0, map[string]int{}}, {3500, map[string]int{Joined: 1}}} {
+		h, err := ReadHistoryFile("testdata/good.jsonl")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range h.Records {
+			r := &h.Records[i]
+			if r.K == KindRun {
+				r.Run.PeerLeaseMS = tc.leaseMS
+			}
+		}
+		h.Records = append(h.Records, Record{T: 2403, K: KindObs, GW: "gw1", Life: 1, Src: "get", C: 20, Sent: 2400,
+			P: []protocol.Presence{{User: "u2", Status: "offline", Version: 103}}})
+		h.Lines = append(h.Lines, 1000)
+		if got := Check(h).Kinds(); !maps.Equal(got, tc.want) {
+			t.Errorf("peer lease %vms: violations %v, want %v", tc.leaseMS, got, tc.want)
+		}
+	}
+}

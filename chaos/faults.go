@@ -79,6 +79,15 @@ func Schedule(seed uint64, n int, window time.Duration, net bool) []Fault {
 		}
 		return rng.Perm(n)[:k]
 	}
+	// Half the pauses are short: no longer than the agent's default lease
+	// rides out, so the paused gateway's clients must stay shown online
+	// on the others throughout.
+	pauseHold := func() time.Duration {
+		if rng.IntN(2) == 0 {
+			return dur(500*time.Millisecond, shortPause)
+		}
+		return dur(shortPause, 5*time.Second)
+	}
 	var out []Fault
 	at := dur(0, time.Second)
 	for {
@@ -95,13 +104,13 @@ func Schedule(seed uint64, n int, window time.Duration, net bool) []Fault {
 				f.Kind, f.GWs, f.Hold = FaultLoss, []int{rng.IntN(n)}, dur(2*time.Second, 8*time.Second)
 			}
 			if f.Kind != "" && at+f.Hold+netTail > window {
-				f.Kind, f.GWs, f.Hold = FaultPause, f.GWs[:1], dur(time.Second, 5*time.Second)
+				f.Kind, f.GWs, f.Hold = FaultPause, f.GWs[:1], pauseHold()
 			}
 		}
 		switch {
 		case f.Kind != "":
 		case r < 30:
-			f.Kind, f.GWs, f.Hold = FaultPause, some(), dur(time.Second, 5*time.Second)
+			f.Kind, f.GWs, f.Hold = FaultPause, some(), pauseHold()
 		case r < 50:
 			f.Kind, f.GWs, f.Hold = FaultKill, some(), dur(200*time.Millisecond, 5*time.Second)
 		case r < 60:

@@ -104,8 +104,11 @@ type RunInfo struct {
 	Users       []string `json:"users"`
 	HeartbeatMS float64  `json:"heartbeat_ms"`
 	TimeoutMS   float64  `json:"timeout_ms"`
-	SlackMS     float64  `json:"slack_ms"`
-	DrainMS     float64  `json:"drain_ms"`
+	// PeerLeaseMS is the agents' --peer-lease; absent in a history of
+	// agents whose peer lease was --timeout.
+	PeerLeaseMS float64 `json:"peer_lease_ms,omitempty"`
+	SlackMS     float64 `json:"slack_ms"`
+	DrainMS     float64 `json:"drain_ms"`
 	// DisconnectGraceMS is the agents' --disconnect-grace; absent in a
 	// history of agents without one.
 	DisconnectGraceMS float64 `json:"disconnect_grace_ms,omitempty"`
@@ -121,7 +124,11 @@ type RunInfo struct {
 // Bounds returns the bounds for the run's settings.
 func (ri *RunInfo) Bounds() Bounds {
 	d := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
-	return DeriveBounds(d(ri.HeartbeatMS), d(ri.TimeoutMS), d(ri.SlackMS)).WithDisconnectGrace(d(ri.DisconnectGraceMS))
+	lease := d(ri.PeerLeaseMS)
+	if lease == 0 {
+		lease = d(ri.TimeoutMS)
+	}
+	return deriveBounds(d(ri.HeartbeatMS), d(ri.TimeoutMS), lease, d(ri.SlackMS)).WithDisconnectGrace(d(ri.DisconnectGraceMS))
 }
 
 // Recorder writes a history file. It is safe for concurrent use; every

@@ -207,7 +207,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	e := &env{rec: rec, cl: cl, users: Users(cfg.Users), bounds: bounds, settleAt: at(tl.SettleStart)}
 	rec.Write(Record{T: base, K: KindRun, Run: &RunInfo{Seed: cfg.Seed, Gateways: names, Users: e.users,
-		HeartbeatMS: ms(cfg.Heartbeat), TimeoutMS: ms(cfg.Timeout), SlackMS: ms(cfg.Slack), DrainMS: ms(cfg.DrainTimeout),
+		HeartbeatMS: ms(cfg.Heartbeat), TimeoutMS: ms(cfg.Timeout), PeerLeaseMS: ms(bounds.PeerLease), SlackMS: ms(cfg.Slack), DrainMS: ms(cfg.DrainTimeout),
 		DisconnectGraceMS: ms(max(cfg.DisconnectGrace, 0)),
 		FaultStart:        at(tl.FaultStart), FaultEnd: at(tl.FaultEnd), SettleStart: at(tl.SettleStart), Stop: at(tl.Stop),
 		Command: cfg.Command, AgentVersion: agentVersion(cfg.Bin), Netns: nw != nil}})

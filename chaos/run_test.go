@@ -59,13 +59,13 @@ func TestBounds(t *testing.T) {
 	for name, got := range map[string]time.Duration{
 		"sweep": b.Sweep, "lease check": b.LeaseCheck, "alive": b.Alive, "propagation": b.Propagation,
 		"silent": b.SilentExpiry, "crash": b.CrashExpiry, "recovery": b.Recovery, "convergence": b.Convergence,
-		"just joined": b.JustJoined,
+		"just joined": b.JustJoined, "pause": b.PauseTolerance,
 	} {
 		want := map[string]time.Duration{
-			"sweep": 200 * time.Millisecond, "lease check": 100 * time.Millisecond, "alive": 400 * time.Millisecond,
-			"propagation": 1851500 * time.Microsecond, "silent": 4051500 * time.Microsecond, "crash": 3101 * time.Millisecond,
-			"recovery": 2251 * time.Millisecond, "convergence": 4951 * time.Millisecond,
-			"just joined": 4351 * time.Millisecond,
+			"sweep": 200 * time.Millisecond, "lease check": 175 * time.Millisecond, "alive": 500 * time.Millisecond,
+			"propagation": 2051500 * time.Microsecond, "silent": 4251500 * time.Microsecond, "crash": 4676 * time.Millisecond,
+			"recovery": 2551 * time.Millisecond, "convergence": 6726 * time.Millisecond,
+			"just joined": 6226 * time.Millisecond, "pause": 2 * time.Second,
 		}[name]
 		if got != want {
 			t.Errorf("%s = %v, want %v (docs/chaos.md states it)", name, got, want)

@@ -145,6 +145,11 @@ func (c *Client) run(cn *conn) {
 			c.stop(cause)
 			return
 		}
+		if HasCode(cause, protocol.CodeKicked) {
+			c.log.Warn("rollcall session ended by the app's backend (kicked); stopping", zap.String("gateway", cn.gateway))
+			c.stop(cause)
+			return
+		}
 		c.log.Info("rollcall connection lost; reconnecting", zap.String("gateway", cn.gateway), zap.Error(cause))
 		c.setState(State{Err: cause})
 		if c.raw != nil {
@@ -498,7 +503,7 @@ func (c *Client) wireStatus() string {
 
 // AccountUpdate is what Account changes; nil fields are left as they are.
 type AccountUpdate struct {
-	// Override is none, away, dnd or busy.
+	// Override is none, away, dnd, busy or invisible (SetInvisible).
 	Override *string
 	// AuthoritativeDevice names the device whose status speaks for the
 	// user ("" for none).
@@ -531,6 +536,20 @@ func (c *Client) Account(ctx context.Context, u AccountUpdate) error {
 // (the zero Time: never); empty strings clear them.
 func (c *Client) SetStatusText(ctx context.Context, text, emoji string, until time.Time) error {
 	return c.Account(ctx, AccountUpdate{Text: &text, Emoji: &emoji, Until: &until})
+}
+
+// SetInvisible sets the account override to invisible (true) or to none
+// (false; it replaces any other override too). While invisible, every
+// reader but the user's own sessions and backends sees the user offline;
+// the user's own reads carry the truth with Presence.Invisible. The user
+// still sends and receives messages. An Until set with Account lapses it
+// like any override.
+func (c *Client) SetInvisible(ctx context.Context, on bool) error {
+	ov := "none"
+	if on {
+		ov = "invisible"
+	}
+	return c.Account(ctx, AccountUpdate{Override: &ov})
 }
 
 // SetMeta sets this session's meta: a value that encodes to a JSON object
@@ -763,12 +782,14 @@ func (c *Client) Session() (Session, bool) {
 }
 
 // Done is closed when the client has stopped: after Close, or when the
-// session was superseded (see Err).
+// session was superseded or kicked (see Err).
 func (c *Client) Done() <-chan struct{} { return c.done }
 
 // Err is why the client stopped: nil while it runs and after Close; an
 // *Error with CodeSuperseded when another connection took this (user,
-// device) (the client does not fight it).
+// device) (the client does not fight it); an *Error with CodeKicked when
+// the app's backend ended the session (the client does not reconnect: a
+// new Dial opens a new session).
 func (c *Client) Err() error {
 	select {
 	case <-c.done:

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -247,6 +249,36 @@ func TestSuperseded(t *testing.T) {
 	p, err := other.Get(ctx, "alice")
 	if err != nil || !p.Online {
 		t.Fatalf("the newer session: %+v, %v", p, err)
+	}
+}
+
+// TestKicked: the app's backend ends the session (POST
+// /v1/users/{user}/disconnect); the client stops and reports kicked
+// instead of reconnecting, and the user stays offline.
+func TestKicked(t *testing.T) {
+	gw := startNodeHTTP(t, "g0")
+	addr := []string{gw.ClientAddr().String()}
+	c := dialT(t, Config{Addrs: addr, User: "alice", Device: "laptop"})
+	watcher := dialT(t, Config{Addrs: addr, User: "watcher"})
+	resp, err := http.Post("http://"+gw.HTTPAddr().String()+"/v1/users/alice/disconnect", "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("disconnect: %s", resp.Status)
+	}
+	select {
+	case <-c.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("kicked client did not stop")
+	}
+	if !HasCode(c.Err(), protocol.CodeKicked) {
+		t.Fatalf("Err = %v, want kicked", c.Err())
+	}
+	p, err := watcher.Get(ctxT(t), "alice")
+	if err != nil || p.Online {
+		t.Fatalf("alice after the kick: %+v, %v", p, err)
 	}
 }
 

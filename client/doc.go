@@ -36,7 +36,10 @@
 //     its subject is dropped, so a Subscription never goes back in time;
 //   - superseded (another connection took this user and device) stops the
 //     client: Done closes and Err reports it. It does not reconnect, which
-//     would take the session back and start a fight.
+//     would take the session back and start a fight;
+//   - kicked (the app's backend ended the session, POST
+//     /v1/users/{user}/disconnect) stops the client the same way: the
+//     backend decided the session ends, so it does not reconnect.
 //
 // Idle: SetIdle(ctx, true) shows the session away without losing the
 // status the application set; SetIdle(ctx, false) shows that status again

@@ -119,7 +119,7 @@ func (r *RawClient) Send(ctx context.Context, line []byte) error {
 func (r *RawClient) Session() (Session, bool) { return r.c.Session() }
 
 // Done is closed when the client has stopped: after Close (or a bye sent
-// with Send), or when the session was superseded (see Err).
+// with Send), or when the session was superseded or kicked (see Err).
 func (r *RawClient) Done() <-chan struct{} { return r.c.Done() }
 
 // Err is why the client stopped, as Client.Err.

@@ -312,7 +312,7 @@ func TestClosesConnMatchesNode(t *testing.T) {
 	for _, c := range []protocol.ErrorCode{protocol.CodeBadJSON, protocol.CodeLineTooLong, protocol.CodeUnknownOp, protocol.CodeBadRequest, protocol.CodeAuthFailed,
 		protocol.CodeHandshakeTimeout, protocol.CodeNotAuthenticated, protocol.CodeSuperseded, protocol.CodeShuttingDown, protocol.CodeSlowConsumer,
 		protocol.CodeExpired, protocol.CodeInternal, protocol.CodeEpochExhausted, protocol.CodeRateLimited, protocol.CodeForbidden,
-		protocol.CodeTokenExpired, protocol.CodeTooManySessions, protocol.CodeTooManyConnections, "unsupported_protocol"} {
+		protocol.CodeTokenExpired, protocol.CodeTooManySessions, protocol.CodeTooManyConnections, "unsupported_protocol", protocol.CodeKicked} {
 		if got, want := closesConn(c), protocol.ErrorCode(c).Closes(); got != want {
 			t.Errorf("%s: closesConn %v, node %v", c, got, want)
 		}

@@ -31,6 +31,34 @@ type Presence struct {
 	Text  string
 	Emoji string
 	Until int64
+	// LastSeen, while offline, is when the user's last session ended
+	// (Unix nanoseconds; Replica.LastSeen); 0 for none or while online.
+	// Aggregate leaves it 0: the register is not among its inputs.
+	LastSeen int64
+	// Invisible is true when the account's override is invisible (and not
+	// lapsed), whether or not the user is online: Status and Sessions are
+	// the truth the user sees, and every other reader but a backend sees
+	// Public instead.
+	Invisible bool
+	// hiddenLastSeen is the user's last seen while invisible and online
+	// (Replica.Presence sets it): what Public shows, as for an offline user.
+	hiddenLastSeen int64
+}
+
+// Public returns the presence as readers other than the user see it: p
+// itself unless Invisible. An invisible user shows as an offline one does:
+// no sessions, status offline, the account's text, emoji and until and
+// the last seen (an offline user's presence carries them too), so going
+// invisible looks like going offline and leaving it like coming online.
+func (p Presence) Public() Presence {
+	if !p.Invisible {
+		return p
+	}
+	seen := p.LastSeen
+	if p.Online {
+		seen = p.hiddenLastSeen
+	}
+	return Presence{User: p.User, Status: UserOffline, Text: p.Text, Emoji: p.Emoji, Until: p.Until, LastSeen: seen}
 }
 
 // Aggregate computes a user's presence at now (Unix nanoseconds) from the
@@ -42,7 +70,8 @@ type Presence struct {
 //
 // Precedence, first match wins:
 //  1. offline if no session is active;
-//  2. the account override (away, dnd or busy);
+//  2. the account override (away, dnd or busy; invisible sets
+//     Presence.Invisible and leaves the status to the rules below);
 //  3. the status of the authoritative device, when it has an active session;
 //  4. away if every active session is away; otherwise available (busy from
 //     a device that is not authoritative counts as available).
@@ -54,6 +83,7 @@ func Aggregate(user string, sessions []*Session, acct *Account, now int64) Prese
 	}
 	if acct != nil {
 		p.Text, p.Emoji, p.Until = acct.Text, acct.Emoji, acct.Until
+		p.Invisible = acct.Override == OverrideInvisible
 	}
 	for _, s := range sessions {
 		if s.State != StateActive {
@@ -124,6 +154,7 @@ func deviceToUser(s Status) UserStatus {
 // Equal reports whether two aggregates are the same, sessions included.
 func (p Presence) Equal(q Presence) bool {
 	return p.User == q.User && p.Online == q.Online && p.Status == q.Status &&
-		p.Text == q.Text && p.Emoji == q.Emoji && p.Until == q.Until &&
+		p.Text == q.Text && p.Emoji == q.Emoji && p.Until == q.Until && p.LastSeen == q.LastSeen &&
+		p.Invisible == q.Invisible && p.hiddenLastSeen == q.hiddenLastSeen &&
 		slices.Equal(p.Sessions, q.Sessions)
 }

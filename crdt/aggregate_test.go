@@ -172,3 +172,26 @@ func TestPresenceFollowsProjection(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// An invisible user who is online shows to others as an offline one does,
+// with when a session of theirs last ended, and without it to themselves.
+func TestPublicShowsAnInvisibleUsersLastSeen(t *testing.T) {
+	r := newTestReplica(t, "g1", 1, Config{})
+	if _, err := r.PutLastSeen("u", 5e9); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.PutLocal(Session{User: "u", Device: "d", ID: "s", Epoch: 2, State: StateActive}, 6e9); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.PutAccount(Account{User: "u", Override: OverrideInvisible}, 7e9); err != nil {
+		t.Fatal(err)
+	}
+	p := r.Presence("u", 8e9)
+	if !p.Online || !p.Invisible || p.LastSeen != 0 {
+		t.Fatalf("the user's own view %+v: want online, invisible, no last seen", p)
+	}
+	pub := p.Public()
+	if pub.Online || pub.Status != UserOffline || len(pub.Sessions) != 0 || pub.LastSeen != 5e9 {
+		t.Fatalf("the public view %+v: want offline, last seen 5s", pub)
+	}
+}

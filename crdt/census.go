@@ -64,7 +64,8 @@ func (r *Replica) recountCensus() censusCounts {
 
 // WrittenAt returns when the delta's record was written, in Unix
 // nanoseconds on its owner's clock: a session's Updated, an account's
-// hybrid logical clock wall time. It is 0 for an empty delta. A receiver
+// hybrid logical clock wall time, a last seen's At. It is 0 for an empty
+// delta. A receiver
 // subtracts it from its own clock to measure how long the write took to
 // reach it (which includes the offset between the two clocks).
 func (d *Delta) WrittenAt() int64 {
@@ -73,6 +74,8 @@ func (d *Delta) WrittenAt() int64 {
 		return d.Session.Updated
 	case d.Account != nil:
 		return d.Account.Stamp.Wall
+	case d.LastSeen != nil:
+		return d.LastSeen.At // the end it records: when it was written, unless raised to a later one held
 	}
 	return 0
 }

@@ -55,6 +55,13 @@ func TestWrittenAt(t *testing.T) {
 	if got := d.WrittenAt(); got != d.Account.Stamp.Wall || got < 1000 {
 		t.Fatalf("account delta written at %d, stamp %+v", got, d.Account.Stamp)
 	}
+	d, err = r.PutLastSeen("u", 2000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := d.WrittenAt(); got != 2000 {
+		t.Fatalf("last-seen delta written at %d, want 2000", got)
+	}
 	if got := (&Delta{}).WrittenAt(); got != 0 {
 		t.Fatalf("empty delta written at %d", got)
 	}

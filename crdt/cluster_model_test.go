@@ -217,8 +217,14 @@ func (w *world) write(i int) {
 		if d, err = n.r.PutLocal(cur, w.now); err != nil {
 			w.fatalf("%s: a change of its own live session %s failed: %v", n.r.Self(), k, err)
 		}
+		if cur.State.Terminal() {
+			// As a gateway does: the end of a session it owns is
+			// written to the user's last-seen register too.
+			w.produce(i, d)
+			d, err = n.r.PutLastSeen(k.User, w.now)
+		}
 	case 5:
-		ov := Override(rapid.IntRange(0, int(OverrideBusy)).Draw(t, "override"))
+		ov := Override(rapid.IntRange(0, int(maxOverrideEnum)).Draw(t, "override"))
 		auth := rapid.SampledFrom(append([]string{""}, propDevices...)).Draw(t, "auth")
 		d, err = n.r.PutAccountLocal(k.User, ov, auth, w.now)
 	}
@@ -337,6 +343,9 @@ func (w *world) pull(a, b int) bool {
 		}
 		for i := range os.Accounts {
 			w.reach(os.Accounts[i].Origin, os.Accounts[i].Version, a)
+		}
+		for i := range os.LastSeen {
+			w.reach(os.LastSeen[i].Origin, os.LastSeen[i].Version, a)
 		}
 	}
 	before := snapshotState(ra)

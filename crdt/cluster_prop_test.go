@@ -92,6 +92,12 @@ func checkPresence(t *rapid.T, r *Replica, u string, groups bool) {
 		acct = &a
 	}
 	want := Aggregate(u, recs, acct, 0)
+	switch {
+	case !want.Online:
+		want.LastSeen = r.LastSeen(u, 0) // the register is no input of Aggregate
+	case want.Invisible:
+		want.hiddenLastSeen = r.LastSeen(u, 0) // what Public shows
+	}
 	if got := r.Presence(u, 0); !got.Equal(want) {
 		t.Fatalf("%s: presence of %s is %+v, its records give %+v", r.Self(), u, got, want)
 	}
@@ -172,11 +178,24 @@ func (w *world) finish() {
 	ref := w.reference()
 	for _, m := range w.nodes {
 		ss, as := m.r.Snapshot()
-		if !reflect.DeepEqual(normSessions(ss), normSessions(ref.sessions)) || !reflect.DeepEqual(as, ref.accounts) {
+		if !reflect.DeepEqual(normSessions(ss), normSessions(ref.sessions)) || !reflect.DeepEqual(as, ref.accounts) ||
+			!reflect.DeepEqual(m.r.LastSeenSnapshot(), ref.lastSeen) {
 			w.fatalf("%s after GC:\n%s\nreference:\n%s", m.r.Self(), dumpReplica(m.r), ref.dump())
 		}
 		for _, u := range propUsers {
-			if got, want := m.r.Presence(u, 0), ref.presence(u); !got.Equal(want) {
+			want := ref.presence(u)
+			if !want.Online {
+				// The register's write is the reference's (checked
+				// above); the time shown for a failed gateway is
+				// each replica's own, and never earlier than it.
+				want.LastSeen = m.r.LastSeen(u, 0)
+				if want.LastSeen < ref.lastSeenAt(u) {
+					w.fatalf("%s: last seen of %s %d, before the register's %d", m.r.Self(), u, want.LastSeen, ref.lastSeenAt(u))
+				}
+			} else if want.Invisible {
+				want.hiddenLastSeen = m.r.LastSeen(u, 0) // what Public shows
+			}
+			if got := m.r.Presence(u, 0); !got.Equal(want) {
 				w.fatalf("%s: presence of %s %+v, reference %+v", m.r.Self(), u, got, want)
 			}
 		}
@@ -191,7 +210,7 @@ func liveSnapshot(r *Replica) []byte {
 		v, _ := r.Session(s.Key())
 		return v.State != StateActive
 	})
-	b, err := AppendSync(nil, Sync{{Origin: Origin{Node: "snapshot"}, Sessions: ss, Accounts: as}})
+	b, err := AppendSync(nil, Sync{{Origin: Origin{Node: "snapshot"}, Sessions: ss, Accounts: as, LastSeen: r.LastSeenSnapshot()}})
 	if err != nil {
 		panic(err)
 	}
@@ -217,6 +236,16 @@ func normSessions(ss []Session) []Session {
 type refState struct {
 	sessions []Session
 	accounts []Account
+	lastSeen []LastSeen // the greatest write per user, sorted by user
+}
+
+func (ref refState) lastSeenAt(u string) int64 {
+	for _, ls := range ref.lastSeen {
+		if ls.User == u {
+			return ls.At
+		}
+	}
+	return 0
 }
 
 func (w *world) reference() refState {
@@ -228,9 +257,14 @@ func (w *world) reference() refState {
 	}
 	bestS := map[Key]Session{}
 	bestA := map[string]Account{}
+	bestL := map[string]LastSeen{}
 	for idx, d := range w.produced {
 		if len(w.reached[idx]) == 0 {
 			continue // only a dead incarnation ever held it
+		}
+		if d.LastSeen != nil {
+			bestL[d.LastSeen.User] = MergeLastSeen(bestL[d.LastSeen.User], *d.LastSeen)
+			continue
 		}
 		if d.Session != nil {
 			s := *d.Session
@@ -261,6 +295,10 @@ func (w *world) reference() refState {
 	if ref.accounts == nil {
 		ref.accounts = []Account{}
 	}
+	ref.lastSeen = []LastSeen{}
+	for _, u := range slices.Sorted(maps.Keys(bestL)) {
+		ref.lastSeen = append(ref.lastSeen, bestL[u])
+	}
 	return ref
 }
 
@@ -289,12 +327,19 @@ func (ref refState) dump() string {
 	for _, a := range ref.accounts {
 		fmt.Fprintf(&b, "account %s override=%s auth=%s origin=%s v%d\n", a.User, a.Override, orDash(a.AuthoritativeDevice), a.Origin, a.Version)
 	}
+	for _, ls := range ref.lastSeen {
+		fmt.Fprintf(&b, "last seen %s at=%d origin=%s v%d\n", ls.User, ls.At, ls.Origin, ls.Version)
+	}
 	return b.String()
 }
 
 func deltaEqual(a, b *Delta) bool {
-	if a.Since != b.Since || (a.Session == nil) != (b.Session == nil) || (a.Account == nil) != (b.Account == nil) {
+	if a.Since != b.Since || (a.Session == nil) != (b.Session == nil) || (a.Account == nil) != (b.Account == nil) ||
+		(a.LastSeen == nil) != (b.LastSeen == nil) {
 		return false
+	}
+	if a.LastSeen != nil {
+		return *a.LastSeen == *b.LastSeen
 	}
 	if a.Session != nil {
 		x, y := *a.Session, *b.Session

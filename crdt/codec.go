@@ -21,19 +21,27 @@ import (
 //	Account    [user, override, authoritative_device, hlc_wall, hlc_logical,
 //	            writer, origin_node, origin_incarnation, version
 //	            (, text, emoji, until)]
+//	LastSeen   [user, at, origin_node, origin_incarnation, version]
 //
 // The fields in parentheses are sent only when one of them is set, so a
 // record without them is encoded as before they existed (and a decoder
 // that predates them still reads it); decoders take either length.
-//	Delta      [since, 0, Session] | [since, 1, Account]
+//	Delta      [since, 0, Session] | [since, 1, Account] | [since, 2, LastSeen]
 //	Deltas     [Delta...]
 //	Digest     [[origin_node, origin_incarnation, watermark (, [after, through, ...])]...]
 //	           the fourth element, the held runs, only when there are any
 //	Sync       [[origin_node, origin_incarnation, watermark, gc_floor, full,
-//	            [Session...], [Account...] (, drop_after, drop_through,
-//	            [after, through, ...])]...]
-//	           the last three, a page's drop range and the runs it keeps
+//	            [Session...], [Account...] (, [LastSeen...] (, drop_after,
+//	            drop_through, [after, through, ...]))]...]
+//	           the eighth element only when the origin has last-seen
+//	           writes to send or a drop range (then maybe empty); the last
+//	           three, a page's drop range and the runs it keeps
 //	           (OriginSync.Drop), only on a page of a paged snapshot
+//
+// A decoder that predates the LastSeen record refuses a delta batch or a
+// sync that holds one (an unknown delta kind, an origin of 8 elements);
+// see gossip's LastSeenReady for how the writes wait for every member to
+// know them. One that predates drop ranges refuses an origin of 11.
 
 // Decoder limits.
 const (
@@ -47,8 +55,9 @@ const (
 var ErrDecode = errors.New("decode")
 
 const (
-	kindSession = 0
-	kindAccount = 1
+	kindSession  = 0
+	kindAccount  = 1
+	kindLastSeen = 2
 )
 
 // AppendDeltas encodes a batch of deltas.
@@ -231,8 +240,11 @@ func AppendSync(buf []byte, s Sync) ([]byte, error) {
 	for i := range s {
 		os := &s[i]
 		fields := 7
+		if len(os.LastSeen) > 0 {
+			fields = 8
+		}
 		if os.Drop != nil {
-			fields = 10
+			fields = 11
 		}
 		if err := encodeAll(enc, arr(fields), os.Origin.Node, os.Origin.Incarnation, os.Watermark, os.GCFloor, os.Full, arr(len(os.Sessions))); err != nil {
 			return nil, err
@@ -248,6 +260,16 @@ func AppendSync(buf []byte, s Sync) ([]byte, error) {
 		for j := range os.Accounts {
 			if err := encodeAccount(enc, &os.Accounts[j]); err != nil {
 				return nil, err
+			}
+		}
+		if fields >= 8 {
+			if err := enc.EncodeArrayLen(len(os.LastSeen)); err != nil {
+				return nil, err
+			}
+			for j := range os.LastSeen {
+				if err := encodeLastSeen(enc, &os.LastSeen[j]); err != nil {
+					return nil, err
+				}
 			}
 		}
 		if d := os.Drop; d != nil {
@@ -274,12 +296,12 @@ func DecodeSync(b []byte) (Sync, error) {
 	out := make(Sync, 0, min(n, 256))
 	total := 0
 	for range n {
-		fields, err := arrayLen(dec, 7, 10)
+		fields, err := arrayLen(dec, 7, 11)
 		if err != nil {
 			return nil, err
 		}
-		if fields != 7 && fields != 10 {
-			return nil, fmt.Errorf("%w: sync entry of %d fields, want 7 or 10", ErrDecode, fields)
+		if fields > 8 && fields != 11 {
+			return nil, fmt.Errorf("%w: sync entry of %d fields, want 7, 8 or 11", ErrDecode, fields)
 		}
 		var os OriginSync
 		if os.Origin.Node, err = str(dec); err != nil {
@@ -323,7 +345,30 @@ func DecodeSync(b []byte) (Sync, error) {
 			}
 			os.Accounts = append(os.Accounts, a)
 		}
-		if fields == 10 {
+		if fields >= 8 {
+			// With a drop range, the last seen writes come first, maybe
+			// none.
+			least := 1
+			if fields == 11 {
+				least = 0
+			}
+			nl, err := arrayLen(dec, least, MaxSyncRecords-total)
+			if err != nil {
+				return nil, err
+			}
+			total += nl
+			if nl > 0 {
+				os.LastSeen = make([]LastSeen, 0, min(nl, 1024))
+			}
+			for range nl {
+				ls, err := decodeLastSeen(dec)
+				if err != nil {
+					return nil, err
+				}
+				os.LastSeen = append(os.LastSeen, ls)
+			}
+		}
+		if fields == 11 {
 			d := &DropRange{}
 			if d.After, err = u64(dec); err != nil {
 				return nil, err
@@ -386,6 +431,12 @@ func encodeDelta(enc *msgpack.Encoder, d *Delta) error {
 		}
 		return encodeSession(enc, d.Session)
 	}
+	if d.LastSeen != nil {
+		if err := encodeAll(enc, arr(3), d.Since, uint8(kindLastSeen)); err != nil {
+			return err
+		}
+		return encodeLastSeen(enc, d.LastSeen)
+	}
 	if d.Account == nil {
 		return errors.New("crdt: empty delta")
 	}
@@ -393,6 +444,34 @@ func encodeDelta(enc *msgpack.Encoder, d *Delta) error {
 		return err
 	}
 	return encodeAccount(enc, d.Account)
+}
+
+func encodeLastSeen(enc *msgpack.Encoder, ls *LastSeen) error {
+	return encodeAll(enc, arr(5), ls.User, ls.At, ls.Origin.Node, ls.Origin.Incarnation, ls.Version)
+}
+
+func decodeLastSeen(dec *msgpack.Decoder) (LastSeen, error) {
+	var ls LastSeen
+	if _, err := arrayLen(dec, 5, 5); err != nil {
+		return ls, err
+	}
+	var err error
+	if ls.User, err = str(dec); err != nil {
+		return ls, err
+	}
+	if ls.At, err = i64(dec); err != nil {
+		return ls, err
+	}
+	if ls.Origin.Node, err = str(dec); err != nil {
+		return ls, err
+	}
+	if ls.Origin.Incarnation, err = u64(dec); err != nil {
+		return ls, err
+	}
+	if ls.Version, err = u64(dec); err != nil {
+		return ls, err
+	}
+	return ls, nil
 }
 
 func encodeSession(enc *msgpack.Encoder, s *Session) error {
@@ -459,6 +538,12 @@ func decodeDelta(dec *msgpack.Decoder) (Delta, error) {
 			return d, err
 		}
 		d.Account = &a
+	case kindLastSeen:
+		ls, err := decodeLastSeen(dec)
+		if err != nil {
+			return d, err
+		}
+		d.LastSeen = &ls
 	default:
 		return d, fmt.Errorf("%w: unknown delta kind %d", ErrDecode, kind)
 	}
@@ -547,7 +632,7 @@ func decodeAccount(dec *msgpack.Decoder) (Account, error) {
 	if err != nil {
 		return a, err
 	}
-	if ov > uint64(OverrideBusy) {
+	if ov > uint64(maxOverrideEnum) {
 		return a, fmt.Errorf("%w: account override %d", ErrDecode, ov)
 	}
 	a.Override = Override(ov)

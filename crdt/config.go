@@ -35,6 +35,11 @@ type Config struct {
 	// epoch kept as the key's floor (usertombstones.go). Default 256;
 	// negative means no bound.
 	MaxTombstonesPerUser int
+
+	// LastSeenRetention is how long a user's last-seen register is kept
+	// after its time (lastseen.go): a write older than that is collected
+	// by GC and never taken again. Default 30 days (720h).
+	LastSeenRetention time.Duration
 }
 
 // Defaults for Config.
@@ -46,6 +51,8 @@ const (
 	// sessions on within a tombstone horizon, few enough that a user's
 	// queries stay cheap whatever a client does.
 	DefaultMaxTombstonesPerUser = 256
+	// DefaultLastSeenRetention keeps "last seen a month ago".
+	DefaultLastSeenRetention = 30 * 24 * time.Hour
 )
 
 // Validate fills defaults and rejects contradictions.
@@ -65,7 +72,10 @@ func (c *Config) Validate() error {
 	if c.MaxTombstonesPerUser == 0 {
 		c.MaxTombstonesPerUser = DefaultMaxTombstonesPerUser
 	}
-	if c.TombstoneHorizon < 0 || c.PurgeHorizon < 0 || c.MaxPendingRanges < 0 {
+	if c.LastSeenRetention == 0 {
+		c.LastSeenRetention = DefaultLastSeenRetention
+	}
+	if c.TombstoneHorizon < 0 || c.PurgeHorizon < 0 || c.MaxPendingRanges < 0 || c.LastSeenRetention < 0 {
 		return errors.New("crdt: horizons and limits must not be negative")
 	}
 	return nil

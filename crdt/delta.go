@@ -9,8 +9,8 @@ import (
 	"unicode/utf8"
 )
 
-// Delta is one replicated write: a session record or an account record,
-// stamped with its origin and version. Any replica can apply any delta, in
+// Delta is one replicated write: a session record, an account record or
+// a last-seen register write, stamped with its origin and version. Any replica can apply any delta, in
 // any order, any number of times.
 //
 // A delta's records are immutable once made: one delta is handed to many
@@ -22,9 +22,10 @@ type Delta struct {
 	// <= Since, this delta's record covers every write the origin made in
 	// (Since, Version]. An uncoalesced delta has Since = Version-1;
 	// Coalesce widens it. Receivers use it to advance their watermark.
-	Since   uint64
-	Session *Session
-	Account *Account
+	Since    uint64
+	Session  *Session
+	Account  *Account
+	LastSeen *LastSeen
 }
 
 // Origin returns the origin that wrote the delta's record.
@@ -34,6 +35,9 @@ func (d *Delta) Origin() Origin {
 	}
 	if d.Account != nil {
 		return d.Account.Origin
+	}
+	if d.LastSeen != nil {
+		return d.LastSeen.Origin
 	}
 	return Origin{}
 }
@@ -46,6 +50,9 @@ func (d *Delta) Version() uint64 {
 	if d.Account != nil {
 		return d.Account.Version
 	}
+	if d.LastSeen != nil {
+		return d.LastSeen.Version
+	}
 	return 0
 }
 
@@ -56,6 +63,9 @@ func (d *Delta) User() string {
 	}
 	if d.Account != nil {
 		return d.Account.User
+	}
+	if d.LastSeen != nil {
+		return d.LastSeen.User
 	}
 	return ""
 }
@@ -85,16 +95,26 @@ var ErrInvalidDelta = errors.New("invalid delta")
 
 // Validate checks a decoded delta before it is applied.
 func (d *Delta) Validate() error {
-	if (d.Session == nil) == (d.Account == nil) {
-		return fmt.Errorf("%w: want exactly one of session or account", ErrInvalidDelta)
+	if n := btoi(d.Session != nil) + btoi(d.Account != nil) + btoi(d.LastSeen != nil); n != 1 {
+		return fmt.Errorf("%w: want exactly one of session, account or last seen", ErrInvalidDelta)
 	}
 	if d.Version() == 0 || d.Since >= d.Version() {
 		return fmt.Errorf("%w: version %d, since %d", ErrInvalidDelta, d.Version(), d.Since)
 	}
-	if d.Session != nil {
+	switch {
+	case d.Session != nil:
 		return d.Session.validate()
+	case d.Account != nil:
+		return d.Account.validate()
 	}
-	return d.Account.validate()
+	return d.LastSeen.validate()
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func (s *Session) validate() error {
@@ -133,7 +153,7 @@ func (a *Account) validate() error {
 	if err := checkNames("account", a.User, "x", "x", a.Writer, a.Origin.Node); err != nil {
 		return err
 	}
-	if len(a.AuthoritativeDevice) > MaxNameLen || a.Override > OverrideBusy || a.Version == 0 {
+	if len(a.AuthoritativeDevice) > MaxNameLen || a.Override > maxOverrideEnum || a.Version == 0 {
 		return fmt.Errorf("%w: account %q malformed", ErrInvalidDelta, a.User)
 	}
 	if err := CheckStatusText(a.Text, a.Emoji); err != nil {
@@ -203,9 +223,9 @@ func Coalesce(batch []Delta) []Delta {
 	}
 	origin := batch[0].Origin()
 	type slot struct {
-		account bool
-		user    string
-		device  string
+		kind   itemKind
+		user   string
+		device string
 	}
 	last := make(map[slot]int, len(batch))
 	var others []Delta
@@ -216,10 +236,13 @@ func Coalesce(batch []Delta) []Delta {
 			continue
 		}
 		s := slot{user: d.User()}
-		if d.Session != nil {
-			s.device = d.Session.Device
-		} else {
-			s.account = true
+		switch {
+		case d.Session != nil:
+			s.kind, s.device = itemSession, d.Session.Device
+		case d.Account != nil:
+			s.kind = itemAccount
+		default:
+			s.kind = itemLastSeen
 		}
 		last[s] = i
 	}
@@ -290,6 +313,7 @@ type OriginSync struct {
 	Drop     *DropRange
 	Sessions []Session
 	Accounts []Account
+	LastSeen []LastSeen
 }
 
 // DropRange is the part of an origin's log a page of a paged snapshot
@@ -308,7 +332,7 @@ type DropRange struct {
 func (s Sync) Len() int {
 	n := 0
 	for i := range s {
-		n += len(s[i].Sessions) + len(s[i].Accounts)
+		n += len(s[i].Sessions) + len(s[i].Accounts) + len(s[i].LastSeen)
 	}
 	return n
 }
@@ -336,6 +360,14 @@ func (s Sync) Validate() error {
 				return fmt.Errorf("%w: sync for %s holds a record of %s", ErrInvalidDelta, os.Origin, os.Accounts[j].Origin)
 			}
 			if err := os.Accounts[j].validate(); err != nil {
+				return err
+			}
+		}
+		for j := range os.LastSeen {
+			if os.LastSeen[j].Origin != os.Origin {
+				return fmt.Errorf("%w: sync for %s holds a record of %s", ErrInvalidDelta, os.Origin, os.LastSeen[j].Origin)
+			}
+			if err := os.LastSeen[j].validate(); err != nil {
 				return err
 			}
 		}
@@ -369,4 +401,21 @@ func compareOrigins(a, b Origin) int {
 		return c
 	}
 	return cmpU64(a.Incarnation, b.Incarnation)
+}
+
+// WithoutLastSeen returns the sync without its last-seen records, for a
+// peer that cannot read them; the watermarks are unchanged. s is not
+// modified.
+func (s Sync) WithoutLastSeen() Sync {
+	out := s
+	for i := range s {
+		if len(s[i].LastSeen) == 0 {
+			continue
+		}
+		if &out[0] == &s[0] {
+			out = slices.Clone(s)
+		}
+		out[i].LastSeen = nil
+	}
+	return out
 }

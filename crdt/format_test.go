@@ -14,6 +14,9 @@ func formatDelta(d *Delta) string {
 	if d.Session != nil {
 		return d.Session.Origin.String() + " v" + strconv.FormatUint(d.Session.Version, 10) + " " + formatSession(d.Session)
 	}
+	if ls := d.LastSeen; ls != nil {
+		return fmt.Sprintf("%s v%d last seen %s at=%d", ls.Origin, ls.Version, ls.User, ls.At)
+	}
 	a := d.Account
 	return fmt.Sprintf("%s v%d account %s override=%s auth=%s", a.Origin, a.Version, a.User, a.Override, orDash(a.AuthoritativeDevice))
 }
@@ -40,6 +43,9 @@ func dumpReplica(r *Replica) string {
 	for _, a := range as {
 		fmt.Fprintf(&b, "account %s override=%s auth=%s writer=%s origin=%s v%d\n",
 			a.User, a.Override, orDash(a.AuthoritativeDevice), a.Writer, a.Origin, a.Version)
+	}
+	for _, ls := range r.LastSeenSnapshot() {
+		fmt.Fprintf(&b, "last seen %s at=%d origin=%s v%d\n", ls.User, ls.At, ls.Origin, ls.Version)
 	}
 	if b.Len() == 0 {
 		return "empty"

@@ -226,6 +226,11 @@ func seedHistory() []Delta {
 	put(b, Session{User: "u", Device: "phone", ID: "s2", Epoch: 2, Groups: []string{"all"}}, 3)
 	put(b, Session{User: "v", Device: "desk", ID: "s3", Epoch: 1, Status: StatusBusy}, 4)
 	put(b, Session{User: "v", Device: "desk", ID: "s3", Epoch: 1, Status: StatusBusy, State: StateDisconnected}, 5)
+	ls, err := b.PutLastSeen("v", 5)
+	if err != nil {
+		panic(err)
+	}
+	out = append(out, ls)
 	d, err := a.PutAccountLocal("u", OverrideDND, "phone", 6)
 	if err != nil {
 		panic(err)
@@ -233,6 +238,10 @@ func seedHistory() []Delta {
 	out = append(out, d)
 	c := rep("c", 1)
 	put(c, Session{User: "w", Device: "tab", ID: "s4", Epoch: 3, State: StateExpired}, 7)
+	if ls, err = c.PutLastSeen("w", 7); err != nil {
+		panic(err)
+	}
+	out = append(out, ls)
 	a2 := rep("a", 2)
 	put(a2, Session{User: "x", Device: "web", ID: "s5", Epoch: 1, Groups: []string{"ops"}}, 8)
 	return out

@@ -6,7 +6,7 @@ import "testing"
 // byte string: replicas that converged give equal bytes.
 func canonicalSnapshot(r *Replica) []byte {
 	ss, as := r.Snapshot()
-	b, err := AppendSync(nil, Sync{{Origin: Origin{Node: "snapshot"}, Sessions: ss, Accounts: as}})
+	b, err := AppendSync(nil, Sync{{Origin: Origin{Node: "snapshot"}, Sessions: ss, Accounts: as, LastSeen: r.LastSeenSnapshot()}})
 	if err != nil {
 		panic(err)
 	}

@@ -37,8 +37,22 @@ func (r *Replica) CheckInvariants() error {
 			return fmt.Errorf("account of %s in the wrong slot %d", u, slot)
 		}
 	}
+	for u := range r.invisible {
+		if a := r.account(u); a == nil || a.Override != OverrideInvisible {
+			return fmt.Errorf("%s in the invisible set, account %+v", u, a)
+		}
+	}
+	for u := range r.accounts {
+		if _, in := r.invisible[u]; !in && r.account(u).Override == OverrideInvisible {
+			return fmt.Errorf("invisible account of %s not in the invisible set", u)
+		}
+	}
 	if n := len(r.acctSlots) - 1 - len(r.acctFree); n != len(r.accounts) {
 		return fmt.Errorf("%d account slots held, %d accounts", n, len(r.accounts))
+	}
+	registers, err := r.checkLastSeen()
+	if err != nil {
+		return err
 	}
 	logged := 0
 	origins := 0
@@ -95,6 +109,14 @@ func (r *Replica) CheckInvariants() error {
 				if a == nil || r.accounts[a.User] != it.ref || a.Origin != o || a.Version != it.version {
 					err = fmt.Errorf("origin log of %s holds a stale account @%d", o, it.version)
 				}
+			case itemLastSeen:
+				var ls *lastSeenRec
+				if int(it.ref) < len(r.lastSeen.slots) {
+					ls = &r.lastSeen.slots[it.ref]
+				}
+				if ls == nil || ls.version != it.version || r.originList[ls.origin] != st {
+					err = fmt.Errorf("origin log of %s holds a stale last seen @%d", o, it.version)
+				}
 			case itemSession:
 				rec := r.recs.get(recID(it.ref))
 				if rec == nil || rec.origin != st.idx || rec.version != it.version {
@@ -109,8 +131,8 @@ func (r *Replica) CheckInvariants() error {
 			return err
 		}
 	}
-	if logged != r.keys.n+len(r.accounts) {
-		return fmt.Errorf("origin logs hold %d items, records %d", logged, r.keys.n+len(r.accounts))
+	if want := r.keys.n + len(r.accounts) + registers; logged != want {
+		return fmt.Errorf("origin logs hold %d items, records %d", logged, want)
 	}
 	if self := r.origin(r.cfg.Self); self.watermark != r.version {
 		return fmt.Errorf("own watermark %d, version %d", self.watermark, r.version)
@@ -216,6 +238,11 @@ func (r *Replica) checkNames() error {
 	if extras != len(r.extras) {
 		return fmt.Errorf("%d records hold meta or info, %d held", extras, len(r.extras))
 	}
+	for i := 1; i < len(r.lastSeen.slots); i++ {
+		if u := r.lastSeen.slots[i].user; u != 0 {
+			refs[u]++
+		}
+	}
 	for id := 1; id < len(r.sets.sets); id++ {
 		set := &r.sets.sets[id]
 		if set.refs != setRefs[id] {
@@ -264,4 +291,36 @@ func (r *Replica) checkNames() error {
 		return fmt.Errorf("name table holds %d names (%d interned), counted %d (%d)", t.held(), t.interned, live, interned)
 	}
 	return nil
+}
+
+// checkLastSeen checks the last-seen table: every slot found by its user,
+// holding a write or a shown time, each slot holding a reference to its
+// user's name. It returns how many slots hold a write.
+func (r *Replica) checkLastSeen() (int, error) {
+	t := &r.lastSeen
+	held, writes := 0, 0
+	for i := 1; i < len(t.slots); i++ {
+		rec := &t.slots[i]
+		if rec.user == 0 {
+			continue
+		}
+		held++
+		if t.byUser[rec.user] != uint32(i) {
+			return 0, fmt.Errorf("last seen slot %d of %s not indexed", i, r.names.str(rec.user))
+		}
+		if rec.version == 0 && rec.shown == 0 {
+			return 0, fmt.Errorf("last seen slot %d of %s holds nothing", i, r.names.str(rec.user))
+		}
+		if rec.version != 0 {
+			writes++
+			it, ok := r.originList[rec.origin].log.Get(rec.version)
+			if !ok || it.kind != itemLastSeen || it.ref != uint32(i) {
+				return 0, fmt.Errorf("last seen of %s @%d not in its origin's log", r.names.str(rec.user), rec.version)
+			}
+		}
+	}
+	if held != len(t.byUser) || held+len(t.free) != max(len(t.slots)-1, 0) {
+		return 0, fmt.Errorf("last seen: %d slots held, %d indexed, %d free of %d", held, len(t.byUser), len(t.free), len(t.slots)-1)
+	}
+	return writes, nil
 }

@@ -40,7 +40,7 @@ func genAccount() *rapid.Generator[*Account] {
 		w := rapid.SampledFrom([]string{"a", "b"}).Draw(t, "writer")
 		return &Account{
 			User:                "u",
-			Override:            Override(rapid.IntRange(0, int(OverrideBusy)).Draw(t, "override")),
+			Override:            Override(rapid.IntRange(0, int(maxOverrideEnum)).Draw(t, "override")),
 			AuthoritativeDevice: rapid.SampledFrom([]string{"", "d1", "d2"}).Draw(t, "auth"),
 			Text:                rapid.SampledFrom([]string{"", "t1", "t2"}).Draw(t, "text"),
 			Emoji:               rapid.SampledFrom([]string{"", "🍔"}).Draw(t, "emoji"),

@@ -6,7 +6,7 @@ import "slices"
 // without a Go pointer, so an origin's log costs the collector nothing.
 type logItem struct {
 	version uint64
-	ref     uint32   // a recID for a session, an account slot for an account
+	ref     uint32   // a recID for a session, an account slot for an account, a last-seen slot for a last seen
 	kind    itemKind // what ref names
 	dead    bool     // deleted; awaiting compaction (versionlog.go)
 }
@@ -17,6 +17,7 @@ type itemKind uint8
 const (
 	itemSession itemKind = iota + 1
 	itemAccount
+	itemLastSeen
 )
 
 // originState is a replica's view of one origin.

@@ -225,9 +225,13 @@ func (r *Replica) dropPage(cur PageCursor, b pageBudget) (page Sync, next PageCu
 
 // itemSize estimates a record's encoded size, for page budgets.
 func (r *Replica) itemSize(it logItem) int {
-	if it.kind == itemAccount {
+	switch it.kind {
+	case itemAccount:
 		a := r.acctSlots[it.ref]
 		return 48 + len(a.User) + len(a.Writer) + len(a.Origin.Node) + len(a.AuthoritativeDevice)
+	case itemLastSeen:
+		ls := &r.lastSeen.slots[it.ref]
+		return 32 + int(r.names.recs[ls.user].n) + len(r.originList[ls.origin].origin.Node)
 	}
 	rec := r.recs.at(recID(it.ref))
 	node := r.originList[rec.origin].origin.Node

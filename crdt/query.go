@@ -103,7 +103,8 @@ func (r *Replica) Account(user string) (Account, bool) {
 }
 
 // Presence aggregates a user's projected sessions and account record at
-// now (Unix nanoseconds: an account's Until lapses by it). It
+// now (Unix nanoseconds: an account's Until lapses by it), with the
+// user's last seen while offline. It
 // sorts only the active sessions: a user's tombstones cost a walk, not a
 // sort (and are bounded by MaxTombstonesPerUser).
 func (r *Replica) Presence(user string, now int64) Presence {
@@ -126,7 +127,14 @@ func (r *Replica) Presence(user string, now int64) Presence {
 		s := r.session(r.recs.at(id), user, "")
 		recs = append(recs, &s)
 	}
-	return Aggregate(user, recs, r.account(user), now)
+	p := Aggregate(user, recs, r.account(user), now)
+	switch {
+	case !p.Online:
+		p.LastSeen = r.LastSeen(user, now)
+	case p.Invisible:
+		p.hiddenLastSeen = r.LastSeen(user, now)
+	}
+	return p
 }
 
 // GroupOnlineCount returns how many users have an active session in group

@@ -35,6 +35,9 @@ type Replica struct {
 	accounts  map[string]uint32
 	acctSlots []*Account
 	acctFree  []uint32
+	// invisible holds the users whose account record's override is
+	// OverrideInvisible, lapsed or not (invisible.go).
+	invisible map[string]struct{}
 	// nodes holds, per gateway node, its newest incarnation seen, whether
 	// it is marked down, and its origins' states (node.go).
 	nodes strMap[*nodeState]
@@ -68,6 +71,8 @@ type Replica struct {
 
 	floors     map[Key]epochFloor // epochs of collected tombstones (epochfloor.go)
 	floorQueue []floorItem
+
+	lastSeen lastSeenTable // per-user last-seen registers (lastseen.go)
 }
 
 // NewReplica returns an empty replica writing as cfg.Self.
@@ -79,6 +84,7 @@ func NewReplica(cfg Config) (*Replica, error) {
 		cfg:       cfg,
 		accounts:  make(map[string]uint32),
 		acctSlots: make([]*Account, 1),
+		invisible: make(map[string]struct{}),
 		nodes:     newStrMap[*nodeState](),
 		down:      make(map[string]*nodeState),
 		names:     newNameTable(),
@@ -221,11 +227,14 @@ func (r *Replica) ApplyVia(ref *OriginRef, d Delta, now int64) (changed bool, dr
 	if d.Version() <= st.watermark {
 		return false, dropped, nil
 	}
-	if d.Session != nil {
+	switch {
+	case d.Session != nil:
 		changed = r.mergeSession(st, d.Session, now)
-	} else {
+	case d.Account != nil:
 		r.hlc.Observe(now, d.Account.Stamp)
 		changed = r.mergeAccount(d.Account)
+	default:
+		changed = r.mergeLastSeen(d.LastSeen, now)
 	}
 	st.observe(d.Since, d.Version(), r.cfg.MaxPendingRanges)
 	return changed, dropped, nil
@@ -297,7 +306,9 @@ func (r *Replica) retire(st *originState, now int64) []string {
 		r.tombstones = append(r.tombstones, tombstone{rec: recID(it.ref), origin: st.idx, version: rec.version, endedAt: now})
 		return true
 	})
-	return sortedUnique(users)
+	users = sortedUnique(users)
+	r.noteShown(users, now)
+	return users
 }
 
 // ended reports whether a record has ended in this replica's view: terminal,
@@ -595,6 +606,11 @@ func (r *Replica) mergeAccount(a *Account) bool {
 	}
 	c := *a
 	r.acctSlots[slot] = &c
+	if c.Override == OverrideInvisible {
+		r.invisible[c.User] = struct{}{}
+	} else {
+		delete(r.invisible, c.User)
+	}
 	st.log.ReplaceOrInsert(logItem{version: a.Version, ref: slot, kind: itemAccount})
 	return true
 }
@@ -614,6 +630,7 @@ func (r *Replica) allocAccount() uint32 {
 func (r *Replica) removeAccount(user string) {
 	slot := r.accounts[user]
 	delete(r.accounts, user)
+	delete(r.invisible, user)
 	r.acctSlots[slot] = nil
 	r.acctFree = append(r.acctFree, slot)
 }

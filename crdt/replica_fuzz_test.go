@@ -161,7 +161,7 @@ func (w *opsWorld) origin(in *opsInput) Origin {
 }
 
 func (w *opsWorld) step(in *opsInput) {
-	switch op := in.pick(12); op {
+	switch op := in.pick(14); op {
 	case 0, 1: // a local session write
 		i := in.pick(len(w.reps))
 		s := w.session(in)
@@ -174,7 +174,7 @@ func (w *opsWorld) step(in *opsInput) {
 	case 2: // a local account write
 		i := in.pick(len(w.reps))
 		user := opsUsers[in.pick(len(opsUsers))]
-		ov := Override(in.pick(int(OverrideBusy) + 1))
+		ov := Override(in.pick(int(maxOverrideEnum) + 1))
 		dev := []string{"", "d1", "d2"}[in.pick(3)]
 		d, err := w.reps[i].PutAccountLocal(user, ov, dev, w.now)
 		w.logf("account %s %s %v %q: %v", w.reps[i].Self(), user, ov, dev, err)
@@ -199,7 +199,7 @@ func (w *opsWorld) step(in *opsInput) {
 		w.pool = append(w.pool, d)
 	case 4: // a forged account delta
 		a := Account{
-			User: opsUsers[in.pick(len(opsUsers))], Override: Override(in.pick(int(OverrideBusy) + 2)),
+			User: opsUsers[in.pick(len(opsUsers))], Override: Override(in.pick(int(maxOverrideEnum) + 2)),
 			AuthoritativeDevice: []string{"", "d1", "d2"}[in.pick(3)],
 			Stamp:               Timestamp{Wall: int64(in.u64()), Logical: uint32(in.u64())},
 			Writer:              opsNodes[in.pick(len(opsNodes))],
@@ -244,7 +244,7 @@ func (w *opsWorld) step(in *opsInput) {
 		}
 		for range in.pick(2) {
 			os.Accounts = append(os.Accounts, Account{User: opsUsers[in.pick(len(opsUsers))],
-				Override: Override(in.pick(int(OverrideBusy) + 1)), Stamp: Timestamp{Wall: int64(in.u64())},
+				Override: Override(in.pick(int(maxOverrideEnum) + 1)), Stamp: Timestamp{Wall: int64(in.u64())},
 				Writer: os.Origin.Node, Origin: os.Origin, Version: in.u64()})
 		}
 		sy := Sync{os}
@@ -270,6 +270,37 @@ func (w *opsWorld) step(in *opsInput) {
 			r.GC(w.now)
 		}
 		w.logf("GC at %v", time.Duration(w.now))
+	case 12: // a local last-seen write
+		i := in.pick(len(w.reps))
+		user := opsUsers[in.pick(len(opsUsers))]
+		d, err := w.reps[i].PutLastSeen(user, w.now)
+		w.logf("last seen %s %s at %d: %v", w.reps[i].Self(), user, w.now, err)
+		if err != nil {
+			if w.now > 0 {
+				w.fatalf("PutLastSeen: %v", err)
+			}
+			return
+		}
+		w.pool = append(w.pool, d)
+		w.honest = append(w.honest, d)
+	case 13: // a forged last-seen delta, or sync
+		ls := LastSeen{User: opsUsers[in.pick(len(opsUsers))], At: int64(in.u64()), Origin: w.origin(in), Version: in.u64()}
+		if in.pick(2) == 0 {
+			i := in.pick(len(w.reps))
+			sy := Sync{{Origin: ls.Origin, Watermark: in.u64(), Full: in.pick(2) == 0, LastSeen: []LastSeen{ls}}}
+			_, err := w.reps[i].ApplySync(sy, w.now)
+			w.logf("forged sync to %s: last seen %s v%d %s at %d: %v", w.reps[i].Self(), ls.Origin, ls.Version, ls.User, ls.At, err)
+			if err != nil && sy.Validate() == nil {
+				w.fatalf("a valid sync was refused: %v", err)
+			}
+			return
+		}
+		d := Delta{Since: in.u64(), LastSeen: &ls}
+		if in.pick(2) == 0 && ls.Version > 0 {
+			d.Since = ls.Version - 1
+		}
+		w.logf("forge last seen %s v%d since %d %s at %d", ls.Origin, ls.Version, d.Since, ls.User, ls.At)
+		w.pool = append(w.pool, d)
 	case 11: // a restart under a new incarnation, which then pulls
 		i := in.pick(len(w.reps))
 		old := w.reps[i].Self()

@@ -131,9 +131,12 @@ func (r *Replica) diffOrigin(st *originState, peerW map[Origin]uint64, peerHeld 
 			stopped = true
 			return false
 		}
-		if it.kind == itemAccount {
+		switch it.kind {
+		case itemAccount:
 			os.Accounts = append(os.Accounts, *r.acctSlots[it.ref])
-		} else {
+		case itemLastSeen:
+			os.LastSeen = append(os.LastSeen, r.lastSeenWrite(it.ref))
+		default:
 			os.Sessions = append(os.Sessions, r.session(r.recs.at(recID(it.ref)), "", ""))
 		}
 		return true
@@ -200,6 +203,11 @@ func (r *Replica) ApplySync(s Sync, now int64) ([]string, error) {
 				users = append(users, os.Accounts[j].User)
 			}
 		}
+		for j := range os.LastSeen {
+			if (os.Full || os.LastSeen[j].Version > st.watermark) && r.mergeLastSeen(&os.LastSeen[j], now) {
+				users = append(users, os.LastSeen[j].User)
+			}
+		}
 		st.raise(os.Watermark)
 		st.gcFloor = max(st.gcFloor, os.GCFloor)
 	}
@@ -229,12 +237,15 @@ func (r *Replica) dropMissing(st *originState, os *OriginSync) []string {
 	if through <= after {
 		return nil
 	}
-	present := make(map[uint64]struct{}, len(os.Sessions)+len(os.Accounts))
+	present := make(map[uint64]struct{}, len(os.Sessions)+len(os.Accounts)+len(os.LastSeen))
 	for j := range os.Sessions {
 		present[os.Sessions[j].Version] = struct{}{}
 	}
 	for j := range os.Accounts {
 		present[os.Accounts[j].Version] = struct{}{}
+	}
+	for j := range os.LastSeen {
+		present[os.LastSeen[j].Version] = struct{}{}
 	}
 	var victims []logItem
 	st.log.AscendRange(after+1, through, func(it logItem) bool {
@@ -252,10 +263,17 @@ func (r *Replica) dropMissing(st *originState, os *OriginSync) []string {
 	var users []string
 	for _, it := range victims {
 		st.gcFloor = max(st.gcFloor, it.version)
-		if it.kind == itemAccount {
+		switch it.kind {
+		case itemAccount:
 			user := r.acctSlots[it.ref].User
 			st.log.Delete(it)
 			r.removeAccount(user)
+			users = append(users, user)
+			continue
+		case itemLastSeen:
+			user := r.names.str(r.lastSeen.slots[it.ref].user)
+			st.log.Delete(it)
+			r.removeLastSeen(it.ref)
 			users = append(users, user)
 			continue
 		}
@@ -282,7 +300,9 @@ func (r *Replica) SetNodeDown(node string, now int64) []string {
 	}
 	ns.down, ns.downSince = true, now
 	r.down[node] = ns
-	return r.recountNode(ns)
+	users := r.recountNode(ns)
+	r.noteShown(users, now)
+	return users
 }
 
 // SetNodeUp clears a SetNodeDown: the node was heard from again. If GC
@@ -346,11 +366,15 @@ type GCStats struct {
 	// FloorsLapsed counts epoch floors of collected tombstones forgotten
 	// after their horizon.
 	FloorsLapsed int
+	// LastSeen counts last-seen registers emptied: past LastSeenRetention.
+	LastSeen int
 }
 
-// GC removes tombstones older than the tombstone horizon and the sessions of
-// nodes that have been down longer than the purge horizon. Neither changes
-// any user's presence: both were already shown offline.
+// GC removes tombstones older than the tombstone horizon, the sessions of
+// nodes that have been down longer than the purge horizon and, a slice of
+// them each pass, last-seen registers past their retention. None changes
+// any user's presence: the first two were already shown offline, and
+// Presence no longer shows a last seen past retention.
 func (r *Replica) GC(now int64) GCStats {
 	var stats GCStats
 	horizon := int64(r.cfg.TombstoneHorizon)
@@ -383,6 +407,7 @@ func (r *Replica) GC(now int64) GCStats {
 		stats.Tombstones++
 	}
 	stats.FloorsLapsed = r.lapseFloors(now)
+	stats.LastSeen = r.collectLastSeen(now)
 	r.tombstones = slices.Delete(r.tombstones, 0, n)
 	if cap(r.tombstones) > 1024 && len(r.tombstones) < cap(r.tombstones)/4 {
 		r.tombstones = slices.Clip(slices.Clone(r.tombstones))

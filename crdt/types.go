@@ -79,6 +79,12 @@ const (
 	OverrideDND
 	// OverrideBusy shows the user busy while online.
 	OverrideBusy
+	// OverrideInvisible shows the user offline to every reader but the
+	// user (and backends): Presence.Invisible, Presence.Public. The status
+	// itself comes from the devices, as with OverrideNone.
+	OverrideInvisible
+
+	maxOverrideEnum = OverrideInvisible
 )
 
 func (o Override) String() string {
@@ -91,6 +97,8 @@ func (o Override) String() string {
 		return "dnd"
 	case OverrideBusy:
 		return "busy"
+	case OverrideInvisible:
+		return "invisible"
 	}
 	return fmt.Sprintf("override(%d)", uint8(o))
 }
@@ -106,8 +114,10 @@ func ParseOverride(s string) (Override, error) {
 		return OverrideDND, nil
 	case "busy":
 		return OverrideBusy, nil
+	case "invisible":
+		return OverrideInvisible, nil
 	}
-	return 0, fmt.Errorf("unknown override %q (want none, away, dnd or busy)", s)
+	return 0, fmt.Errorf("unknown override %q (want none, away, dnd, busy or invisible)", s)
 }
 
 // UserStatus is the aggregate status of a user, as clients see it.

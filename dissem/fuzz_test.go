@@ -37,6 +37,8 @@ func FuzzDecodeMessage(f *testing.F) {
 	add(EncodeRouteReq(RouteReq{ID: 1, FromNode: "n1", To: "bob", From: "alice", FromDevice: "web", Body: []byte(`"hi"`)}))
 	add(EncodeRouteAck(RouteAck{ID: 1, Delivered: 2}))
 	add(EncodeKeyOp(KeyOp{Op: "install", Key: make([]byte, 32), ID: 3, FromNode: "n1"}))
+	add(EncodeKickReq(KickReq{ID: 4, FromNode: "n1", User: "bob", Device: "phone"}))
+	add(EncodeKickReq(KickReq{ID: 5, FromNode: "n1", User: "bob"}))
 	seeds = append(seeds, []byte{}, []byte{WireVersion}, []byte{WireVersion, 200}, []byte{2, 1, 0x90})
 	for _, s := range seeds {
 		f.Add(s)
@@ -66,6 +68,8 @@ func FuzzDecodeMessage(f *testing.F) {
 			again, err = EncodeRouteAck(m.Ack)
 		case TypeKey:
 			again, err = EncodeKeyOp(m.Key)
+		case TypeKick:
+			again, err = EncodeKickReq(m.Kick)
 		}
 		if err != nil {
 			t.Fatalf("re-encode %s: %v", m.Type, err)

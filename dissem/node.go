@@ -41,6 +41,8 @@ type Config struct {
 	// AliveInterval is how often this node announces itself.
 	AliveInterval time.Duration
 	// LeaseTimeout is how long a peer unheard stays shown up (eager mode).
+	// A peer stalled for up to PauseTolerance is never shown down; a dead
+	// one is shown down within CrashBound of its death (plan.go).
 	LeaseTimeout time.Duration
 	// ReconnectInterval is how often members memberlist holds dead are
 	// joined again; ReconnectTimeout how long after their death they are
@@ -147,8 +149,8 @@ func DefaultConfig() Config {
 		BatchDelay:        500 * time.Microsecond,
 		PacketBudget:      DefaultPacketBudget,
 		EagerThreshold:    64,
-		AliveInterval:     time.Second,
-		LeaseTimeout:      15 * time.Second,
+		AliveInterval:     DefaultAliveInterval,
+		LeaseTimeout:      DefaultLeaseTimeout,
 		ReconnectInterval: 10 * time.Second,
 		ReconnectTimeout:  24 * time.Hour,
 	}
@@ -397,10 +399,6 @@ func (n *Node) Init(cfg Config, members Members, replica Replica) error {
 	return nil
 }
 
-// LeaseTick is how often leases are checked: a twentieth of the lease, at
-// most 250ms.
-func LeaseTick(ttl time.Duration) time.Duration { return min(ttl/20, 250*time.Millisecond) }
-
 // Start sets the periodic timers from now. A node starting with the
 // cluster announces itself at once and checks leases and reconnects after
 // one period; with stagger each timer instead starts at a random phase
@@ -419,6 +417,11 @@ func (n *Node) Start(now int64, stagger bool) {
 	n.reconnectAt = now + n.rng.Int64N(int64(n.cfg.ReconnectInterval))
 	n.setDeadline()
 }
+
+// LeaseCheckDue reports whether Tick at now checks the leases: a driver
+// that reads its own queue of received messages first never expires a
+// peer whose announcement waits in it.
+func (n *Node) LeaseCheckDue(now int64) bool { return now >= n.leaseAt }
 
 // Mode is the dissemination mode now.
 func (n *Node) Mode() Mode {
@@ -639,8 +642,8 @@ func (n *Node) flush(reliable bool) {
 
 // announce sends this node's alive message: to every member while eager,
 // through the piggyback queue beyond the eager threshold (an
-// announcement straight to every member each second would cost the
-// cluster N² packets a second).
+// announcement straight to every member each AliveInterval would cost the
+// cluster N² packets an interval).
 func (n *Node) announce() {
 	// An announcement equal to the last is the last one again: messages
 	// are immutable, and most announcements repeat the one before.

@@ -168,6 +168,73 @@ func PackDeltas(deltas []crdt.Delta, budget int) (batches [][]crdt.Delta, oversi
 	return batches, oversized
 }
 
+// Peer leases: how long a silent peer stays shown up.
+//
+// A gateway cannot tell a dead peer from a stalled one (SIGSTOP, a paused
+// VM, a long collector pause) before the stall would have ended: a lease
+// that tolerates stalls up to S expires no sooner than S after the last
+// word heard. The lease is therefore sized from the longest stall it
+// must ride out, and a crash is shown about that much later:
+//
+//	lease          = max pause + alive interval + LeaseMargin  (3.5s)
+//	pause tolerated = lease - alive interval - LeaseMargin      (2s)
+//	crash shown     ≤ lease + lease tick                        (3.675s)
+//
+// A stalled peer's last announcement before the stall left up to one alive
+// interval before it; its first after the stall comes at most one alive
+// interval after the one before (its timers run on a clock that skips its
+// own stalls), so the peer is unheard for at most pause + alive interval,
+// plus the delivery of that first announcement. A dead peer's lease counts
+// from its last word, before its death, and is checked every lease tick.
+// The observer's own stalls are not counted in either (the driver's lease
+// clock skips them): they delay what it shows by their length.
+
+// DefaultMaxPause is the longest stall of a peer that the default lease
+// never shows as a failure.
+const DefaultMaxPause = 2 * time.Second
+
+// DefaultAliveInterval is how often a gateway announces itself by default:
+// in eager mode one packet to each member, (N-1)/0.5s a gateway (30/s at
+// 16 members, 126/s at 64).
+const DefaultAliveInterval = 500 * time.Millisecond
+
+// LeaseMargin is what a lease allows beyond a stalled peer's silence
+// (pause + alive interval): the stall an observer does not count as its own
+// (the driver's stall threshold, 250ms) and the time for the stalled
+// peer's first announcement after it resumes to be scheduled, sent and read
+// on a loaded host (750ms).
+const LeaseMargin = time.Second
+
+// DefaultLeaseTimeout is the default peer lease: DefaultMaxPause +
+// DefaultAliveInterval + LeaseMargin.
+const DefaultLeaseTimeout = DefaultMaxPause + DefaultAliveInterval + LeaseMargin
+
+// LeaseTick is how often leases are checked: a twentieth of the lease, at
+// most 250ms.
+func LeaseTick(ttl time.Duration) time.Duration { return min(ttl/20, 250*time.Millisecond) }
+
+// AliveIntervalFor is the alive interval for a lease of ttl:
+// DefaultAliveInterval, or a seventh of a lease shorter than the default
+// (the default's proportion), so a short lease still hears several
+// announcements.
+func AliveIntervalFor(ttl time.Duration) time.Duration {
+	return max(min(DefaultAliveInterval, ttl/7), time.Millisecond)
+}
+
+// PauseTolerance is the longest stall of a peer that a lease of ttl with
+// announcements every alive never shows as a failure: ttl - alive -
+// LeaseMargin (0 if that is negative).
+func PauseTolerance(ttl, alive time.Duration) time.Duration {
+	return max(ttl-alive-LeaseMargin, 0)
+}
+
+// CrashBound bounds, in eager mode, the time from a peer's death to its
+// sessions shown expired by the lease: the lease (counted from the peer's
+// last word, before its death) and one lease tick. Stalls of the observer
+// itself add their length. memberlist's failure detector may show it
+// sooner.
+func CrashBound(ttl time.Duration) time.Duration { return ttl + LeaseTick(ttl) }
+
 // lease is one peer's lease: when it was last heard (Unix nanos, valid when
 // heard) and whether it is marked down. A peer can be marked down (fail)
 // before it was ever heard. Every input that bears on a peer's liveness

@@ -44,6 +44,9 @@ import (
 //	TypeLeaving   [node, inc, watermark, sessions, client_addr] (as alive)
 //	             a graceful leave is coming: the member is "left", not
 //	             failed, and is not reconnected to (serf's leave intent)
+//	TypeKick      [req_id, from_node, user, device]    "end user's sessions
+//	             you own (of device only, unless empty)"; answered with a
+//	             TypeRouteAck (delivered: the sessions ended)
 //
 // Protocol flow. Writes: owner -> every member (eager, UDP, batches of a few
 // ms under the packet budget; a larger batch goes over TCP) or -> piggyback
@@ -58,11 +61,13 @@ import (
 // only the page it is sending, and a transfer cut anywhere resumes where it
 // stopped. The asker counts itself caught up at the last page. memberlist's
 // push/pull carries TypeState both ways and each side
-// answers the other's digest with a TypeSync. Routing: TypeRoute to the owning
-// gateway over TCP, TypeRouteAck back.
+// answers the other's digest with a TypeSync. Routing: TypeRoute (and
+// TypeKick) to the owning gateway over TCP, TypeRouteAck back.
 //
 // Version history: 1, the first; TypeSyncPage and TypePullPage added
-// within version 1 (a member without them drops them as unknown types).
+// within version 1 (a member without them drops them as unknown types);
+// TypeKick likewise (a member without it drops it, and the kick's request
+// times out).
 const WireVersion = 1
 
 type Type uint8
@@ -79,11 +84,12 @@ const (
 	TypeLeaving
 	TypeSyncPage
 	TypePullPage
-	MaxType = TypePullPage
+	TypeKick
+	MaxType = TypeKick
 )
 
 func (t Type) String() string {
-	names := [...]string{"?", "deltas", "alive", "pull", "sync", "route", "route-ack", "key", "state", "leaving", "sync-page", "pull-page"}
+	names := [...]string{"?", "deltas", "alive", "pull", "sync", "route", "route-ack", "key", "state", "leaving", "sync-page", "pull-page", "kick"}
 	if int(t) < len(names) {
 		return names[t]
 	}
@@ -133,6 +139,15 @@ type RouteAck struct {
 	ID        uint64
 	Delivered int
 	Err       string
+}
+
+// KickReq asks the gateway that owns a user's sessions to end them: every
+// one of the user's it owns, or only Device's when Device is not empty.
+type KickReq struct {
+	ID       uint64
+	FromNode string
+	User     string
+	Device   string
 }
 
 // KeyOp is a keyring rotation step sent to every member, each of which
@@ -264,6 +279,11 @@ func EncodeRouteReq(r RouteReq) ([]byte, error) {
 
 func EncodeRouteAck(r RouteAck) ([]byte, error) {
 	return encodeMsg(TypeRouteAck, r.ID, r.Delivered, r.Err)
+}
+
+// EncodeKickReq encodes a request to end a user's sessions.
+func EncodeKickReq(k KickReq) ([]byte, error) {
+	return encodeMsg(TypeKick, k.ID, k.FromNode, k.User, k.Device)
 }
 
 func EncodeKeyOp(k KeyOp) ([]byte, error) { return encodeMsg(TypeKey, k.Op, k.Key, k.ID, k.FromNode) }
@@ -495,6 +515,18 @@ func decodeRouteAck(b []byte) (RouteAck, error) {
 	return r, nil
 }
 
+func decodeKickReq(b []byte) (KickReq, error) {
+	fd := newFieldDecoder(b, 4)
+	k := KickReq{ID: fd.u64(), FromNode: fd.str(crdt.MaxNameLen), User: fd.str(crdt.MaxNameLen), Device: fd.str(crdt.MaxNameLen)}
+	if err := fd.done(); err != nil {
+		return KickReq{}, err
+	}
+	if k.FromNode == "" || k.User == "" {
+		return KickReq{}, fmt.Errorf("%w: kick without sender or user", ErrBadMessage)
+	}
+	return k, nil
+}
+
 func DecodeKeyOp(b []byte) (KeyOp, error) {
 	fd := newFieldDecoder(b, 4)
 	k := KeyOp{Op: fd.str(16), Key: fd.bytes(64), ID: fd.u64(), FromNode: fd.str(crdt.MaxNameLen)}
@@ -526,6 +558,7 @@ type Message struct {
 	Page   SyncPage  // TypeSyncPage
 	Route  RouteReq
 	Ack    RouteAck
+	Kick   KickReq
 	Key    KeyOp
 	Bytes  []byte
 
@@ -610,6 +643,8 @@ func Decode(b []byte) (*Message, error) {
 		m.Ack, err = decodeRouteAck(payload)
 	case TypeKey:
 		m.Key, err = DecodeKeyOp(payload)
+	case TypeKick:
+		m.Kick, err = decodeKickReq(payload)
 	}
 	if err != nil {
 		if !errors.Is(err, ErrBadMessage) {

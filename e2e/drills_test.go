@@ -19,8 +19,10 @@ import (
 )
 
 // The agents' settings in the drills (RC_HEARTBEAT, RC_TIMEOUT of the
-// compose file): short, so a lease runs out in seconds. The bounds are
-// derived from what welcome says, not from these.
+// compose file): short, so a silent client expires in seconds. A failed
+// gateway shows within the agents' default peer lease (--peer-lease,
+// 3.5s). The bounds are derived from what welcome says and that default,
+// not from these.
 const (
 	drillHeartbeat = "1s"
 	drillTimeout   = "3s"

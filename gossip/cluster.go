@@ -97,6 +97,7 @@ type memberView struct {
 	nodes      map[string]*memberlist.Node
 	addrs      map[string]memberlist.Address // each listed member's, for sendBestEffort
 	state      map[string]string             // alive, dead or left
+	legacy     *legacyBook                   // members of an earlier version (versions.go)
 }
 
 var (
@@ -121,6 +122,9 @@ func (v *memberView) set(n *memberlist.Node, state string) {
 	cp := *n
 	v.nodes[n.Name], v.state[n.Name] = &cp, state
 	v.addrs[n.Name] = memberlist.Address{Addr: cp.Address(), Name: cp.Name}
+	if v.legacy != nil {
+		v.legacy.set(&cp, state)
+	}
 }
 
 // address returns a listed member's address.
@@ -133,6 +137,9 @@ func (v *memberView) forget(name string) {
 	delete(v.nodes, name)
 	delete(v.addrs, name)
 	delete(v.state, name)
+	if v.legacy != nil {
+		v.legacy.forget(name)
+	}
 }
 
 // hostReplica is what the core reads of the host.
@@ -154,7 +161,7 @@ func New(cfg Config, host Host) (*Cluster, error) {
 		ctx:      ctx,
 		cancel:   cancel,
 		started:  time.Now(),
-		stall:    stall.NewDetector(dissem.LeaseTick(cfg.LeaseTimeout), cfg.LeaseTimeout/4),
+		stall:    stall.NewDetector(dissem.LeaseTick(cfg.LeaseTimeout), leaseStallThreshold(cfg.LeaseTimeout)),
 		inbound:  make(chan []byte, cfg.InboundQueue),
 		flushCh:  make(chan struct{}, 1),
 		evSignal: make(chan struct{}, 1),
@@ -163,7 +170,8 @@ func New(cfg Config, host Host) (*Cluster, error) {
 		joinWake: make(chan struct{}, 1),
 	}
 	c.view = memberView{numMembers: func() int { return 1 },
-		nodes: make(map[string]*memberlist.Node), addrs: make(map[string]memberlist.Address), state: make(map[string]string)}
+		nodes: make(map[string]*memberlist.Node), addrs: make(map[string]memberlist.Address), state: make(map[string]string),
+		legacy: newLegacyBook()}
 	// The client address is settled before the core starts: its alive
 	// announcements carry it, as memberlist's metadata does.
 	mlc, err := c.memberlistConfig()
@@ -280,6 +288,7 @@ func (c *Cluster) memberlistConfig() (*memberlist.Config, error) {
 	mlc.DeadNodeReclaimTime = time.Second
 	mlc.Logger = log.New(&zapWriter{c.log.Named("memberlist")}, "", 0)
 	mlc.EnableCompression = c.cfg.Compress
+	setProtocolRange(mlc)
 	if c.cfg.Memberlist != nil {
 		c.cfg.Memberlist(mlc)
 	}

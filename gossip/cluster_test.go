@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -204,6 +206,45 @@ func TestRouteGoesThroughOwner(t *testing.T) {
 	}
 	if _, err := tc.nodes[0].Route(context.Background(), "nobody", cluster.Message{To: "gina", From: "hank"}); err == nil {
 		t.Fatal("route to an unknown gateway succeeded")
+	}
+}
+
+// TestKickGoesThroughOwner: a kick asks the gateway that owns the user's
+// sessions, which answers how many it ended; one of a device asks for
+// that device only.
+func TestKickGoesThroughOwner(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	tc.waitMembers(3)
+	type kick struct{ user, device string }
+	var mu sync.Mutex
+	kicks := map[int][]kick{}
+	for i, h := range tc.hosts {
+		h.OnKick = func(user, device string) {
+			mu.Lock()
+			kicks[i] = append(kicks[i], kick{user, device})
+			mu.Unlock()
+		}
+	}
+	tc.hosts[1].connect(t, "gina", "phone")
+	tc.hosts[1].connect(t, "gina", "laptop")
+	ctx := context.Background()
+	if n, err := tc.nodes[0].Kick(ctx, "n1", "gina", ""); err != nil || n != 2 {
+		t.Fatalf("kick: ended %d, err %v", n, err)
+	}
+	if n, err := tc.nodes[2].Kick(ctx, "n1", "gina", "phone"); err != nil || n != 1 {
+		t.Fatalf("kick of a device: ended %d, err %v", n, err)
+	}
+	if n, err := tc.nodes[0].Kick(ctx, "n2", "gina", ""); err != nil || n != 0 {
+		t.Fatalf("kick where gina has no session: ended %d, err %v", n, err)
+	}
+	mu.Lock()
+	got := kicks
+	mu.Unlock()
+	if want := []kick{{"gina", ""}, {"gina", "phone"}}; !slices.Equal(got[1], want) || len(got[0]) != 0 || len(got[2]) != 0 {
+		t.Fatalf("kicks by host: %v, want %v on n1 only", got, want)
+	}
+	if _, err := tc.nodes[0].Kick(ctx, "nobody", "gina", ""); err == nil {
+		t.Fatal("kick on an unknown gateway succeeded")
 	}
 }
 

@@ -46,11 +46,21 @@ type Config struct {
 
 	// LeaseTimeout is how long a peer stays up in this node's projection
 	// without being heard from (deltas or alive announcements) before its
-	// sessions are shown expired. Use the session timeout. Default 15s.
+	// sessions are shown expired, while the cluster has at most
+	// EagerThreshold members. It trades crash detection against the stalls
+	// of a peer it rides out: a peer stalled for up to
+	// dissem.PauseTolerance(LeaseTimeout, AliveInterval) is never shown
+	// down, and a dead one is shown down within
+	// dissem.CrashBound(LeaseTimeout) of its death. This node's own stalls
+	// (over LeaseStallThreshold) are taken off its lease clock. Default
+	// dissem.DefaultLeaseTimeout (3.5s: 2s pauses ridden out, crashes shown
+	// within 3.675s).
 	LeaseTimeout time.Duration
 	// AliveInterval is how often a node announces itself (lease refresh and
-	// watermark for loss detection). Detection of a lost delta takes about
-	// two intervals. Default 1s.
+	// watermark for loss detection): in eager mode one small packet to each
+	// member. Detection of a lost delta takes about two intervals. Zero:
+	// dissem.AliveIntervalFor(LeaseTimeout). Default 500ms (30 packets a
+	// second a node at 16 members, 126 at 64).
 	AliveInterval time.Duration
 	// BatchDelay is the write window (dissem.Config.BatchDelay), Nagle-style:
 	// a write with no flush in the last BatchDelay goes out at once, and the
@@ -126,6 +136,15 @@ type Config struct {
 	elapsed func() time.Duration
 }
 
+// LeaseStallThreshold is the smallest stall of this node's own (a run-loop
+// wake-up later than due by more than it) that is taken off the lease
+// clock, for leases of 1s and more (a quarter of a shorter lease). A
+// shorter stall counts against the lease's margin (dissem.LeaseMargin).
+const LeaseStallThreshold = 250 * time.Millisecond
+
+// leaseStallThreshold is the stall threshold of a lease of ttl.
+func leaseStallThreshold(ttl time.Duration) time.Duration { return min(ttl/4, LeaseStallThreshold) }
+
 // DefaultConfig returns a Config with every default filled in, except Name.
 // The protocol's own defaults are dissem's.
 func DefaultConfig() Config {
@@ -170,8 +189,11 @@ func (c *Config) Validate() error {
 			*p = v
 		}
 	}
+	if c.LeaseTimeout < 0 {
+		return fmt.Errorf("gossip: LeaseTimeout %v must not be negative", c.LeaseTimeout)
+	}
 	setDur(&c.LeaseTimeout, d.LeaseTimeout)
-	setDur(&c.AliveInterval, d.AliveInterval)
+	setDur(&c.AliveInterval, dissem.AliveIntervalFor(c.LeaseTimeout))
 	setDur(&c.RouteTimeout, d.RouteTimeout)
 	setDur(&c.ReconnectInterval, d.ReconnectInterval)
 	setDur(&c.ReconnectTimeout, d.ReconnectTimeout)

@@ -20,7 +20,7 @@ func TestEpidemicModeConverges(t *testing.T) {
 	for i := range 30 {
 		tc.hosts[i%6].connect(t, fmt.Sprintf("e%d", i), "d", "g")
 	}
-	waitFor(t, 10*time.Second, "epidemic convergence", func() bool {
+	waitFor(t, 30*time.Second, "epidemic convergence", func() bool {
 		for _, h := range tc.hosts {
 			for i := range 30 {
 				if !h.presence(fmt.Sprintf("e%d", i)).Online {
@@ -61,12 +61,13 @@ func TestEpidemicQueueStaysBounded(t *testing.T) {
 			time.Sleep(time.Millisecond) // separate flushes: many queued messages
 		}
 	}
-	time.Sleep(200 * time.Millisecond)
+	// The loop flushes the writes on its own schedule (slow on a loaded
+	// machine): wait until the bound has been exercised, then check it held.
+	waitFor(t, 30*time.Second, "the queue pruned at its bound", func() bool {
+		return tc.nodes[0].Stats().QueuePruned.Load() > 0
+	})
 	if n := tc.nodes[0].queue.NumQueued(); n > 4+2 {
 		t.Fatalf("broadcast queue holds %d messages; bound is 4", n)
-	}
-	if tc.nodes[0].Stats().QueuePruned.Load() == 0 {
-		t.Fatal("queue never pruned: the bound was not exercised")
 	}
 	tc.net.Heal()
 	waitFor(t, 20*time.Second, "all 500 sessions everywhere after heal", func() bool {

@@ -22,6 +22,8 @@ type FaultNetwork struct {
 	delay   time.Duration
 	jitter  time.Duration
 	blocked map[[2]string]bool // [from, to] gossip addresses
+	held    map[string]bool    // gossip addresses whose packets are held (Hold)
+	queued  []func()           // held packets' deliveries, in send order
 	rng     *rand.Rand
 	drops   int64 // packets dropped by loss or partition
 }
@@ -35,7 +37,7 @@ func (f *FaultNetwork) Dropped() int64 {
 
 // NewFaultNetwork returns a fault-free network; seed makes loss repeatable.
 func NewFaultNetwork(seed uint64) *FaultNetwork {
-	return &FaultNetwork{blocked: make(map[[2]string]bool), rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+	return &FaultNetwork{blocked: make(map[[2]string]bool), held: make(map[string]bool), rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
 }
 
 // SetLoss sets the probability in [0,1] that a packet is dropped. Streams
@@ -80,11 +82,46 @@ func (f *FaultNetwork) Heal() {
 	f.mu.Unlock()
 }
 
+// Hold holds every packet from or to addr, as the sockets of a stopped
+// process (SIGSTOP, a paused VM) do: nothing it sends leaves, and what is
+// sent to it waits unread. Release delivers them. Stream dials from or to
+// addr fail meanwhile.
+func (f *FaultNetwork) Hold(addr string) {
+	f.mu.Lock()
+	f.held[addr] = true
+	f.mu.Unlock()
+}
+
+// Release ends every Hold and delivers the held packets, in the order they
+// were sent.
+func (f *FaultNetwork) Release() {
+	f.mu.Lock()
+	q := f.queued
+	f.queued, f.held = nil, make(map[string]bool)
+	f.mu.Unlock()
+	for _, deliver := range q {
+		deliver()
+	}
+}
+
+// hold queues the packet b that t sends to addr if it is held, and
+// reports whether it did.
+func (f *FaultNetwork) hold(t *faultyTransport, b []byte, addr memberlist.Address) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.held[t.self] && !f.held[addr.Addr] {
+		return false
+	}
+	cp := append([]byte(nil), b...)
+	f.queued = append(f.queued, func() { _, _ = t.NodeAwareTransport.WriteToAddress(cp, addr) })
+	return true
+}
+
 // verdict decides a packet's fate: dropped, or delivered after delay.
 func (f *FaultNetwork) verdict(from, to string, packet bool) (drop bool, delay time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.blocked[[2]string{from, to}] {
+	if f.blocked[[2]string{from, to}] || (!packet && (f.held[from] || f.held[to])) {
 		f.drops++
 		return true, 0
 	}
@@ -134,7 +171,14 @@ func (t *faultyTransport) WriteToAddress(b []byte, addr memberlist.Address) (tim
 	}
 	if delay > 0 {
 		cp := append([]byte(nil), b...)
-		time.AfterFunc(delay, func() { _, _ = t.NodeAwareTransport.WriteToAddress(cp, addr) })
+		time.AfterFunc(delay, func() {
+			if !t.net.hold(t, cp, addr) {
+				_, _ = t.NodeAwareTransport.WriteToAddress(cp, addr)
+			}
+		})
+		return now, nil
+	}
+	if t.net.hold(t, b, addr) {
 		return now, nil
 	}
 	return t.NodeAwareTransport.WriteToAddress(b, addr)

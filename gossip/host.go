@@ -22,6 +22,9 @@ import (
 //	               expired / active in this node's projection
 //	DeliverLocal   deliver a routed message to the local active sessions of
 //	               msg.To; returns how many it reached
+//	KickLocal      end the local sessions of user (of device only, unless
+//	               empty): write them disconnected and close their
+//	               connections with kicked; returns how many it ended
 //	SessionCount   the number of sessions this node owns that are active
 //	Watermark      the replica's watermark for one origin, O(1): what an
 //	               alive announcement is compared with
@@ -33,6 +36,7 @@ type Host interface {
 	MarkNodeDown(node string)
 	MarkNodeUp(node string)
 	DeliverLocal(msg cluster.Message) int
+	KickLocal(user, device string) int
 	SessionCount() int
 	Watermark(o crdt.Origin) uint64
 }

@@ -357,6 +357,34 @@ func TestHostileForgedMemberClientAddress(t *testing.T) {
 	hc.stillServing(t, "bob")
 }
 
+// A last-seen write in n1's name at the end of time would win alice's
+// register for ever: her real last seen would never show again.
+func TestHostileLastSeenInTheFuture(t *testing.T) {
+	hc := newHostileCluster(t)
+	o, w := hc.n1Origin()
+	forged := &crdt.LastSeen{User: "alice", At: math.MaxInt64, Origin: o, Version: w + 1000}
+	hc.sendMsg(dissem.EncodeDeltas([]crdt.Delta{{Since: w + 999, LastSeen: forged}}))
+	lastSeen := func() int64 {
+		var at int64
+		hc.hosts[0].Do(func(r *crdt.Replica) { at = r.LastSeen("alice", time.Now().UnixNano()) })
+		return at
+	}
+	waitFor(t, 10*time.Second, "the forged last seen refused, or taken", func() bool {
+		return hc.refused(refusedStamp) > 0 || lastSeen() == math.MaxInt64
+	})
+	// A session of alice's on n1 ends: n0 shows its time.
+	end := time.Now().UnixNano()
+	var d crdt.Delta
+	var err error
+	hc.hosts[1].Do(func(r *crdt.Replica) { d, err = r.PutLastSeen("alice", end) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc.nodes[1].Publish([]crdt.Delta{d})
+	waitFor(t, 10*time.Second, "alice's real last seen shown on n0", func() bool { return lastSeen() == end })
+	hc.stillServing(t, "bob")
+}
+
 // An account record in n1's name stamped at the end of time: it won every
 // merge for ever, so alice's own account settings never showed again.
 func TestHostileAccountStampInTheFuture(t *testing.T) {

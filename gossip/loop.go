@@ -26,6 +26,7 @@ func (c *Cluster) run() {
 		case <-c.ctx.Done():
 			return
 		case <-timer.C:
+			c.readQueued()
 			c.step(func(now int64) { c.core.Tick(now) })
 		case b := <-c.inbound:
 			c.handle(b)
@@ -78,6 +79,31 @@ func (c *Cluster) step(input func(now int64)) {
 		c.core.Advance(now)
 	}
 	c.mu.Unlock()
+}
+
+// readQueued handles the messages already queued when a lease check is
+// due, before it: a peer whose announcement waits in this node's own queue
+// (this node is busy, not stalled: its stall detector sees nothing) is
+// heard, not expired. This node's slowness delays what it shows of a
+// failure; it never shows a live peer down (Lifeguard's local health
+// awareness, https://arxiv.org/abs/1707.00788, does the same for
+// memberlist's probes). Only what was queued is read, so a flood of
+// messages cannot hold the check off.
+func (c *Cluster) readQueued() {
+	c.mu.Lock()
+	due := c.core.LeaseCheckDue(c.leaseNow())
+	c.mu.Unlock()
+	if !due {
+		return
+	}
+	for k := len(c.inbound); k > 0; k-- {
+		select {
+		case b := <-c.inbound:
+			c.handle(b)
+		default:
+			return
+		}
+	}
 }
 
 // leaseNow is the lease clock: the configured clock less this process's own
@@ -135,6 +161,9 @@ func (c *Cluster) handle(b []byte) {
 	switch m.Type {
 	case dissem.TypeRoute:
 		c.goRoute(m.Route)
+		return
+	case dissem.TypeKick:
+		c.goKick(m.Kick)
 		return
 	case dissem.TypeRouteAck:
 		c.routeMu.Lock()
@@ -357,6 +386,7 @@ func (c *Cluster) goAnswer(a dissem.Answer) {
 		if len(page) == 0 && last && !a.Cursor.Started {
 			return
 		}
+		page = c.forPeer(a.To, page)
 		m, err := dissem.NewSyncPage(dissem.SyncPage{From: c.cfg.Name, At: a.Cursor, Next: next, Last: last}, page)
 		if err != nil {
 			c.log.Error("encode sync page", zap.Error(err))

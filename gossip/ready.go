@@ -187,3 +187,25 @@ func isUnspecifiedHost(addr string) bool {
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsUnspecified()
 }
+
+// LiveGateways returns the names of this node and of the members that are
+// alive (not declared dead or left), have not announced a
+// leave or drain, and whose sessions this node shows (not lease-expired),
+// sorted. It implements node.LiveGatewayLister: each user's webhooks are
+// sent by one of them. A member stops counting when this node shows its
+// sessions expired, before the host is told to (MarkNodeDown), so a
+// gateway that sees a failed member's users go offline already counts
+// the survivors only.
+func (c *Cluster) LiveGateways() []string {
+	out := []string{c.cfg.Name}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.core.Peers() {
+		if !p.Listed || p.State != dissem.StateAlive || p.Leaving || p.ShownDown {
+			continue
+		}
+		out = append(out, p.Name)
+	}
+	slices.Sort(out)
+	return out
+}

@@ -20,6 +20,9 @@ type ReplicaHost struct {
 	OnChange func(users []string)
 	// OnDeliver, if set, is called for each routed message delivered here.
 	OnDeliver func(m cluster.Message)
+	// OnKick, if set, is called for each kick of a user that has sessions
+	// here.
+	OnKick func(user, device string)
 
 	mu sync.Mutex // guards r
 	r  *crdt.Replica
@@ -120,6 +123,24 @@ func (h *ReplicaHost) MarkNodeUp(n string) {
 	users := h.r.SetNodeUp(n)
 	h.mu.Unlock()
 	h.changed(users)
+}
+
+// KickLocal implements Host: it counts the user's active sessions owned
+// here (of device only, unless empty). It ends none: a ReplicaHost has no
+// connections, and its owner writes its records (Put).
+func (h *ReplicaHost) KickLocal(user, device string) int {
+	h.mu.Lock()
+	n := 0
+	for _, s := range h.r.UserSessions(user) {
+		if s.State == crdt.StateActive && s.Gateway == h.r.Self().Node && (device == "" || s.Device == device) {
+			n++
+		}
+	}
+	h.mu.Unlock()
+	if n > 0 && h.OnKick != nil {
+		h.OnKick(user, device)
+	}
+	return n
 }
 
 // DeliverLocal implements Host: it counts the recipient's active sessions

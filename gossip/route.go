@@ -1,7 +1,7 @@
 package gossip
 
-// Requests that expect an answer: routed messages and keyring steps, each
-// answered by a msgRouteAck carrying the request id.
+// Requests that expect an answer: routed messages, kicks and keyring steps,
+// each answered by a msgRouteAck carrying the request id.
 
 import (
 	"context"
@@ -20,6 +20,15 @@ func (c *Cluster) goRoute(r dissem.RouteReq) {
 		defer c.wg.Done()
 		n := c.host.DeliverLocal(cluster.Message{To: r.To, From: r.From, FromDevice: r.FromDevice, Body: r.Body})
 		c.reply(r.FromNode, dissem.RouteAck{ID: r.ID, Delivered: n})
+	}()
+}
+
+func (c *Cluster) goKick(k dissem.KickReq) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		n := c.host.KickLocal(k.User, k.Device)
+		c.reply(k.FromNode, dissem.RouteAck{ID: k.ID, Delivered: n})
 	}()
 }
 
@@ -53,6 +62,17 @@ func (c *Cluster) Route(ctx context.Context, gateway string, msg cluster.Message
 	}
 	return c.request(ctx, gateway, func(id uint64) ([]byte, error) {
 		return dissem.EncodeRouteReq(dissem.RouteReq{ID: id, FromNode: c.cfg.Name, To: msg.To, From: msg.From, FromDevice: msg.FromDevice, Body: msg.Body})
+	})
+}
+
+// Kick asks the gateway named gateway to end the sessions of user it owns
+// (of device only, unless empty), and returns how many it ended.
+func (c *Cluster) Kick(ctx context.Context, gateway, user, device string) (int, error) {
+	if gateway == c.cfg.Name {
+		return c.host.KickLocal(user, device), nil
+	}
+	return c.request(ctx, gateway, func(id uint64) ([]byte, error) {
+		return dissem.EncodeKickReq(dissem.KickReq{ID: id, FromNode: c.cfg.Name, User: user, Device: device})
 	})
 }
 

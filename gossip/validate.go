@@ -14,8 +14,10 @@ package gossip
 //	              metadata, the origins of deltas and syncs) at most
 //	              Config.MaxIncarnationSkew past this node's clock:
 //	              incarnations are boot times in Unix nanoseconds
-//	stamp         an account record's hybrid-logical-clock wall time, the
-//	              same bound (it is a wall clock reading too)
+//	stamp         an account record's hybrid-logical-clock wall time and a
+//	              last-seen time, the same bound (they are wall clock
+//	              readings too): a last seen at the end of time would win
+//	              the user's register for ever
 //	version       versions, since, sequence numbers and watermarks at most
 //	              crdt.MaxIssuedEpoch (2^53-1): an origin's counters grow
 //	              by one a write and never get near it, and event versions
@@ -168,6 +170,16 @@ func (b bounds) account(a *crdt.Account) error {
 	return counter("version", a.Version)
 }
 
+func (b bounds) lastSeen(ls *crdt.LastSeen) error {
+	if err := b.origin(ls.Origin); err != nil {
+		return err
+	}
+	if ls.At < 0 || uint64(ls.At) > b.future {
+		return refuse(refusedStamp, "last seen of %q of %s: time more than the allowed skew past this node's clock", ls.User, ls.Origin)
+	}
+	return counter("version", ls.Version)
+}
+
 func (b bounds) delta(d *crdt.Delta) error {
 	if err := counter("since", d.Since); err != nil {
 		return err
@@ -177,6 +189,9 @@ func (b bounds) delta(d *crdt.Delta) error {
 	}
 	if d.Account != nil {
 		return b.account(d.Account)
+	}
+	if d.LastSeen != nil {
+		return b.lastSeen(d.LastSeen)
 	}
 	return nil
 }
@@ -205,6 +220,11 @@ func (b bounds) originSync(os *crdt.OriginSync) error {
 	}
 	for i := range os.Accounts {
 		if err := b.account(&os.Accounts[i]); err != nil {
+			return err
+		}
+	}
+	for i := range os.LastSeen {
+		if err := b.lastSeen(&os.LastSeen[i]); err != nil {
 			return err
 		}
 	}

@@ -209,14 +209,14 @@ func TestMetricsFollowNamingConventions(t *testing.T) {
 func boundedLabels() map[string]*regexp.Regexp {
 	code := regexp.MustCompile(`^[a-z_]+$`)
 	return map[string]*regexp.Regexp{
-		"op":         regexp.MustCompile(`^(unknown|hello|hb|status|account|join|leave|get|group|locate|sub|unsub|send|bye|refresh|meta)$`),
+		"op":         regexp.MustCompile(`^(unknown|hello|hb|status|account|join|leave|get|group|locate|sub|unsub|send|bye|refresh|meta|track|untrack)$`),
 		"code":       code,
 		"reason":     code,
 		"result":     regexp.MustCompile(`^(applied|stale|invalid)$`),
 		"owner":      regexp.MustCompile(`^(local|remote)$`),
 		"state":      regexp.MustCompile(`^(active|disconnected|expired|alive|dead|left)$`),
 		"kind":       regexp.MustCompile(`^(user|group)$`),
-		"type":       regexp.MustCompile(`^(invalid|deltas|alive|pull|sync|route|route-ack|key|state|leaving|sync-page|pull-page)$`),
+		"type":       regexp.MustCompile(`^(invalid|deltas|alive|pull|sync|route|route-ack|key|state|leaving|sync-page|pull-page|kick)$`),
 		"outcome":    regexp.MustCompile(`^(started|done|abandoned)$`),
 		"transport":  regexp.MustCompile(`^(packet|stream|broadcast|pushpull)$`),
 		"node_state": regexp.MustCompile(`^(alive|suspect|dead|left)$`),

@@ -94,6 +94,9 @@ func nodeDefs() []metricDef[node.Metrics] {
 					emit(float64(m.Disconnects[r]), r)
 				}
 			}},
+		gauge("sessions_in_grace", "Sessions this gateway holds for the disconnect grace: their client dropped the connection "+
+			"without bye, and they show online until a reconnect takes them over or the grace ends.",
+			func(m *M) float64 { return float64(m.SessionsInGrace) }),
 		counter("sessions_expired_total", "Sessions this gateway expired: no request within the timeout.",
 			func(m *M) uint64 { return m.Expired }),
 		counter("sessions_superseded_total",
@@ -182,8 +185,30 @@ func nodeDefs() []metricDef[node.Metrics] {
 		counter("messages_dropped_total",
 			"Messages not queued to a recipient session here: its queue was past its share for messages.",
 			func(m *M) uint64 { return m.MessageDrops }),
-		counter("route_failures_total", "Sends to recipients on another gateway whose routing failed.",
+		counter("route_failures_total", "Sends to recipients on another gateway, and kicks of sessions another gateway owns, whose routing failed.",
 			func(m *M) uint64 { return m.RouteFailures }),
+
+		// Webhooks.
+		counter("webhook_events_total", "Webhook events this gateway sent as the user's notifier (each to every URL), "+
+			"resent ones included.",
+			func(m *M) uint64 { return m.Webhooks.Events + m.Webhooks.Replayed }),
+		counter("webhook_replayed_total", "Webhook events sent again because the gateway that was to send them "+
+			"left this gateway's view (failed or left) within --webhook-handoff.",
+			func(m *M) uint64 { return m.Webhooks.Replayed }),
+		counter("webhook_sent_total", "Webhook deliveries (an event to one URL) the receiver accepted with a 2xx.",
+			func(m *M) uint64 { return m.Webhooks.Sent }),
+		counter("webhook_failed_total", "Webhook deliveries given up: --webhook-attempts failed, or 410 Gone.",
+			func(m *M) uint64 { return m.Webhooks.Failed }),
+		counter("webhook_retries_total", "Failed webhook attempts that were scheduled again.",
+			func(m *M) uint64 { return m.Webhooks.Retried }),
+		counter("webhook_dropped_total", "Webhook deliveries dropped: the queue (--webhook-queue) was full, "+
+			"or the gateway closed with them queued.",
+			func(m *M) uint64 { return m.Webhooks.Dropped }),
+		gauge("webhook_queue_depth", "Webhook deliveries waiting, in flight or waiting for a retry.",
+			func(m *M) float64 { return float64(m.Webhooks.Queued) }),
+		counter("webhook_shadow_overwritten_total", "Webhook events kept for another notifier that were pushed out "+
+			"of the shadow within --webhook-handoff: had that notifier failed, they would not have been sent again.",
+			func(m *M) uint64 { return m.Webhooks.ShadowOverwritten }),
 
 		// Replication, as the node sees it.
 		counter("deltas_written_total", "Changes this gateway wrote and published (connects, status and group changes, ends).",

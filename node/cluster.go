@@ -47,6 +47,24 @@ type DrainAnnouncer interface {
 	AnnounceDrain()
 }
 
+// LastSeenGate is implemented by a Cluster whose members may not all read
+// last-seen records (a gateway of an earlier version refuses a message
+// holding one). The node writes a user's last seen only while
+// LastSeenReady reports true; a Cluster without it counts as ready.
+// LastSeenReady is called with the node's lock held: it must take no lock
+// and never call back into the Node.
+type LastSeenGate interface {
+	LastSeenReady() bool
+}
+
+// lastSeenReady reports whether the node may write last-seen records now.
+func (n *Node) lastSeenReady() bool {
+	if g, ok := n.getCluster().(LastSeenGate); ok {
+		return g.LastSeenReady()
+	}
+	return true
+}
+
 // ReadinessReporter is implemented by a Cluster that can tell whether
 // this node has joined its cluster and caught up with it. GET /readyz
 // answers 503 until Readiness reports true; a Cluster without it counts as

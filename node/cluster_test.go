@@ -62,10 +62,10 @@ func TestPublishOwnedWritesNotHeartbeats(t *testing.T) {
 	a.ok(map[string]any{"op": "status", "status": "busy"}) // no-op: no write
 	a.ok(map[string]any{"op": "bye"})
 	ds := fc.published()
-	if len(ds) != 6 {
-		t.Fatalf("published %d deltas, want 6", len(ds))
+	if len(ds) != 7 {
+		t.Fatalf("published %d deltas, want 7", len(ds))
 	}
-	// In write order, each stamped by this node's origin, versions 1..6.
+	// In write order, each stamped by this node's origin, versions 1..7.
 	for i, d := range ds {
 		if d.Origin() != n.Origin() || d.Version() != uint64(i+1) || d.Since != uint64(i) {
 			t.Fatalf("delta %d: origin %v version %d since %d", i, d.Origin(), d.Version(), d.Since)
@@ -76,6 +76,9 @@ func TestPublishOwnedWritesNotHeartbeats(t *testing.T) {
 	}
 	if s := ds[5].Session; s == nil || s.State != crdt.StateDisconnected {
 		t.Fatalf("bye delta %+v", ds[5])
+	}
+	if ls := ds[6].LastSeen; ls == nil || ls.User != "alice" || ls.At != ds[5].Session.Updated {
+		t.Fatalf("last seen delta %+v", ds[6])
 	}
 	// A peer replica applying them converges with ours.
 	peer := newRemote(t, "n2")

@@ -14,6 +14,7 @@ import (
 	"github.com/rollcall/rollcall/auth"
 	"github.com/rollcall/rollcall/crdt"
 	"github.com/rollcall/rollcall/protocol"
+	"github.com/rollcall/rollcall/webhook"
 )
 
 // Config configures a Node. Take DefaultConfig and change what you need;
@@ -302,11 +303,34 @@ type Config struct {
 	IPHelloRate    float64
 	IPHelloBurst   int
 
+	// TrackRate is how many sessions per second one connection may track
+	// or untrack on average (each session of a track or untrack request
+	// takes one token), and TrackBurst how many at once after a quiet
+	// spell: a token bucket per connection, apart from the request bucket.
+	// Each tracked session is a write every gateway merges, so a backend
+	// that reconnects fills its sessions back at this pace. A request past
+	// the allowance gets rate_limited, tracks nothing, and the connection
+	// stays open. Defaults 10,000/s and 20,000 (at least
+	// protocol.MaxTrackPerRequest); a negative TrackRate disables the
+	// limit.
+	TrackRate  float64
+	TrackBurst int
+	// MaxTrackedPerConnection caps the sessions one connection tracks at
+	// once: a track that would take it past the cap gets bad_request and
+	// tracks nothing. Default 100,000; negative means no cap.
+	MaxTrackedPerConnection int
+
 	// MaxTombstonesPerUser is passed to crdt.Config: the ended sessions
 	// of one user the replica keeps for the tombstone horizon; past it
 	// the oldest is collected at once. Default crdt's
 	// DefaultMaxTombstonesPerUser (256); negative means no bound.
 	MaxTombstonesPerUser int
+
+	// LastSeenRetention is passed to crdt.Config: how long a user's last
+	// seen (when the user's last session ended) is kept after that time,
+	// apart from the session records, which go a tombstone horizon after
+	// they end. Default 720h, 30 days (crdt.DefaultLastSeenRetention).
+	LastSeenRetention time.Duration
 
 	// GCInterval is how often the node collects crdt tombstones and purges
 	// the sessions of long-dead gateways. Default 1m.
@@ -436,6 +460,11 @@ type Config struct {
 	// container. Default: the cluster's published address for this node
 	// (see gossip.Config.ClientAddr), else the bound client address.
 	ClientAdvertise string
+
+	// Webhook configures the webhooks this node sends (webhook.go,
+	// docs/webhooks.md); without URLs, none. DefaultConfig holds
+	// webhook.DefaultConfig.
+	Webhook webhook.Config
 }
 
 // Defaults.
@@ -464,7 +493,7 @@ const (
 // (which has none), Dev (false), and SweepInterval and StallThreshold (zero:
 // Validate derives them from the Timeout the caller settles on).
 func DefaultConfig() Config {
-	c := Config{EventCoalesce: DefaultEventCoalesce, DisconnectGrace: DefaultDisconnectGrace}
+	c := Config{EventCoalesce: DefaultEventCoalesce, DisconnectGrace: DefaultDisconnectGrace, Webhook: webhook.DefaultConfig()}
 	_ = c.fill()
 	c.SweepInterval, c.StallThreshold = 0, 0
 	return c
@@ -530,6 +559,9 @@ func (c *Config) fill() error {
 	if c.PurgeHorizon == 0 {
 		c.PurgeHorizon = crdt.DefaultPurgeHorizon
 	}
+	if c.LastSeenRetention == 0 {
+		c.LastSeenRetention = crdt.DefaultLastSeenRetention
+	}
 	if c.GCInterval == 0 {
 		c.GCInterval = DefaultGCInterval
 	}
@@ -559,7 +591,7 @@ func (c *Config) Validate() error {
 	}
 	if c.Heartbeat < 0 || c.Timeout < 0 || c.HandshakeTimeout < 0 || c.SweepInterval < 0 ||
 		c.WriteTimeout < 0 || c.RouteTimeout < 0 || c.GCInterval < 0 || c.DrainTimeout < 0 ||
-		c.TombstoneHorizon < 0 || c.PurgeHorizon < 0 {
+		c.TombstoneHorizon < 0 || c.PurgeHorizon < 0 || c.LastSeenRetention < 0 {
 		errs = append(errs, errors.New("durations must not be negative"))
 	}
 	if c.Timeout <= c.Heartbeat {
@@ -573,6 +605,9 @@ func (c *Config) Validate() error {
 	}
 	if c.DrainGrace >= c.DrainTimeout {
 		errs = append(errs, fmt.Errorf("drain grace (%v) must be below drain timeout (%v)", c.DrainGrace, c.DrainTimeout))
+	}
+	if err := c.Webhook.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if a := c.ClientAdvertise; a != "" {
 		if host, port, err := net.SplitHostPort(a); err != nil || host == "" || port == "" {

@@ -133,6 +133,7 @@ type conn struct {
 
 	// Guarded by n.mu.
 	sess      *localSession // set at welcome; never cleared
+	tracks    *trackSet     // the sessions c tracks (track.go); nil until its first track
 	subUsers  map[string]struct{}
 	subGroups map[string]struct{}
 

@@ -60,6 +60,8 @@ func (n *Node) Drain(ctx context.Context) error {
 	n.draining = true
 	n.mu.Unlock()
 	defer close(n.drained)
+	// Webhooks of the last writes are sent before drained closes.
+	defer n.drainWebhooks(ctx)
 	n.stopFeed()         // status-page streams end; the page reconnects elsewhere
 	n.stopEventStreams() // so do the change streams (events.go)
 
@@ -83,7 +85,7 @@ func (n *Node) Drain(ctx context.Context) error {
 	} else {
 		deltas = n.endLocalSessionsLocked(now)
 	}
-	held := n.localCount
+	held := n.heldCountLocked()
 	conns := make([]*conn, 0, len(n.conns))
 	for c := range n.conns {
 		conns = append(conns, c)
@@ -140,7 +142,7 @@ func (n *Node) awaitHandover(ctx context.Context, grace time.Duration) error {
 			return fmt.Errorf("node: drain: %w", ctx.Err())
 		case <-n.handedOver:
 			n.mu.Lock()
-			left := n.localCount
+			left := n.heldCountLocked()
 			n.mu.Unlock()
 			if left == 0 {
 				return nil
@@ -155,12 +157,13 @@ func (n *Node) endLocalSessionsLocked(now time.Time) []crdt.Delta {
 	var deltas []crdt.Delta
 	for _, devs := range n.local {
 		for _, c := range devs {
-			if d, ok := n.endSessionLocked(c, crdt.StateDisconnected, now); ok {
-				deltas = append(deltas, d)
+			if ds, ok := n.endSessionLocked(c, crdt.StateDisconnected, now); ok {
+				deltas = append(deltas, ds...)
 			}
 		}
 	}
-	n.stats.m.disconnected(codeIndex(protocol.CodeShuttingDown), len(deltas))
+	deltas = append(deltas, n.endAllTrackedLocked(now)...)
+	n.stats.m.disconnected(codeIndex(protocol.CodeShuttingDown), sessionDeltas(deltas))
 	return deltas
 }
 

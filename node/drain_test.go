@@ -199,9 +199,12 @@ func TestDrainGraceEndsUnclaimedSessions(t *testing.T) {
 	if err := <-drained; err != nil {
 		t.Fatal(err)
 	}
-	ds := m.published("A")
-	if last := ds[len(ds)-1].Session; last == nil || last.User != "bob" || last.State != crdt.StateDisconnected {
-		t.Fatalf("A's last write %+v, want bob disconnected", last)
+	ds := m.published("A") // the last: bob's end, then his last seen
+	if last := ds[len(ds)-2].Session; last == nil || last.User != "bob" || last.State != crdt.StateDisconnected {
+		t.Fatalf("A's last session write %+v, want bob disconnected", last)
+	}
+	if ls := ds[len(ds)-1].LastSeen; ls == nil || ls.User != "bob" {
+		t.Fatalf("A's last write %+v, want bob's last seen", ds[len(ds)-1])
 	}
 	checkInvariants(t, a)
 }

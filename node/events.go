@@ -203,6 +203,7 @@ type streamFrame struct {
 type eventStream struct {
 	maxFrames, maxBytes int
 	wake                chan struct{} // cap 1
+	who                 viewer        // the reader (invisible.go)
 
 	mu     sync.Mutex
 	frames []streamFrame
@@ -417,7 +418,8 @@ func (n *Node) handleEvents(w http.ResponseWriter, r *http.Request) {
 	if lastID == "" {
 		lastID = r.URL.Query().Get("last_event_id")
 	}
-	s := &eventStream{maxFrames: n.cfg.OutboundQueue, maxBytes: n.cfg.OutboundQueueBytes, wake: make(chan struct{}, 1)}
+	s := &eventStream{maxFrames: n.cfg.OutboundQueue, maxBytes: n.cfg.OutboundQueueBytes, wake: make(chan struct{}, 1),
+		who: n.httpViewer(r)}
 
 	lk := lockOf(&n.mu)
 	defer lk.unlock()
@@ -442,16 +444,17 @@ func (n *Node) handleEvents(w http.ResponseWriter, r *http.Request) {
 		changed, resumed = n.changes.since(from)
 	}
 	version := n.nextVersionLocked()
+	now := n.clock.Now().UnixNano()
 	var initial [][]byte
 	for _, u := range users {
 		n.watchUserLocked(u).subs[s] = struct{}{}
 		if _, ok := changed[u]; ok || !resumed {
-			initial = append(initial, encodeEvent(n.replica.Presence(u, n.clock.Now().UnixNano()), version, "", nil))
+			initial = append(initial, encodeEvent(s.who.view(n.replica.Presence(u, now)), version, "", nil))
 		}
 	}
 	if group != "" {
 		n.watchGroupLocked(group).subs[s] = struct{}{}
-		online := n.replica.GroupOnlineUsers(group)
+		online := n.visibleGroupMembersLocked(group, s.who)
 		member := true
 		if resumed {
 			in := make(map[string]struct{}, len(online))
@@ -461,11 +464,11 @@ func (n *Node) handleEvents(w http.ResponseWriter, r *http.Request) {
 			// A changed user now outside the group may have left it.
 			for _, u := range uniqueStrings(mapKeys(changed)) {
 				_, is := in[u]
-				initial = append(initial, encodeEvent(n.replica.Presence(u, n.clock.Now().UnixNano()), version, group, &is))
+				initial = append(initial, encodeEvent(s.who.view(n.replica.Presence(u, now)), version, group, &is))
 			}
 		} else {
 			for _, u := range online {
-				initial = append(initial, encodeEvent(n.replica.Presence(u, n.clock.Now().UnixNano()), version, group, &member))
+				initial = append(initial, encodeEvent(s.who.view(n.replica.Presence(u, now)), version, group, &member))
 			}
 		}
 	}

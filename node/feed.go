@@ -22,12 +22,16 @@ import (
 
 // PresenceChange is one change of a user's presence as this node's
 // projection saw it: the user came online, went offline, or changed status,
-// sessions or gateways.
+// status text or emoji, sessions or gateways. It is the presence every
+// reader sees (crdt.Presence.Public): an invisible user shows offline.
 type PresenceChange struct {
 	User     string `json:"user"`
 	Online   bool   `json:"online"`
 	Status   string `json:"status"`   // the user's aggregate status: available, away, busy, dnd or offline
 	Sessions int    `json:"sessions"` // active sessions after the change
+	// Text and Emoji are the user's status text and emoji ("" for none).
+	Text  string `json:"text,omitempty"`
+	Emoji string `json:"emoji,omitempty"`
 	// Gateways are the gateways of the user's active sessions, sorted; for a
 	// user who went offline, the gateways of the sessions that ended.
 	Gateways []string `json:"gateways"`
@@ -50,9 +54,10 @@ type FeedStats struct {
 // feedLast is what the feed last recorded for an online user. Guarded by
 // Node.mu; absent means offline.
 type feedLast struct {
-	status   crdt.UserStatus
-	sessions int
-	gateways []string
+	status      crdt.UserStatus
+	sessions    int
+	gateways    []string
+	text, emoji string
 }
 
 // feedChangeLocked compares u's presence with what the feed last recorded
@@ -73,16 +78,17 @@ func (n *Node) feedChangeLocked(p crdt.Presence) (PresenceChange, bool) {
 	}
 	slices.Sort(gateways)
 	gateways = slices.Compact(gateways)
-	if had && prev.status == p.Status && prev.sessions == len(p.Sessions) && slices.Equal(prev.gateways, gateways) {
+	if had && prev.status == p.Status && prev.sessions == len(p.Sessions) && slices.Equal(prev.gateways, gateways) &&
+		prev.text == p.Text && prev.emoji == p.Emoji {
 		return PresenceChange{}, false
 	}
-	n.feedLast[p.User] = feedLast{status: p.Status, sessions: len(p.Sessions), gateways: gateways}
+	n.feedLast[p.User] = feedLast{status: p.Status, sessions: len(p.Sessions), gateways: gateways, text: p.Text, emoji: p.Emoji}
 	return n.presenceChange(p, gateways), true
 }
 
 func (n *Node) presenceChange(p crdt.Presence, gateways []string) PresenceChange {
 	return PresenceChange{User: p.User, Online: p.Online, Status: p.Status.String(), Sessions: len(p.Sessions),
-		Gateways: gateways, Local: slices.Contains(gateways, n.cfg.Name)}
+		Text: p.Text, Emoji: p.Emoji, Gateways: gateways, Local: slices.Contains(gateways, n.cfg.Name)}
 }
 
 // feed is the ring of recent changes and the streams reading them. Its

@@ -80,15 +80,15 @@ func (n *Node) graceOver(c *conn, nowMono int64) {
 		st = crdt.StateExpired // silent before it dropped: it expires as it would have
 	}
 	var deltas []crdt.Delta
-	if d, ok := n.endSessionLocked(c, st, now); ok {
-		deltas = append(deltas, d)
+	if ds, ok := n.endSessionLocked(c, st, now); ok {
+		deltas = append(deltas, ds...)
 	}
 	c.graceDeadline.Store(0)
 	n.unlockAndPublish(&lk, deltas)
 	if st == crdt.StateExpired {
-		n.stats.expired.Add(uint64(len(deltas)))
+		n.stats.expired.Add(uint64(sessionDeltas(deltas)))
 	} else {
-		n.stats.m.disconnected(reasonClosed, len(deltas))
+		n.stats.m.disconnected(reasonClosed, sessionDeltas(deltas))
 	}
 	n.log.Debug("disconnect grace over; session ended", zap.Uint64("conn", c.id), zap.String("state", st.String()))
 }

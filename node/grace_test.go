@@ -325,3 +325,31 @@ func TestDisconnectGraceNeverOutlastsTimeout(t *testing.T) {
 		t.Fatalf("gus's record %+v", s)
 	}
 }
+
+// Metrics.SessionsInGrace counts the sessions held for the grace: one per
+// dropped connection, none once a reconnect took it over or the grace
+// ended.
+func TestDisconnectGraceMetric(t *testing.T) {
+	n, clock, _ := graceNode(t, testGrace)
+	inGraceNow := func() int { return n.Metrics().SessionsInGrace }
+	alice, welcome := connect(t, n, "alice", "phone")
+	bob, _ := connect(t, n, "bob", "phone")
+	if k := inGraceNow(); k != 0 {
+		t.Fatalf("%d in grace with every connection open", k)
+	}
+	alice.nc.Close()
+	bob.nc.Close()
+	waitFor(t, "both held", func() bool { return inGrace(n, "alice", "phone") && inGrace(n, "bob", "phone") })
+	if m := n.Metrics(); m.SessionsInGrace != 2 || m.LocalSessions != 2 {
+		t.Fatalf("%d in grace of %d local sessions, want 2 of 2", m.SessionsInGrace, m.LocalSessions)
+	}
+	connect(t, n, "alice", "phone", map[string]any{"last_epoch": welcome["epoch"]})
+	if k := inGraceNow(); k != 1 {
+		t.Fatalf("%d in grace after alice's reconnect, want 1", k)
+	}
+	clock.Advance(testGrace + time.Second)
+	waitFor(t, "bob's grace over", func() bool { return !inGrace(n, "bob", "phone") })
+	if m := n.Metrics(); m.SessionsInGrace != 0 || m.LocalSessions != 1 {
+		t.Fatalf("%d in grace of %d local sessions, want 0 of 1", m.SessionsInGrace, m.LocalSessions)
+	}
+}

@@ -211,7 +211,7 @@ func dial(t testing.TB, n *Node) *client {
 // dialAddr connects a test client to a gateway's client address.
 func dialAddr(t testing.TB, addr string) *client {
 	t.Helper()
-	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	nc, err := net.DialTimeout("tcp", addr, ioWait)
 	if err != nil {
 		t.Fatalf("dial: %v", err)
 	}
@@ -221,7 +221,7 @@ func dialAddr(t testing.TB, addr string) *client {
 
 func (c *client) sendRaw(line string) {
 	c.t.Helper()
-	c.nc.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	c.nc.SetWriteDeadline(time.Now().Add(ioWait))
 	if _, err := io.WriteString(c.nc, line+"\n"); err != nil {
 		c.t.Fatalf("write: %v", err)
 	}
@@ -233,16 +233,21 @@ func (c *client) send(v any) {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	c.nc.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	c.nc.SetWriteDeadline(time.Now().Add(ioWait))
 	if _, err := c.nc.Write(b); err != nil {
 		c.t.Fatalf("write: %v", err)
 	}
 }
 
-// recv reads the next frame, failing the test after 5s.
+// ioWait bounds a test client's dial, write or read: a guard against a
+// test that would hang, long enough for a loaded machine (the race
+// detector beside a busy loop), not a timing assertion.
+const ioWait = 30 * time.Second
+
+// recv reads the next frame, failing the test after ioWait.
 func (c *client) recv() frame {
 	c.t.Helper()
-	f, err := c.tryRecv(5 * time.Second)
+	f, err := c.tryRecv(ioWait)
 	if err != nil {
 		c.t.Fatalf("recv: %v", err)
 	}
@@ -277,7 +282,7 @@ func keepBeating(c *client, every time.Duration) (stop func()) {
 				return
 			case <-tk.C:
 			}
-			c.nc.SetWriteDeadline(time.Now().Add(5 * time.Second))
+			c.nc.SetWriteDeadline(time.Now().Add(ioWait))
 			if _, err := io.WriteString(c.nc, "{\"op\":\"hb\"}\n"); err != nil {
 				return
 			}
@@ -331,7 +336,7 @@ func (c *client) expectEvent(user string) frame {
 func (c *client) expectClosed() {
 	c.t.Helper()
 	for {
-		f, err := c.tryRecv(5 * time.Second)
+		f, err := c.tryRecv(ioWait)
 		if err == nil {
 			if f.str("op") == protocol.OpEvent || f.str("op") == protocol.OpMessage {
 				continue
@@ -466,6 +471,7 @@ func checkInvariants(t testing.TB, n *Node) {
 	if count != n.localCount {
 		t.Fatalf("localCount %d, indexed %d", n.localCount, count)
 	}
+	checkTrackedLocked(t, n)
 }
 
 func joinLines(lines ...string) string { return strings.Join(lines, "\n") }

@@ -26,6 +26,10 @@ func (n *Node) ApplyDeltas(deltas []crdt.Delta) error {
 	lk := lockOf(&n.mu)
 	defer lk.unlock()
 	touched := make(map[string]struct{})
+	var keys []crdt.Key // the sessions changed, for the tracked ones (lostTrackedLocked)
+	if len(n.tracked) > 0 {
+		keys = make([]crdt.Key, 0, len(deltas))
+	}
 	for i := range deltas {
 		d := &deltas[i]
 		changed, dropped, err := n.replica.Apply(*d, now)
@@ -36,6 +40,9 @@ func (n *Node) ApplyDeltas(deltas []crdt.Delta) error {
 		}
 		if changed {
 			touched[d.User()] = struct{}{}
+			if d.Session != nil && keys != nil {
+				keys = append(keys, d.Session.Key())
+			}
 			n.stats.m.deltasApplied.Add(1)
 			n.stats.m.lag.observe(time.Duration(now - d.WrittenAt()))
 		} else {
@@ -45,7 +52,7 @@ func (n *Node) ApplyDeltas(deltas []crdt.Delta) error {
 			touched[u] = struct{}{}
 		}
 	}
-	lost := n.afterRemoteChangeLocked(touched)
+	lost := n.afterRemoteChangeLocked(touched, keys)
 	n.unlockAndPublish(&lk, nil)
 	n.closeSuperseded(lost)
 	if len(errs) > 0 {
@@ -69,7 +76,7 @@ func (n *Node) ApplySync(s crdt.Sync) error {
 	for _, u := range users {
 		touched[u] = struct{}{}
 	}
-	lost := n.afterRemoteChangeLocked(touched)
+	lost := n.afterRemoteChangeLocked(touched, nil)
 	n.unlockAndPublish(&lk, nil)
 	n.closeSuperseded(lost)
 	return nil
@@ -77,8 +84,10 @@ func (n *Node) ApplySync(s crdt.Sync) error {
 
 // afterRemoteChangeLocked marks the touched users dirty and returns the
 // local connections whose sessions a remote record has replaced (they no
-// longer own anything).
-func (n *Node) afterRemoteChangeLocked(touched map[string]struct{}) []*conn {
+// longer own anything); it forgets the tracked sessions replaced too, those
+// of keys when the caller knows the keys changed (nil: of every touched
+// user).
+func (n *Node) afterRemoteChangeLocked(touched map[string]struct{}, keys []crdt.Key) []*conn {
 	var lost []*conn
 	for u := range touched {
 		n.markDirtyLocked(u)
@@ -94,6 +103,7 @@ func (n *Node) afterRemoteChangeLocked(touched map[string]struct{}) []*conn {
 	for _, c := range lost {
 		n.unregisterLocked(c)
 	}
+	n.lostTrackedLocked(touched, keys)
 	return lost
 }
 

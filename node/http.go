@@ -19,6 +19,9 @@ import (
 //	GET /v1/stats             read: Stats
 //	GET /v1/events            read (each user, the group): a text/event-stream
 //	                          of presence events (events.go)
+//	POST /v1/presence, GET /v1/groups/{group}, POST /v1/send,
+//	POST /v1/users/{user}/disconnect, GET /v1/openapi.json
+//	                          the backend API (httpapi.go)
 //	GET /ws                   the client protocol over WebSocket (ws.go);
 //	                          authenticated by hello, as on TCP
 //	GET /client.js, /demo/    open: the browser client and its demo (jsclient.go)
@@ -27,8 +30,11 @@ import (
 // plus Config.HTTPHandlers (open), ReadHTTPHandlers (read) and
 // AdminHTTPHandlers (admin).
 
-func (n *Node) httpHandler() http.Handler {
-	mux := http.NewServeMux()
+func (n *Node) httpHandler() http.Handler { return n.httpMux() }
+
+// httpMux returns the HTTP port's routes, with the patterns registered.
+func (n *Node) httpMux() *routeMux {
+	mux := &routeMux{ServeMux: http.NewServeMux()}
 	n.handleUI(mux) // the status page and its data endpoints (ui.go)
 	mux.HandleFunc("GET /healthz", n.handleHealthz)
 	mux.HandleFunc("GET /readyz", n.handleReadyz)
@@ -38,6 +44,7 @@ func (n *Node) httpHandler() http.Handler {
 	mux.HandleFunc("GET /v1/events", n.handleEvents) // checks its own reads (events.go)
 	mux.HandleFunc("GET /ws", n.handleWS)
 	handleJSClient(mux) // GET /client.js and GET /demo/, open (jsclient.go)
+	n.handleAPI(mux)    // the backend API (httpapi.go)
 	n.handlePprof(mux)
 	for pattern, h := range n.cfg.HTTPHandlers {
 		mux.Handle(pattern, h)
@@ -49,6 +56,22 @@ func (n *Node) httpHandler() http.Handler {
 		mux.Handle(pattern, n.requireAdmin(h))
 	}
 	return mux
+}
+
+// routeMux is a ServeMux that keeps the patterns registered on it: the
+// routes a test compares with the OpenAPI description (openapi.json).
+type routeMux struct {
+	*http.ServeMux
+	patterns []string
+}
+
+func (m *routeMux) Handle(pattern string, h http.Handler) {
+	m.patterns = append(m.patterns, pattern)
+	m.ServeMux.Handle(pattern, h)
+}
+
+func (m *routeMux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
+	m.Handle(pattern, http.HandlerFunc(h))
 }
 
 func (n *Node) handleHealthz(w http.ResponseWriter, _ *http.Request) {
@@ -82,10 +105,11 @@ func (n *Node) handlePresenceHTTP(w http.ResponseWriter, r *http.Request) {
 		n.writeJSON(w, http.StatusBadRequest, map[string]string{"error": rerr.msg})
 		return
 	}
+	who := n.httpViewer(r)
 	lk := lockOf(&n.mu)
 	defer lk.unlock()
 	v := n.nextVersionLocked()
-	p := presenceJSON(n.replica.Presence(user, n.clock.Now().UnixNano()), v)
+	p := presenceJSON(who.view(n.replica.Presence(user, n.clock.Now().UnixNano())), v)
 	lk.unlock()
 	n.writeJSON(w, http.StatusOK, p)
 }

@@ -12,23 +12,28 @@ import (
 	"strings"
 
 	"go.uber.org/zap"
+
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // Who may use which HTTP route:
 //
-//	open       GET /healthz, /readyz, /ui/, Config.HTTPHandlers (the
-//	           agent's /metrics)
+//	open       GET /healthz, /readyz, /ui/, /v1/openapi.json,
+//	           Config.HTTPHandlers (the agent's /metrics)
 //	read       GET /v1/presence/{user}, /v1/sessions, /v1/stats,
 //	           /v1/ui/summary, /v1/ui/events, Config.ReadHTTPHandlers
 //	           (the agent's /v1/members): httpReadAllowed
 //	read each  GET /v1/events: the users and group it follows, as a sub
 //	           (events.go, eventsAllowed)
+//	backend    the backend API (httpapi.go, requireAPI): read routes as
+//	           read; disconnect and send the admin token or a backend
+//	           client token; a valid token without the grant gets 403
 //	admin      /debug/pprof/*, Config.AdminHTTPHandlers: the admin token
 //	           (Config.AdminToken); 403 when none is configured, open
 //	           under Dev when none is configured
 //
-// A request that is not allowed gets 401 with a JSON error and a
-// WWW-Authenticate: Bearer challenge (RFC 6750). Tokens travel as
+// A request that is not allowed gets 401 with a JSON error (code
+// auth_failed) and a WWW-Authenticate: Bearer challenge (RFC 6750). Tokens travel as
 // "Authorization: Bearer <token>"; the admin token is compared in constant
 // time.
 
@@ -117,7 +122,7 @@ func (n *Node) requireAdmin(h http.Handler) http.Handler {
 		case n.isAdmin(r):
 		case len(n.cfg.AdminToken) == 0 && n.cfg.Dev:
 		case len(n.cfg.AdminToken) == 0:
-			n.writeJSON(w, http.StatusForbidden, map[string]string{"error": "admin API disabled: start the agent with --admin-token-file"})
+			n.writeJSON(w, http.StatusForbidden, map[string]string{"error": "admin API disabled: start the agent with --admin-token-file", "code": string(protocol.CodeForbidden)})
 			return
 		default:
 			n.unauthorized(w, r)
@@ -136,7 +141,7 @@ func (n *Node) unauthorized(w http.ResponseWriter, r *http.Request) {
 	}
 	n.log.Debug("http request refused", zap.String("method", r.Method), zap.String("path", r.URL.Path), zap.String("remote", r.RemoteAddr))
 	w.Header().Set("WWW-Authenticate", challenge)
-	n.writeJSON(w, http.StatusUnauthorized, map[string]string{"error": msg})
+	n.writeJSON(w, http.StatusUnauthorized, map[string]string{"error": msg, "code": string(protocol.CodeAuthFailed)})
 }
 
 // pathUser is the user a GET /v1/presence/{user} request reads.
@@ -149,7 +154,7 @@ func nodeWide(*http.Request) string { return "" }
 // token (profiles and the command line reveal secrets). They are mounted
 // here only: the package also registers them on http.DefaultServeMux,
 // which the node never serves.
-func (n *Node) handlePprof(mux *http.ServeMux) {
+func (n *Node) handlePprof(mux *routeMux) {
 	mux.Handle("/debug/pprof/", n.requireAdmin(http.HandlerFunc(pprof.Index)))
 	mux.Handle("/debug/pprof/cmdline", n.requireAdmin(http.HandlerFunc(pprof.Cmdline)))
 	mux.Handle("/debug/pprof/profile", n.requireAdmin(http.HandlerFunc(pprof.Profile)))

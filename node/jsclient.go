@@ -20,7 +20,7 @@ var jsClient []byte
 //go:embed jsclient/demo.html
 var jsDemo []byte
 
-func handleJSClient(mux *http.ServeMux) {
+func handleJSClient(mux *routeMux) {
 	mux.HandleFunc("GET /client.js", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-cache")

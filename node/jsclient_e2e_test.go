@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -123,6 +124,31 @@ func (tab *jsTab) send(line string) {
 }
 
 // waitLine reads the tab's output until a line has every field of want.
+// waitLines waits for a line matching each of wants, in any order.
+func (tab *jsTab) waitLines(what string, wants ...map[string]any) {
+	tab.t.Helper()
+	timeout := time.After(jsWait)
+	for len(wants) > 0 {
+		select {
+		case m, ok := <-tab.lines:
+			if !ok {
+				tab.t.Fatalf("%s: the client exited before %s; it said %v", tab.name, what, tab.seen)
+			}
+			tab.seen = append(tab.seen, m)
+			wants = slices.DeleteFunc(wants, func(want map[string]any) bool {
+				for k, v := range want {
+					if m[k] != v {
+						return false
+					}
+				}
+				return true
+			})
+		case <-timeout:
+			tab.t.Fatalf("%s: no %s within %v; it said %v", tab.name, what, jsWait, tab.seen)
+		}
+	}
+}
+
 func (tab *jsTab) waitLine(what string, want map[string]any) {
 	tab.t.Helper()
 	timeout := time.After(jsWait)
@@ -190,6 +216,8 @@ func TestJSClientFailover(t *testing.T) {
 	a := startJSTab(t, nodeExe, module, "alice", "team", g0.WS())
 	a.waitLine("connected to g0", map[string]any{"state": "connected", "gateway": "g0"})
 	b.waitLine("alice online", map[string]any{"user": "alice", "status": "available"})
+	b.send("sub alice")
+	b.waitLine("alice online, not last seen", map[string]any{"sub": "alice", "online": true, "seen": false})
 
 	a.send("status away")
 	a.waitLine("the status ok", map[string]any{"ok": "status"})
@@ -197,7 +225,8 @@ func TestJSClientFailover(t *testing.T) {
 
 	a.send("close")
 	a.waitLine("closed", map[string]any{"closed": true})
-	b.waitLine("alice offline", map[string]any{"user": "alice", "status": "offline"})
+	b.waitLines("alice offline in the group, and last seen", map[string]any{"user": "alice", "status": "offline"},
+		map[string]any{"sub": "alice", "online": false, "seen": true})
 
 	g1.Kill()
 	b.waitLine("reconnected to g0", map[string]any{"state": "connected", "gateway": "g0"})
@@ -226,4 +255,32 @@ func TestJSClientGroupPages(t *testing.T) {
 	a.waitLine("every page of the members", map[string]any{"members": "alice,bob,carol", "online": 3.0})
 	a.send("count")
 	a.waitLine("the count", map[string]any{"count": 3.0})
+}
+
+// TestJSClientKicked: the app's backend disconnects alice through another
+// gateway's HTTP API; her JavaScript client stops in state kicked instead
+// of reconnecting, and bob sees her offline.
+func TestJSClientKicked(t *testing.T) {
+	if testing.Short() {
+		t.Skip("SKIP: -short: the JavaScript client test starts Node.js and a gossip cluster")
+	}
+	nodeExe, module := jsModule(t)
+	gs := startJSCluster(t, 2)
+	g0, g1 := gs[0], gs[1]
+	b := startJSTab(t, nodeExe, module, "bob", "team", g0.WS())
+	b.waitLine("connected to g0", map[string]any{"state": "connected", "gateway": "g0"})
+	a := startJSTab(t, nodeExe, module, "alice", "team", g1.WS())
+	a.waitLine("connected to g1", map[string]any{"state": "connected", "gateway": "g1"})
+	b.waitLine("alice online", map[string]any{"user": "alice", "status": "available"})
+
+	resp, err := http.Post("http://"+g0.GW.HTTPAddr().String()+"/v1/users/alice/disconnect", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("disconnect: %s", resp.Status)
+	}
+	a.waitLine("kicked", map[string]any{"state": "kicked"})
+	b.waitLine("alice offline", map[string]any{"user": "alice", "status": "offline"})
 }

@@ -20,6 +20,9 @@ import (
 // gets a clear error code and everyone else keeps being served:
 //
 //	per connection  RequestRate/RequestBurst   rate_limited (stays open)
+//	                TrackRate/TrackBurst       rate_limited (stays open), per
+//	                                           session tracked or untracked
+//	                MaxTrackedPerConnection    bad_request at track (stays open)
 //	per session     SendRate/SendBurst         rate_limited (stays open)
 //	                MetaRate/MetaBurst         rate_limited (stays open)
 //	per user        MaxSessionsPerUser         too_many_sessions (closes)
@@ -63,6 +66,16 @@ const (
 	// behind one address, a tenth of DefaultMaxConnections, so a single
 	// host cannot take a gateway's every slot.
 	DefaultMaxConnectionsPerIP = 10_000
+	// DefaultTrackRate is the sessions per second one connection may
+	// track or untrack on average, and DefaultTrackBurst how many at once:
+	// a backend that reconnects tracks 100,000 users again in about ten
+	// seconds, and no one connection can make the cluster merge more
+	// writes than that.
+	DefaultTrackRate  = 10_000
+	DefaultTrackBurst = 20_000
+	// DefaultMaxTrackedPerConnection is the sessions one connection may
+	// track at once.
+	DefaultMaxTrackedPerConnection = 100_000
 
 	// MinMaxLineBytes is the smallest MaxLineBytes a Config accepts.
 	MinMaxLineBytes = 1 << 10
@@ -91,6 +104,10 @@ type Limits struct {
 	UserHelloBurst      int
 	IPHelloRate         float64
 	IPHelloBurst        int
+	TrackRate           float64
+	TrackBurst          int
+	// MaxTrackedPerConnection: negative means no cap.
+	MaxTrackedPerConnection int
 }
 
 // Limits returns the limits of c (before Validate, zero fields are zero).
@@ -103,6 +120,7 @@ func (c Config) Limits() Limits {
 		MaxSessionsPerUser: c.MaxSessionsPerUser,
 		UserHelloRate:      c.UserHelloRate, UserHelloBurst: c.UserHelloBurst,
 		IPHelloRate: c.IPHelloRate, IPHelloBurst: c.IPHelloBurst,
+		TrackRate: c.TrackRate, TrackBurst: c.TrackBurst, MaxTrackedPerConnection: c.MaxTrackedPerConnection,
 	}
 }
 
@@ -115,6 +133,7 @@ func (c *Config) setLimits(l Limits) {
 	c.MaxSessionsPerUser = l.MaxSessionsPerUser
 	c.UserHelloRate, c.UserHelloBurst = l.UserHelloRate, l.UserHelloBurst
 	c.IPHelloRate, c.IPHelloBurst = l.IPHelloRate, l.IPHelloBurst
+	c.TrackRate, c.TrackBurst, c.MaxTrackedPerConnection = l.TrackRate, l.TrackBurst, l.MaxTrackedPerConnection
 }
 
 // fillLimits sets the defaults of c's limits on zero fields.
@@ -165,6 +184,15 @@ func (l *Limits) fill() {
 	if l.IPHelloBurst == 0 {
 		l.IPHelloBurst = DefaultIPHelloBurst
 	}
+	if l.TrackRate == 0 {
+		l.TrackRate = DefaultTrackRate
+	}
+	if l.TrackBurst == 0 {
+		l.TrackBurst = DefaultTrackBurst
+	}
+	if l.MaxTrackedPerConnection == 0 {
+		l.MaxTrackedPerConnection = DefaultMaxTrackedPerConnection
+	}
 }
 
 // validate checks filled limits for a node that tells clients to heartbeat
@@ -191,6 +219,10 @@ func (l *Limits) validate(heartbeat time.Duration) []error {
 	}
 	if math.IsNaN(l.IPHelloRate) || math.IsInf(l.IPHelloRate, 0) || l.IPHelloBurst < 1 {
 		errs = append(errs, fmt.Errorf("IP hello rate (%v) must be a number and IP hello burst (%d) at least 1", l.IPHelloRate, l.IPHelloBurst))
+	}
+	if math.IsNaN(l.TrackRate) || math.IsInf(l.TrackRate, 0) || l.TrackBurst < protocol.MaxTrackPerRequest {
+		errs = append(errs, fmt.Errorf("track rate (%v) must be a number and track burst (%d) at least %d, the sessions of one track",
+			l.TrackRate, l.TrackBurst, protocol.MaxTrackPerRequest))
 	}
 	return errs
 }
@@ -234,6 +266,9 @@ func (n *Node) SetLimits(l Limits) (changed []string, err error) {
 	diff("UserHelloBurst", old.UserHelloBurst, l.UserHelloBurst)
 	diff("IPHelloRate", old.IPHelloRate, l.IPHelloRate)
 	diff("IPHelloBurst", old.IPHelloBurst, l.IPHelloBurst)
+	diff("TrackRate", old.TrackRate, l.TrackRate)
+	diff("TrackBurst", old.TrackBurst, l.TrackBurst)
+	diff("MaxTrackedPerConnection", old.MaxTrackedPerConnection, l.MaxTrackedPerConnection)
 	if len(changed) > 0 {
 		n.limits.Store(&l)
 	}

@@ -33,6 +33,8 @@ const (
 	opBye
 	opRefresh
 	opMeta
+	opTrack
+	opUntrack
 	numOps
 )
 
@@ -69,6 +71,10 @@ func opIndex(op string) int32 {
 		return opRefresh
 	case protocol.OpMeta:
 		return opMeta
+	case protocol.OpTrack:
+		return opTrack
+	case protocol.OpUntrack:
+		return opUntrack
 	}
 	return opUnknown
 }
@@ -77,7 +83,7 @@ func opIndex(op string) int32 {
 func opNames() [numOps]string {
 	return [numOps]string{"unknown", protocol.OpHello, protocol.OpHB, protocol.OpStatus, protocol.OpAccount, protocol.OpJoin, protocol.OpLeave,
 		protocol.OpGet, protocol.OpGroup, protocol.OpLocate, protocol.OpSub, protocol.OpUnsub, protocol.OpSend, protocol.OpBye, protocol.OpRefresh,
-		protocol.OpMeta}
+		protocol.OpMeta, protocol.OpTrack, protocol.OpUntrack}
 }
 
 // errorCodes returns every error code, in the order of the error
@@ -88,13 +94,14 @@ func errorCodes() [numCodes]protocol.ErrorCode {
 	return [numCodes]protocol.ErrorCode{protocol.CodeBadJSON, protocol.CodeLineTooLong, protocol.CodeUnknownOp, protocol.CodeBadRequest, protocol.CodeAuthFailed,
 		protocol.CodeHandshakeTimeout, protocol.CodeNotAuthenticated, protocol.CodeSuperseded, protocol.CodeShuttingDown, protocol.CodeSlowConsumer,
 		protocol.CodeExpired, protocol.CodeInternal, protocol.CodeOverloaded, protocol.CodeEpochExhausted, protocol.CodeRateLimited,
-		protocol.CodeTooManySessions, protocol.CodeTooManyConnections, protocol.CodeForbidden, protocol.CodeTokenExpired, protocol.CodeUnsupportedProtocol}
+		protocol.CodeTooManySessions, protocol.CodeTooManyConnections, protocol.CodeForbidden, protocol.CodeTokenExpired, protocol.CodeUnsupportedProtocol,
+		protocol.CodeKicked}
 }
 
 // numCodes is the number of error codes counted apart; codeOther counts
 // the rest.
 const (
-	numCodes  = 20
+	numCodes  = 21
 	codeOther = numCodes
 )
 
@@ -241,6 +248,11 @@ type Metrics struct {
 	Connections   int  // open client connections
 	LocalSessions int  // active sessions this node owns
 	Draining      bool // Drain has begun
+	// SessionsInGrace counts the local sessions held for the disconnect
+	// grace (Config.DisconnectGrace): their client dropped the connection,
+	// and they show online until a reconnect takes them over or the grace
+	// ends. LocalSessions includes them.
+	SessionsInGrace int
 	// Subscribers counts the connections with at least one subscription;
 	// UserSubscriptions and GroupSubscriptions the subscriptions they hold.
 	Subscribers        int
@@ -317,6 +329,9 @@ type Metrics struct {
 	// Stalled is the total length of this gateway's own stalls (see
 	// Config.StallThreshold).
 	Stalled time.Duration
+
+	// Webhooks counts the webhooks (webhook.go); zero when off.
+	Webhooks WebhookStats
 }
 
 // OpCode is a request op and an error code: the key of
@@ -327,8 +342,8 @@ type OpCode struct {
 }
 
 // Metrics returns a snapshot of the node's counters and gauges. It walks
-// the connections under the node's lock (O(connections)): for
-// monitoring, not hot paths.
+// the connections and, with a disconnect grace, the local sessions under
+// the node's lock (O(connections)): for monitoring, not hot paths.
 func (n *Node) Metrics() Metrics {
 	lk := lockOf(&n.mu)
 	defer lk.unlock()
@@ -342,6 +357,15 @@ func (n *Node) Metrics() Metrics {
 			m.Subscribers++
 			m.UserSubscriptions += len(c.subUsers)
 			m.GroupSubscriptions += len(c.subGroups)
+		}
+	}
+	if n.cfg.DisconnectGrace > 0 {
+		for _, devs := range n.local {
+			for _, c := range devs {
+				if c.graceDeadline.Load() != 0 {
+					m.SessionsInGrace++
+				}
+			}
 		}
 	}
 	m.Replica = n.replica.Census()
@@ -403,6 +427,7 @@ func (n *Node) Metrics() Metrics {
 	m.DeltasInvalid = mc.deltasInvalid.Load()
 	m.PropagationLag = mc.lag.snapshot()
 	m.Stalled = time.Duration(n.stalled.Load())
+	m.Webhooks = n.WebhookStats()
 	return m
 }
 

@@ -83,9 +83,10 @@ type Node struct {
 	replica    *crdt.Replica
 	local      map[string]map[string]*conn // user -> device -> conn owning that active session
 	localCount int
-	conns      map[*conn]struct{} // every open connection
-	perIP      map[netip.Addr]int // open connections by source address (sourceKey): client and HTTP
-	httpConns  int                // open HTTP connections (httpconns.go)
+	tracked    map[crdt.Key]*trackedSession // sessions connections hold on behalf of users (track.go)
+	conns      map[*conn]struct{}           // every open connection
+	perIP      map[netip.Addr]int           // open connections by source address (sourceKey): client and HTTP
+	httpConns  int                          // open HTTP connections (httpconns.go)
 	draining   bool
 	holding    bool                  // Drain holds the local sessions for DrainGrace (drain.go)
 	version    uint64                // last presence version handed out
@@ -132,7 +133,10 @@ type Node struct {
 
 	streams eventStreams // GET /v1/events (events.go)
 
-	hellos *helloLimiter // hello rates by user and source (hellolimit.go); static after New
+	hellos   *helloLimiter // hello rates by user and source (hellolimit.go); static after New
+	apiLimit *apiLimiter   // backend API request rates by source (apilimit.go); static after New
+
+	hooks *webhooks // webhook.go; nil when Config.Webhook has no URLs; static after New
 }
 
 type clusterRef struct{ c Cluster }
@@ -153,6 +157,7 @@ func New(cfg Config) (*Node, error) {
 		PurgeHorizon:     cfg.PurgeHorizon,
 
 		MaxTombstonesPerUser: cfg.MaxTombstonesPerUser,
+		LastSeenRetention:    cfg.LastSeenRetention,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
@@ -171,6 +176,7 @@ func New(cfg Config) (*Node, error) {
 		tls:        serverTLS(cfg.TLS),
 		replica:    r,
 		local:      make(map[string]map[string]*conn),
+		tracked:    make(map[crdt.Key]*trackedSession),
 		conns:      make(map[*conn]struct{}),
 		perIP:      make(map[netip.Addr]int),
 		dirty:      make(map[string]struct{}),
@@ -181,8 +187,14 @@ func New(cfg Config) (*Node, error) {
 		drained:    make(chan struct{}),
 		handedOver: make(chan struct{}, 1),
 		hellos:     newHelloLimiter(),
+		apiLimit:   newAPILimiter(),
 	}
 	n.initEventStreams()
+	if cfg.Webhook.Enabled() {
+		if n.hooks, err = newWebhooks(cfg, n.log); err != nil {
+			return nil, fmt.Errorf("node: %w", err)
+		}
+	}
 	limits := cfg.Limits()
 	n.limits.Store(&limits)
 	n.files = cfg.fileLimit()
@@ -317,6 +329,7 @@ func (n *Node) start() error {
 	go n.sweepLoop()
 	go n.notifyLoop()
 	go n.gcLoop()
+	n.startWebhooks()
 	n.log.Info("gateway started",
 		zap.Stringer("client_addr", ln.Addr()),
 		zap.String("http_addr", n.addrString(n.httpLn)),
@@ -401,6 +414,7 @@ func (n *Node) Close() error {
 		n.connWG.Wait()
 		n.polls.close()
 		n.loops.Wait()
+		n.closeWebhooks()
 	})
 	return nil
 }
@@ -445,6 +459,7 @@ func (n *Node) gcLoop() {
 		st := n.replica.GC(n.clock.Now().UnixNano())
 		n.mu.Unlock()
 		n.pruneHellos(n.mono())
+		n.apiLimit.prune(n.mono(), n.limits.Load())
 		if st.Tombstones > 0 || st.Purged > 0 {
 			n.log.Debug("crdt gc", zap.Int("tombstones", st.Tombstones), zap.Int("purged", st.Purged))
 		}

@@ -129,12 +129,13 @@ func TestShuttingDown(t *testing.T) {
 		t.Fatalf("Drain: %v", err)
 	}
 	ds := fc.published()[before:]
-	if len(ds) != 2 {
-		t.Fatalf("published %d deltas on drain, want 2", len(ds))
+	if len(ds) != 4 {
+		t.Fatalf("published %d deltas on drain, want 4", len(ds))
 	}
-	for _, d := range ds {
-		if d.Session == nil || d.Session.State.String() != "disconnected" {
-			t.Fatalf("drain delta %+v", d)
+	for i, d := range ds { // each session's end, then its user's last seen
+		if i%2 == 0 && (d.Session == nil || d.Session.State.String() != "disconnected") ||
+			i%2 == 1 && (d.LastSeen == nil || d.LastSeen.User != ds[i-1].Session.User) {
+			t.Fatalf("drain delta %d: %+v", i, d)
 		}
 	}
 	if n.SessionCount() != 0 || presenceOf(n, "alice").Online {

@@ -33,12 +33,13 @@ func (n *Node) handleGet(c *conn, req *protocol.Request) (any, *requestError) {
 		return nil, rerr
 	}
 	out := make([]protocol.Presence, 0, len(users))
+	who := c.viewer()
 	lk := lockOf(&n.mu)
 	defer lk.unlock()
 	n.underLockHook(req)
 	v := n.nextVersionLocked()
 	for _, u := range users {
-		out = append(out, presenceJSON(n.replica.Presence(u, n.clock.Now().UnixNano()), v))
+		out = append(out, presenceJSON(who.view(n.replica.Presence(u, n.clock.Now().UnixNano())), v))
 	}
 	lk.unlock()
 	return protocol.PresenceReply{Op: protocol.OpPresence, ID: req.ID, Users: out}, nil
@@ -67,63 +68,87 @@ func firstOccurrences(s []string) []string {
 	return out
 }
 
-// handleGroup returns a page of a group's online members, in user-name
-// order, after the request's cursor (a user name: the previous page's
-// last). A page holds at most the request's limit, and is cut shorter to
-// fit half the outbound queue's byte bound, so a reply never makes a
-// prompt reader a slow consumer however large the group. A limit of 0 asks
-// for the count alone, which reads no member's presence.
+// handleGroup returns a page of a group's online members (groupPage),
+// cut shorter to fit half the outbound queue's byte bound, so a reply
+// never makes a prompt reader a slow consumer however large the group.
 func (n *Node) handleGroup(c *conn, req *protocol.Request) (any, *requestError) {
-	if rerr := checkName("group", req.Group); rerr != nil {
-		return nil, rerr
-	}
 	limit := protocol.DefaultGroupPage
 	if req.Limit != nil {
 		limit = *req.Limit
 	}
-	if limit < 0 || limit > protocol.MaxGroupPage {
-		return nil, errorf(protocol.CodeBadRequest, "limit must be 0 to %d", protocol.MaxGroupPage)
-	}
-	if req.Cursor != "" {
-		if rerr := checkName("cursor", req.Cursor); rerr != nil {
-			return nil, rerr
-		}
+	if rerr := checkGroupPage(req.Group, req.Cursor, limit); rerr != nil {
+		return nil, rerr
 	}
 	if rerr := checkReadGroup(c, req.Group); rerr != nil {
 		return nil, rerr
 	}
-	reply := protocol.GroupReply{Op: protocol.OpGroup, ID: req.ID, Group: req.Group, Members: []protocol.Presence{}}
+	// The reply's own fields: its group and next (a user name) escaped at
+	// worst (\u003c for <), the id, the rest.
+	budget := n.cfg.OutboundQueueBytes/2 - (128 + len(req.ID) + 6*len(req.Group) + 6*protocol.MaxNameLen)
+	online, members, next, rerr := n.groupPage(req.Group, req.Cursor, limit, budget, c.viewer(), func() { n.underLockHook(req) })
+	if rerr != nil {
+		return nil, rerr
+	}
+	return protocol.GroupReply{Op: protocol.OpGroup, ID: req.ID, Group: req.Group, Online: online, Members: members, Next: next}, nil
+}
+
+// checkGroupPage validates a group page's request: the group's name, a
+// cursor (empty, or a user name) and a limit of 0 to MaxGroupPage.
+func checkGroupPage(group, cursor string, limit int) *requestError {
+	if rerr := checkName("group", group); rerr != nil {
+		return rerr
+	}
+	if limit < 0 || limit > protocol.MaxGroupPage {
+		return errorf(protocol.CodeBadRequest, "limit must be 0 to %d", protocol.MaxGroupPage)
+	}
+	if cursor != "" {
+		if rerr := checkName("cursor", cursor); rerr != nil {
+			return rerr
+		}
+	}
+	return nil
+}
+
+// groupPage returns a page of a group's online members, in user-name
+// order, after cursor (a user name: the previous page's last), with the
+// count of every online member. A page holds at most limit members, and is
+// cut shorter to fit budget bytes of JSON (always one member at least);
+// next is the page's last member when more follow, else empty. A limit of
+// 0 asks for the count alone, which reads no member's presence. The
+// members and the count are those who sees (invisible.go). underLock,
+// when set, runs under mu (a test seam). The group, cursor and limit are
+// checked by checkGroupPage.
+func (n *Node) groupPage(group, cursor string, limit, budget int, who viewer, underLock func()) (online int, members []protocol.Presence, next string, rerr *requestError) {
+	members = []protocol.Presence{}
 	lk := lockOf(&n.mu)
 	defer lk.unlock()
-	n.underLockHook(req)
+	if underLock != nil {
+		underLock()
+	}
 	if limit == 0 {
-		reply.Online = n.replica.GroupOnlineCount(req.Group)
-		return reply, nil
+		return n.visibleGroupCountLocked(group, who), members, "", nil
 	}
 	v := n.nextVersionLocked()
-	users := n.replica.GroupOnlineUsers(req.Group)
-	reply.Online = len(users)
+	users := n.visibleGroupMembersLocked(group, who)
+	online = len(users)
 	// The members after the cursor.
-	i, found := slices.BinarySearch(users, req.Cursor)
+	i, found := slices.BinarySearch(users, cursor)
 	if found {
 		i++
 	}
 	users = users[i:]
 	now := n.clock.Now().UnixNano()
-	members := make([]protocol.Presence, 0, min(limit, len(users)))
+	members = make([]protocol.Presence, 0, min(limit, len(users)))
 	for _, u := range users[:min(limit, len(users))] {
-		members = append(members, presenceJSON(n.replica.Presence(u, now), v))
+		members = append(members, presenceJSON(who.view(n.replica.Presence(u, now)), v))
 	}
 	lk.unlock()
 	// Cut the page to its byte budget (always one member at least).
-	// The reply's own fields: its group and next (a user name) escaped at
-	// worst (\u003c for <), the id, the rest.
-	budget, size := n.cfg.OutboundQueueBytes/2, 128+len(req.ID)+6*len(req.Group)+6*protocol.MaxNameLen
-	k := 0
+	size, k := 0, 0
 	for k < len(members) {
 		b, err := json.Marshal(members[k])
 		if err != nil {
-			return nil, errorf(protocol.CodeInternal, "encode: %v", err)
+			return 0, nil, "", errorf(protocol.CodeInternal, "encode: %v", err)
 		}
 		size += len(b) + 1
 		if k > 0 && size > budget {
@@ -131,14 +156,15 @@ func (n *Node) handleGroup(c *conn, req *protocol.Request) (any, *requestError) 
 		}
 		k++
 	}
-	reply.Members = members[:k]
+	members = members[:k]
 	if k < len(users) {
-		reply.Next = members[k-1].User
+		next = members[k-1].User
 	}
-	return reply, nil
+	return online, members, next, nil
 }
 
-// handleLocate returns a user's active sessions, with their gateways.
+// handleLocate returns a user's active sessions, with their gateways: none
+// of an invisible user the reader does not see (invisible.go).
 func (n *Node) handleLocate(c *conn, req *protocol.Request) (any, *requestError) {
 	if rerr := checkName("user", req.User); rerr != nil {
 		return nil, rerr
@@ -146,9 +172,13 @@ func (n *Node) handleLocate(c *conn, req *protocol.Request) (any, *requestError)
 	if rerr := checkRead(c, []string{req.User}); rerr != nil {
 		return nil, rerr
 	}
+	who := c.viewer()
 	lk := lockOf(&n.mu)
 	defer lk.unlock()
-	sessions := n.activeSessionsLocked(req.User)
+	var sessions []crdt.Session
+	if who.sees(req.User) || !n.replica.Invisible(req.User, n.clock.Now().UnixNano()) {
+		sessions = n.activeSessionsLocked(req.User)
+	}
 	lk.unlock()
 	book, _ := n.getCluster().(AddressBook)
 	out := make([]protocol.SessionInfo, 0, len(sessions))

@@ -26,6 +26,12 @@ type tokenBucket struct {
 // nothing and returns how long until there will be one. A rate of 0 or less
 // allows everything.
 func (b *tokenBucket) allow(now int64, rate float64, burst int) (bool, time.Duration) {
+	return b.allowN(now, rate, burst, 1)
+}
+
+// allowN is allow for a request that takes k tokens (k at most burst): all
+// of them, or none and how long until there will be k.
+func (b *tokenBucket) allowN(now int64, rate float64, burst, k int) (bool, time.Duration) {
 	if rate <= 0 {
 		return true, 0
 	}
@@ -37,11 +43,11 @@ func (b *tokenBucket) allow(now int64, rate float64, burst int) (bool, time.Dura
 	}
 	b.tokens = math.Min(float64(burst), b.tokens+rate*float64(now-b.last)/float64(time.Second))
 	b.last = now
-	if b.tokens >= 1 {
-		b.tokens--
+	if b.tokens >= float64(k) {
+		b.tokens -= float64(k)
 		return true, 0
 	}
-	wait := time.Duration(math.Ceil((1 - b.tokens) / rate * float64(time.Second)))
+	wait := time.Duration(math.Ceil((float64(k) - b.tokens) / rate * float64(time.Second)))
 	return false, wait
 }
 

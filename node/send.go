@@ -16,7 +16,8 @@ import (
 // handleSend delivers a message to every active session of the recipient:
 // this node's directly, every other gateway's through one Cluster.Route call
 // per gateway, all concurrently and bounded by RouteTimeout. It replies with
-// the number of sessions reached.
+// the number of sessions reached (0 for an invisible recipient the sender
+// does not see: invisible.go).
 func (n *Node) handleSend(c *conn, req *protocol.Request) (any, *requestError) {
 	if rerr := checkName("to", req.To); rerr != nil {
 		return nil, rerr
@@ -36,6 +37,15 @@ func (n *Node) handleSend(c *conn, req *protocol.Request) (any, *requestError) {
 		lk.unlock()
 		return nil, rerr
 	}
+	// An invisible recipient gets the message, and a sender that does not
+	// see it is told no session did, as for an offline one (invisible.go).
+	hidden := !c.viewer().sees(req.To) && n.replica.Invisible(req.To, n.clock.Now().UnixNano())
+	shown := func(k int) *int {
+		if hidden {
+			k = 0
+		}
+		return &k
+	}
 	lim := n.limits.Load()
 	if ok, wait := s.sends.allow(n.mono(), lim.SendRate, lim.SendBurst); !ok {
 		lk.unlock()
@@ -44,12 +54,7 @@ func (n *Node) handleSend(c *conn, req *protocol.Request) (any, *requestError) {
 			lim.SendRate, lim.SendBurst, max(wait.Milliseconds(), 1))
 	}
 	msg := Message{To: req.To, From: s.user, FromDevice: s.device, Body: slices.Clone(req.Body)}
-	var remote []string
-	for _, rs := range recipients {
-		if rs.Gateway != n.cfg.Name && !slices.Contains(remote, rs.Gateway) {
-			remote = append(remote, rs.Gateway)
-		}
-	}
+	remote := n.remoteGateways(recipients)
 	lk.unlock()
 
 	delivered := n.DeliverLocal(msg)
@@ -65,14 +70,41 @@ func (n *Node) handleSend(c *conn, req *protocol.Request) (any, *requestError) {
 				defer close(done)
 				defer c.recoverRequest(new(bool))
 				total := delivered + n.route(msg, remote)
-				c.sendValue(protocol.OK{Op: protocol.OpOK, ID: id, Delivered: &total})
+				c.sendValue(protocol.OK{Op: protocol.OpOK, ID: id, Delivered: shown(total)})
 			}()
 			c.await = done
 			return nil, nil
 		}
 		delivered += n.route(msg, remote)
 	}
-	return protocol.OK{Op: protocol.OpOK, ID: req.ID, Delivered: &delivered}, nil
+	return protocol.OK{Op: protocol.OpOK, ID: req.ID, Delivered: shown(delivered)}, nil
+}
+
+// remoteGateways returns the gateways other than this one that own
+// sessions, each once.
+func (n *Node) remoteGateways(sessions []crdt.Session) []string {
+	var out []string
+	for _, s := range sessions {
+		if s.Gateway != n.cfg.Name && !slices.Contains(out, s.Gateway) {
+			out = append(out, s.Gateway)
+		}
+	}
+	return out
+}
+
+// sendFrom delivers msg to every active session of msg.To, as send does
+// (handleSend): this node's directly, every other gateway's through
+// route. It returns the number of sessions reached.
+func (n *Node) sendFrom(msg Message) int {
+	lk := lockOf(&n.mu)
+	defer lk.unlock()
+	remote := n.remoteGateways(n.activeSessionsLocked(msg.To))
+	lk.unlock()
+	delivered := n.DeliverLocal(msg)
+	if len(remote) > 0 {
+		delivered += n.route(msg, remote)
+	}
+	return delivered
 }
 
 // sessionGroups returns the groups of sessions, unsorted, possibly with

@@ -145,6 +145,10 @@ func (n *Node) dispatch(c *conn, req *protocol.Request) {
 		reply, rerr = n.handleRefresh(c, req)
 	case protocol.OpMeta:
 		reply, rerr = n.handleMeta(c, req)
+	case protocol.OpTrack:
+		reply, rerr = n.handleTrack(c, req)
+	case protocol.OpUntrack:
+		reply, rerr = n.handleUntrack(c, req)
 	case protocol.OpBye:
 		rerr = n.handleBye(c, req)
 		if rerr == nil {

@@ -168,6 +168,7 @@ func (n *Node) handleHello(c *conn, req *protocol.Request) {
 	if old != nil {
 		n.unregisterLocked(old)
 	}
+	n.dropTrackedLocked(key)
 	n.registerLocked(c)
 	n.markDirtyLocked(sess.user)
 	n.unlockAndPublish(&lk, []crdt.Delta{d})
@@ -423,12 +424,8 @@ func (n *Node) handleBye(c *conn, req *protocol.Request) *requestError {
 		lk.unlock()
 		return rerr
 	}
-	d, ok := n.endSessionLocked(c, crdt.StateDisconnected, now)
+	deltas, _ := n.endSessionLocked(c, crdt.StateDisconnected, now)
 	n.dropSubsLocked(c)
-	var deltas []crdt.Delta
-	if ok {
-		deltas = append(deltas, d)
-	}
 	n.unlockAndPublish(&lk, deltas)
 	n.stats.m.disconnected(reasonBye, 1)
 	c.closeWith(encodeLine(protocol.OK{Op: protocol.OpOK, ID: req.ID}))
@@ -442,8 +439,9 @@ func (n *Node) connLost(c *conn) {
 	n.endConnSession(c, true)
 }
 
-// endConnSession disconnects c's session if c still owns it and drops its
-// subscriptions; forget also removes c from the open connections. The
+// endConnSession disconnects c's session if c still owns it, and the
+// sessions it tracks, and drops its subscriptions; forget also removes c
+// from the open connections. The
 // writer calls it as soon as a closing error is queued, so a session never
 // outlives the decision to close its connection, except while Drain holds
 // the sessions (drain.go): then the session stays until a newer epoch
@@ -462,14 +460,29 @@ func (n *Node) endConnSession(c *conn, forget bool) {
 	var deltas []crdt.Delta
 	// While Drain holds the sessions, Drain writes it or a newer epoch
 	// replaces it.
-	if !n.holding && !(forget && n.startGraceLocked(c, now)) {
-		if d, ok := n.endSessionLocked(c, crdt.StateDisconnected, now); ok {
-			deltas = append(deltas, d)
+	holding := n.holding
+	if !holding && !(forget && n.startGraceLocked(c, now)) {
+		if ds, ok := n.endSessionLocked(c, crdt.StateDisconnected, now); ok {
+			deltas = append(deltas, ds...)
 			n.stats.m.disconnected(c.q.disconnectReason(), 1)
 		}
 	}
+	tracking := !holding && c.tracks != nil && c.tracks.head != nil
 	n.dropSubsLocked(c)
 	n.unlockAndPublish(&lk, deltas)
+	if tracking {
+		// The sessions c tracks share its liveness: they end with it (no
+		// disconnect grace: their client is the connection), on a
+		// goroutine of their own, so that a backend's 100,000 do not hold
+		// up the event loop's other connections. The caller holds connWG
+		// for c (its reader side, or a writer's).
+		reason := c.q.disconnectReason()
+		n.connWG.Add(1)
+		go func() {
+			defer n.connWG.Done()
+			n.endTracked(c, crdt.StateDisconnected, reason)
+		}()
+	}
 }
 
 // expireSession ends c's session if it has been silent for Timeout
@@ -492,22 +505,17 @@ func (n *Node) expireSession(c *conn, nowMono int64) {
 		return
 	}
 	if td := c.tokenDeadline.Load(); td != 0 && crdt.Expired(td, nowMono) && td < idle {
-		var deltas []crdt.Delta
-		if d, ok := n.endSessionLocked(c, crdt.StateDisconnected, now); ok {
-			deltas = append(deltas, d)
-		}
+		deltas, _ := n.endSessionLocked(c, crdt.StateDisconnected, now)
 		n.unlockAndPublish(&lk, deltas)
-		n.stats.m.disconnected(codeIndex(protocol.CodeTokenExpired), len(deltas))
+		n.stats.m.disconnected(codeIndex(protocol.CodeTokenExpired), sessionDeltas(deltas))
 		n.stats.tokenExpired.Add(1)
 		n.log.Debug("session token expired", zap.Uint64("conn", c.id))
 		c.closeWithError(nil, protocol.CodeTokenExpired, "the session's token expired without a refresh; reconnect with a new token")
 		return
 	}
-	var deltas []crdt.Delta
-	if d, ok := n.endSessionLocked(c, crdt.StateExpired, now); ok {
-		deltas = append(deltas, d)
-	}
+	deltas, _ := n.endSessionLocked(c, crdt.StateExpired, now)
 	n.unlockAndPublish(&lk, deltas)
+	n.endTracked(c, crdt.StateExpired, 0) // silent: every session it tracks expires with it
 	n.stats.expired.Add(1)
 	n.log.Debug("session expired", zap.Uint64("conn", c.id))
 	c.closeWithError(nil, protocol.CodeExpired, "no request within "+n.cfg.Timeout.String())
@@ -541,11 +549,13 @@ func (n *Node) recordLocked(c *conn, st crdt.State, now time.Time) crdt.Session 
 }
 
 // endSessionLocked writes c's session as ended (disconnected or expired)
-// and forgets it, if c still owns it. ok reports whether a delta was
-// written.
-func (n *Node) endSessionLocked(c *conn, st crdt.State, now time.Time) (d crdt.Delta, ok bool) {
+// and forgets it, if c still owns it, and writes the time to the user's
+// last-seen register. ok reports whether the session was written; ds are
+// the deltas to publish, in write order: the session's, then the last
+// seen's (sessionDeltas counts the sessions in a batch of them).
+func (n *Node) endSessionLocked(c *conn, st crdt.State, now time.Time) (ds []crdt.Delta, ok bool) {
 	if _, rerr := n.ownedLocked(c); rerr != nil {
-		return crdt.Delta{}, false
+		return nil, false
 	}
 	d, err := n.replica.PutLocal(n.recordLocked(c, st, now), now.UnixNano())
 	n.unregisterLocked(c)
@@ -553,9 +563,34 @@ func (n *Node) endSessionLocked(c *conn, st crdt.State, now time.Time) (d crdt.D
 		if !errors.Is(err, crdt.ErrSuperseded) {
 			n.log.Error("session end write failed", zap.Uint64("conn", c.id), zap.Error(err))
 		}
-		return crdt.Delta{}, false
+		return nil, false
 	}
-	return d, true
+	return n.appendLastSeenLocked(append(make([]crdt.Delta, 0, 2), d), c.sess.user, now), true
+}
+
+// appendLastSeenLocked writes now to user's last-seen register, when every
+// member knows last-seen records, and appends the delta to ds.
+func (n *Node) appendLastSeenLocked(ds []crdt.Delta, user string, now time.Time) []crdt.Delta {
+	if !n.lastSeenReady() {
+		return ds
+	}
+	ls, err := n.replica.PutLastSeen(user, now.UnixNano())
+	if err != nil {
+		n.log.Error("last seen write failed", zap.String("user", user), zap.Error(err))
+		return ds
+	}
+	return append(ds, ls)
+}
+
+// sessionDeltas counts the session records among deltas.
+func sessionDeltas(deltas []crdt.Delta) int {
+	n := 0
+	for i := range deltas {
+		if deltas[i].Session != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // registerLocked records c as the owner of its session.
@@ -584,12 +619,7 @@ func (n *Node) unregisterLocked(c *conn) {
 	}
 	n.localCount--
 	n.markDirtyLocked(s.user)
-	if n.holding && n.localCount == 0 {
-		select {
-		case n.handedOver <- struct{}{}:
-		default:
-		}
-	}
+	n.signalHandoverLocked()
 }
 
 func randomHex(nbytes int) string {

@@ -240,11 +240,14 @@ func TestExpiryAfterSilence(t *testing.T) {
 	if p := presenceOf(n, "alice"); !p.Online {
 		t.Fatal("alice expired though she heartbeated")
 	}
-	// The expiry was published as bob's write.
+	// The expiry was published as bob's write, then his last seen.
 	ds := fc.published()
-	last := ds[len(ds)-1]
+	last := ds[len(ds)-2]
 	if last.Session == nil || last.Session.User != "bob" || last.Session.State != crdt.StateExpired {
-		t.Fatalf("last delta %+v", last)
+		t.Fatalf("last session delta %+v", last)
+	}
+	if ls := ds[len(ds)-1].LastSeen; ls == nil || ls.User != "bob" {
+		t.Fatalf("last delta %+v, want bob's last seen", ds[len(ds)-1])
 	}
 	checkInvariants(t, n)
 }

@@ -23,7 +23,7 @@ type counters struct {
 	rateLimited    atomic.Uint64 // requests refused with rate_limited
 	forbidden      atomic.Uint64 // requests (and hellos) refused with forbidden
 	tokenExpired   atomic.Uint64 // sessions ended because their token expired (also counted in disconnected)
-	routeFailures  atomic.Uint64 // Cluster.Route calls that failed
+	routeFailures  atomic.Uint64 // Cluster.Route and Kicker.Kick calls that failed
 	published      atomic.Uint64 // deltas handed to Cluster.Publish (or written standalone)
 
 	tlsHandshakeFailures atomic.Uint64 // client connections closed for a failed or timed-out TLS handshake

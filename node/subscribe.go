@@ -9,6 +9,7 @@ import (
 
 	"github.com/rollcall/rollcall/crdt"
 	"github.com/rollcall/rollcall/protocol"
+	"github.com/rollcall/rollcall/webhook"
 )
 
 // Subscriptions and events.
@@ -21,7 +22,8 @@ import (
 // window and an isolated change waits for nothing. A flush takes each dirty
 // user in sorted order, compares the presence with the last one it emitted
 // and the user's membership of watched groups with the last it emitted,
-// and queues an event for each subscriber that should see a difference. Nothing is emitted for a change that made no
+// and queues an event for each subscriber that should see a difference (as
+// the subscriber sees the user: invisible.go). Nothing is emitted for a change that made no
 // visible difference (a heartbeat never even marks a user dirty).
 //
 // Versions come from one node-wide counter, taken under mu at the moment a
@@ -51,6 +53,8 @@ type groupWatch struct {
 // itself (a slow consumer).
 type subscriber interface {
 	deliver(frame []byte, version uint64) bool
+	// viewer is who reads the events (invisible.go).
+	viewer() viewer
 }
 
 // deliver queues an event frame on the connection (send).
@@ -127,7 +131,7 @@ func (n *Node) handleSub(c *conn, req *protocol.Request) *requestError {
 		}
 		c.subGroups[g] = struct{}{}
 		n.watchGroupLocked(g).subs[c] = struct{}{}
-		snap.members = n.replica.GroupOnlineUsers(g)
+		snap.members = n.visibleGroupMembersLocked(g, c.viewer())
 	}
 	snap.left = len(snap.users) + len(snap.members)
 	// The ok goes out ahead of every event of the new subjects: a flush
@@ -170,8 +174,8 @@ type subSnapshot struct {
 // later, holds that change or a newer state; a change after a page was
 // read comes after it. Nothing is lost (the subjects are watched from the
 // sub on), and a subject's versions still only grow. A group member listed
-// at the sub who is no longer an online member when its page is read gets
-// "member":false.
+// at the sub who is no longer an online member when its page is read (or
+// whom the connection no longer sees: invisible.go) gets "member":false.
 func (n *Node) snapshotPage(c *conn) (sent bool) {
 	defer c.recoverRequest(&sent)
 	s := c.snap
@@ -184,15 +188,17 @@ func (n *Node) snapshotPage(c *conn) (sent bool) {
 	defer lk.unlock()
 	version := n.nextVersionLocked()
 	now := n.clock.Now().UnixNano()
+	v := c.viewer()
 	var frames [][]byte
 	size := 0
 	for s.left > 0 && len(frames) < maxFrames {
 		var f []byte
 		if len(s.users) > 0 {
-			f = encodeSnapshotEvent(n.replica.Presence(s.users[0], now), version, "", nil, s.left > 1)
+			f = encodeSnapshotEvent(v.view(n.replica.Presence(s.users[0], now)), version, "", nil, s.left > 1)
 		} else {
-			member := n.onlineInGroupLocked(s.members[0], s.group)
-			f = encodeSnapshotEvent(n.replica.Presence(s.members[0], now), version, s.group, &member, s.left > 1)
+			p := n.replica.Presence(s.members[0], now)
+			member := n.onlineInGroupLocked(s.members[0], s.group) && (!p.Invisible || v.sees(p.User))
+			f = encodeSnapshotEvent(v.view(p), version, s.group, &member, s.left > 1)
 		}
 		if len(frames) > 0 && size+len(f) > maxBytes {
 			break
@@ -405,6 +411,9 @@ func (n *Node) hasDirty() bool {
 // flushEvents emits the events for every dirty user, and reports whether
 // there were any.
 func (n *Node) flushEvents() bool {
+	if n.hooks != nil {
+		n.watchWebhookMembers() // the view the decisions below use
+	}
 	n.mu.Lock()
 	if len(n.dirty) == 0 {
 		n.mu.Unlock()
@@ -418,12 +427,19 @@ func (n *Node) flushEvents() bool {
 		changes = make([]PresenceChange, 0, len(dirty))
 	}
 	var version uint64
+	var hooked []*webhook.Event // webhooks this node sends (webhook.go)
 	for _, u := range dirty {
 		var cur crdt.Presence
 		read := false
-		if n.feed != nil {
+		if n.hooks != nil {
 			cur, read = n.replica.Presence(u, n.clock.Now().UnixNano()), true
-			if ch, ok := n.feedChangeLocked(cur); ok {
+			hooked = n.decideWebhookLocked(cur, n.clock.Now().UnixNano(), hooked)
+		}
+		if n.feed != nil {
+			if !read {
+				cur, read = n.replica.Presence(u, n.clock.Now().UnixNano()), true
+			}
+			if ch, ok := n.feedChangeLocked(cur.Public()); ok {
 				if version == 0 {
 					version = n.nextVersionLocked()
 				}
@@ -447,26 +463,40 @@ func (n *Node) flushEvents() bool {
 		if version == 0 && (changed || len(now) > 0 || len(uw.groups) > 0) {
 			version = n.nextVersionLocked()
 		}
+		// While the user is (or was) invisible, the subscribers that do not
+		// see the user compare the public presence (invisible.go).
+		hiding := cur.Invisible || uw.last.Invisible
+		pub, pubChanged := cur, changed
+		if hiding {
+			pub = cur.Public()
+			pubChanged = !pub.Equal(uw.last.Public())
+		}
 		if changed && len(uw.subs) > 0 {
-			f := encodeEvent(cur, version, "", nil)
+			ef := eventFrames{version: version, truth: cur, public: pub, sendTruth: true, sendPublic: pubChanged}
 			for c := range uw.subs {
-				out = append(out, delivery{c, f, version})
+				if f := ef.frameFor(!hiding || c.viewer().sees(u)); f != nil {
+					out = append(out, delivery{c, f, version})
+				}
 			}
 		}
 		for _, g := range unionKeys(uw.groups, now) {
 			_, was := uw.groups[g]
 			_, is := now[g]
-			if was == is && !(is && changed) {
+			wasPublic, isPublic := was && !uw.last.Invisible, is && !cur.Invisible
+			ef := eventFrames{version: version, group: g, truth: cur, public: pub, isIn: is, isInPublic: isPublic,
+				sendTruth:  was != is || (is && changed),
+				sendPublic: wasPublic != isPublic || (isPublic && pubChanged)}
+			if !ef.sendTruth && !ef.sendPublic {
 				continue
 			}
 			gw := n.groups[g]
 			if gw == nil {
 				continue
 			}
-			member := is
-			f := encodeEvent(cur, version, g, &member)
 			for c := range gw.subs {
-				out = append(out, delivery{c, f, version})
+				if f := ef.frameFor(!hiding || c.viewer().sees(u)); f != nil {
+					out = append(out, delivery{c, f, version})
+				}
 			}
 		}
 		uw.last = cur
@@ -505,6 +535,9 @@ func (n *Node) flushEvents() bool {
 			changes[i].Time = at
 		}
 		n.feed.publish(changes)
+	}
+	if len(hooked) > 0 {
+		n.sendWebhooks(hooked)
 	}
 	n.fanMu.Unlock()
 	if len(out) > 0 {
@@ -560,9 +593,12 @@ func presenceJSON(p crdt.Presence, version uint64) protocol.Presence {
 			Meta: rawObject(s.Meta), Info: rawObject(s.Info),
 		})
 	}
-	out.Text, out.Emoji = p.Text, p.Emoji
+	out.Text, out.Emoji, out.Invisible = p.Text, p.Emoji, p.Invisible
 	if p.Until != 0 {
 		out.Until = formatUnixNano(p.Until)
+	}
+	if p.LastSeen != 0 {
+		out.LastSeen = formatUnixNano(p.LastSeen)
 	}
 	return out
 }

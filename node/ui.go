@@ -134,7 +134,7 @@ type uiSummaryCache struct {
 // handleUI mounts the status page and its data endpoints on mux. The data
 // endpoints are operator views: each needs what the node-wide read routes
 // need (requireRead), inside Config.UIAuth when that is set.
-func (n *Node) handleUI(mux *http.ServeMux) {
+func (n *Node) handleUI(mux *routeMux) {
 	mux.Handle("GET /ui/", uiPage())
 	for pattern, h := range n.uiHandlers() {
 		if n.cfg.UIAuth != nil {

@@ -312,6 +312,9 @@ func TestStatusPageInBrowser(t *testing.T) {
 		tab.waitUntil("alice online", jsNewestEvent("alice", "available"))
 		a.ok(map[string]any{"op": "status", "status": "away"})
 		tab.waitUntil("alice away", jsNewestEvent("alice", "away"))
+		a.ok(map[string]any{"op": "account", "text": "on a call", "emoji": "📞"})
+		tab.waitUntil("alice's status text", fmt.Sprintf(`((r) => r && r.cells[3].textContent === %s)(%s)`,
+			jsString("📞 on a call"), jsRow("events", "user", "alice")))
 		tab.waitUntil("n1's session counted", jsGatewayCount("n1", 1))
 		a.nc.Close()
 		tab.waitUntil("alice offline", jsNewestEvent("alice", "offline"))

@@ -536,3 +536,23 @@ func TestUIConfigRejectsNonsense(t *testing.T) {
 		t.Fatalf("defaults %+v", c)
 	}
 }
+
+// TestFeedShowsStatusText: the status page's changes carry the status text
+// and emoji, and a change of them alone is a change.
+func TestFeedShowsStatusText(t *testing.T) {
+	n := uiNode(t, nil)
+	s := openEvents(t, n, nil)
+	s.expect("snapshot", nil)
+	a, _ := connect(t, n, "alice", "phone")
+	if c := s.expectPresence("alice"); c.Text != "" || c.Emoji != "" {
+		t.Fatalf("connect: %+v", c)
+	}
+	a.ok(map[string]any{"op": "account", "text": "on a call", "emoji": "📞"})
+	if c := s.expectPresence("alice"); !c.Online || c.Text != "on a call" || c.Emoji != "📞" {
+		t.Fatalf("text: %+v", c)
+	}
+	a.ok(map[string]any{"op": "bye"})
+	if c := s.expectPresence("alice"); c.Online || c.Text != "on a call" {
+		t.Fatalf("offline: %+v", c)
+	}
+}

@@ -256,7 +256,7 @@ func TestWSFraming(t *testing.T) {
 	defer ws.CloseNow()
 	read := func() string {
 		t.Helper()
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		rctx, cancel := context.WithTimeout(ctx, ioWait)
 		defer cancel()
 		typ, b, err := ws.Read(rctx)
 		if err != nil || typ != websocket.MessageText {
@@ -281,7 +281,7 @@ func TestWSFraming(t *testing.T) {
 		}
 	}
 	write(websocket.MessageBinary, `{"op":"hb","id":4}`)
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	rctx, cancel := context.WithTimeout(ctx, ioWait)
 	defer cancel()
 	_, _, err = ws.Read(rctx)
 	if websocket.CloseStatus(err) != websocket.StatusUnsupportedData {

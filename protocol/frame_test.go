@@ -107,7 +107,7 @@ func TestSplitFunc(t *testing.T) {
 }
 
 func TestCloses(t *testing.T) {
-	for _, c := range []ErrorCode{CodeAuthFailed, CodeLineTooLong, CodeShuttingDown, CodeTokenExpired, CodeUnsupportedProtocol} {
+	for _, c := range []ErrorCode{CodeAuthFailed, CodeLineTooLong, CodeShuttingDown, CodeTokenExpired, CodeUnsupportedProtocol, CodeKicked} {
 		if !c.Closes() {
 			t.Errorf("%s does not close", c)
 		}

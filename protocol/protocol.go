@@ -16,7 +16,9 @@ import "encoding/json"
 //	   welcome.token_expires_at, forbidden and token_expired joined with
 //	   authorization from token claims; group's limit and cursor, its
 //	   reply's next, sub's ok.snapshot and the snapshot and more flags of
-//	   events joined with paging.
+//	   events joined with paging; kicked joined with the HTTP API's
+//	   disconnect; track and untrack (backend grant) joined with
+//	   sessions held on behalf of users.
 const Version = 1
 
 // Limits.
@@ -60,6 +62,16 @@ const (
 	// page shorter, to fit the connection's outbound queue; its next then
 	// says where to go on.
 	MaxGroupPage = 5000
+	// MaxHTTPBodyBytes bounds the body of an HTTP API request (POST
+	// /v1/presence, /v1/send, /v1/users/{user}/disconnect): room for
+	// MaxUsersPerRequest names of MaxNameLen bytes, most of them escaped.
+	MaxHTTPBodyBytes = 1 << 20
+	// MaxSendBodyBytes bounds the body of a message sent through the HTTP
+	// API (POST /v1/send): what a send request in a line of MaxLineBytes
+	// can carry, and what the cluster routes to another gateway.
+	MaxSendBodyBytes = 64 << 10
+	// MaxTrackPerRequest bounds the sessions of one track or untrack.
+	MaxTrackPerRequest = 1000
 )
 
 // Ops. Requests are sent by clients; the rest by the gateway.
@@ -79,20 +91,24 @@ const (
 	OpBye     = "bye"     // request: end the session cleanly
 	OpRefresh = "refresh" // request: present a new token for the session's user before the current one expires
 	OpMeta    = "meta"    // request: set this session's meta
+	OpTrack   = "track"   // request (backend grant): hold sessions on behalf of users, for as long as this connection lives
+	OpUntrack = "untrack" // request (backend grant): end sessions this connection tracks
 
-	OpWelcome  = "welcome"  // reply to hello
-	OpOK       = "ok"       // reply to status, account, meta, join, leave, sub, unsub, send, refresh, bye
-	OpPresence = "presence" // reply to get
-	OpEvent    = "event"    // pushed: a subscribed user's presence changed
-	OpMessage  = "message"  // pushed: a message sent to this user
-	OpError    = "error"    // reply or pushed: something went wrong
+	OpWelcome   = "welcome"   // reply to hello
+	OpOK        = "ok"        // reply to status, account, meta, join, leave, sub, unsub, send, refresh, bye
+	OpPresence  = "presence"  // reply to get
+	OpEvent     = "event"     // pushed: a subscribed user's presence changed
+	OpMessage   = "message"   // pushed: a message sent to this user
+	OpError     = "error"     // reply or pushed: something went wrong
+	OpTracked   = "tracked"   // reply to track
+	OpUntracked = "untracked" // reply to untrack
 )
 
 // IsRequestOp reports whether op is one a client may send.
 func IsRequestOp(op string) bool {
 	switch op {
 	case OpHello, OpHB, OpStatus, OpAccount, OpJoin, OpLeave, OpGet, OpGroup,
-		OpLocate, OpSub, OpUnsub, OpSend, OpBye, OpRefresh, OpMeta:
+		OpLocate, OpSub, OpUnsub, OpSend, OpBye, OpRefresh, OpMeta, OpTrack, OpUntrack:
 		return true
 	}
 	return false
@@ -133,6 +149,11 @@ const (
 	// CodeUnsupportedProtocol refuses a hello that asks for a protocol
 	// version other than Version; closes.
 	CodeUnsupportedProtocol ErrorCode = "unsupported_protocol"
+	// CodeKicked ends a session the app's backend disconnected (POST
+	// /v1/users/{user}/disconnect); closes. The session is written
+	// disconnected. A client should not reconnect by itself: the backend
+	// decided this session ends.
+	CodeKicked ErrorCode = "kicked"
 )
 
 // Closes reports whether the gateway closes the connection after sending
@@ -142,7 +163,7 @@ func (c ErrorCode) Closes() bool {
 	switch c {
 	case CodeAuthFailed, CodeHandshakeTimeout, CodeLineTooLong, CodeSuperseded,
 		CodeShuttingDown, CodeSlowConsumer, CodeExpired, CodeTokenExpired,
-		CodeTooManySessions, CodeTooManyConnections, CodeUnsupportedProtocol:
+		CodeTooManySessions, CodeTooManyConnections, CodeUnsupportedProtocol, CodeKicked:
 		return true
 	}
 	return false
@@ -171,8 +192,8 @@ type Request struct {
 	Status string `json:"status,omitempty"`
 
 	// account: absent fields are left unchanged; "" clears text, emoji
-	// and until. Until is an RFC 3339 time after which override, text
-	// and emoji lapse.
+	// and until. Override is none, away, dnd, busy or invisible. Until is
+	// an RFC 3339 time after which override, text and emoji lapse.
 	Override            *string `json:"override,omitempty"`
 	AuthoritativeDevice *string `json:"authoritative_device,omitempty"`
 	Text                *string `json:"text,omitempty"`
@@ -198,6 +219,46 @@ type Request struct {
 	// send
 	To   string          `json:"to,omitempty"`
 	Body json.RawMessage `json:"body,omitempty"`
+
+	// track, untrack: at most MaxTrackPerRequest, each (user, device)
+	// once (untrack reads only user and device)
+	Sessions []TrackSession `json:"sessions,omitempty"`
+}
+
+// TrackSession is one session of a track or untrack request: a session
+// the connection holds on behalf of User. Status (absent: available),
+// Groups and Meta are as a hello's; a track of a (user, device) the
+// connection already tracks sets them anew (absent ones to their
+// defaults), keeping the session's id and epoch.
+type TrackSession struct {
+	User   string          `json:"user"`
+	Device string          `json:"device"`
+	Status string          `json:"status,omitempty"`
+	Groups []string        `json:"groups,omitempty"`
+	Meta   json.RawMessage `json:"meta,omitempty"`
+}
+
+// TrackResult is one session of a tracked or untracked reply, in the
+// request's order: its id and epoch. In a tracked reply, an entry the
+// gateway could not open carries Code and Message instead
+// (epoch_exhausted, too_many_sessions: they close nothing here); in an
+// untracked reply, a (user, device) the connection did not track (or lost
+// to a newer connection) has neither session nor epoch.
+type TrackResult struct {
+	User    string    `json:"user"`
+	Device  string    `json:"device"`
+	Session string    `json:"session,omitempty"`
+	Epoch   uint64    `json:"epoch,omitempty"`
+	Code    ErrorCode `json:"code,omitempty"`
+	Message string    `json:"message,omitempty"`
+}
+
+// TrackReply is the reply to track (Op tracked) and untrack (Op
+// untracked).
+type TrackReply struct {
+	Op       string          `json:"op"`
+	ID       json.RawMessage `json:"id,omitempty"`
+	Sessions []TrackResult   `json:"sessions"`
 }
 
 // Head is the envelope of any line from the gateway: what a client first
@@ -287,6 +348,14 @@ type Presence struct {
 	Text  string `json:"text,omitempty"`
 	Emoji string `json:"emoji,omitempty"`
 	Until string `json:"until,omitempty"`
+	// LastSeen, while the user is offline, is the RFC 3339 time the
+	// user's last session ended; absent while online, and for a user
+	// not seen within the gateways' --last-seen-retention.
+	LastSeen string `json:"last_seen,omitempty"`
+	// Invisible is true, in the user's own reads (and a backend's), while
+	// the account's override is invisible: the rest is the truth. Every
+	// other reader sees an invisible user as an offline one, without it.
+	Invisible bool `json:"invisible,omitempty"`
 }
 
 // PresenceReply is the reply to get.

@@ -157,7 +157,7 @@ func (s *Sim) randomLiveNode() int32 {
 }
 
 // write is the owner's write of the client's session: PutLocal, then
-// Publish, as node/ does.
+// Publish, and at the session's end the user's last seen, as node/ does.
 func (s *Sim) write(c *client, state crdt.State) {
 	n := s.nodes[c.owner]
 	if !n.up || n.life != c.ownerLife {
@@ -183,7 +183,17 @@ func (s *Sim) write(c *client, state crdt.State) {
 	}
 	s.newChange(c, n, d.Session)
 	s.observeUser(n, c.user)
-	s.publish(n, d)
+	if state == crdt.StateActive {
+		s.publish(n, d)
+		return
+	}
+	// The end is the user's last seen too: node/ writes it after the
+	// session's record and publishes both at once.
+	ls, err := n.r.PutLastSeen(c.user, s.wall())
+	if err != nil {
+		panic(fmt.Sprintf("sim: last seen of %s: %v", c.user, err))
+	}
+	s.publish(n, d, ls)
 }
 
 // setOffline records the truth: the client is gone.

@@ -48,6 +48,10 @@ type umsg struct {
 	// clients are, per delta, the client of its user (-1 for none):
 	// looked up once, not at every node.
 	clients []int32
+	// changes counts the session records among a batch's deltas: the
+	// copies of changes it carries (the last-seen writes that ride
+	// along with session ends are traffic, not changes).
+	changes int
 	// pull, state: the asker
 	from int32
 	// antiEntropy marks pull, state and sync traffic for the byte counters.
@@ -211,7 +215,7 @@ func (s *Sim) sendPacketAfter(p *packet, lat int64) {
 		if p.parts[i].kind == pUser {
 			size += userMsgFrame
 			if m := p.parts[i].msg; m.typ == dissem.TypeDeltas {
-				s.stats.deltaCopies += uint64(len(m.msg.Deltas))
+				s.stats.deltaCopies += uint64(m.changes)
 			}
 		}
 	}
@@ -267,7 +271,7 @@ func (s *Sim) sendStream(st *stream, size int) bool {
 		c.bytes += uint64(st.msg.size)
 	}
 	if st.msg != nil && st.msg.typ == dissem.TypeDeltas {
-		s.stats.deltaCopies += uint64(len(st.msg.msg.Deltas))
+		s.stats.deltaCopies += uint64(st.msg.changes)
 	}
 	if s.blocked(st.from, st.to) || !s.nodes[st.to].up {
 		return false

@@ -68,25 +68,25 @@ func (s *Sim) initCore(n *node) {
 // like a real one.
 func clientAddr(id int32) string { return fmt.Sprintf("10.1.%d.%d:7400", id/256, id%256) }
 
-// publish is Cluster.Publish of an owner's delta. With Config.WriteDelays
+// publish is Cluster.Publish of an owner's deltas, written together. With Config.WriteDelays
 // the first write of a batch draws a measured write, whose hops time the
 // batch's fan-out, and reaches the core its flush delay later (evPublish);
 // the writes made meanwhile go with it.
-func (s *Sim) publish(n *node, d crdt.Delta) {
+func (s *Sim) publish(n *node, ds ...crdt.Delta) {
 	if len(n.delayed) > 0 {
-		n.delayed = append(n.delayed, d)
+		n.delayed = append(n.delayed, ds...)
 		return
 	}
 	if wd := s.cfg.WriteDelays; len(wd) > 0 && n.core.Pending() == 0 {
 		i := s.rng.IntN(len(wd))
 		n.writeDelay = int32(i) + 1
 		if f := wd[i].Flush; f > 0 {
-			n.delayed = append(n.delayed, d)
+			n.delayed = append(n.delayed, ds...)
 			s.after(n, f, evPublish, 0, 0)
 			return
 		}
 	}
-	n.core.Publish([]crdt.Delta{d}, s.wall())
+	n.core.Publish(ds, s.wall())
 	s.drive(n)
 }
 
@@ -132,7 +132,7 @@ func (s *Sim) execute(n *node, rd *dissem.Ready) {
 		m := s.wrap(snd.Msg)
 		to := s.index(snd.To)
 		if m.typ == dissem.TypeDeltas {
-			s.stats.directCopies += uint64(len(m.msg.Deltas))
+			s.stats.directCopies += uint64(m.changes)
 			n.writeDelay = 0
 		}
 		switch {
@@ -213,6 +213,9 @@ func (s *Sim) newUmsg(m *dissem.Message) *umsg {
 		s.deltaMsgList = append(s.deltaMsgList, u)
 	}
 	for i := range ds {
+		if ds[i].Session != nil {
+			u.changes++
+		}
 		if cid, ok := s.byUser[ds[i].User()]; ok {
 			u.clients[i] = cid
 		} else {
@@ -388,7 +391,7 @@ func (s *Sim) applyDeltas(n *node, m *umsg) {
 		if err != nil {
 			panic(fmt.Sprintf("sim: %s rejected a delta: %v", n.name, err))
 		}
-		if changed {
+		if changed && ds[i].Session != nil { // a last-seen write changes no session
 			if cid := m.clients[i]; cid >= 0 {
 				s.observeClient(n, cid)
 			}

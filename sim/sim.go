@@ -86,8 +86,8 @@ type Sim struct {
 // counters are cluster-wide traffic totals.
 type counters struct {
 	packets, streams, bytes, lost uint64
-	deltaCopies                   uint64 // delta copies in packets and streams, piggyback included
-	directCopies                  uint64 // delta copies sent point to point, not piggybacked (gossip's Stats.DeltaCopies)
+	deltaCopies                   uint64 // copies of changes (session deltas) in packets and streams, piggyback included
+	directCopies                  uint64 // copies of changes sent point to point, not piggybacked (gossip's Stats.DeltaCopies, which counts last-seen deltas too)
 	antiEntropyBytes              uint64
 	syncRecords                   uint64
 	gapPulls, pushPulls           uint64

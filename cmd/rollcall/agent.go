@@ -19,6 +19,7 @@ import (
 	"github.com/rollcall/rollcall/internal/tlsconf"
 	"github.com/rollcall/rollcall/metrics"
 	"github.com/rollcall/rollcall/node"
+	"github.com/rollcall/rollcall/webhook"
 )
 
 // agentActions are the agent's command-line-only flags.
@@ -61,8 +62,12 @@ func (ac *agentConfig) check() error {
 // checkGossip validates the gossip settings; startCluster uses them as
 // they are.
 func (ac *agentConfig) checkGossip() error {
+	if ac.Gossip.LeaseTimeout <= 0 {
+		return fmt.Errorf("--peer-lease %v: must be positive", ac.Gossip.LeaseTimeout)
+	}
 	gc := ac.Gossip
 	gc.Name = "check"
+	gc.AliveInterval = 0 // as gossipConfig: from --peer-lease
 	if err := gc.Validate(); err != nil {
 		return fmt.Errorf("--gossip-profile: %w", err)
 	}
@@ -278,6 +283,17 @@ func (ac *agentConfig) nodeConfig(log *zap.Logger) (node.Config, error) {
 			return cfg, fmt.Errorf("--admin-token-file: %w", err)
 		}
 		cfg.AdminToken = token
+	}
+	if ac.WebhookSecretFile != "" {
+		keys, err := webhook.ReadSecretFile(ac.WebhookSecretFile)
+		if err != nil {
+			return cfg, fmt.Errorf("--webhook-secret-file: %w", err)
+		}
+		cfg.Webhook.Secrets = keys
+	}
+	if len(cfg.Webhook.URLs) > 0 {
+		log.Info("webhooks on", zap.Int("urls", len(cfg.Webhook.URLs)), zap.Stringer("events", cfg.Webhook.Events),
+			zap.Int("secrets", len(cfg.Webhook.Secrets)))
 	}
 	if err := checkLimitFlags(cfg); err != nil {
 		return cfg, err

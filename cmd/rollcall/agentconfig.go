@@ -9,6 +9,7 @@ import (
 	"github.com/rollcall/rollcall/gossip"
 	"github.com/rollcall/rollcall/internal/tlsconf"
 	"github.com/rollcall/rollcall/node"
+	"github.com/rollcall/rollcall/webhook"
 )
 
 // agentConfig is the configuration of `rollcall agent`. Every agent flag
@@ -23,8 +24,8 @@ type agentConfig struct {
 	// HTTP routes and the open-file limit at start (nodeConfig, runAgent).
 	Node node.Config
 	// Gossip is the cluster layer's configuration. The agent sets Name,
-	// Incarnation, ClientAddr, LeaseTimeout, AliveInterval, Keyring and
-	// Logger from the node at start (startCluster). An empty BindAddr
+	// Incarnation, ClientAddr, AliveInterval (from LeaseTimeout, --peer-lease),
+	// Keyring and Logger at start (startCluster). An empty BindAddr
 	// (--gossip-addr "") runs the agent standalone.
 	Gossip gossip.Config
 	// TokenSource names the files of the client-token keys.
@@ -51,6 +52,9 @@ type agentConfig struct {
 	// GossipInsecure lets gossip run without a key on a non-loopback
 	// address outside --dev (checkGossip refuses that otherwise).
 	GossipInsecure bool
+	// WebhookSecretFile holds the webhook signing secrets, one whsec_
+	// secret per line (webhook.ParseSecrets); needed with webhook URLs.
+	WebhookSecretFile string
 	// LogLevel and LogFormat configure the agent's logger.
 	LogLevel  string
 	LogFormat string
@@ -85,6 +89,7 @@ const (
 	sectionLimits   = "**Limits** ([below](#limits); all SIGHUP)"
 	sectionBuffers  = "**Buffers and windows** ([below](#buffer-and-window-sizes))"
 	sectionGossip   = "**Gossip** ([gossip encryption](security.md#gossip-encryption-and-key-rotation))"
+	sectionWebhooks = "**Webhooks** ([webhooks](../webhooks.md))"
 	sectionLogging  = "**Logging**"
 )
 
@@ -138,16 +143,17 @@ func agentFlagSet(c *agentConfig, stderr io.Writer) (*flag.FlagSet, []flagSectio
 
 	s.start(sectionSessions)
 	fs.DurationVar(&n.Heartbeat, "heartbeat", n.Heartbeat, "Heartbeat interval told to clients. Keep --timeout at three heartbeats or more.")
-	fs.DurationVar(&n.Timeout, "timeout", n.Timeout, "Client session timeout, and the lease on a silent peer gateway. Must exceed --heartbeat.")
+	fs.DurationVar(&n.Timeout, "timeout", n.Timeout, "Client session timeout: a client silent this long is shown offline. Must exceed --heartbeat.")
 	fs.DurationVar(&n.DrainGrace, "drain-grace", n.DrainGrace, "On SIGTERM, SIGINT or 'rollcall leave', how long the sessions stay online while their clients reconnect to another gateway. Must be below --drain-timeout. Negative: end them at once.")
 	fs.DurationVar(&n.DisconnectGrace, "disconnect-grace", n.DisconnectGrace, "How long a session whose connection closes without bye (EOF, reset, a failed write) stays online: a reconnect of the same user and device within it, on any gateway, shows no offline; otherwise it goes offline when the grace ends. bye is immediate. 0: offline at once.")
 	fs.DurationVar(&n.DrainTimeout, "drain-timeout", n.DrainTimeout, "Bound on the whole graceful shutdown: the grace, the final writes, and the leave.")
 	fs.DurationVar(&n.HandshakeTimeout, "handshake-timeout", n.HandshakeTimeout, "Time from connect (TLS handshake included) to a valid hello; then handshake_timeout and closed.")
 	fs.IntVar(&n.MaxTombstonesPerUser, "max-tombstones-per-user", n.MaxTombstonesPerUser, "Ended sessions of one user the replica keeps for the tombstone horizon; past it the oldest is collected at once (its epoch kept). Negative: no bound.")
+	fs.DurationVar(&n.LastSeenRetention, "last-seen-retention", n.LastSeenRetention, "How long a user's last_seen (when the user's last session ended) is kept after that time; the ended sessions themselves go after about 10 minutes. Every gateway holds it for every user seen within it, about 130 bytes each.")
 
 	s.start(sectionLimits)
-	fs.Float64Var(&n.RequestRate, "request-rate", n.RequestRate, "Requests per second one connection may make on average, heartbeats included; then rate_limited. Negative: no limit.")
-	fs.IntVar(&n.RequestBurst, "request-burst", n.RequestBurst, "Requests one connection may make at once after a quiet spell.")
+	fs.Float64Var(&n.RequestRate, "request-rate", n.RequestRate, "Requests per second one connection may make on average, heartbeats included, and one source address to the backend HTTP API; then rate_limited. Negative: no limit.")
+	fs.IntVar(&n.RequestBurst, "request-burst", n.RequestBurst, "Requests one connection (or one address to the backend HTTP API) may make at once after a quiet spell.")
 	fs.Float64Var(&n.SendRate, "send-rate", n.SendRate, "Sends per second one session may make on average; then rate_limited. Negative: no limit.")
 	fs.IntVar(&n.SendBurst, "send-burst", n.SendBurst, "Sends one session may make at once after a quiet spell.")
 	fs.Float64Var(&n.MetaRate, "meta-rate", n.MetaRate, "Meta requests per second one session may make on average; then rate_limited. Negative: no limit.")
@@ -160,6 +166,9 @@ func agentFlagSet(c *agentConfig, stderr io.Writer) (*flag.FlagSet, []flagSectio
 	fs.IntVar(&n.UserHelloBurst, "user-hello-burst", n.UserHelloBurst, "Hellos one user may make at once after a quiet spell.")
 	fs.Float64Var(&n.IPHelloRate, "ip-hello-rate", n.IPHelloRate, "Hellos per second one source address may make on average, checked before the token; then rate_limited. Negative: no limit.")
 	fs.IntVar(&n.IPHelloBurst, "ip-hello-burst", n.IPHelloBurst, "Hellos one source address may make at once after a quiet spell.")
+	fs.Float64Var(&n.TrackRate, "track-rate", n.TrackRate, "Sessions per second one connection may track or untrack on average (each session of a request counts); then rate_limited. Negative: no limit.")
+	fs.IntVar(&n.TrackBurst, "track-burst", n.TrackBurst, "Sessions one connection may track or untrack at once after a quiet spell (at least 1000, a full request).")
+	fs.IntVar(&n.MaxTrackedPerConnection, "max-tracked-per-connection", n.MaxTrackedPerConnection, "Sessions one connection may track at once; a track past it gets bad_request. Negative: no cap.")
 
 	s.start(sectionBuffers)
 	fs.IntVar(&n.MaxLineBytes, "max-line-bytes", n.MaxLineBytes, "Longest client request line in bytes, newline excluded (at least 1024); a longer one gets line_too_long and the connection is closed.")
@@ -175,12 +184,24 @@ func agentFlagSet(c *agentConfig, stderr io.Writer) (*flag.FlagSet, []flagSectio
 	fs.Var(&g.Relay, "gossip-relay", "How changes travel in a cluster above 64 gateways: epidemic, memberlist's piggyback gossip; tree, a relay tree over the gateways alive (about one copy per gateway, two hops; a copy lost on the way is pulled once announcements show the gap).")
 	fs.DurationVar(&g.BatchDelay, "gossip-batch", g.BatchDelay, "Gossip write window, Nagle-style: a change with no flush in the last window goes to the other gateways at once; changes within a window of a flush wait for its end and share packets. 0: no window.")
 	fs.BoolVar(&g.Compress, "gossip-compress", g.Compress, "LZW-compress gossip messages (memberlist's compression). Deltas (about 70 bytes a copy) do not shrink, so off a status change costs the cluster a third less CPU; on, full-state transfers to joining members are smaller. Members with and without it interoperate.")
+	fs.DurationVar(&g.LeaseTimeout, "peer-lease", g.LeaseTimeout, "How long a silent peer gateway stays up here (up to 64 gateways; beyond, memberlist's failure detection alone). A peer stalled for up to --peer-lease - alive interval - 1s (SIGSTOP, a paused VM) is never shown down; a dead one's sessions are shown offline within --peer-lease + min(--peer-lease/20, 250ms). The alive interval, each gateway's announcement to the others, is min(500ms, --peer-lease/7). The default rides out 2s stalls and shows a crash within 3.675s.")
 	fs.StringVar(&g.Profile, "gossip-profile", g.Profile, "memberlist timings: lan (probe 1s, gossip 200ms, push/pull 30s), wan (probe 5s, push/pull 60s) or local (loopback).")
 	fs.StringVar(&c.GossipKey, "gossip-key", c.GossipKey, "Base64 AES key (16, 24 or 32 bytes) encrypting all gossip. Visible in ps: prefer --gossip-key-file, --keyring-file or ROLLCALL_GOSSIP_KEY.")
 	fs.StringVar(&c.GossipKeyFile, "gossip-key-file", c.GossipKeyFile, "File holding the base64 gossip key (surrounding whitespace ignored).")
 	fs.StringVar(&c.KeyringFile, "keyring-file", c.KeyringFile, "File of base64 gossip keys, one per line (or a JSON array), primary first. Re-read on SIGHUP.")
 	fs.BoolVar(&c.GossipInsecure, "gossip-insecure", c.GossipInsecure, "Run gossip without a key on a --gossip-addr that is not loopback. Without a key anyone who reaches the gossip port can join the cluster and forge members and presence; without this flag (or --dev) such an agent refuses to start. Only on a network nobody else reaches.")
 	fs.DurationVar(&n.PurgeHorizon, "purge-horizon", n.PurgeHorizon, "How long a failed gateway's sessions stay (shown expired) before they are purged. If the gateway is heard from again later, anti-entropy fetches its live sessions again.")
+
+	s.start(sectionWebhooks)
+	w := &n.Webhook
+	fs.Var(appendFlag{&w.URLs}, "webhook-url", "URL that receives the webhooks (user.online, user.offline, user.status), signed as Standard Webhooks says; repeat the flag (or separate with commas) for several, each sent every event. Needs --webhook-secret-file. (default: none, webhooks off)")
+	fs.StringVar(&c.WebhookSecretFile, "webhook-secret-file", c.WebhookSecretFile, "File of webhook signing secrets, one per line: whsec_ followed by the base64 of 24 to 64 random bytes; each signs every request, so list the new one beside the old while rotating.")
+	fs.Var(typesFlag{&w.Events}, "webhook-events", "Comma-separated webhook events to send: user.online, user.offline, user.status.")
+	fs.IntVar(&w.Concurrency, "webhook-concurrency", w.Concurrency, "Webhook requests in flight at once, and keep-alive connections kept per URL.")
+	fs.IntVar(&w.Queue, "webhook-queue", w.Queue, "Webhook deliveries (an event to one URL) that may wait, be in flight or wait for a retry; one more is dropped and counted.")
+	fs.IntVar(&w.MaxAttempts, "webhook-attempts", w.MaxAttempts, "Attempts of one webhook delivery, the first included, with exponential backoff from 1s to 5m between them; then it is given up and counted failed.")
+	fs.DurationVar(&w.Timeout, "webhook-timeout", w.Timeout, "Bound on one webhook attempt, up to the response's headers.")
+	fs.DurationVar(&w.Handoff, "webhook-handoff", w.Handoff, "How long after a gateway joins, leaves or fails the gateways on both sides of the change announce the users that move (receivers drop the duplicates by webhook-id), and how long each gateway keeps the events it left to another, to send them if that one fails. Longer than the cluster takes to detect a failure.")
 
 	s.start(sectionLogging)
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error. Reloaded on SIGHUP.")
@@ -206,6 +227,46 @@ func (l listFlag) Set(s string) error {
 }
 
 func (l listFlag) Get() any { return l.String() }
+
+// appendFlag is a repeatable list flag bound onto a []string: each use
+// adds its comma-separated items. Its Get is the text, so a config file
+// may give it as a YAML list.
+type appendFlag struct{ list *[]string }
+
+func (l appendFlag) String() string {
+	if l.list == nil {
+		return ""
+	}
+	return strings.Join(*l.list, ",")
+}
+
+func (l appendFlag) Set(s string) error {
+	*l.list = append(*l.list, splitList(s)...)
+	return nil
+}
+
+func (l appendFlag) Get() any { return l.String() }
+
+// typesFlag is a comma-separated list of webhook event types.
+type typesFlag struct{ types *webhook.Types }
+
+func (f typesFlag) String() string {
+	if f.types == nil {
+		return ""
+	}
+	return f.types.String()
+}
+
+func (f typesFlag) Set(s string) error {
+	t, err := webhook.ParseTypes(s)
+	if err != nil {
+		return err
+	}
+	*f.types = t
+	return nil
+}
+
+func (f typesFlag) Get() any { return f.String() }
 
 // flagSection is one section of a flag reference: a title and the flags
 // registered under it.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rollcall/rollcall/bench"
+	"github.com/rollcall/rollcall/internal/tlsconf"
 )
 
 // sessionsPerProc is how many sessions one generator process holds at
@@ -57,6 +58,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	httpAddrs := fs.String("http-addrs", "", "comma-separated gateway HTTP addresses whose /metrics give server-counted heartbeats and gossip bytes (optional)")
 	format := fs.String("format", "table", "table or json")
 	plotFile := fs.String("plot", "", "also draw the round trip over time and the propagation CDF to this .svg file")
+	tracked := fs.Int("tracked", 0, "instead of the load: one backend connection tracks this many sessions on the first of --addrs, holds them for --duration and closes; reports the sessions tracked, the gateway's memory per tracked session and how long ending them all took (the token of --secret-file gets the backend grant)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -71,6 +73,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if (cfg.SecretFile == "") == !*dev {
 		return errors.New("need one of --secret-file (agents checking tokens) or --dev (agents with --dev)")
+	}
+	if *tracked < 0 {
+		return errors.New("--tracked must not be negative")
+	}
+	if *tracked > 0 {
+		return runTrackedBench(ctx, *tracked, cfg, *addrs, *httpAddrs, *pids, *tlsFiles, *format, stdout, stderr)
 	}
 	if cfg.Sessions <= 0 {
 		return errors.New("--sessions must be positive")
@@ -185,4 +193,36 @@ func (p prefixWriter) Write(b []byte) (int, error) {
 		return 0, err
 	}
 	return len(b), nil
+}
+
+// runTrackedBench is bench --tracked.
+func runTrackedBench(ctx context.Context, sessions int, cfg bench.Config, addrs, httpAddrs, pids string, tlsFiles tlsconf.ClientFiles,
+	format string, stdout, stderr io.Writer) error {
+	log, _, err := newLogger("warn", "console", stderr)
+	if err != nil {
+		return err
+	}
+	tc := bench.TrackedConfig{Addr: splitList(addrs)[0], Sessions: sessions, Hold: cfg.Duration,
+		TLS: tlsFiles, SecretFile: cfg.SecretFile, Logger: log}
+	if cfg.Transport == "tls" {
+		tc.TLS.Enabled = true
+	}
+	if h := splitList(httpAddrs); len(h) > 0 {
+		tc.HTTPAddr = h[0]
+	}
+	for _, p := range splitList(pids) {
+		n, err := strconv.Atoi(p)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("--pids: bad process id %q", p)
+		}
+		tc.PIDs = append(tc.PIDs, n)
+	}
+	rep, err := bench.RunTracked(ctx, tc)
+	if err != nil {
+		return err
+	}
+	if format == "json" {
+		return rep.WriteJSON(stdout)
+	}
+	return rep.WriteTable(stdout)
 }

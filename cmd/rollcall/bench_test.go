@@ -73,6 +73,32 @@ func TestBenchAgainstTwoAgents(t *testing.T) {
 	}
 }
 
+// TestBenchTracked runs `rollcall bench --tracked` against a --dev agent
+// process and checks its report: every session tracked, the agent's
+// memory and CPU sampled, and all of them ended after the backend closed.
+func TestBenchTracked(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and runs an agent")
+	}
+	bin := testkit.BuildRollcall(t)
+	agents := startAgents(t, bin, 1, "--timeout", "2s", "--heartbeat", "500ms")
+	waitAlive(t, agents, 10*time.Second)
+	cmd := exec.Command(bin, "bench", "--dev", "--addrs", agents[0].client, "--http-addrs", agents[0].http,
+		"--tracked", "5000", "--duration", "500ms", "--format", "json")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("rollcall bench --tracked: %v\n%s", err, stderr.String())
+	}
+	var rep bench.TrackedReport
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		t.Fatalf("report %q: %v", stdout.String(), err)
+	}
+	if rep.Sessions != 5000 || rep.Refused != 0 || rep.RSSAfterBytes <= 0 || rep.HeapPerSession <= 0 || rep.EndSeconds <= 0 {
+		t.Errorf("report %+v", rep)
+	}
+}
+
 func TestBenchFlagErrors(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -84,6 +110,7 @@ func TestBenchFlagErrors(t *testing.T) {
 		{[]string{"--dev", "--pids", "abc"}, "--pids"},
 		{[]string{"--dev", "--transport", "udp"}, "transport"},
 		{[]string{"--dev", "stray"}, "unexpected"},
+		{[]string{"--dev", "--tracked", "-1"}, "--tracked"},
 	} {
 		err := runBench(t.Context(), tc.args, io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

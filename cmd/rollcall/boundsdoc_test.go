@@ -29,6 +29,7 @@ const boundsDocPath = "../../docs/operations/security.md"
 // row gets its value checked too.
 var boundsConstants = map[string]float64{
 	"protocol.MaxUsersPerRequest":  protocol.MaxUsersPerRequest,
+	"protocol.MaxTrackPerRequest":  protocol.MaxTrackPerRequest,
 	"protocol.MaxSubscriptions":    protocol.MaxSubscriptions,
 	"protocol.MaxGroups":           protocol.MaxGroups,
 	"protocol.MaxNameLen":          protocol.MaxNameLen,
@@ -40,6 +41,8 @@ var boundsConstants = map[string]float64{
 	"protocol.MaxStatusEmojiBytes": protocol.MaxStatusEmojiBytes,
 	"protocol.MaxMetaBytes":        protocol.MaxMetaBytes,
 	"protocol.MaxInfoBytes":        protocol.MaxInfoBytes,
+	"protocol.MaxHTTPBodyBytes":    protocol.MaxHTTPBodyBytes,
+	"protocol.MaxSendBodyBytes":    protocol.MaxSendBodyBytes,
 	"dissem.MaxBodyBytes":          dissem.MaxBodyBytes,
 	"dissem.MaxConcurrentAnswers":  dissem.MaxConcurrentAnswers,
 	"node.Config.RouteTimeout":     node.DefaultRouteTimeout.Seconds(),

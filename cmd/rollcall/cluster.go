@@ -29,6 +29,7 @@ var (
 	_ node.Cluster           = (*gossip.Cluster)(nil)
 	_ node.AddressBook       = (*gossip.Cluster)(nil)
 	_ node.GatewayLister     = (*gossip.Cluster)(nil)
+	_ node.LiveGatewayLister = (*gossip.Cluster)(nil)
 	_ node.DrainAnnouncer    = (*gossip.Cluster)(nil)
 	_ node.ReadinessReporter = (*gossip.Cluster)(nil)
 	_ node.Membership        = (*gossip.Cluster)(nil)
@@ -50,8 +51,6 @@ func startCluster(_ context.Context, ac *agentConfig, n *node.Node, log *zap.Log
 		return nil, nil, err
 	}
 	cfg.Incarnation = n.Origin().Incarnation
-	cfg.LeaseTimeout = n.Config().Timeout
-	cfg.AliveInterval = min(time.Second, cfg.LeaseTimeout/5)
 	if a := n.Config().ClientAddr; a != "" {
 		cfg.ClientAddr = a
 	}
@@ -87,6 +86,7 @@ func (ac *agentConfig) gossipConfig(name string, log *zap.Logger) (gossip.Config
 	cfg := ac.Gossip
 	cfg.Name = name
 	cfg.Logger = log
+	cfg.AliveInterval = 0 // from --peer-lease: dissem.AliveIntervalFor (gossip.Config.Validate)
 	gossipKey := ac.GossipKey
 	if ac.GossipKeyFile != "" {
 		if gossipKey != "" {

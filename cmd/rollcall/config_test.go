@@ -289,6 +289,36 @@ func TestGossipBatch(t *testing.T) {
 	}
 }
 
+// --peer-lease comes from the command line or the config file, apart from
+// --timeout; a short one gets a shorter alive interval, and one that is not
+// positive is refused before anything listens.
+func TestPeerLease(t *testing.T) {
+	af, _, _, err := loadAgentConfig([]string{"--dev", "--timeout", "7s"}, nil, io.Discard)
+	if err != nil || af.Gossip.LeaseTimeout != gossip.DefaultConfig().LeaseTimeout || af.check() != nil {
+		t.Fatalf("peer-lease default: %v, %v", af.Gossip.LeaseTimeout, err)
+	}
+	path := writeConfigFile(t, "peer-lease: 800ms\n")
+	af, _, _, err = loadAgentConfig([]string{"--dev", "--config", path}, nil, io.Discard)
+	if err != nil || af.Gossip.LeaseTimeout != 800*time.Millisecond {
+		t.Fatalf("peer-lease from the config file: %v, %v", af.Gossip.LeaseTimeout, err)
+	}
+	if err := af.check(); err != nil {
+		t.Fatalf("--peer-lease 800ms: %v", err)
+	}
+	if cfg, err := af.gossipConfig("gw1", zap.NewNop()); err != nil || cfg.Validate() != nil || cfg.AliveInterval >= 400*time.Millisecond {
+		t.Fatalf("--peer-lease 800ms: alive interval %v (%v)", cfg.AliveInterval, err)
+	}
+	for _, bad := range []string{"-1s", "0s"} {
+		af, _, _, err = loadAgentConfig([]string{"--dev", "--peer-lease", bad}, nil, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := af.check(); err == nil || !strings.Contains(err.Error(), "--peer-lease") {
+			t.Fatalf("--peer-lease %s: %v", bad, err)
+		}
+	}
+}
+
 // --print-config shows the effective configuration as YAML a config file
 // can hold, with the gossip key redacted and file paths shown.
 func TestPrintConfigRedactsSecrets(t *testing.T) {
@@ -416,5 +446,43 @@ func TestPlaintextGossipOnANetworkRefused(t *testing.T) {
 			!strings.Contains(err.Error(), "--keyring-file")):
 			t.Errorf("%q: the error does not name both ways out: %v", text, err)
 		}
+	}
+}
+
+// The webhook flags: --webhook-url repeats (and takes commas), in a config
+// file a YAML list; the events parse; URLs need a secret file, whose
+// secrets reach the node's configuration.
+func TestWebhookFlags(t *testing.T) {
+	af, err := parseAgent(t, []string{"--webhook-url", "http://a/h", "--webhook-url", "https://b/h,http://c/h",
+		"--webhook-events", "user.offline, user.online"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := af.Node.Webhook
+	if strings.Join(w.URLs, " ") != "http://a/h https://b/h http://c/h" || w.Events.String() != "user.online,user.offline" {
+		t.Fatalf("urls %v, events %v", w.URLs, w.Events)
+	}
+	path := writeConfigFile(t, "webhook-url: [http://a/h, http://b/h]\n")
+	if af, err = parseAgent(t, []string{"--config", path}, nil); err != nil || len(af.Node.Webhook.URLs) != 2 {
+		t.Fatalf("from the config file: %v, %v", af.Node.Webhook.URLs, err)
+	}
+	if _, err := parseAgent(t, []string{"--webhook-events", "user.deleted"}, nil); err == nil || !strings.Contains(err.Error(), "user.deleted") {
+		t.Fatalf("unknown event: %v", err)
+	}
+	af, err = parseAgent(t, []string{"--dev", "--webhook-url", "http://a/h"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := af.nodeConfig(zap.NewNop()); err == nil || !strings.Contains(err.Error(), "--webhook-secret-file") {
+		t.Fatalf("URLs without a secret: %v", err)
+	}
+	secrets := filepath.Join(t.TempDir(), "webhook-secret")
+	if err := os.WriteFile(secrets, []byte("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	af.WebhookSecretFile = secrets
+	cfg, err := af.nodeConfig(zap.NewNop())
+	if err != nil || len(cfg.Webhook.Secrets) != 1 || len(cfg.Webhook.Secrets[0]) != 24 {
+		t.Fatalf("secret file: %v", err)
 	}
 }

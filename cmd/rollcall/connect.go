@@ -24,7 +24,9 @@ import (
 
 const connectHelp = `commands:
   status available|away|busy      set this device's status
-  account none|away|dnd|busy      set the account override
+  account none|away|dnd|busy|invisible
+                                  set the account override (invisible: others
+                                  see you offline)
   account auth DEVICE             make DEVICE authoritative ("account auth -" clears)
   account text TEXT...            set the status text ("account text -" clears)
   account emoji EMOJI             set the status emoji ("account emoji -" clears)
@@ -387,7 +389,7 @@ func formatReply(reply any) string {
 				if m.Online {
 					return prefix + m.User + " left the group"
 				}
-				return prefix + m.User + " is offline"
+				return prefix + m.User + " is offline" + lastSeenSuffix(m.Presence)
 			}
 		}
 		return prefix + formatPresence(m.Presence) + fmt.Sprintf("  (v%d)", m.Version)
@@ -411,13 +413,21 @@ func formatReply(reply any) string {
 // @n1, desktop available @n2)".
 func formatPresence(p protocol.Presence) string {
 	if !p.Online {
-		return p.User + ": offline"
+		return p.User + ": offline" + lastSeenSuffix(p)
 	}
 	parts := make([]string, 0, len(p.Sessions))
 	for _, s := range p.Sessions {
 		parts = append(parts, fmt.Sprintf("%s %s @%s", s.Device, s.Status, s.Gateway))
 	}
 	return fmt.Sprintf("%s: %s (%s)", p.User, p.Status, strings.Join(parts, ", "))
+}
+
+// lastSeenSuffix is ", last seen TIME" for a presence with a last_seen.
+func lastSeenSuffix(p protocol.Presence) string {
+	if p.LastSeen == "" {
+		return ""
+	}
+	return ", last seen " + p.LastSeen
 }
 
 // parseCommand turns a command line into a request line. quit reports bye;
@@ -453,7 +463,7 @@ func parseCommand(line string) (req []byte, quit bool, err error) {
 		}
 		v = protocol.Request{Op: protocol.OpStatus, Status: args[0]}
 	case "account":
-		if err := need(1, "account none|away|dnd|busy  or  account auth DEVICE"); err != nil {
+		if err := need(1, "account none|away|dnd|busy|invisible  or  account auth DEVICE"); err != nil {
 			return nil, false, err
 		}
 		switch args[0] {

@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/rollcall/rollcall/node"
+	"github.com/rollcall/rollcall/protocol"
 )
 
 // checkLimitFlags checks the limit, buffer and window flags as bound onto
@@ -32,6 +33,18 @@ func checkLimitFlags(cfg node.Config) error {
 	}
 	if cfg.MaxSessionsPerUser == 0 {
 		bad("max-sessions-per-user", 0, "would refuse every hello; want a positive cap, or a negative one for no cap")
+	}
+	switch r := cfg.TrackRate; {
+	case math.IsNaN(r) || math.IsInf(r, 0):
+		bad("track-rate", r, "want a number")
+	case r == 0:
+		bad("track-rate", r, "want a positive rate, or a negative one for no limit")
+	}
+	if cfg.TrackBurst < protocol.MaxTrackPerRequest {
+		bad("track-burst", cfg.TrackBurst, "must be at least %d, the sessions of one track", protocol.MaxTrackPerRequest)
+	}
+	if cfg.MaxTrackedPerConnection == 0 {
+		bad("max-tracked-per-connection", 0, "would refuse every track; want a positive cap, or a negative one for no cap")
 	}
 	if cfg.MaxConnectionsPerIP == 0 {
 		bad("max-connections-per-ip", 0, "would refuse every connection; want a positive cap, or a negative one for no cap")

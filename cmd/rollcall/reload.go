@@ -301,7 +301,8 @@ func tlsReloader(srv *tlsconf.Server) reloadFunc {
 func limitKeys() []string {
 	return []string{"request-rate", "request-burst", "send-rate", "send-burst",
 		"meta-rate", "meta-burst", "max-connections", "max-connections-per-ip", "max-sessions-per-user",
-		"user-hello-rate", "user-hello-burst", "ip-hello-rate", "ip-hello-burst"}
+		"user-hello-rate", "user-hello-burst", "ip-hello-rate", "ip-hello-burst",
+		"track-rate", "track-burst", "max-tracked-per-connection"}
 }
 
 // limitsReloader applies the current configuration's rates and caps to the

@@ -266,6 +266,7 @@ func TestParseCommand(t *testing.T) {
 	for line, want := range map[string]string{
 		"status busy":          `{"op":"status","status":"busy"}`,
 		"account dnd":          `{"op":"account","override":"dnd"}`,
+		"account invisible":    `{"op":"account","override":"invisible"}`,
 		"account auth desktop": `{"op":"account","authoritative_device":"desktop"}`,
 		"account auth -":       `{"op":"account","authoritative_device":""}`,
 		"get bob carol":        `{"op":"get","users":["bob","carol"]}`,

@@ -85,7 +85,7 @@ func tokenFlagSet(stderr io.Writer) (*flag.FlagSet, tokenCmdFlags) {
 		read:       fs.String("read", "", "comma-separated users and groups the token may read: user:NAME, group:NAME or * (its own user always)"),
 		join:       fs.String("join", "", "comma-separated groups the token may join, or *"),
 		send:       fs.String("send", "", "comma-separated users and groups the token may send to: user:NAME, group:NAME or *"),
-		backend:    fs.Bool("backend", false, "a backend token: may read every user and group"),
+		backend:    fs.Bool("backend", false, "a backend token: may read every user and group, and use the HTTP API's backend routes (disconnect, send)"),
 		info:       fs.String("info", "", "a JSON object the token vouches for, shown as the info of its sessions (at most 1 KiB)"),
 	}
 }

@@ -7,7 +7,7 @@
 //                                 token: async () => fetchToken(), user: "alice", device: "laptop"});
 //   c.onstate = (state, info) => console.log(state, info);
 //   await c.connect();
-//   const sub = c.subscribe(["bob"], ev => console.log(ev.user, ev.status));
+//   const sub = c.subscribe(["bob"], ev => console.log(ev.user, ev.status, lastSeenOf(ev)));
 //   const team = c.subscribeGroup("team-7", ev => ...);   // ev.member says in or out
 //   await c.setStatus("away");
 //   sub.close(); c.close();
@@ -21,7 +21,8 @@
 // hints are TCP client addresses); hello carries the current status and
 // groups, then every subscription is sent again; an event whose version is
 // not newer than the last delivered for its subject is dropped; superseded
-// stops the client; token refresh at two thirds of its remaining lifetime.
+// stops the client, and so does kicked (state "kicked": the app's backend
+// ended the session); token refresh at two thirds of its remaining lifetime.
 //
 // Idle: after idleAfter (default 10 minutes) without input (keydown,
 // pointerdown, mousemove, touchstart, wheel, focus on the page), the page's
@@ -47,6 +48,18 @@ const realClock = {
   setTimeout: (fn, ms) => setTimeout(fn, ms),
   clearTimeout: t => clearTimeout(t),
 };
+
+/**
+ * lastSeenOf returns when a user's last session ended, as a Date, from a
+ * presence (an event, a get or group reply's entry): its last_seen, which
+ * a gateway sends while the user is offline; null while online or when
+ * the user was not seen within the gateways' retention.
+ */
+export function lastSeenOf(presence) {
+  if (!presence || !presence.last_seen) return null;
+  const d = new Date(presence.last_seen);
+  return isNaN(d.getTime()) ? null : d;
+}
 
 /** An error reply from the gateway, or a client-side failure (code "disconnected", "closed"). */
 export class RollcallError extends Error {
@@ -126,6 +139,7 @@ export class RollcallClient {
     this._hb = null;
     this._live = null; // the welcomed WebSocket
     this._closing = false;
+    this._ended = null; // "superseded" or "kicked": the session ended for good; stop, do not reconnect
     this.idleAfter = opts.idleAfter === undefined ? IDLE_AFTER_MS : opts.idleAfter;
     this._idleTarget = opts.idleTarget !== undefined ? opts.idleTarget
       : (globalThis.window && typeof globalThis.window.addEventListener === "function" ? globalThis.window : null);
@@ -334,8 +348,8 @@ export class RollcallClient {
           this._settle(m.id, null, new RollcallError(m.code, m.message, m));
           return;
         }
-        if (m.code === "superseded") {
-          this._superseded = true;
+        if (m.code === "superseded" || m.code === "kicked") {
+          this._ended = m.code;
         } else if (m.code === "shutting_down" && Array.isArray(m.gateways)) {
           this._hints = m.gateways.slice();
           this._shutdown = true;
@@ -383,8 +397,8 @@ export class RollcallClient {
     if (this._closing) return;
     const why = this._lastError || err;
     this._lastError = null;
-    if (this._superseded) {
-      this._stop("superseded", why);
+    if (this._ended) {
+      this._stop(this._ended, why);
       return;
     }
     if (this._first) {
@@ -480,8 +494,9 @@ export class RollcallClient {
   async groupCount(group) { return (await this.groupPage(group, {limit: 0})).online; }
   send(to, body) { return this.request({op: "send", to, body}); }
   /**
-   * account changes account settings: {override, authoritative_device,
-   * text, emoji, until}; absent ones are left as they are, "" clears.
+   * account changes account settings: {override (none, away, dnd, busy or
+   * invisible), authoritative_device, text, emoji, until}; absent ones are
+   * left as they are, "" clears.
    */
   account(settings) { return this.request({op: "account", ...settings}); }
 
@@ -493,6 +508,14 @@ export class RollcallClient {
     const u = until instanceof Date ? until.toISOString() : (until || "");
     return this.account({text, emoji, until: u});
   }
+
+  /**
+   * setInvisible sets the account override to invisible (true) or none
+   * (false, replacing any other override). While invisible, every reader but
+   * the user and backends sees the user offline; the user's own events and
+   * reads carry the truth with invisible: true. Messages still flow.
+   */
+  setInvisible(on) { return this.account({override: on ? "invisible" : "none"}); }
 
   /** setMeta sets this session's meta (an object; null clears); kept across reconnects. */
   setMeta(meta) {

@@ -225,6 +225,7 @@
         cell(timeOf(e.time)),
         cell(e.user, 'user'),
         cell(e.status, 'status-' + e.status),
+        cell([e.emoji, e.text].filter(Boolean).join(' '), 'text'),
         cell(count(e.sessions), 'num'),
         cell((e.gateways || []).join(', ')),
         cell(String(e.version), 'num'),
