@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -30,14 +31,17 @@ import (
 //	Digest     [[origin_node, origin_incarnation, watermark (, [after, through, ...])]...]
 //	           the fourth element, the held runs, only when there are any
 //	Sync       [[origin_node, origin_incarnation, watermark, gc_floor, full,
-//	            [Session...], [Account...] (, [LastSeen...])]...]
+//	            [Session...], [Account...] (, [LastSeen...] (, drop_after,
+//	            drop_through, [after, through, ...]))]...]
 //	           the eighth element only when the origin has last-seen
-//	           writes to send
+//	           writes to send or a drop range (then maybe empty); the last
+//	           three, a page's drop range and the runs it keeps
+//	           (OriginSync.Drop), only on a page of a paged snapshot
 //
 // A decoder that predates the LastSeen record refuses a delta batch or a
 // sync that holds one (an unknown delta kind, an origin of 8 elements);
 // see gossip's LastSeenReady for how the writes wait for every member to
-// know them.
+// know them. One that predates drop ranges refuses an origin of 11.
 
 // Decoder limits.
 const (
@@ -101,6 +105,59 @@ func DecodeDeltas(b []byte) ([]Delta, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// DigestSize returns len(AppendDigest(nil, d)) without encoding it.
+func DigestSize(d Digest) int {
+	n := arrSize(len(d))
+	for _, e := range d {
+		n += 1 + strSize(len(e.Origin.Node)) + uintSize(e.Origin.Incarnation) + uintSize(e.Watermark)
+		if len(e.Held) > 0 {
+			n += arrSize(2 * len(e.Held))
+			for _, sp := range e.Held {
+				n += uintSize(sp.After) + uintSize(sp.Through)
+			}
+		}
+	}
+	return n
+}
+
+// Encoded sizes of msgpack's headers and unsigned integers, as the
+// encoder writes them (the shortest form).
+func arrSize(n int) int {
+	switch {
+	case n < 16:
+		return 1
+	case n <= math.MaxUint16:
+		return 3
+	}
+	return 5
+}
+
+func strSize(n int) int {
+	switch {
+	case n < 32:
+		return 1 + n
+	case n < 256:
+		return 2 + n
+	case n <= math.MaxUint16:
+		return 3 + n
+	}
+	return 5 + n
+}
+
+func uintSize(v uint64) int {
+	switch {
+	case v <= math.MaxInt8:
+		return 1
+	case v <= math.MaxUint8:
+		return 2
+	case v <= math.MaxUint16:
+		return 3
+	case v <= math.MaxUint32:
+		return 5
+	}
+	return 9
 }
 
 // AppendDigest encodes a digest.
@@ -186,6 +243,9 @@ func AppendSync(buf []byte, s Sync) ([]byte, error) {
 		if len(os.LastSeen) > 0 {
 			fields = 8
 		}
+		if os.Drop != nil {
+			fields = 11
+		}
 		if err := encodeAll(enc, arr(fields), os.Origin.Node, os.Origin.Incarnation, os.Watermark, os.GCFloor, os.Full, arr(len(os.Sessions))); err != nil {
 			return nil, err
 		}
@@ -202,12 +262,22 @@ func AppendSync(buf []byte, s Sync) ([]byte, error) {
 				return nil, err
 			}
 		}
-		if fields == 8 {
+		if fields >= 8 {
 			if err := enc.EncodeArrayLen(len(os.LastSeen)); err != nil {
 				return nil, err
 			}
 			for j := range os.LastSeen {
 				if err := encodeLastSeen(enc, &os.LastSeen[j]); err != nil {
+					return nil, err
+				}
+			}
+		}
+		if d := os.Drop; d != nil {
+			if err := encodeAll(enc, d.After, d.Through, arr(2*len(d.Keep))); err != nil {
+				return nil, err
+			}
+			for _, sp := range d.Keep {
+				if err := encodeAll(enc, sp.After, sp.Through); err != nil {
 					return nil, err
 				}
 			}
@@ -226,9 +296,12 @@ func DecodeSync(b []byte) (Sync, error) {
 	out := make(Sync, 0, min(n, 256))
 	total := 0
 	for range n {
-		fields, err := arrayLen(dec, 7, 8)
+		fields, err := arrayLen(dec, 7, 11)
 		if err != nil {
 			return nil, err
+		}
+		if fields > 8 && fields != 11 {
+			return nil, fmt.Errorf("%w: sync entry of %d fields, want 7, 8 or 11", ErrDecode, fields)
 		}
 		var os OriginSync
 		if os.Origin.Node, err = str(dec); err != nil {
@@ -272,13 +345,21 @@ func DecodeSync(b []byte) (Sync, error) {
 			}
 			os.Accounts = append(os.Accounts, a)
 		}
-		if fields == 8 {
-			nl, err := arrayLen(dec, 1, MaxSyncRecords-total)
+		if fields >= 8 {
+			// With a drop range, the last seen writes come first, maybe
+			// none.
+			least := 1
+			if fields == 11 {
+				least = 0
+			}
+			nl, err := arrayLen(dec, least, MaxSyncRecords-total)
 			if err != nil {
 				return nil, err
 			}
 			total += nl
-			os.LastSeen = make([]LastSeen, 0, min(nl, 1024))
+			if nl > 0 {
+				os.LastSeen = make([]LastSeen, 0, min(nl, 1024))
+			}
 			for range nl {
 				ls, err := decodeLastSeen(dec)
 				if err != nil {
@@ -286,6 +367,20 @@ func DecodeSync(b []byte) (Sync, error) {
 				}
 				os.LastSeen = append(os.LastSeen, ls)
 			}
+		}
+		if fields == 11 {
+			d := &DropRange{}
+			if d.After, err = u64(dec); err != nil {
+				return nil, err
+			}
+			if d.Through, err = u64(dec); err != nil {
+				return nil, err
+			}
+			if d.Keep, err = decodeSpans(dec, d.After, 0, MaxSyncRecords-total); err != nil {
+				return nil, err
+			}
+			total += len(d.Keep)
+			os.Drop = d
 		}
 		out = append(out, os)
 	}
@@ -652,12 +747,19 @@ func expectEnd(dec *msgpack.Decoder) error {
 // decodeHeld reads held runs: sorted, disjoint, non-empty, above the
 // watermark, at most max of them.
 func decodeHeld(dec *msgpack.Decoder, watermark uint64, max int) ([]Span, error) {
-	n, err := arrayLen(dec, 2, 2*max)
+	return decodeSpans(dec, watermark, 1, max)
+}
+
+// decodeSpans reads from least to most runs, flattened to pairs: sorted,
+// disjoint, non-empty, above after.
+func decodeSpans(dec *msgpack.Decoder, after uint64, least, most int) ([]Span, error) {
+	watermark := after
+	n, err := arrayLen(dec, 2*least, 2*most)
 	if err != nil {
 		return nil, err
 	}
 	if n%2 != 0 {
-		return nil, fmt.Errorf("%w: held runs need pairs, got %d numbers", ErrDecode, n)
+		return nil, fmt.Errorf("%w: runs need pairs, got %d numbers", ErrDecode, n)
 	}
 	held := make([]Span, 0, min(n/2, 1024))
 	prev := watermark
@@ -670,7 +772,7 @@ func decodeHeld(dec *msgpack.Decoder, watermark uint64, max int) ([]Span, error)
 			return nil, err
 		}
 		if sp.After < prev || sp.Through <= sp.After {
-			return nil, fmt.Errorf("%w: held run (%d, %d] out of order or empty", ErrDecode, sp.After, sp.Through)
+			return nil, fmt.Errorf("%w: run (%d, %d] out of order or empty", ErrDecode, sp.After, sp.Through)
 		}
 		held = append(held, sp)
 		prev = sp.Through

@@ -304,11 +304,28 @@ type OriginSync struct {
 	// Full marks a complete snapshot of the origin's records up to
 	// Watermark, sent when the asker lagged below the sender's GC floor of
 	// any origin (see Replica.Diff): the receiver drops any record of the
-	// origin at or below Watermark that the snapshot lacks.
-	Full     bool
+	// origin at or below Watermark that the snapshot lacks, and merges
+	// every record sent, even those at or below its own watermark.
+	Full bool
+	// Drop, on a Full entry of a snapshot sent in pages (Replica.DiffPage),
+	// bounds what the entry drops to its range instead. nil on a whole
+	// snapshot.
+	Drop     *DropRange
 	Sessions []Session
 	Accounts []Account
 	LastSeen []LastSeen
+}
+
+// DropRange is the part of an origin's log a page of a paged snapshot
+// speaks for: the receiver drops its records of the origin with versions
+// in (After, Through] that are neither in Keep nor among the entry's
+// records. An empty range (After == Through) drops nothing: the entry's
+// records merge as a Full entry's do.
+type DropRange struct {
+	After, Through uint64
+	// Keep are runs of versions in the range that the sender holds,
+	// sorted and disjoint: its records, without their contents.
+	Keep []Span
 }
 
 // Len returns the number of records in the sync.
@@ -326,6 +343,9 @@ func (s Sync) Validate() error {
 		os := &s[i]
 		if err := checkNames("sync origin", os.Origin.Node); err != nil {
 			return err
+		}
+		if err := os.Drop.validate(os.Full); err != nil {
+			return fmt.Errorf("%w: sync for %s: %w", ErrInvalidDelta, os.Origin, err)
 		}
 		for j := range os.Sessions {
 			if os.Sessions[j].Origin != os.Origin {
@@ -351,6 +371,27 @@ func (s Sync) Validate() error {
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// validate checks the range of an entry, full or not; d may be nil.
+func (d *DropRange) validate(full bool) error {
+	if d == nil {
+		return nil
+	}
+	if !full {
+		return errors.New("a drop range on an entry that is not full")
+	}
+	if d.Through < d.After {
+		return fmt.Errorf("drop range (%d, %d] reversed", d.After, d.Through)
+	}
+	prev := d.After
+	for _, sp := range d.Keep {
+		if sp.After < prev || sp.Through <= sp.After || sp.Through > d.Through {
+			return fmt.Errorf("kept run (%d, %d] out of order, empty or outside (%d, %d]", sp.After, sp.Through, d.After, d.Through)
+		}
+		prev = sp.Through
 	}
 	return nil
 }

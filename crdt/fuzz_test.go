@@ -276,11 +276,24 @@ func seedSyncs() [][]byte {
 	for i := range full {
 		full[i].Full = true
 	}
+	// Pages of a paged snapshot: drop ranges with the runs they keep,
+	// and Full entries that drop nothing.
+	dropPass, fullPass := r.Diff(Digest{}), r.Diff(Digest{})
+	for i := range dropPass {
+		w := dropPass[i].Watermark
+		dropPass[i] = OriginSync{Origin: dropPass[i].Origin, Full: true, Drop: &DropRange{Through: w}}
+		if w > 1 {
+			dropPass[i].Drop.Keep = []Span{{After: 0, Through: 1}, {After: w - 1, Through: w}}
+		}
+		fullPass[i].Full, fullPass[i].Drop = true, &DropRange{}
+	}
 	out := [][]byte{
 		must(AppendSync(nil, r.Diff(nil))),
 		must(AppendSync(nil, full)),
 		must(AppendSync(nil, r.Diff(Digest{{Origin: Origin{Node: "b", Incarnation: 1}, Watermark: 2}}))),
 		must(AppendSync(nil, nil)),
+		must(AppendSync(nil, dropPass)),
+		must(AppendSync(nil, fullPass)),
 	}
 	return append(out, garbage(out[0])...)
 }

@@ -1,5 +1,7 @@
 package crdt
 
+import "fmt"
+
 // PageCursor is where a paged diff (DiffPage) resumes: origins before
 // Origin are done, and of Origin every record at or below After was sent.
 // The zero cursor starts a transfer.
@@ -7,6 +9,38 @@ type PageCursor struct {
 	Origin  Origin
 	After   uint64
 	Started bool
+	// Pass is the pass of the answer the cursor is in: a paged snapshot
+	// for a lagging peer takes two.
+	Pass PagePass
+}
+
+// PagePass is which pass of a paged answer a page belongs to.
+type PagePass uint8
+
+const (
+	// PassDiff pages carry what the peer lacks (Diff's answer).
+	PassDiff PagePass = iota
+	// PassDrop is the first pass of a snapshot for a peer lagging below
+	// a GC floor: for each origin, the versions the sender holds, so the
+	// peer drops what the snapshot lacks before anything merges.
+	PassDrop
+	// PassFull is its second pass: every record, merged whatever the
+	// peer's watermark.
+	PassFull
+	// MaxPagePass is the highest pass.
+	MaxPagePass = PassFull
+)
+
+func (p PagePass) String() string {
+	switch p {
+	case PassDiff:
+		return "diff"
+	case PassDrop:
+		return "drop"
+	case PassFull:
+		return "full"
+	}
+	return fmt.Sprintf("pass(%d)", uint8(p))
 }
 
 // originDone is After for an origin walked to its end.
@@ -28,19 +62,66 @@ const originDone = ^uint64(0)
 // after the cursor, and otherwise reach the peer as any write does (deltas,
 // the next anti-entropy round).
 //
-// A peer that holds nothing (a joiner) is paged like any other. When a
-// peer that holds records lags below a GC floor (Diff's full snapshot), the
-// answer is not paged: a full snapshot drops what it lacks, and a record of one page
-// may have been refused because of one a later page drops
-// (testdata/crdt/full_sync_order.txt), so the whole snapshot goes as one page.
+// A peer that holds nothing (a joiner) is paged like any other. A peer
+// that holds records and lags below a GC floor is owed Diff's full
+// snapshot, which drops what it lacks; whether it is is decided at the
+// first page (a transfer under way keeps its pass). A snapshot that fits
+// in one page goes as it is. A larger one goes in two passes
+// (testdata/crdt/full_sync_paged.txt). The first (PassDrop) sends, per
+// origin, the runs of versions the sender holds (DropRange), from which
+// the peer drops what the snapshot lacks; no record merges and no
+// watermark moves. The second (PassFull) sends every record, as Full
+// entries that drop nothing, merged whatever the peer's watermark. Drops
+// come first because a record of one origin may have been refused because
+// of a record of another that the snapshot drops
+// (testdata/crdt/full_sync_order.txt): merged before that drop, it would be
+// refused again, and its watermark claimed without it. A snapshot cut
+// anywhere leaves the peer lagging until the second pass has covered every
+// origin, so the next anti-entropy round starts it again.
 func (r *Replica) DiffPage(peer Digest, cur PageCursor, maxRecords, maxBytes int) (page Sync, next PageCursor, done bool) {
 	peerW, peerHeld := peerMaps(peer)
-	if r.lagging(peerW, peerHeld) {
-		return r.Diff(peer), PageCursor{}, true
+	b := pageBudget{maxRecords: maxRecords, maxBytes: maxBytes}
+	switch cur.Pass {
+	case PassDrop:
+		page, next := r.dropPage(cur, b)
+		return page, next, false
+	case PassFull:
+		return r.diffPage(peerW, peerHeld, true, cur, b)
 	}
-	records, bytes := 0, 0
-	full := func() bool {
-		return (maxRecords > 0 && records >= maxRecords) || (maxBytes > 0 && bytes >= maxBytes)
+	if !cur.Started && r.lagging(peerW, peerHeld) {
+		whole, _, done := r.diffPage(peerW, peerHeld, true, PageCursor{}, b)
+		if done {
+			return whole, PageCursor{}, true
+		}
+		page, next := r.dropPage(PageCursor{Pass: PassDrop, Started: true}, b)
+		return page, next, false
+	}
+	return r.diffPage(peerW, peerHeld, false, cur, b)
+}
+
+// pageBudget is what one page may hold; zero bounds are off.
+type pageBudget struct {
+	maxRecords, maxBytes int
+	records, bytes       int
+}
+
+func (b *pageBudget) full() bool {
+	return (b.maxRecords > 0 && b.records >= b.maxRecords) || (b.maxBytes > 0 && b.bytes >= b.maxBytes)
+}
+
+// Sizes of a drop page's parts, for page budgets: an entry's fixed fields
+// beside its origin's name, and one kept run.
+const (
+	dropEntryBytes = 32
+	dropRunBytes   = 18
+)
+
+// diffPage is a page of records from cur on: what the peer lacks, or with
+// lagging (a full snapshot's second pass, cur.Pass PassFull; or, from the
+// zero cursor, the whole snapshot if it fits) every record as a Full entry.
+func (r *Replica) diffPage(peerW map[Origin]uint64, peerHeld map[Origin][]Span, lagging bool, cur PageCursor, b pageBudget) (page Sync, next PageCursor, done bool) {
+	at := func(o Origin, after uint64) PageCursor {
+		return PageCursor{Origin: o, After: after, Started: true, Pass: cur.Pass}
 	}
 	for _, st := range r.sortedOrigins() {
 		var after uint64
@@ -55,34 +136,91 @@ func (r *Replica) DiffPage(peer Digest, cur PageCursor, maxRecords, maxBytes int
 				after = cur.After
 			}
 		}
-		if full() {
+		if b.full() {
 			// The page is full and this origin is next: resume at it.
-			return page, PageCursor{Origin: st.origin, After: after, Started: true}, false
+			return page, at(st.origin, after), false
 		}
 		var last uint64
 		cut := false
-		os, ok := r.diffOrigin(st, peerW, peerHeld, false, after, func(it logItem) bool {
-			if full() {
+		os, ok := r.diffOrigin(st, peerW, peerHeld, lagging, after, func(it logItem) bool {
+			if b.full() {
 				cut = true
 				return false
 			}
-			records++
-			bytes += r.itemSize(it)
+			b.records++
+			b.bytes += r.itemSize(it)
 			last = it.version
 			return true
 		})
 		if !ok {
 			continue
 		}
+		if cur.Pass == PassFull {
+			os.Drop = &DropRange{} // the first pass dropped
+		}
 		if cut {
 			// Claim only what this page covers.
 			os.Watermark = min(os.Watermark, last)
 			os.GCFloor = min(os.GCFloor, os.Watermark)
-			return append(page, os), PageCursor{Origin: st.origin, After: last, Started: true}, false
+			return append(page, os), at(st.origin, last), false
 		}
 		page = append(page, os)
 	}
 	return page, PageCursor{}, true
+}
+
+// dropPage is a page of a full snapshot's first pass from cur on: for
+// each origin, a DropRange over its versions up to the watermark, with the
+// runs of them this replica holds, and the next page's cursor: within the
+// pass, or the start of the second.
+func (r *Replica) dropPage(cur PageCursor, b pageBudget) (page Sync, next PageCursor) {
+	at := func(o Origin, after uint64) PageCursor {
+		return PageCursor{Origin: o, After: after, Started: true, Pass: PassDrop}
+	}
+	for _, st := range r.sortedOrigins() {
+		var after uint64
+		if cur.Origin.Node != "" {
+			switch c := compareOrigins(st.origin, cur.Origin); {
+			case c < 0:
+				continue
+			case c == 0:
+				after = cur.After
+			}
+		}
+		if st.purged || st.watermark <= after {
+			// Nothing to speak for: a whole snapshot drops nothing of a
+			// purged origin (Diff sends it with watermark 0).
+			continue
+		}
+		if b.full() {
+			return page, at(st.origin, after)
+		}
+		d := &DropRange{After: after, Through: st.watermark}
+		b.bytes += dropEntryBytes + len(st.origin.Node)
+		cut := false
+		st.log.AscendRange(after+1, st.watermark, func(it logItem) bool {
+			v := it.version
+			if k := len(d.Keep); k > 0 && d.Keep[k-1].Through+1 == v {
+				d.Keep[k-1].Through = v
+				return true
+			}
+			if len(d.Keep) > 0 && b.full() {
+				// Speak for the gap up to this run only: the next page
+				// starts with it.
+				d.Through, cut = v-1, true
+				return false
+			}
+			d.Keep = append(d.Keep, Span{After: v - 1, Through: v})
+			b.records++
+			b.bytes += dropRunBytes
+			return true
+		})
+		page = append(page, OriginSync{Origin: st.origin, Full: true, Drop: d})
+		if cut {
+			return page, at(st.origin, d.Through)
+		}
+	}
+	return page, PageCursor{Started: true, Pass: PassFull}
 }
 
 // itemSize estimates a record's encoded size, for page budgets.

@@ -67,12 +67,12 @@ func (w *pagedWorld) write(now int64) {
 // it reports the pages applied and whether the transfer completed.
 func transfer(t *testing.T, sender, r *Replica, maxRecords, stopAfter int, between func()) (pages int, done bool) {
 	t.Helper()
-	peer := r.Digest()
 	var cur PageCursor
 	for {
-		page, next, last := sender.DiffPage(peer, cur, maxRecords, 0)
-		if maxRecords > 0 && !last && page.Len() > maxRecords {
-			t.Fatalf("page of %d records, bound %d", page.Len(), maxRecords)
+		// The receiver asks for each page with its digest as it is then.
+		page, next, last := sender.DiffPage(r.Digest(), cur, maxRecords, 0)
+		if n := pageSize(page); maxRecords > 0 && n > maxRecords {
+			t.Fatalf("page %d of %d records and kept runs, bound %d", pages+1, n, maxRecords)
 		}
 		if _, err := r.ApplySync(page, 1); err != nil {
 			t.Fatalf("page %d: %v", pages, err)
@@ -89,6 +89,18 @@ func transfer(t *testing.T, sender, r *Replica, maxRecords, stopAfter int, betwe
 		}
 		cur = next
 	}
+}
+
+// pageSize counts a page's records and the kept runs of its drop ranges:
+// what maxRecords bounds.
+func pageSize(page Sync) int {
+	n := page.Len()
+	for i := range page {
+		if d := page[i].Drop; d != nil {
+			n += len(d.Keep)
+		}
+	}
+	return n
 }
 
 func sameState(t *testing.T, what string, a, b *Replica) {
@@ -178,17 +190,12 @@ func TestDiffPageKeepsWritesMadeDuringTheTransfer(t *testing.T) {
 // A joiner holds nothing, so even from a sender that has collected
 // tombstones (a GC floor above the joiner's watermark of 0) it gets its
 // answer in pages, not as one full snapshot, and ends level with the
-// sender. A peer that holds records and lags below the floor still gets
-// the full snapshot.
+// sender.
 func TestDiffPagePagesAJoinerPastTheGCFloor(t *testing.T) {
 	for seed := range uint64(10) {
 		w := newPagedWorld(t, seed)
 		for range 300 {
 			w.write(1)
-		}
-		stale := newTestReplica(t, "stale", 1, Config{})
-		if _, err := stale.ApplySync(w.sender.Diff(stale.Digest()), 1); err != nil {
-			t.Fatal(err)
 		}
 		for range 50 {
 			w.write(2)
@@ -205,10 +212,85 @@ func TestDiffPagePagesAJoinerPastTheGCFloor(t *testing.T) {
 			t.Fatalf("seed %d: %d page", seed, pages)
 		}
 		sameState(t, fmt.Sprintf("seed %d: joiner and sender", seed), joiner, w.sender)
+	}
+}
 
-		page, _, done := w.sender.DiffPage(stale.Digest(), PageCursor{}, 7, 0)
-		if !done || len(page) == 0 || !page[0].Full {
-			t.Fatalf("seed %d: a lagging peer holding records got a partial answer (done %v)", seed, done)
+// laggingWorld is a paged world whose sender has collected tombstones
+// below what lagging replicas, level with it before, hold: each of them
+// is owed a full snapshot.
+func laggingWorld(t *testing.T, seed uint64, lagging ...string) (*pagedWorld, []*Replica) {
+	w := newPagedWorld(t, seed)
+	for range 300 {
+		w.write(1)
+	}
+	var rs []*Replica
+	for _, name := range lagging {
+		r := newTestReplica(t, name, 1, Config{})
+		if _, err := r.ApplySync(w.sender.Diff(r.Digest()), 1); err != nil {
+			t.Fatal(err)
 		}
+		rs = append(rs, r)
+	}
+	for range 100 {
+		w.write(2)
+	}
+	if st := w.sender.GC(2 + int64(DefaultTombstoneHorizon)); st.Tombstones == 0 {
+		t.Fatalf("seed %d: no tombstone collected", seed)
+	}
+	if s := w.sender.Diff(rs[0].Digest()); len(s) == 0 || !s[0].Full {
+		t.Fatalf("seed %d: the replica left behind is not owed a full snapshot", seed)
+	}
+	return w, rs
+}
+
+// A peer that holds records and lags below the sender's GC floor is owed a
+// full snapshot: it gets it in pages within the bound, as it would a
+// difference, and ends holding what the whole snapshot in one message
+// would have left it holding.
+func TestDiffPagePagesALaggingPeer(t *testing.T) {
+	for seed := range uint64(20) {
+		w, rs := laggingWorld(t, seed, "paged", "whole")
+		paged, whole := rs[0], rs[1]
+		if _, err := whole.ApplySync(w.sender.Diff(whole.Digest()), 3); err != nil {
+			t.Fatal(err)
+		}
+		pages, done := transfer(t, w.sender, paged, 7, -1, nil)
+		if !done || pages < 2 {
+			t.Fatalf("seed %d: %d pages, done %v", seed, pages, done)
+		}
+		sameState(t, fmt.Sprintf("seed %d: paged and whole", seed), paged, whole)
+		if s := w.sender.Diff(paged.Digest()); s.Len() != 0 || len(s) > 0 && s[0].Full {
+			t.Fatalf("seed %d: still owed %d records (full %v) after the snapshot", seed, s.Len(), len(s) > 0 && s[0].Full)
+		}
+	}
+}
+
+// A paged snapshot cut after any page, in either pass, resumes from the
+// receiver's next digest and ends as the whole snapshot would.
+func TestDiffPageResumesALaggingPeer(t *testing.T) {
+	for seed := range uint64(20) {
+		w, rs := laggingWorld(t, seed, "cut", "whole")
+		cut, whole := rs[0], rs[1]
+		if _, err := whole.ApplySync(w.sender.Diff(whole.Digest()), 3); err != nil {
+			t.Fatal(err)
+		}
+		probe := newTestReplica(t, "probe", 1, Config{})
+		if _, err := probe.ApplySync(w.sender.Diff(probe.Digest()), 3); err != nil {
+			t.Fatal(err)
+		}
+		stop := 1 + int(seed)*3
+		if _, done := transfer(t, w.sender, cut, 5, stop, nil); done {
+			continue // the snapshot fit before the cut
+		}
+		if _, done := transfer(t, w.sender, cut, 5, -1, nil); !done {
+			t.Fatalf("seed %d: resumed snapshot not done", seed)
+		}
+		// Anti-entropy goes on until nothing is owed.
+		for range 3 {
+			if _, err := cut.ApplySync(w.sender.Diff(cut.Digest()), 3); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sameState(t, fmt.Sprintf("seed %d: resumed and whole", seed), cut, whole)
 	}
 }

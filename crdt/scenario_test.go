@@ -60,7 +60,11 @@ type scenario struct {
 //	                                        pending; again ones are sent again
 //	sync a b                                anti-entropy both ways (b's answer
 //	                                        to a's digest, then the reverse)
-//	pull a b                                a applies b's answer to a's digest
+//	pull a b [page=N]                       a applies b's answer to a's digest;
+//	                                        with page, b's answer in pages of
+//	                                        at most N records or kept runs
+//	                                        (DiffPage), a asking for each next
+//	                                        page with its digest as it is then
 //	converge a b c...                       pull between every pair until nothing
 //	                                        changes, then compare snapshots
 //	down b node=a | up b node=a             b's failure detector on node a
@@ -146,6 +150,16 @@ func (s *scenario) run(c *ddCmd) (string, error) {
 			return "", fmt.Errorf("no replica %q", pos[1])
 		}
 		var b strings.Builder
+		if v, ok := c.Arg("page"); ok && c.Name == "pull" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return "", fmt.Errorf("page=%q: want a positive count", v)
+			}
+			if err := s.pullPages(&b, pos[0], pos[1], n); err != nil {
+				return "", err
+			}
+			return b.String(), nil
+		}
 		if err := s.pull(&b, pos[0], pos[1]); err != nil {
 			return "", err
 		}
@@ -420,28 +434,11 @@ func (s *scenario) pull(b *strings.Builder, a, peer string) error {
 	if err != nil {
 		return err
 	}
-	swire, err := AppendSync(nil, rb.Diff(dg))
+	sy, err := throughCodec(rb.Diff(dg))
 	if err != nil {
 		return err
 	}
-	sy, err := DecodeSync(swire)
-	if err != nil {
-		return err
-	}
-	for _, os := range sy {
-		fmt.Fprintf(b, "%s <- %s: %s w=%d gc=%d", a, peer, os.Origin, os.Watermark, os.GCFloor)
-		if os.Full {
-			b.WriteString(" full")
-		}
-		b.WriteString(":")
-		for _, x := range os.Sessions {
-			fmt.Fprintf(b, " %s@%d", x.Key(), x.Version)
-		}
-		for _, x := range os.Accounts {
-			fmt.Fprintf(b, " account:%s@%d", x.User, x.Version)
-		}
-		b.WriteString("\n")
-	}
+	describeSync(b, a+" <- "+peer+": ", sy)
 	users, err := ra.ApplySync(sy, s.now)
 	if err != nil {
 		return err
@@ -452,6 +449,90 @@ func (s *scenario) pull(b *strings.Builder, a, peer string) error {
 		fmt.Fprintf(b, "%s <- %s: changed %s\n", a, peer, listOrNone(users))
 	}
 	return nil
+}
+
+// pullPages is pull with b's answer in pages of at most n records or
+// kept runs each, through the codec; a asks for each next page with its
+// digest as it is then.
+func (s *scenario) pullPages(b *strings.Builder, a, peer string, n int) error {
+	ra, rb := s.reps[a], s.reps[peer]
+	var cur PageCursor
+	var users []string
+	for k := 1; ; k++ {
+		if k > 1000 {
+			return fmt.Errorf("no last page after %d pages", k)
+		}
+		dwire, err := AppendDigest(nil, ra.Digest())
+		if err != nil {
+			return err
+		}
+		dg, err := DecodeDigest(dwire)
+		if err != nil {
+			return err
+		}
+		page, next, last := rb.DiffPage(dg, cur, n, 0)
+		sy, err := throughCodec(page)
+		if err != nil {
+			return err
+		}
+		size := 0
+		for i := range sy {
+			size += len(sy[i].Sessions) + len(sy[i].Accounts)
+			if sy[i].Drop != nil {
+				size += len(sy[i].Drop.Keep)
+			}
+		}
+		if size > max(n, 1) {
+			return fmt.Errorf("page %d holds %d records and kept runs, bound %d", k, size, n)
+		}
+		describeSync(b, fmt.Sprintf("%s <- %s page %d: ", a, peer, k), sy)
+		changed, err := ra.ApplySync(sy, s.now)
+		if err != nil {
+			return err
+		}
+		users = append(users, changed...)
+		if last {
+			break
+		}
+		cur = next
+	}
+	fmt.Fprintf(b, "%s <- %s: changed %s\n", a, peer, listOrNone(sortedUnique(users)))
+	return nil
+}
+
+// throughCodec encodes and decodes a sync, as a message carries it.
+func throughCodec(sy Sync) (Sync, error) {
+	wire, err := AppendSync(nil, sy)
+	if err != nil {
+		return nil, err
+	}
+	return DecodeSync(wire)
+}
+
+// describeSync writes a line per origin of sy, each after prefix.
+func describeSync(b *strings.Builder, prefix string, sy Sync) {
+	for _, os := range sy {
+		fmt.Fprintf(b, "%s%s w=%d gc=%d", prefix, os.Origin, os.Watermark, os.GCFloor)
+		if os.Full {
+			b.WriteString(" full")
+		}
+		if d := os.Drop; d != nil && d.After == d.Through {
+			b.WriteString(" drop=none")
+		} else if d != nil {
+			fmt.Fprintf(b, " drop=(%d,%d]", d.After, d.Through)
+			for _, sp := range d.Keep {
+				fmt.Fprintf(b, " keep=(%d,%d]", sp.After, sp.Through)
+			}
+		}
+		b.WriteString(":")
+		for _, x := range os.Sessions {
+			fmt.Fprintf(b, " %s@%d", x.Key(), x.Version)
+		}
+		for _, x := range os.Accounts {
+			fmt.Fprintf(b, " account:%s@%d", x.User, x.Version)
+		}
+		b.WriteString("\n")
+	}
 }
 
 func (s *scenario) converge(names []string) (string, error) {

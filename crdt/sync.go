@@ -220,14 +220,23 @@ func (r *Replica) applySyncAccount(a *Account, now int64) bool {
 }
 
 // dropMissing removes our records of a full snapshot's origin, at or below
-// its watermark, that the snapshot lacks: the sender collected or purged
-// them, or holds a record that replaced them (sent in the snapshot of its
-// own origin, and merged after this). Account records are never collected,
-// so an account the sender lacks is one it saw replaced; it goes too, or a
-// replica that was cut off past the horizon could keep for ever the only
-// copy of a retired incarnation's last write, which the others have given up
-// for lost (see GC).
+// its watermark (or, for a page of a paged snapshot, in its drop range),
+// that the snapshot lacks: the sender collected or purged them, or holds a
+// record that replaced them (sent in the snapshot of its own origin, and
+// merged after this). Account records are never collected, so an account
+// the sender lacks is one it saw replaced; it goes too, or a replica that
+// was cut off past the horizon could keep for ever the only copy of a
+// retired incarnation's last write, which the others have given up for
+// lost (see GC).
 func (r *Replica) dropMissing(st *originState, os *OriginSync) []string {
+	after, through := uint64(0), os.Watermark
+	var keep []Span
+	if d := os.Drop; d != nil {
+		after, through, keep = d.After, d.Through, d.Keep
+	}
+	if through <= after {
+		return nil
+	}
 	present := make(map[uint64]struct{}, len(os.Sessions)+len(os.Accounts)+len(os.LastSeen))
 	for j := range os.Sessions {
 		present[os.Sessions[j].Version] = struct{}{}
@@ -239,9 +248,12 @@ func (r *Replica) dropMissing(st *originState, os *OriginSync) []string {
 		present[os.LastSeen[j].Version] = struct{}{}
 	}
 	var victims []logItem
-	st.log.Ascend(func(it logItem) bool {
-		if it.version > os.Watermark {
-			return false
+	st.log.AscendRange(after+1, through, func(it logItem) bool {
+		for len(keep) > 0 && keep[0].Through < it.version {
+			keep = keep[1:]
+		}
+		if len(keep) > 0 && keep[0].After < it.version {
+			return true // kept: the sender holds it
 		}
 		if _, ok := present[it.version]; !ok {
 			victims = append(victims, it)

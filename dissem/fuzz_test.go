@@ -28,6 +28,12 @@ func FuzzDecodeMessage(f *testing.F) {
 	add(EncodeSyncPage(SyncPage{From: "n1", At: crdt.PageCursor{Origin: o, After: 3, Started: true}, Last: true}, nil))
 	add(EncodePullPage(DigestMsg{From: "n2", Digest: crdt.Digest{{Origin: o, Watermark: 4}},
 		Cursor: crdt.PageCursor{Origin: o, After: 3, Started: true}}))
+	// A paged snapshot's pages: its drop pass, and a pull for the start
+	// of its full pass.
+	add(EncodeSyncPage(SyncPage{From: "n1", Next: crdt.PageCursor{Origin: o, After: 3, Started: true, Pass: crdt.PassDrop}},
+		crdt.Sync{{Origin: o, Full: true, Drop: &crdt.DropRange{After: 0, Through: 3, Keep: []crdt.Span{{After: 1, Through: 3}}}}}))
+	add(EncodePullPage(DigestMsg{From: "n2", Digest: crdt.Digest{{Origin: o, Watermark: 1}},
+		Cursor: crdt.PageCursor{Started: true, Pass: crdt.PassFull}}))
 	add(EncodeRouteReq(RouteReq{ID: 1, FromNode: "n1", To: "bob", From: "alice", FromDevice: "web", Body: []byte(`"hi"`)}))
 	add(EncodeRouteAck(RouteAck{ID: 1, Delivered: 2}))
 	add(EncodeKeyOp(KeyOp{Op: "install", Key: make([]byte, 32), ID: 3, FromNode: "n1"}))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 
 	"github.com/vmihailenco/msgpack/v5"
 
@@ -29,7 +30,10 @@ import (
 //	             or the last page of a paged one
 //	TypeSyncPage  [from_node, last, at, next, crdt Sync]  a page of an answer
 //	             to a pull/digest; at and next are cursors [node, inc, after]:
-//	             where this page starts and where the next one does
+//	             where this page starts and where the next one does; the
+//	             top two bits of after are the pass of a paged snapshot
+//	             (crdt.PagePass: 0 a difference, 1 its drop pass, 2 its full
+//	             pass), node "" and after 0 the zero cursor (a first page)
 //	TypePullPage  [from_node, crdt Digest, cursor]      "send me the page of
 //	             your answer at cursor" (the next page of a paged answer)
 //	TypeRoute     [req_id, from_node, to, from, from_device, body]
@@ -190,8 +194,8 @@ func EncodeSyncPage(p SyncPage, s crdt.Sync) ([]byte, error) {
 	if p.Last {
 		last = 1
 	}
-	return encodeMsg(TypeSyncPage, p.From, last, p.At.Origin.Node, p.At.Origin.Incarnation, p.At.After,
-		p.Next.Origin.Node, p.Next.Origin.Incarnation, p.Next.After, raw)
+	return encodeMsg(TypeSyncPage, p.From, last, p.At.Origin.Node, p.At.Origin.Incarnation, cursorAfter(p.At),
+		p.Next.Origin.Node, p.Next.Origin.Incarnation, cursorAfter(p.Next), raw)
 }
 
 // EncodePullPage encodes a request for the page of an answer at m.Cursor.
@@ -200,7 +204,7 @@ func EncodePullPage(m DigestMsg) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return encodeMsg(TypePullPage, m.From, d, m.Cursor.Origin.Node, m.Cursor.Origin.Incarnation, m.Cursor.After)
+	return encodeMsg(TypePullPage, m.From, d, m.Cursor.Origin.Node, m.Cursor.Origin.Incarnation, cursorAfter(m.Cursor))
 }
 
 func EncodeDigest(t Type, m DigestMsg) ([]byte, error) {
@@ -220,6 +224,33 @@ func EncodeDigest(t Type, m DigestMsg) ([]byte, error) {
 		return nil, err
 	}
 	return buf.Bytes(), nil
+}
+
+// DigestSize returns len(EncodeDigest(t, m)) without encoding it: a
+// digest's encoding follows from its entries, and a driver that only
+// models the bytes (the simulator) need not build them.
+func DigestSize(m DigestMsg) int {
+	d := crdt.DigestSize(m.Digest)
+	n := len(header(0)) + 1 // the header, then an array of two
+	switch l := len(m.From); {
+	case l < 32:
+		n += 1 + l
+	case l < 256:
+		n += 2 + l
+	case l <= math.MaxUint16:
+		n += 3 + l
+	default:
+		n += 5 + l
+	}
+	switch {
+	case d < 256:
+		n += 2
+	case d <= math.MaxUint16:
+		n += 3
+	default:
+		n += 5
+	}
+	return n + d
 }
 
 func encodeMsg(t Type, fields ...any) ([]byte, error) {
@@ -386,14 +417,31 @@ func decodeDigestMsg(b []byte) (DigestMsg, error) {
 	return m, nil
 }
 
-// cursor reads a page cursor [node, inc, after]; an empty node is the zero
-// cursor (a transfer's start).
+// cursorPassShift places a cursor's pass in the top two bits of its
+// after on the wire: versions never come near 2^62.
+const cursorPassShift = 62
+
+// cursorAfter is a cursor's after on the wire, with its pass.
+func cursorAfter(c crdt.PageCursor) uint64 {
+	return c.After | uint64(c.Pass)<<cursorPassShift
+}
+
+// cursor reads a page cursor [node, inc, after]; an empty node with no
+// pass is the zero cursor (a transfer's start).
 func (fd *fieldDecoder) cursor() crdt.PageCursor {
 	c := crdt.PageCursor{Origin: crdt.Origin{Node: fd.str(crdt.MaxNameLen), Incarnation: fd.u64()}, After: fd.u64()}
-	if c.Origin.Node == "" {
+	pass := c.After >> cursorPassShift
+	c.After &^= 3 << cursorPassShift
+	switch {
+	case pass > uint64(crdt.MaxPagePass):
+		if fd.err == nil {
+			fd.err = fmt.Errorf("%w: page cursor of pass %d", ErrBadMessage, pass)
+		}
+		return crdt.PageCursor{}
+	case c.Origin.Node == "" && pass == 0:
 		return crdt.PageCursor{}
 	}
-	c.Started = true
+	c.Pass, c.Started = crdt.PagePass(pass), true
 	return c
 }
 

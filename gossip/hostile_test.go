@@ -224,6 +224,30 @@ func TestHostileSyncRefusesOnlyTheBadOrigin(t *testing.T) {
 	hc.stillServing(t, "bob")
 }
 
+// A page of a paged snapshot whose drop range reaches 2^64-1 would have n0
+// drop n1's records above any version n1 wrote: the origin is refused, the
+// others merge.
+func TestHostileSyncPageWithHugeDropRange(t *testing.T) {
+	hc := newHostileCluster(t)
+	good := crdt.Origin{Node: "carol-gw", Incarnation: 5}
+	bad, _ := hc.n1Origin()
+	sync := crdt.Sync{
+		{Origin: bad, Full: true, Drop: &crdt.DropRange{After: 0, Through: math.MaxUint64}},
+		{Origin: good, Watermark: 1, Sessions: []crdt.Session{{User: "carol", Device: "d", ID: "c", Epoch: 1, Seq: 1,
+			Gateway: good.Node, State: crdt.StateActive, Origin: good, Version: 1}}},
+	}
+	hc.sendMsg(dissem.EncodeSyncPage(dissem.SyncPage{From: "n1", Last: true}, sync))
+	waitFor(t, 10*time.Second, "carol's record merged on n0", func() bool {
+		var ok bool
+		hc.hosts[0].Do(func(r *crdt.Replica) { _, ok = r.Session(crdt.Key{User: "carol", Device: "d"}) })
+		return ok
+	})
+	if n := hc.refused(refusedVersion); n == 0 {
+		t.Fatal("the drop range was not refused")
+	}
+	hc.stillServing(t, "bob")
+}
+
 // Sessions under an origin no member has: they were shown online for ever,
 // with no lease. They must be shown expired within the lease, like a
 // silent member's, and purged by GC after the purge horizon.

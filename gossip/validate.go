@@ -207,6 +207,12 @@ func (b bounds) originSync(os *crdt.OriginSync) error {
 	if err := counter("GC floor", os.GCFloor); err != nil {
 		return err
 	}
+	if d := os.Drop; d != nil {
+		// Its kept runs lie within it (crdt's Validate).
+		if err := counter("drop range", d.Through); err != nil {
+			return err
+		}
+	}
 	for i := range os.Sessions {
 		if err := b.session(&os.Sessions[i]); err != nil {
 			return err

@@ -24,6 +24,7 @@ func (s *Sim) crash(id int32) {
 		return
 	}
 	n.up = false
+	s.dropSuspicions(n)
 	for _, cid := range slicesClone(s.online) {
 		if c := s.clients[cid]; c.owner == id {
 			s.setOffline(c, causeCrash)
@@ -69,7 +70,7 @@ func (s *Sim) restart(id int32) {
 			if v.state != stAlive {
 				v = peerView{state: stDead, inc: v.inc, life: v.life, changeAt: -1 << 62}
 			}
-			v.susp = nil
+			v.susp, v.accuser, v.confirmed = 0, 0, 0 // the seed's
 			s.setView(n, p, v)
 			if v.state == stAlive {
 				s.observeMember(n, p, v.life) // NotifyJoin

@@ -31,18 +31,28 @@ func (s mlState) String() string {
 // peerView is what one node believes of another. Views equal to the
 // default (alive, memberlist incarnation 1, life 1) are not stored, so a
 // healthy 10,000-node cluster holds no per-pair state.
+//
+// A view holds its suspicion by index, not by pointer: the views are then
+// free of pointers, and the garbage collector does not scan them.
+//
+// Of its suspicion, the view holds what most suspect messages need: a
+// suspicion spreads as copies of one message, from one accuser, so the
+// copies after the first find their accuser there, or the confirmations
+// complete, without a trip to the slab.
 type peerView struct {
-	state    mlState
-	inc      uint32
-	life     uint32
-	changeAt int64
-	susp     *suspicion
+	state     mlState
+	confirmed uint8 // the suspicion's confirmations (suspicion.n), up to 255
+	inc       uint32
+	life      uint32
+	susp      suspRef
+	accuser   int32 // the suspicion's first accuser
+	changeAt  int64
 }
 
 var defaultView = peerView{state: stAlive, inc: 1, life: 1, changeAt: math.MinInt64 / 2}
 
 func (v *peerView) isDefault() bool {
-	return v.state == stAlive && v.inc == 1 && v.life == 1 && v.susp == nil
+	return v.state == stAlive && v.inc == 1 && v.life == 1 && v.susp == 0
 }
 
 // suspicion is memberlist's suspicion timer with its confirmations. The
@@ -50,20 +60,113 @@ func (v *peerView) isDefault() bool {
 // can fire, the minimum timeout (confirmations never bring it sooner), and
 // then again at the deadline if that is later; a confirmation schedules
 // one only when it brings the deadline before the pending check. Most
-// suspicions are refuted within the minimum, so they leave one stale event
-// in the queue, not one at the maximum timeout (six times later) and
-// another per confirmation.
+// suspicions are refuted within the minimum: their first check is a timer
+// of the event queue's FIFO (every suspicion's is the same delay ahead),
+// dropped without being run once it is stale (Sim.staleTimer).
+//
+// Suspicions live in the Sim's slab (Sim.susps), reused once refuted or
+// replaced: under loss a run raises millions of them, a few thousand at a
+// time, and an allocation each was a tenth of what the run allocated.
 type suspicion struct {
 	id       uint64
-	k, n     int
-	min, max time.Duration
 	start    int64
-	deadline int64   // when the timer fires
-	checkAt  int64   // when its pending event is
-	conf     []int32 // the accusers: at most k+1, so a scan finds one
-	// confBuf holds conf while it fits (k+1 is 3 at the default
-	// suspicion multiplier): one allocation per suspicion, not two.
-	confBuf [4]int32
+	deadline int64 // when the timer fires
+	checkAt  int64 // when its pending event is
+	k, n     int32
+	// conf are the accusers: at most k+1, so a scan finds one. Those past
+	// the first len(conf) (k+1 is 3 at the default suspicion multiplier)
+	// are in Sim.suspMore.
+	nconf int32
+	conf  [4]int32
+}
+
+// suspRef is 1 + a suspicion's index in Sim.susps; 0 for none.
+type suspRef uint32
+
+// suspOf returns the suspicion r refers to; r is not 0. The pointer is
+// good until the next newSuspicion.
+func (s *Sim) suspOf(r suspRef) *suspicion { return &s.susps[r-1] }
+
+// newSuspicion returns a free slot of the slab, zeroed.
+func (s *Sim) newSuspicion() suspRef {
+	if k := len(s.suspFree); k > 0 {
+		r := s.suspFree[k-1]
+		s.suspFree = s.suspFree[:k-1]
+		*s.suspOf(r) = suspicion{}
+		return r
+	}
+	s.susps = append(s.susps, suspicion{})
+	return suspRef(len(s.susps))
+}
+
+// freeSuspicion returns r's slot to the slab; r may be 0. A free slot's
+// id is 0, which no suspicion has.
+func (s *Sim) freeSuspicion(r suspRef) {
+	if r == 0 {
+		return
+	}
+	sp := s.suspOf(r)
+	if int(sp.nconf) > len(sp.conf) {
+		delete(s.suspMore, r)
+	}
+	sp.id = 0
+	s.suspFree = append(s.suspFree, r)
+}
+
+// dropSuspicions frees the suspicions of a node that crashed: they do
+// nothing more, and their timers are stale.
+func (s *Sim) dropSuspicions(n *node) {
+	for _, p := range n.view.sortedSlots() {
+		if v, _ := n.view.get(p); v.susp != 0 {
+			s.freeSuspicion(v.susp)
+			v.susp, v.accuser, v.confirmed = 0, 0, 0
+			n.view.set(p, v)
+		}
+	}
+}
+
+// accused reports whether from is among sp's accusers.
+func (s *Sim) accused(r suspRef, sp *suspicion, from int32) bool {
+	k := min(int(sp.nconf), len(sp.conf))
+	return slices.Contains(sp.conf[:k], from) || int(sp.nconf) > len(sp.conf) && slices.Contains(s.suspMore[r], from)
+}
+
+// addAccuser adds from to sp's accusers.
+func (s *Sim) addAccuser(r suspRef, sp *suspicion, from int32) {
+	if int(sp.nconf) < len(sp.conf) {
+		sp.conf[sp.nconf] = from
+	} else {
+		if s.suspMore == nil {
+			s.suspMore = make(map[suspRef][]int32)
+		}
+		s.suspMore[r] = append(s.suspMore[r], from)
+	}
+	sp.nconf++
+}
+
+// staleTimer reports whether a suspicion timer of the event queue's FIFO,
+// set for the suspicion in slot r, would do nothing when run: the
+// suspicion was refuted, replaced or checked since, or its node crashed
+// (its slot is then free, or holds another suspicion, or the check is
+// no longer due at the timer's time). A suspicion is in the slab exactly
+// while a view holds it, as a suspect's, since its start (see
+// suspicionDue); so this is suspicionDue, without looking up the node or
+// its view. A stale timer stays stale.
+func (s *Sim) staleTimer(t *timer) bool {
+	sp := s.suspOf(suspRef(t.c))
+	return sp.id != uint64(t.b) || sp.checkAt != t.at
+}
+
+// suspicionDue reports whether n's check of its suspicion of target,
+// numbered id, is due at time at: n suspects target still, with the
+// suspicion of that number, whose pending check is at that time.
+func (s *Sim) suspicionDue(n *node, target int32, id uint64, at int64) bool {
+	v := s.viewOf(n, target)
+	if v.susp == 0 {
+		return false
+	}
+	sp := s.suspOf(v.susp)
+	return sp.id == id && at == sp.checkAt && v.state == stSuspect && v.changeAt == sp.start
 }
 
 func (s *Sim) viewOf(n *node, p int32) peerView {
@@ -142,7 +245,7 @@ func (s *Sim) broadcastML(n *node, p part) {
 	case pDead:
 		p.size = s.sizes.dead
 	}
-	ref, msgLen := s.register(p)
+	ref, msgLen := s.registerML(p)
 	n.mlQueue.queue(ref, msgLen, p.node)
 	s.releaseDropped()
 }
@@ -168,7 +271,8 @@ func (s *Sim) aliveNode(n *node, a part) {
 		return
 	}
 	old := v
-	v.susp = nil
+	s.freeSuspicion(v.susp)
+	v.susp, v.accuser, v.confirmed = 0, 0, 0
 	s.broadcastML(n, part{kind: pAlive, node: a.node, inc: a.inc, life: a.life})
 	v.inc, v.life = a.inc, a.life
 	if v.state != stAlive {
@@ -196,8 +300,8 @@ func (s *Sim) suspectNode(n *node, p part) {
 	if p.inc < v.inc {
 		return
 	}
-	if v.susp != nil {
-		if s.confirm(n, p.node, v.susp, p.from) {
+	if v.susp != 0 {
+		if s.confirm(n, p.node, &v, p.from) {
 			s.broadcastML(n, part{kind: pSuspect, node: p.node, inc: p.inc, from: p.from})
 		}
 		return
@@ -210,45 +314,71 @@ func (s *Sim) suspectNode(n *node, p part) {
 	v.inc = p.inc
 	v.state = stSuspect
 	v.changeAt = s.now
-	k := s.cfg.SuspicionMult - 2
-	est := s.estNumNodes(n)
-	if est-2 < k {
-		k = 0
-	}
-	lo := dissem.SuspicionTimeout(s.cfg.SuspicionMult, est, s.cfg.ProbeInterval)
-	hi := time.Duration(s.cfg.SuspicionMaxTimeoutMult) * lo
-	n.suspSeq++
+	k := s.suspicionK()
+	lo, hi := s.suspicionTimeouts(n)
+	s.suspSeq++
 	timeout := hi
 	if k < 1 {
 		timeout = lo
 	}
-	sp := &suspicion{id: n.suspSeq, k: k, min: lo, max: hi, start: s.now,
+	r := s.newSuspicion()
+	sp := s.suspOf(r)
+	*sp = suspicion{id: s.suspSeq, k: int32(k), start: s.now,
 		deadline: s.now + int64(timeout), checkAt: s.now + int64(lo)}
-	sp.confBuf[0] = p.from
-	sp.conf = sp.confBuf[:1]
-	v.susp = sp
+	s.addAccuser(r, sp, p.from)
+	v.susp, v.accuser, v.confirmed = r, p.from, 0
 	s.setView(n, p.node, v)
-	s.after(n, lo, evSuspicion, p.node, sp.id)
+	// Every suspicion's first check is lo ahead: a timer of the FIFO.
+	s.q.pushTimer(event{at: s.now + int64(lo), kind: evSuspicion, node: n.id, life: n.life, a: p.node, b: sp.id}, uint32(r))
 }
 
 // confirm is memberlist's suspicion.Confirm: a new accuser shortens the
 // timeout towards min, logarithmically in the number of confirmations.
-func (s *Sim) confirm(n *node, target int32, sp *suspicion, from int32) bool {
+//
+// v is n's view of target, holding the suspicion; confirm stores it back
+// when it changes.
+func (s *Sim) confirm(n *node, target int32, v *peerView, from int32) bool {
+	if k := s.suspicionK(); int(v.confirmed) >= k && v.confirmed < math.MaxUint8 || from == v.accuser {
+		return false // what the slab would say
+	}
+	r := v.susp
+	sp := s.suspOf(r)
 	if sp.n >= sp.k {
 		return false
 	}
-	if slices.Contains(sp.conf, from) {
+	if s.accused(r, sp, from) {
 		return false
 	}
-	sp.conf = append(sp.conf, from)
+	s.addAccuser(r, sp, from)
 	sp.n++
-	remaining := remainingSuspicionTime(sp.n, sp.k, time.Duration(s.now-sp.start), sp.min, sp.max)
+	v.confirmed = uint8(min(sp.n, math.MaxUint8))
+	n.view.set(target, *v)
+	lo, hi := s.suspicionTimeouts(n)
+	remaining := remainingSuspicionTime(int(sp.n), int(sp.k), time.Duration(s.now-sp.start), lo, hi)
 	sp.deadline = s.now + int64(max(remaining, 0))
 	if sp.deadline < sp.checkAt {
 		sp.checkAt = sp.deadline
 		s.after(n, time.Duration(sp.deadline-s.now), evSuspicion, target, sp.id)
 	}
 	return true
+}
+
+// suspicionK is the number of confirmations that bring a suspicion's
+// timeout down to the minimum: memberlist's SuspicionMult-2, or 0 in a
+// cluster too small for that many.
+func (s *Sim) suspicionK() int {
+	k := s.cfg.SuspicionMult - 2
+	if s.estNumNodes(nil)-2 < k {
+		k = 0
+	}
+	return k
+}
+
+// suspicionTimeouts returns the minimum and maximum suspicion timeouts
+// at n, which follow from the estimated cluster size.
+func (s *Sim) suspicionTimeouts(n *node) (lo, hi time.Duration) {
+	lo = dissem.SuspicionTimeout(s.cfg.SuspicionMult, s.estNumNodes(n), s.cfg.ProbeInterval)
+	return lo, time.Duration(s.cfg.SuspicionMaxTimeoutMult) * lo
 }
 
 // remainingSuspicionTime is memberlist's formula.
@@ -265,11 +395,11 @@ func remainingSuspicionTime(n, k int, elapsed, lo, hi time.Duration) time.Durati
 // suspicionFired declares target dead if n still suspects it and the
 // timer's deadline has come, or else checks again at the deadline.
 func (s *Sim) suspicionFired(n *node, target int32, id uint64) {
-	v := s.viewOf(n, target)
-	sp := v.susp
-	if sp == nil || sp.id != id || s.now != sp.checkAt || v.state != stSuspect || v.changeAt != sp.start {
+	if !s.suspicionDue(n, target, id, s.now) {
 		return
 	}
+	v := s.viewOf(n, target)
+	sp := s.suspOf(v.susp)
 	if s.now < sp.deadline {
 		sp.checkAt = sp.deadline
 		s.after(n, time.Duration(sp.deadline-s.now), evSuspicion, target, sp.id)
@@ -291,7 +421,8 @@ func (s *Sim) deadNode(n *node, d part) {
 	if d.inc < v.inc {
 		return
 	}
-	v.susp = nil
+	s.freeSuspicion(v.susp)
+	v.susp, v.accuser, v.confirmed = 0, 0, 0
 	if v.state >= stDead {
 		s.setView(n, d.node, v)
 		return
@@ -314,7 +445,7 @@ func (s *Sim) getBroadcasts(n *node, overhead, limit int, out []part) []part {
 	used := 0
 	s.refBuf = n.mlQueue.getBroadcasts(overhead, limit, s.estNumNodes(n), s.refBuf[:0], &s.qscratch)
 	for _, ref := range s.refBuf {
-		p := s.registry[ref]
+		p := s.partOf(ref)
 		out = append(out, p)
 		used += regLen(p.size) + overhead
 	}

@@ -122,12 +122,63 @@ func (s *Sim) register(p part) (ref uint32, msgLen int) {
 	return ref, regLen(p.size)
 }
 
+// mlRef marks a queue's ref to a memberlist message, in Sim.mlReg.
+const mlRef = 1 << 31
+
+// mlPart is a queued memberlist alive, suspect or dead message.
+type mlPart struct {
+	kind      partKind
+	node      int32
+	from      int32
+	inc, life uint32
+}
+
+// registerML records a memberlist broadcast (its size set) as register
+// does.
+func (s *Sim) registerML(p part) (ref uint32, msgLen int) {
+	m := mlPart{kind: p.kind, node: p.node, from: p.from, inc: p.inc, life: p.life}
+	if k := len(s.mlFree); k > 0 {
+		ref = s.mlFree[k-1]
+		s.mlFree = s.mlFree[:k-1]
+		s.mlReg[ref] = m
+	} else {
+		ref = uint32(len(s.mlReg))
+		s.mlReg = append(s.mlReg, m)
+	}
+	if ref >= mlRef {
+		panic("sim: too many memberlist messages queued")
+	}
+	return ref | mlRef, regLen(p.size)
+}
+
+// partOf returns the message a queue's ref stands for.
+func (s *Sim) partOf(ref uint32) part {
+	if ref&mlRef == 0 {
+		return s.registry[ref]
+	}
+	m := &s.mlReg[ref&^mlRef]
+	p := part{kind: m.kind, node: m.node, from: m.from, inc: m.inc, life: m.life}
+	switch m.kind {
+	case pAlive:
+		p.size = s.sizes.alive
+	case pSuspect:
+		p.size = s.sizes.suspect
+	case pDead:
+		p.size = s.sizes.dead
+	}
+	return p
+}
+
 // releaseDropped frees the registry entries of the items the queues
 // dropped: a memberlist message is in one queue, a Rollcall message in as
 // many as queued it (umsg.queued), and its entry is freed when the last
 // one drops it.
 func (s *Sim) releaseDropped() {
 	for _, ref := range s.qpool.dropped {
+		if ref&mlRef != 0 {
+			s.mlFree = append(s.mlFree, ref&^mlRef)
+			continue
+		}
 		p := &s.registry[ref]
 		if m := p.msg; m != nil {
 			if m.queued--; m.queued > 0 {

@@ -30,7 +30,14 @@ type Sim struct {
 	nodes    []*node
 	group    []int32 // partition group per node; nil when whole
 	registry []part
-	regFree  []uint32  // free registry entries
+	regFree  []uint32 // free registry entries
+	// mlReg holds memberlist's queued messages (refs with mlRef set),
+	// mlFree its free entries: apart from Rollcall's, so that dropping one
+	// from a queue, millions of times in a run under loss, is an append
+	// to mlFree rather than a read of a cold registry entry to find its
+	// message's pointer (it has none).
+	mlReg    []mlPart
+	mlFree   []uint32
 	refBuf   []uint32  // getBroadcasts scratch
 	qscratch qscratch  // getBroadcasts scratch
 	qpool    qpool     // the nodes' queues' spare bucket buffers
@@ -67,6 +74,13 @@ type Sim struct {
 	ages         [ageBinCount]uint64
 	targetsTotal int
 	events       uint64
+	// susps is the slab of suspicions (peerView.susp), suspFree its free
+	// slots, suspMore the accusers of suspicions with more than fit in one.
+	// suspSeq numbers suspicions, across nodes.
+	susps    []suspicion
+	suspFree []suspRef
+	suspMore map[suspRef][]int32
+	suspSeq  uint64
 }
 
 // counters are cluster-wide traffic totals.
@@ -103,6 +117,7 @@ func New(cfg Config) (*Sim, error) {
 		origins:  dissem.NewOriginTable(),
 		trees:    dissem.NewTreeTable(),
 	}
+	s.q.stale = s.staleTimer
 	for _, c := range cfg.Crashes {
 		s.restarts = s.restarts || c.Restart > 0
 	}
@@ -331,7 +346,6 @@ type node struct {
 	probeB   uint64
 	probe    *probeState
 	helping  map[uint32]*helpState
-	suspSeq  uint64
 }
 
 func (s *Sim) newNode(id int32, life, mlInc uint32) (*node, error) {
