@@ -1,9 +1,7 @@
 package node_test
 
 import (
-	"context"
 	"testing"
-	"time"
 
 	"github.com/rollcall/rollcall/client"
 )
@@ -15,35 +13,7 @@ func TestJSClientInvisible(t *testing.T) {
 	if testing.Short() {
 		t.Skip("SKIP: -short: the JavaScript client test starts Node.js and a gossip cluster")
 	}
-	nodeExe, module := jsModule(t)
-	gs := startJSCluster(t, 2)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	bob, err := client.Dial(ctx, client.Config{Addrs: []string{gs[1].GW.ClientAddr().String()}, User: "bob", Device: "d"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = bob.Close() })
-	sub, err := bob.Subscribe(ctx, "alice")
-	if err != nil {
-		t.Fatal(err)
-	}
-	await := func(what string, ok func(client.Event) bool) {
-		t.Helper()
-		for {
-			select {
-			case e := <-sub.Events():
-				if ok(e) {
-					return
-				}
-			case <-ctx.Done():
-				t.Fatalf("no event with %s", what)
-			}
-		}
-	}
-	a := startJSTab(t, nodeExe, module, "alice", "team", gs[0].WS())
-	a.waitLine("connected to g0", map[string]any{"state": "connected", "gateway": "g0"})
-	await("alice online", func(e client.Event) bool { return e.Online })
+	a, await := jsAliceWatchedByBob(t)
 
 	a.send("invisible on") // its ok and her event come in either order: an error line fails waitLine
 	a.waitLine("her own view", map[string]any{"user": "alice", "status": "available", "invisible": true})

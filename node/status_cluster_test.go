@@ -101,10 +101,27 @@ func TestJSClientStatusTextAndMeta(t *testing.T) {
 	if testing.Short() {
 		t.Skip("SKIP: -short: the JavaScript client test starts Node.js and a gossip cluster")
 	}
+	a, await := jsAliceWatchedByBob(t)
+
+	a.send("text on a call")
+	a.waitLine("the text ok", map[string]any{"ok": "text"})
+	await("alice's text", func(e client.Event) bool { return e.Text == "on a call" && e.Until != "" })
+	a.send(`meta {"tab": "inbox"}`)
+	a.waitLine("the meta ok", map[string]any{"ok": "meta"})
+	await("alice's meta", func(e client.Event) bool {
+		return len(e.Sessions) == 1 && string(e.Sessions[0].Meta) == `{"tab":"inbox"}`
+	})
+}
+
+// jsAliceWatchedByBob starts two gateways, bob on g1 subscribed to alice
+// (a Go client), and alice in a JavaScript tab on g0, once bob has seen her
+// online. await reads bob's events until one about alice passes ok.
+func jsAliceWatchedByBob(t *testing.T) (a *jsTab, await func(what string, ok func(client.Event) bool)) {
+	t.Helper()
 	nodeExe, module := jsModule(t)
 	gs := startJSCluster(t, 2)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
 	bob, err := client.Dial(ctx, client.Config{Addrs: []string{gs[1].GW.ClientAddr().String()}, User: "bob", Device: "d"})
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +131,7 @@ func TestJSClientStatusTextAndMeta(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	await := func(what string, ok func(client.Event) bool) {
+	await = func(what string, ok func(client.Event) bool) {
 		t.Helper()
 		for {
 			select {
@@ -127,16 +144,8 @@ func TestJSClientStatusTextAndMeta(t *testing.T) {
 			}
 		}
 	}
-	a := startJSTab(t, nodeExe, module, "alice", "team", gs[0].WS())
+	a = startJSTab(t, nodeExe, module, "alice", "team", gs[0].WS())
 	a.waitLine("connected to g0", map[string]any{"state": "connected", "gateway": "g0"})
 	await("alice online", func(e client.Event) bool { return e.Online })
-
-	a.send("text on a call")
-	a.waitLine("the text ok", map[string]any{"ok": "text"})
-	await("alice's text", func(e client.Event) bool { return e.Text == "on a call" && e.Until != "" })
-	a.send(`meta {"tab": "inbox"}`)
-	a.waitLine("the meta ok", map[string]any{"ok": "meta"})
-	await("alice's meta", func(e client.Event) bool {
-		return len(e.Sessions) == 1 && string(e.Sessions[0].Meta) == `{"tab":"inbox"}`
-	})
+	return a, await
 }
