@@ -60,7 +60,11 @@ const originDone = ^uint64(0)
 // asks for the remainder. The caller holds no state between pages but the
 // cursor; writes made between pages are sent by later pages when they fall
 // after the cursor, and otherwise reach the peer as any write does (deltas,
-// the next anti-entropy round).
+// the next anti-entropy round). A sender that is not the origin may also
+// come to hold, between pages, records below the cursor that it lacked
+// when a page passed there (a gap of its own, filled since): a page that
+// resumes an origin claims nothing above the peer's watermark unless that
+// reaches the cursor, so the peer's next digest asks for what it lacks.
 //
 // A peer that holds nothing (a joiner) is paged like any other. A peer
 // that holds records and lags below a GC floor is owed Diff's full
