@@ -259,6 +259,66 @@ func TestInvisibleSend(t *testing.T) {
 	}
 }
 
+// A sender whose send grant names a group only may message the group's
+// online members; to it an invisible member is offline in this too. Its
+// send to her gets the very reply a send to her offline gets (forbidden)
+// and reaches none of her sessions; a sender whose grant names her still
+// reaches her, told delivered 0; she may send to herself.
+func TestInvisibleSendGroupGrant(t *testing.T) {
+	n, clock := newAuthNode(t, nil)
+	s := secretSigner(t)
+	tok := func(user string, g *auth.GrantsClaim) map[string]any {
+		return map[string]any{"token": mint(t, s, auth.TokenSpec{User: user, Grants: g}, clock.Now())}
+	}
+	aliceTok := tok("alice", &auth.GrantsClaim{Join: []string{"eng"}, Send: []string{"group:eng"}})
+	alice, _ := connect(t, n, "alice", "laptop", aliceTok, map[string]any{"groups": []string{"eng"}})
+	sam, _ := connect(t, n, "sam", "d", tok("sam", &auth.GrantsClaim{Send: []string{"group:eng"}}))
+	ned, _ := connect(t, n, "ned", "d", tok("ned", &auth.GrantsClaim{Send: []string{"user:alice"}}))
+	send := func(c *client, body string) frame {
+		t.Helper()
+		return c.call(map[string]any{"op": "send", "to": "alice", "body": body})
+	}
+	if f := send(sam, "visible"); f.str("op") != protocol.OpOK || f.num("delivered") != 1 {
+		t.Fatalf("sam's send while she is visible: %v", f)
+	}
+	if m := alice.expect(protocol.OpMessage); m.str("from") != "sam" {
+		t.Fatalf("alice got %v", m)
+	}
+
+	setOverride(alice, "invisible")
+	hidden := send(sam, "invisible")
+	if f := send(ned, "from ned"); f.str("op") != protocol.OpOK || f.num("delivered") != 0 {
+		t.Fatalf("ned's send: %v", f)
+	}
+	// Messages to her arrive in order: ned's is the first, sam's never
+	// came.
+	if m := alice.expect(protocol.OpMessage); m.str("from") != "ned" {
+		t.Fatalf("alice got %v, want ned's message", m)
+	}
+	if f := alice.call(map[string]any{"op": "send", "to": "alice", "body": "note"}); f.str("op") != protocol.OpOK || f.num("delivered") != 1 {
+		t.Fatalf("alice to herself: %v", f)
+	}
+
+	alice.ok(map[string]any{"op": "bye"})
+	offline := send(sam, "offline")
+	if hidden.str("code") != string(protocol.CodeForbidden) || jsonOf(hidden) != jsonOf(offline) {
+		t.Fatalf("sam's send to alice invisible: %v; offline: %v", hidden, offline)
+	}
+	// Back: the override is the account's, so she is invisible still, until
+	// she leaves it; then sam reaches her again.
+	alice, _ = connect(t, n, "alice", "laptop", aliceTok, map[string]any{"groups": []string{"eng"}})
+	if f := send(sam, "back, invisible"); jsonOf(f) != jsonOf(offline) {
+		t.Fatalf("sam's send after she is back, invisible: %v", f)
+	}
+	setOverride(alice, "none")
+	if f := send(sam, "back"); f.str("op") != protocol.OpOK || f.num("delivered") != 1 {
+		t.Fatalf("sam's send after she is back: %v", f)
+	}
+	if m := alice.expect(protocol.OpMessage); m.str("from") != "sam" {
+		t.Fatalf("alice got %v", m)
+	}
+}
+
 // With tokens: a backend token sees the truth, a read grant of everyone
 // ("*") does not.
 func TestInvisibleBackendSees(t *testing.T) {
