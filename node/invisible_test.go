@@ -631,3 +631,41 @@ func TestInvisibleSendAcrossGateways(t *testing.T) {
 		checkInvariants(t, n)
 	}
 }
+
+// Across three gateways, an invisible override with an until set on A
+// lapses on B and C by their own clocks, each with an event: their
+// subscribers see alice offline until it, and online at it.
+func TestInvisibleUntilLapsesAcrossGateways(t *testing.T) {
+	clocks := map[string]*fakeClock{}
+	_, ns := newMesh(t, func(c *Config) {
+		clock := newFakeClock()
+		clocks[c.Name] = clock
+		c.Clock = clock
+		c.Timeout = time.Hour
+	}, "A", "B", "C")
+	alice, _ := connect(t, ns[0], "alice", "laptop")
+	var watchers []*client
+	for _, n := range ns[1:] {
+		waitFor(t, "alice online on "+n.cfg.Name, func() bool { return presenceOf(n, "alice").Online })
+		w, _ := connect(t, n, "watcher", n.cfg.Name)
+		w.ok(map[string]any{"op": "sub", "users": []string{"alice"}})
+		expectVisible(t, w.expectEvent("alice"), "alice", "available")
+		watchers = append(watchers, w)
+	}
+	until := clocks["A"].Now().Add(time.Minute)
+	alice.ok(map[string]any{"op": "account", "override": "invisible", "until": until.Format(time.RFC3339Nano)})
+	for _, w := range watchers {
+		expectHidden(t, w.expectEvent("alice"), "alice")
+	}
+	for _, n := range ns[1:] {
+		clocks[n.cfg.Name].Advance(time.Minute - time.Millisecond)
+		waitSweeps(t, n)
+		if p := presenceOf(n, "alice"); !p.Invisible {
+			t.Fatalf("%s: lapsed early: %+v", n.cfg.Name, p)
+		}
+		clocks[n.cfg.Name].Advance(time.Millisecond) // exactly the until
+	}
+	for _, w := range watchers {
+		expectVisible(t, w.expectEvent("alice"), "alice", "available")
+	}
+}
