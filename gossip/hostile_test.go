@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -413,4 +414,40 @@ func TestHostileAccountStampInTheFuture(t *testing.T) {
 	hc.nodes[1].Publish([]crdt.Delta{d})
 	waitFor(t, 10*time.Second, "alice's own account setting shown on n0", func() bool { return override() == crdt.OverrideAway })
 	hc.stillServing(t, "bob")
+}
+
+// Status text, emoji and session meta over their limits, in n1's name:
+// each message is refused whole by n0's decoder (a gateway refuses them
+// from its clients with bad_request; a peer may not write them either),
+// and n0 shows none of it.
+func TestHostileOverLongStatusFields(t *testing.T) {
+	hc := newHostileCluster(t)
+	o, w := hc.n1Origin()
+	account := func(text, emoji string) crdt.Delta {
+		return crdt.Delta{Since: w + 999, Account: &crdt.Account{User: "alice", Override: crdt.OverrideDND, Text: text, Emoji: emoji,
+			Writer: "n1", Origin: o, Version: w + 1000, Stamp: crdt.Timestamp{Wall: time.Now().UnixNano()}}}
+	}
+	session := crdt.Delta{Since: w + 999, Session: &crdt.Session{User: "mallory", Device: "x", ID: "m", Epoch: 1, Seq: 1,
+		Gateway: "n1", State: crdt.StateActive, Origin: o, Version: w + 1000,
+		Meta: `{"k":"` + strings.Repeat("x", crdt.MaxMetaBytes) + `"}`}}
+	bad := hc.nodes[0].stats.BadMessages.Load()
+	for _, d := range []crdt.Delta{
+		account(strings.Repeat("é", crdt.MaxStatusTextChars+1), ""),
+		account("", strings.Repeat("🍔", crdt.MaxStatusEmojiBytes/4+1)),
+		session,
+	} {
+		hc.sendMsg(dissem.EncodeDeltas([]crdt.Delta{d}))
+	}
+	waitFor(t, 10*time.Second, "the three messages refused", func() bool {
+		return hc.nodes[0].stats.BadMessages.Load()-bad >= 3
+	})
+	hc.stillServing(t, "bob")
+	var a crdt.Account
+	hc.hosts[0].Do(func(r *crdt.Replica) { a, _ = r.Account("alice") })
+	if a.Text != "" || a.Emoji != "" || a.Override != crdt.OverrideNone {
+		t.Fatalf("n0 holds alice's account %+v", a)
+	}
+	if p := hc.hosts[0].presence("mallory"); p.Online {
+		t.Fatalf("n0 shows mallory %+v", p)
+	}
 }

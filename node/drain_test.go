@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"sync"
@@ -76,7 +77,16 @@ func (l *meshLink) Publish(ds []crdt.Delta) {
 	}
 }
 
-func (l *meshLink) Route(context.Context, string, Message) (int, error) { return 0, nil }
+// Route delivers msg to the sessions the gateway named owns.
+func (l *meshLink) Route(_ context.Context, gateway string, msg Message) (int, error) {
+	l.m.mu.Lock()
+	n := l.m.nodes[gateway]
+	l.m.mu.Unlock()
+	if n == nil {
+		return 0, fmt.Errorf("no gateway %s in the mesh", gateway)
+	}
+	return n.DeliverLocal(msg), nil
+}
 
 func (l *meshLink) OtherGateways() []string {
 	var out []string

@@ -32,6 +32,10 @@ type PresenceChange struct {
 	// Text and Emoji are the user's status text and emoji ("" for none).
 	Text  string `json:"text,omitempty"`
 	Emoji string `json:"emoji,omitempty"`
+	// LastSeen is, for a user who went offline, when the user's last
+	// session ended (RFC 3339, as a presence's last_seen), when this node
+	// knew it at the change; "" otherwise.
+	LastSeen string `json:"last_seen,omitempty"`
 	// Gateways are the gateways of the user's active sessions, sorted; for a
 	// user who went offline, the gateways of the sessions that ended.
 	Gateways []string `json:"gateways"`
@@ -87,8 +91,12 @@ func (n *Node) feedChangeLocked(p crdt.Presence) (PresenceChange, bool) {
 }
 
 func (n *Node) presenceChange(p crdt.Presence, gateways []string) PresenceChange {
-	return PresenceChange{User: p.User, Online: p.Online, Status: p.Status.String(), Sessions: len(p.Sessions),
+	ch := PresenceChange{User: p.User, Online: p.Online, Status: p.Status.String(), Sessions: len(p.Sessions),
 		Text: p.Text, Emoji: p.Emoji, Gateways: gateways, Local: slices.Contains(gateways, n.cfg.Name)}
+	if !p.Online && p.LastSeen != 0 {
+		ch.LastSeen = n.formatTime(time.Unix(0, p.LastSeen))
+	}
+	return ch
 }
 
 // feed is the ring of recent changes and the streams reading them. Its

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -221,10 +222,37 @@ func TestDisconnectGraceSendNotDelivered(t *testing.T) {
 	}
 }
 
-// Across three gateways: a client cut from A that reconnects to B within
-// the grace is never shown offline at a subscriber on C, and A never
-// writes its old session ended; one cut from A that does not come back is
-// offline at C once A's grace ends.
+// awaitUser reads w's events until one of user passes ok, failing on an
+// event that shows user offline, or any user in offline, meanwhile.
+func awaitUser(t *testing.T, w *client, user string, ok func(frame) bool, neverOffline ...string) frame {
+	t.Helper()
+	for {
+		e := nextEvent(w)
+		if e.str("user") == user && ok(e) {
+			return e
+		}
+		if e["online"] != true && slices.Contains(neverOffline, e.str("user")) {
+			t.Fatalf("a subscriber saw %s offline: %v", e.str("user"), e)
+		}
+	}
+}
+
+// onlineOn returns a check that an event shows its user online with one
+// session, on gateway gw; offline, one that shows it offline.
+func onlineOn(gw string) func(frame) bool {
+	return func(e frame) bool {
+		ss, _ := e["sessions"].([]any)
+		return e["online"] == true && len(ss) == 1 && ss[0].(map[string]any)["gateway"] == gw
+	}
+}
+
+func offline(e frame) bool { return e["online"] == false }
+
+// Across three gateways, with a subscriber on each: a client cut from A
+// that reconnects to B within the grace is never shown offline at any of
+// them, and A never writes its old session ended; one cut from A that does
+// not come back is online at each until the grace ends on A, and offline
+// at each once it has (A's clock at exactly the grace: the sweep after it).
 func TestDisconnectGraceAcrossGateways(t *testing.T) {
 	clocks := map[string]*fakeClock{}
 	m, ns := newMesh(t, func(c *Config) {
@@ -234,35 +262,51 @@ func TestDisconnectGraceAcrossGateways(t *testing.T) {
 		c.Timeout = time.Minute
 		c.DisconnectGrace = testGrace
 	}, "A", "B", "C")
-	a, b, c := ns[0], ns[1], ns[2]
-	w, _ := connect(t, c, "watcher", "w")
-	w.ok(map[string]any{"op": "sub", "users": []string{"alice", "bob"}})
-	expectPresence(t, w.expectEvent("alice"), "alice", "")
-	expectPresence(t, w.expectEvent("bob"), "bob", "")
+	a, b := ns[0], ns[1]
+	var watchers []*client
+	for _, n := range ns {
+		w, _ := connect(t, n, "watcher", n.cfg.Name)
+		w.ok(map[string]any{"op": "sub", "users": []string{"alice", "bob"}})
+		expectPresence(t, w.expectEvent("alice"), "alice", "")
+		expectPresence(t, w.expectEvent("bob"), "bob", "")
+		watchers = append(watchers, w)
+	}
 	alice, welcome := connect(t, a, "alice", "phone")
-	expectPresence(t, w.expectEvent("alice"), "alice", "A")
 	bob, _ := connect(t, a, "bob", "phone")
-	expectPresence(t, w.expectEvent("bob"), "bob", "A")
+	for _, w := range watchers {
+		awaitUser(t, w, "alice", onlineOn("A"))
+		awaitUser(t, w, "bob", onlineOn("A"))
+	}
 
 	alice.nc.Close()
 	bob.nc.Close()
 	waitFor(t, "both held on A", func() bool { return inGrace(a, "alice", "phone") && inGrace(a, "bob", "phone") })
 	connect(t, b, "alice", "phone", map[string]any{"last_epoch": welcome["epoch"]})
-	expectPresence(t, w.expectEvent("alice"), "alice", "B")
+	for _, w := range watchers {
+		awaitUser(t, w, "alice", onlineOn("B"), "alice", "bob")
+	}
 	waitFor(t, "A forgets alice's held session", func() bool { return !inGrace(a, "alice", "phone") })
 
-	clocks["A"].Advance(testGrace + time.Second)
-	expectPresence(t, w.expectEvent("bob"), "bob", "")
-	noOffline(t, w, "alice")
+	clocks["A"].Advance(testGrace - time.Millisecond)
+	waitSweeps(t, a)
+	for _, w := range watchers {
+		noOffline(t, w, "alice")
+		noOffline(t, w, "bob")
+	}
+	clocks["A"].Advance(time.Millisecond)
+	for _, w := range watchers {
+		awaitUser(t, w, "bob", offline, "alice")
+		noOffline(t, w, "alice")
+	}
 	for _, d := range m.published("A") {
 		if d.Session != nil && d.Session.User == "alice" && d.Session.State != crdt.StateActive {
 			t.Fatalf("A wrote alice's taken-over session %v", d.Session.State)
 		}
 	}
-	if p := presenceOf(c, "alice"); !p.Online {
-		t.Fatalf("C shows %+v", p)
-	}
 	for _, n := range ns {
+		if p := presenceOf(n, "alice"); !p.Online {
+			t.Fatalf("%s shows %+v", n.cfg.Name, p)
+		}
 		checkInvariants(t, n)
 	}
 }

@@ -24,7 +24,9 @@ import (
 //	                     false in a group's view), leaving it as coming
 //	                     online, and nothing in between
 //	send                 delivered counts no session of a recipient the
-//	                     sender does not see (the message is delivered)
+//	                     sender does not see (the message is delivered),
+//	                     and a send grant of groups only is checked against
+//	                     none of its groups: refused, as for an offline user
 //	status page feed     the public presence, whoever reads the page
 //
 // It is a visibility rule, not a secret from operators: the replica holds

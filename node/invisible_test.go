@@ -259,6 +259,66 @@ func TestInvisibleSend(t *testing.T) {
 	}
 }
 
+// A sender whose send grant names a group only may message the group's
+// online members; to it an invisible member is offline in this too. Its
+// send to her gets the very reply a send to her offline gets (forbidden)
+// and reaches none of her sessions; a sender whose grant names her still
+// reaches her, told delivered 0; she may send to herself.
+func TestInvisibleSendGroupGrant(t *testing.T) {
+	n, clock := newAuthNode(t, nil)
+	s := secretSigner(t)
+	tok := func(user string, g *auth.GrantsClaim) map[string]any {
+		return map[string]any{"token": mint(t, s, auth.TokenSpec{User: user, Grants: g}, clock.Now())}
+	}
+	aliceTok := tok("alice", &auth.GrantsClaim{Join: []string{"eng"}, Send: []string{"group:eng"}})
+	alice, _ := connect(t, n, "alice", "laptop", aliceTok, map[string]any{"groups": []string{"eng"}})
+	sam, _ := connect(t, n, "sam", "d", tok("sam", &auth.GrantsClaim{Send: []string{"group:eng"}}))
+	ned, _ := connect(t, n, "ned", "d", tok("ned", &auth.GrantsClaim{Send: []string{"user:alice"}}))
+	send := func(c *client, body string) frame {
+		t.Helper()
+		return c.call(map[string]any{"op": "send", "to": "alice", "body": body})
+	}
+	if f := send(sam, "visible"); f.str("op") != protocol.OpOK || f.num("delivered") != 1 {
+		t.Fatalf("sam's send while she is visible: %v", f)
+	}
+	if m := alice.expect(protocol.OpMessage); m.str("from") != "sam" {
+		t.Fatalf("alice got %v", m)
+	}
+
+	setOverride(alice, "invisible")
+	hidden := send(sam, "invisible")
+	if f := send(ned, "from ned"); f.str("op") != protocol.OpOK || f.num("delivered") != 0 {
+		t.Fatalf("ned's send: %v", f)
+	}
+	// Messages to her arrive in order: ned's is the first, sam's never
+	// came.
+	if m := alice.expect(protocol.OpMessage); m.str("from") != "ned" {
+		t.Fatalf("alice got %v, want ned's message", m)
+	}
+	if f := alice.call(map[string]any{"op": "send", "to": "alice", "body": "note"}); f.str("op") != protocol.OpOK || f.num("delivered") != 1 {
+		t.Fatalf("alice to herself: %v", f)
+	}
+
+	alice.ok(map[string]any{"op": "bye"})
+	offline := send(sam, "offline")
+	if hidden.str("code") != string(protocol.CodeForbidden) || jsonOf(hidden) != jsonOf(offline) {
+		t.Fatalf("sam's send to alice invisible: %v; offline: %v", hidden, offline)
+	}
+	// Back: the override is the account's, so she is invisible still, until
+	// she leaves it; then sam reaches her again.
+	alice, _ = connect(t, n, "alice", "laptop", aliceTok, map[string]any{"groups": []string{"eng"}})
+	if f := send(sam, "back, invisible"); jsonOf(f) != jsonOf(offline) {
+		t.Fatalf("sam's send after she is back, invisible: %v", f)
+	}
+	setOverride(alice, "none")
+	if f := send(sam, "back"); f.str("op") != protocol.OpOK || f.num("delivered") != 1 {
+		t.Fatalf("sam's send after she is back: %v", f)
+	}
+	if m := alice.expect(protocol.OpMessage); m.str("from") != "sam" {
+		t.Fatalf("alice got %v", m)
+	}
+}
+
 // With tokens: a backend token sees the truth, a read grant of everyone
 // ("*") does not.
 func TestInvisibleBackendSees(t *testing.T) {
@@ -312,6 +372,50 @@ func TestInvisibleHTTPPresence(t *testing.T) {
 	a, _ := connect(t, dev, "alice", "laptop")
 	setOverride(a, "invisible")
 	expectHidden(t, get(dev, ""), "alice")
+}
+
+// The backend HTTP API's read routes: a token that reads everyone gets an
+// invisible user offline in POST /v1/presence and neither listed nor
+// counted in GET /v1/groups/{group}; a backend token and the admin token
+// get the truth.
+func TestInvisibleHTTPAPI(t *testing.T) {
+	n, clock, base, tok := apiNode(t, nil)
+	aliceTok := mint(t, secretSigner(t), auth.TokenSpec{User: "alice", Grants: &auth.GrantsClaim{Join: []string{"eng"}}}, clock.Now())
+	alice, _ := connect(t, n, "alice", "laptop", map[string]any{"token": aliceTok, "groups": []string{"eng"}})
+	setOverride(alice, "invisible")
+	call := func(method, path, token, body string) frame {
+		t.Helper()
+		r := apiCall(t, method, base+path, token, body)
+		if r.code != http.StatusOK {
+			t.Fatalf("%s %s: %d %s", method, path, r.code, r.body)
+		}
+		return frame(r.json(t))
+	}
+	presence := func(token string) frame {
+		t.Helper()
+		us, _ := call("POST", "/v1/presence", token, `{"users":["alice"]}`)["users"].([]any)
+		if len(us) != 1 {
+			t.Fatalf("presence: %v", us)
+		}
+		return frame(us[0].(map[string]any))
+	}
+	members := func(f frame) int { ms, _ := f["members"].([]any); return len(ms) }
+
+	expectHidden(t, presence(tok.reader), "alice")
+	if f := call("GET", "/v1/groups/eng", tok.reader, ""); f.num("online") != 0 || members(f) != 0 {
+		t.Fatalf("the reader's group page: %v", f)
+	}
+	if f := call("GET", "/v1/groups/eng?count_only=1", tok.reader, ""); f.num("online") != 0 {
+		t.Fatalf("the reader's count: %v", f)
+	}
+	for _, token := range []string{tok.backend, testAdminToken} {
+		expectTruth(t, presence(token), "alice", "available", 1)
+		f := call("GET", "/v1/groups/eng", token, "")
+		if f.num("online") != 1 || members(f) != 1 {
+			t.Fatalf("the group page: %v", f)
+		}
+		expectTruth(t, frame(f["members"].([]any)[0].(map[string]any)), "alice", "available", 1)
+	}
 }
 
 // GET /v1/events: a stream with a reader's token gets her offline, in its
@@ -467,5 +571,101 @@ func TestInvisibleAcrossGateways(t *testing.T) {
 		if p := presenceOf(n, "alice"); p.Invisible || !p.Equal(p.Public()) {
 			t.Fatalf("%s: %+v", n.cfg.Name, p)
 		}
+	}
+}
+
+// Across three gateways, send: alice is invisible, on A. A sender on B
+// whose grant names her reaches her, told delivered 0; one on C whose
+// grant reaches her only through her group gets the reply a send to her
+// offline gets, and reaches nobody.
+func TestInvisibleSendAcrossGateways(t *testing.T) {
+	clock := newFakeClock()
+	_, ns := newMesh(t, func(c *Config) {
+		c.Dev = false
+		c.Secret = testSecret
+		c.Clock = clock
+		c.Timeout = time.Hour
+	}, "A", "B", "C")
+	a, b, c := ns[0], ns[1], ns[2]
+	s := secretSigner(t)
+	tok := func(user string, g *auth.GrantsClaim) map[string]any {
+		return map[string]any{"token": mint(t, s, auth.TokenSpec{User: user, Grants: g}, clock.Now())}
+	}
+	aliceTok := tok("alice", &auth.GrantsClaim{Join: []string{"eng"}})
+	alice, _ := connect(t, a, "alice", "laptop", aliceTok, map[string]any{"groups": []string{"eng"}})
+	ned, _ := connect(t, b, "ned", "d", tok("ned", &auth.GrantsClaim{Send: []string{"user:alice"}}))
+	sam, _ := connect(t, c, "sam", "d", tok("sam", &auth.GrantsClaim{Send: []string{"group:eng"}}))
+	waitFor(t, "alice online in eng on C", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.replica.GroupOnlineCount("eng") == 1
+	})
+	send := func(from *client, body string) frame {
+		t.Helper()
+		return from.call(map[string]any{"op": "send", "to": "alice", "body": body})
+	}
+	if f := send(sam, "visible"); f.str("op") != protocol.OpOK || f.num("delivered") != 1 {
+		t.Fatalf("sam's send while she is visible: %v", f)
+	}
+	if m := alice.expect(protocol.OpMessage); m.str("from") != "sam" {
+		t.Fatalf("alice got %v", m)
+	}
+
+	setOverride(alice, "invisible")
+	waitFor(t, "alice invisible on B and C", func() bool {
+		return presenceOf(b, "alice").Invisible && presenceOf(c, "alice").Invisible
+	})
+	hidden := send(sam, "invisible")
+	if f := send(ned, "from ned"); f.str("op") != protocol.OpOK || f.num("delivered") != 0 {
+		t.Fatalf("ned's send: %v", f)
+	}
+	if m := alice.expect(protocol.OpMessage); m.str("from") != "ned" {
+		t.Fatalf("alice got %v, want ned's message", m)
+	}
+	alice.ok(map[string]any{"op": "bye"})
+	waitFor(t, "alice offline on C", func() bool { return !presenceOf(c, "alice").Online })
+	if offline := send(sam, "offline"); hidden.str("code") != string(protocol.CodeForbidden) || jsonOf(hidden) != jsonOf(offline) {
+		t.Fatalf("sam's send to alice invisible: %v; offline: %v", hidden, offline)
+	}
+	for _, n := range ns {
+		checkInvariants(t, n)
+	}
+}
+
+// Across three gateways, an invisible override with an until set on A
+// lapses on B and C by their own clocks, each with an event: their
+// subscribers see alice offline until it, and online at it.
+func TestInvisibleUntilLapsesAcrossGateways(t *testing.T) {
+	clocks := map[string]*fakeClock{}
+	_, ns := newMesh(t, func(c *Config) {
+		clock := newFakeClock()
+		clocks[c.Name] = clock
+		c.Clock = clock
+		c.Timeout = time.Hour
+	}, "A", "B", "C")
+	alice, _ := connect(t, ns[0], "alice", "laptop")
+	var watchers []*client
+	for _, n := range ns[1:] {
+		waitFor(t, "alice online on "+n.cfg.Name, func() bool { return presenceOf(n, "alice").Online })
+		w, _ := connect(t, n, "watcher", n.cfg.Name)
+		w.ok(map[string]any{"op": "sub", "users": []string{"alice"}})
+		expectVisible(t, w.expectEvent("alice"), "alice", "available")
+		watchers = append(watchers, w)
+	}
+	until := clocks["A"].Now().Add(time.Minute)
+	alice.ok(map[string]any{"op": "account", "override": "invisible", "until": until.Format(time.RFC3339Nano)})
+	for _, w := range watchers {
+		expectHidden(t, w.expectEvent("alice"), "alice")
+	}
+	for _, n := range ns[1:] {
+		clocks[n.cfg.Name].Advance(time.Minute - time.Millisecond)
+		waitSweeps(t, n)
+		if p := presenceOf(n, "alice"); !p.Invisible {
+			t.Fatalf("%s: lapsed early: %+v", n.cfg.Name, p)
+		}
+		clocks[n.cfg.Name].Advance(time.Millisecond) // exactly the until
+	}
+	for _, w := range watchers {
+		expectVisible(t, w.expectEvent("alice"), "alice", "available")
 	}
 }

@@ -11,8 +11,8 @@ import (
 //	                 dependency-free ES module speaking the client protocol
 //	                 over /ws
 //	GET /demo/       a demo page using it: a group's roster with live status
-//	                 dots; gateway URLs, user, token and group come from the
-//	                 query string
+//	                 dots, status text and last seen; gateway URLs, user,
+//	                 token and group come from the query string
 
 //go:embed jsclient/client.js
 var jsClient []byte

@@ -2,7 +2,9 @@ package node_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
@@ -78,9 +80,9 @@ func jsRosterStatus(user, status string) string {
 
 // TestJSClientInBrowser: the demo page in two headless Chromium tabs, on
 // two gateways of a cluster. A's status change and status text show in
-// B's roster;
-// closing tab A shows A offline in B; when B's gateway goes, B reconnects
-// to the other gateway and stays online there.
+// B's roster; closing tab A shows A offline in B, with her status text and
+// when she was last seen; when B's gateway goes, B reconnects to the other
+// gateway and stays online there.
 func TestJSClientInBrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("SKIP: -short: the browser test starts Chromium and a gossip cluster")
@@ -108,9 +110,31 @@ func TestJSClientInBrowser(t *testing.T) {
 
 	a.cancel() // closes the tab
 	b.waitUntil("alice offline in bob's roster", jsRosterStatus("alice", "offline"))
+	// ... last seen when her session ended, as g1 tells it, with her text.
+	var seen string
+	jsWaitFor(t, "alice's last seen on g1", func() bool { seen = lastSeenOn(t, g1.GW, "alice"); return seen != "" })
+	b.waitUntil("alice's last seen in bob's roster", fmt.Sprintf(`((r) => r && r.dataset.lastSeen === %q &&
+		/— offline: at lunch \(last seen .+\)$/.test(r.textContent))([...document.querySelectorAll('#roster li')].find(li => li.dataset.user === 'alice'))`, seen))
 
 	g1.Kill()
 	b.waitUntil("bob reconnected to g0", jsConnectedTo("g0"))
 	jsWaitFor(t, "bob online on g0, seen from g0", func() bool { return online(t, g0.GW, "bob", "g0") })
 	b.waitUntil("bob still in his roster", jsRosterStatus("bob", "available"))
+}
+
+// lastSeenOn returns the last_seen gw shows for user ("" for none).
+func lastSeenOn(t *testing.T, gw *node.Node, user string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + gw.HTTPAddr().String() + "/v1/presence/" + user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var p struct {
+		LastSeen string `json:"last_seen"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&p); err != nil {
+		t.Fatal(err)
+	}
+	return p.LastSeen
 }

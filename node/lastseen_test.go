@@ -140,3 +140,59 @@ func TestLastSeenWaitsForEveryMember(t *testing.T) {
 		t.Fatalf("presence %+v", p)
 	}
 }
+
+// TestLastSeenInGroupEventsAndInvisible: a group's "member":false event
+// carries the last_seen of a member whose last session ended, as the
+// user's own event does; an invisible member shows others the last seen
+// of her last ended session, in both, and herself none.
+func TestLastSeenInGroupEventsAndInvisible(t *testing.T) {
+	clock := newFakeClock()
+	n := newTestNode(t, func(c *Config) { c.Clock = clock; c.Timeout = time.Hour })
+	bob, _ := connect(t, n, "bob", "desk")
+	bob.ok(map[string]any{"op": "sub", "users": []string{"alice"}, "group": "eng"})
+	bob.expectEvent("alice") // the user's snapshot; the group has no member
+	// both reads alice's event of the user and of the group, in either order.
+	both := func() (user, group frame) {
+		t.Helper()
+		for user == nil || group == nil {
+			e := bob.expectEvent("alice")
+			if e.str("group") == "eng" {
+				group = e
+			} else {
+				user = e
+			}
+		}
+		return user, group
+	}
+	eng := map[string]any{"groups": []string{"eng"}}
+	alice, _ := connect(t, n, "alice", "laptop", eng)
+	both()
+
+	clock.Advance(time.Minute)
+	end := n.formatTime(clock.Now())
+	alice.ok(map[string]any{"op": "bye"})
+	u, g := both()
+	if u["online"] != false || u.str("last_seen") != end || g["member"] != false || g.str("last_seen") != end {
+		t.Fatalf("after the bye: %v and %v, want last_seen %s", u, g, end)
+	}
+
+	clock.Advance(time.Minute)
+	alice, _ = connect(t, n, "alice", "laptop", eng)
+	if u, g := both(); u["last_seen"] != nil || g["last_seen"] != nil || g["member"] != true {
+		t.Fatalf("back: %v and %v", u, g)
+	}
+	clock.Advance(time.Minute)
+	setOverride(alice, "invisible")
+	u, g = both()
+	expectHidden(t, u, "alice")
+	expectHidden(t, g, "alice")
+	if u.str("last_seen") != end || g["member"] != false || g.str("last_seen") != end {
+		t.Fatalf("invisible: %v and %v, want last_seen %s", u, g, end)
+	}
+	if p := getOne(alice, "alice"); p["last_seen"] != nil || p["invisible"] != true {
+		t.Fatalf("her own get: %v", p)
+	}
+	if p := getOne(bob, "alice"); p.str("last_seen") != end {
+		t.Fatalf("bob's get: %v", p)
+	}
+}

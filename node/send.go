@@ -17,7 +17,7 @@ import (
 // this node's directly, every other gateway's through one Cluster.Route call
 // per gateway, all concurrently and bounded by RouteTimeout. It replies with
 // the number of sessions reached (0 for an invisible recipient the sender
-// does not see: invisible.go).
+// does not see, and a group grant does not reach it: invisible.go).
 func (n *Node) handleSend(c *conn, req *protocol.Request) (any, *requestError) {
 	if rerr := checkName("to", req.To); rerr != nil {
 		return nil, rerr
@@ -33,13 +33,21 @@ func (n *Node) handleSend(c *conn, req *protocol.Request) (any, *requestError) {
 		return nil, rerr
 	}
 	recipients := n.activeSessionsLocked(req.To)
-	if rerr := checkSend(c, req.To, func() []string { return sessionGroups(recipients) }); rerr != nil {
+	// To a sender that does not see it, an invisible recipient is offline
+	// (invisible.go): a group grant is checked against no online groups,
+	// so it refuses the send as it would to an offline user, and the
+	// message reaches nobody. A sender whose grant names the recipient (or
+	// everyone) reaches it, told no session did.
+	hidden := !c.viewer().sees(req.To) && n.replica.Invisible(req.To, n.clock.Now().UnixNano())
+	if rerr := checkSend(c, req.To, func() []string {
+		if hidden {
+			return nil
+		}
+		return sessionGroups(recipients)
+	}); rerr != nil {
 		lk.unlock()
 		return nil, rerr
 	}
-	// An invisible recipient gets the message, and a sender that does not
-	// see it is told no session did, as for an offline one (invisible.go).
-	hidden := !c.viewer().sees(req.To) && n.replica.Invisible(req.To, n.clock.Now().UnixNano())
 	shown := func(k int) *int {
 		if hidden {
 			k = 0

@@ -13,12 +13,13 @@ import (
 )
 
 // TestStatusAcrossGateways: on three gateways joined by gossip, a
-// subscriber on g2 sees the status text, emoji and until alice sets on g0,
+// subscriber on g2 (over WebSocket; alice's sessions are on TCP) sees the
+// status text, emoji and until alice sets on g0,
 // the meta her session on g1 sets, and the info her token vouches for, in
 // its events; and the override and text lapse at their until on g2 too.
 func TestStatusAcrossGateways(t *testing.T) {
 	secret := []byte("0123456789abcdef0123456789abcdef")
-	gs := testcluster.Start(t, 3, testcluster.Options{Configure: func(c *node.Config) {
+	gs := testcluster.Start(t, 3, testcluster.Options{HTTP: true, Configure: func(c *node.Config) {
 		c.Dev = false
 		c.Secret = secret
 	}})
@@ -34,8 +35,8 @@ func TestStatusAcrossGateways(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	dial := func(g *testcluster.Gateway, user, device, info string, meta any) *client.Client {
-		c, err := client.Dial(ctx, client.Config{Addrs: []string{g.GW.ClientAddr().String()}, User: user,
+	dial := func(addr, user, device, info string, meta any) *client.Client {
+		c, err := client.Dial(ctx, client.Config{Addrs: []string{addr}, User: user,
 			Device: device, Token: token(user, info), Meta: meta})
 		if err != nil {
 			t.Fatal(err)
@@ -43,7 +44,7 @@ func TestStatusAcrossGateways(t *testing.T) {
 		t.Cleanup(func() { _ = c.Close() })
 		return c
 	}
-	watcher := dial(gs[2], "watcher", "d", "", nil)
+	watcher := dial(gs[2].WS(), "watcher", "d", "", nil)
 	sub, err := watcher.Subscribe(ctx, "alice")
 	if err != nil {
 		t.Fatal(err)
@@ -61,8 +62,8 @@ func TestStatusAcrossGateways(t *testing.T) {
 			}
 		}
 	}
-	laptop := dial(gs[0], "alice", "laptop", `{"name":"Alice"}`, nil)
-	phone := dial(gs[1], "alice", "phone", `{"name":"Alice"}`, map[string]any{"screen": "chat"})
+	laptop := dial(gs[0].GW.ClientAddr().String(), "alice", "laptop", `{"name":"Alice"}`, nil)
+	phone := dial(gs[1].GW.ClientAddr().String(), "alice", "phone", `{"name":"Alice"}`, map[string]any{"screen": "chat"})
 	await("two sessions with info and meta", func(e client.Event) bool {
 		if len(e.Sessions) != 2 {
 			return false

@@ -333,6 +333,7 @@ func TestTrackRefusals(t *testing.T) {
 		{trackReq("track", ses("a", "d"), ses("b", "d", "status", "gone")), "sessions[1]: unknown device status"},
 		{trackReq("track", ses("a", "d", "groups", []string{"x\x01"})), "sessions[0]: group contains a control character"},
 		{trackReq("track", ses("a", "d", "meta", []int{1})), "sessions[0]: meta"},
+		{trackReq("track", ses("a", "d", "meta", map[string]any{"k": strings.Repeat("x", protocol.MaxMetaBytes)})), "sessions[0]: meta of"},
 		{trackReq("track", ses("svc", "d")), "this connection's own session"},
 	} {
 		f := be.call(tc.req)

@@ -318,6 +318,12 @@ func TestStatusPageInBrowser(t *testing.T) {
 		tab.waitUntil("n1's session counted", jsGatewayCount("n1", 1))
 		a.nc.Close()
 		tab.waitUntil("alice offline", jsNewestEvent("alice", "offline"))
+		seen := presenceOf(n, "alice").LastSeen
+		if seen == 0 {
+			t.Fatal("alice offline without a last seen")
+		}
+		tab.waitUntil("alice's last seen", fmt.Sprintf(`((r) => r && r.dataset.lastSeen === %s && /^offline, last seen \d\d:\d\d:\d\d\.\d{3}$/.test(r.cells[2].textContent))(%s)`,
+			jsString(n.formatTime(time.Unix(0, seen))), jsRow("events", "user", "alice")))
 		tab.waitUntil("n1's session gone", jsGatewayCount("n1", 0))
 
 		// The stream drops: the page says so, backs off, and comes back.

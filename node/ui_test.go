@@ -538,7 +538,8 @@ func TestUIConfigRejectsNonsense(t *testing.T) {
 }
 
 // TestFeedShowsStatusText: the status page's changes carry the status text
-// and emoji, and a change of them alone is a change.
+// and emoji, and a change of them alone is a change; going offline carries
+// the last seen.
 func TestFeedShowsStatusText(t *testing.T) {
 	n := uiNode(t, nil)
 	s := openEvents(t, n, nil)
@@ -551,8 +552,12 @@ func TestFeedShowsStatusText(t *testing.T) {
 	if c := s.expectPresence("alice"); !c.Online || c.Text != "on a call" || c.Emoji != "📞" {
 		t.Fatalf("text: %+v", c)
 	}
+	if c := presenceOf(n, "alice"); c.LastSeen != 0 {
+		t.Fatalf("online with a last seen: %+v", c)
+	}
 	a.ok(map[string]any{"op": "bye"})
-	if c := s.expectPresence("alice"); c.Online || c.Text != "on a call" {
-		t.Fatalf("offline: %+v", c)
+	c := s.expectPresence("alice")
+	if seen := presenceOf(n, "alice").LastSeen; c.Online || c.Text != "on a call" || seen == 0 || c.LastSeen != n.formatTime(time.Unix(0, seen)) {
+		t.Fatalf("offline: %+v, last seen %d", c, seen)
 	}
 }

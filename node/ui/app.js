@@ -220,11 +220,12 @@
       tr.dataset.user = e.user;
       tr.dataset.status = e.status;
       tr.dataset.version = String(e.version);
+      if (e.last_seen) tr.dataset.lastSeen = e.last_seen;
       if (e.local) tr.className = 'local';
       tr.append(
         cell(timeOf(e.time)),
         cell(e.user, 'user'),
-        cell(e.status, 'status-' + e.status),
+        cell(e.status + (e.last_seen ? ', last seen ' + timeOf(e.last_seen) : ''), 'status-' + e.status),
         cell([e.emoji, e.text].filter(Boolean).join(' '), 'text'),
         cell(count(e.sessions), 'num'),
         cell((e.gateways || []).join(', ')),
