@@ -184,7 +184,9 @@ pgo:
 # COMPARE_ARGS passes flags to `bench-compare run`, e.g.
 # COMPARE_ARGS="--heartbeat 500ms --timeout 15s --duration 20s", or
 # COMPARE_ARGS="--systems rollcall,redis,centrifuge" to add the Centrifuge
-# baseline (benchlab/cmd/centrifuge-baseline) to the alternation. The
+# baseline (benchlab/cmd/centrifuge-baseline) to the alternation, or
+# COMPARE_ARGS="--scenario backend" for a backend tier holding 100,000
+# users present (tracked sessions against Redis TTL keys). The
 # baselines and bench-compare build from the bench lab's module.
 COMPARE_ARGS ?=
 bench-compare: build

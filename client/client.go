@@ -32,6 +32,7 @@ type Client struct {
 
 	stateMu  sync.Mutex // serialises OnState calls
 	statusMu sync.Mutex // serialises Status and SetIdle, so the last one's status is the session's
+	trackMu  sync.Mutex // serialises Track, Untrack and the tracking again after a reconnect
 
 	mu         sync.Mutex
 	cur        *conn         // the connection in use, nil while reconnecting
@@ -47,7 +48,9 @@ type Client struct {
 	subUsers   map[string]int
 	subGroups  map[string]int
 	subs       map[*Subscription]struct{}
-	lastVer    map[string]uint64 // subject key -> version last delivered
+	lastVer    map[string]uint64       // subject key -> version last delivered
+	tracked    map[string]trackedEntry // (user, device) key -> the session as last tracked
+	trackSeq   uint64                  // orders tracked: the next entry's seq
 	closing    bool
 	msgsClosed bool
 	err        error // why the client stopped
@@ -94,7 +97,7 @@ func dial(ctx context.Context, cfg Config, raw *rawStream) (*Client, error) {
 		ready: make(chan struct{}), device: cfg.Device, status: cfg.Status,
 		groups:   slices.Compact(slices.Sorted(slices.Values(cfg.Groups))),
 		subUsers: map[string]int{}, subGroups: map[string]int{},
-		subs: map[*Subscription]struct{}{}, lastVer: map[string]uint64{},
+		subs: map[*Subscription]struct{}{}, lastVer: map[string]uint64{}, tracked: map[string]trackedEntry{},
 		raw: raw, meta: meta,
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
@@ -161,6 +164,7 @@ func (c *Client) run(cn *conn) {
 			return
 		}
 		cn = next
+		go c.retrack(cn)
 	}
 }
 

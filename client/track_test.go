@@ -83,3 +83,55 @@ func TestTrack(t *testing.T) {
 		})
 	}
 }
+
+// TestTrackedSessionsReturnAfterAReconnect: when the backend's connection
+// is cut (and its tracked sessions end with it), the client reconnects and
+// tracks its sessions again by itself, with the status, groups and meta
+// they were tracked with: the users come back online as new sessions
+// without the application calling Track. A session it untracked stays
+// gone.
+func TestTrackedSessionsReturnAfterAReconnect(t *testing.T) {
+	gw := startNode(t, "g0")
+	ctx := ctxT(t)
+	addr := []string{gw.ClientAddr().String()}
+	cut := &cutter{}
+	backend := dialT(t, Config{Addrs: addr, User: "backend", Device: "b", Dial: cut.dial})
+	watcher := dialT(t, Config{Addrs: addr, User: "watcher"})
+	rs, err := backend.Track(ctx, []Tracked{
+		{User: "alice", Device: "web", Status: "away", Groups: []string{"team"}, Meta: map[string]string{"tab": "inbox"}},
+		{User: "bob", Device: "web"},
+		{User: "carol", Device: "web"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := backend.Untrack(ctx, []Tracked{{User: "bob", Device: "web"}}); err != nil {
+		t.Fatal(err)
+	}
+	cut.cut()
+	var ps []protocol.Presence
+	waitFor(t, "alice and carol tracked again as new sessions", func() bool {
+		ps, err = watcher.GetMany(ctx, "alice", "bob", "carol")
+		return err == nil && ps[0].Online && ps[2].Online &&
+			ps[0].Sessions[0].Session != rs[0].Session && ps[2].Sessions[0].Session != rs[2].Session
+	})
+	if s := ps[0].Sessions[0]; s.Device != "web" || s.Status != "away" || string(s.Meta) != `{"tab":"inbox"}` {
+		t.Fatalf("alice's session after the reconnect: %+v", s)
+	}
+	if ps[1].Online {
+		t.Fatalf("bob, untracked before the cut, is online: %+v", ps[1])
+	}
+	g, err := watcher.Group(ctx, "team")
+	if err != nil || g.Online != 1 || g.Members[0].User != "alice" {
+		t.Fatalf("group team after the reconnect: %+v, %v", g, err)
+	}
+	if n := gw.TrackedCount(); n != 2 {
+		t.Fatalf("the gateway tracks %d sessions, want alice's and carol's", n)
+	}
+	cut.mu.Lock()
+	dials := cut.dials
+	cut.mu.Unlock()
+	if dials < 2 {
+		t.Fatalf("%d dials: the backend did not reconnect", dials)
+	}
+}

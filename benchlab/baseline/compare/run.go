@@ -123,6 +123,17 @@ type Config struct {
 	// subcommands (cmd/bench-compare: [its own path, "floor"]). Required
 	// with Floor.
 	FloorCommand []string
+	// Scenario is ScenarioLoad (Run) or ScenarioBackend (RunBackend).
+	// Default ScenarioLoad.
+	Scenario string
+	// Users is how many users the backend scenario's worker holds
+	// present. Default 100,000.
+	Users int
+	// HoldCommand is the argv that runs a backend worker (Hold) and takes
+	// its flags (--system --addr --users --refresh --ttl)
+	// (cmd/bench-compare: [its own path, "hold"]). Required by the backend
+	// scenario.
+	HoldCommand []string
 	// Dir holds the processes' logs. Default: a temporary directory.
 	Dir string
 	// Log receives progress lines. Default os.Stderr.
@@ -143,6 +154,23 @@ func (c *Config) defaults() error {
 	}
 	if len(c.Systems) == 0 {
 		c.Systems = []string{Rollcall, Redis}
+	}
+	switch c.Scenario {
+	case "":
+		c.Scenario = ScenarioLoad
+	case ScenarioLoad:
+	case ScenarioBackend:
+		if slices.Contains(c.Systems, Centrifuge) {
+			return errors.New("the backend scenario runs rollcall and redis only")
+		}
+		if len(c.HoldCommand) == 0 {
+			return errors.New("the backend scenario needs the command that runs its worker (HoldCommand)")
+		}
+	default:
+		return fmt.Errorf("unknown scenario %q (want %s or %s)", c.Scenario, ScenarioLoad, ScenarioBackend)
+	}
+	if c.Users <= 0 {
+		c.Users = 100_000
 	}
 	for i, s := range c.Systems {
 		if !slices.Contains(systems, s) {
@@ -309,12 +337,15 @@ type Ratio struct {
 	Max    float64   `json:"max"`
 }
 
-// metrics are the figures a comparison reports, from each sample, and
-// whether the sample measured it.
-var metrics = []struct {
+// metric is a figure a comparison reports: its name, and its value in a
+// sample and whether the sample measured it.
+type metric[S any] struct {
 	name string
-	of   func(Sample) (float64, bool)
-}{
+	of   func(S) (float64, bool)
+}
+
+// metrics are the figures the load scenario reports.
+var metrics = []metric[Sample]{
 	{"heartbeats_per_core_second", func(s Sample) (float64, bool) { return s.HeartbeatsPerCore, s.ServerCPUSeconds > 0 }},
 	{"heartbeats_per_second", func(s Sample) (float64, bool) { return s.HeartbeatsPerSec, true }},
 	{"server_cores", func(s Sample) (float64, bool) { return s.ServerCores, true }},
@@ -342,21 +373,28 @@ func floorOf(s Sample) bench.Quantiles {
 
 // summarize makes the figures of samples of systems.
 func summarize(systems []string, samples []Sample) []Figure {
+	return summarizeOf(systems, samples, func(s Sample) (string, int) { return s.System, s.Round }, metrics)
+}
+
+// summarizeOf makes the figures ms of samples of systems, key giving a
+// sample's system and round.
+func summarizeOf[S any](systems []string, samples []S, key func(S) (string, int), ms []metric[S]) []Figure {
 	ref := systems[0]
 	if slices.Contains(systems, Rollcall) {
 		ref = Rollcall
 	}
 	var figs []Figure
-	for _, m := range metrics {
+	for _, m := range ms {
 		f := Figure{Metric: m.name, Median: map[string]float64{}}
 		byRound := map[string]map[int]float64{}
 		for _, sys := range systems {
 			byRound[sys] = map[int]float64{}
 			var v []float64
 			for _, s := range samples {
-				if x, ok := m.of(s); ok && s.System == sys {
+				name, round := key(s)
+				if x, ok := m.of(s); ok && name == sys {
 					v = append(v, x)
-					byRound[sys][s.Round] = x
+					byRound[sys][round] = x
 				}
 			}
 			if len(v) > 0 {
@@ -369,11 +407,12 @@ func summarize(systems []string, samples []Sample) []Figure {
 			}
 			r := Ratio{Of: ref, To: sys}
 			for _, s := range samples {
-				if s.System != ref {
+				name, round := key(s)
+				if name != ref {
 					continue
 				}
-				a, ok := byRound[ref][s.Round]
-				b, okb := byRound[sys][s.Round]
+				a, ok := byRound[ref][round]
+				b, okb := byRound[sys][round]
 				if ok && okb && b != 0 {
 					r.Rounds = append(r.Rounds, a/b)
 				}
@@ -428,6 +467,9 @@ func (s *system) stop() {
 func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err := cfg.defaults(); err != nil {
 		return Result{}, err
+	}
+	if cfg.Scenario != ScenarioLoad {
+		return Result{}, fmt.Errorf("Run runs the %s scenario (the %s scenario: RunBackend)", ScenarioLoad, cfg.Scenario)
 	}
 	if cfg.Dir == "" {
 		d, err := os.MkdirTemp("", "bench-compare-")
@@ -635,7 +677,9 @@ func centrifugeServeArgs(cfg Config, addr, redisAddr string) []string {
 		"--presence-ttl", cfg.Timeout.String()}
 }
 
-func startRollcall(ctx context.Context, cfg Config, sys *system, round int) error {
+// startRollcall starts cfg.Gateways gossip-joined agents, each with the
+// extra flags given, and waits until every one is ready.
+func startRollcall(ctx context.Context, cfg Config, sys *system, round int, extra ...string) error {
 	var firstGossip string
 	var httpAddrs []string
 	for i := range cfg.Gateways {
@@ -655,6 +699,7 @@ func startRollcall(ctx context.Context, cfg Config, sys *system, round int) erro
 			"--http-addr", httpAddr, "--gossip-addr", gossip,
 			"--heartbeat", cfg.Heartbeat.String(), "--timeout", cfg.Timeout.String(),
 			"--max-connections-per-ip", strconv.Itoa(cfg.Sessions + 1000), "--log-level", "warn"}
+		argv = append(argv, extra...)
 		if cfg.RequestRate != 0 {
 			argv = append(argv, "--request-rate", strconv.FormatFloat(cfg.RequestRate, 'f', -1, 64))
 		}

@@ -6,12 +6,15 @@
 //	bench-compare run [--systems rollcall,redis,centrifuge] [--sessions 10000] [--heartbeat 5s] [--rounds 3] [--floor] ...
 //	bench-compare floor node --tcp ADDR --udp ADDR --peers UDP,UDP
 //	bench-compare floor probe --nodes TCP,TCP,TCP [--rate 20] [--delay 0s] [--duration 20s]
+//	bench-compare run --scenario backend [--systems rollcall,redis] [--users 100000] [--heartbeat 5s] [--timeout 15s] ...
+//	bench-compare hold --system rollcall|redis --addr ADDR [--users 100000] [--refresh 5s] [--ttl 15s]
 //
 // run prints progress and a summary to stderr and the result (every
 // sample, the medians, the ratios) as JSON to stdout. floor runs a part
 // of the propagation floor that run --floor measures beside every round
 // (bench.ServeFloorNode, bench.RunFloorProbe); its probe prints its
-// report as JSON to stdout.
+// report as JSON to stdout. hold runs the backend scenario's worker
+// (compare.Hold), which run --scenario backend starts on the load CPUs.
 package main
 
 import (
@@ -44,8 +47,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "floor" {
 		return runFloor(ctx, args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "hold" {
+		return runHold(ctx, args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "run" {
-		return fmt.Errorf("usage: bench-compare run [flags] | bench-compare floor node|probe [flags]")
+		return fmt.Errorf("usage: bench-compare run [flags] | bench-compare floor node|probe [flags] | bench-compare hold [flags]")
 	}
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -76,6 +82,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.ServerCPUs, "server-cpus", "0", "taskset CPUs of the servers")
 	fs.StringVar(&cfg.LoadCPUs, "load-cpus", "1", "taskset CPUs of the load")
 	fs.StringVar(&cfg.Dir, "dir", "", "directory for the processes' logs (default: a temporary one)")
+	fs.StringVar(&cfg.Scenario, "scenario", compare.ScenarioLoad, "load: rollcall bench's client load; backend: a backend worker holds --users users present (tracked sessions against Redis keys refreshed with SET EX every --heartbeat, TTL --timeout), server CPU per 10,000 users, then kill -9 of the holder and the time until a reader sees them all offline")
+	fs.IntVar(&cfg.Users, "users", 100000, "backend scenario: users the backend worker holds present")
 	fs.BoolVar(&cfg.Floor, "floor", false, "measure the propagation floor beside every round: bare relays on the server CPUs, probed during the window")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
@@ -98,6 +106,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		cfg.FloorCommand = []string{exe, "floor"}
 	}
 	cfg.Log = stderr
+	if cfg.Scenario == compare.ScenarioBackend {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("--scenario backend: %w", err)
+		}
+		cfg.HoldCommand = []string{exe, "hold"}
+		res, err := compare.RunBackend(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "rollcall: %s\n", res.Version)
+		writeFigures(stderr, cfg.Systems, res.Figures)
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
 	res, err := compare.Run(ctx, cfg)
 	if err != nil {
 		return err
@@ -107,6 +131,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
 	return enc.Encode(res)
+}
+
+// runHold runs a backend worker of the backend scenario until ctx ends
+// (compare.Hold); it prints "ready N" once its users are present.
+func runHold(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("hold", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c compare.HoldConfig
+	fs.StringVar(&c.System, "system", "", "rollcall (track every user on one connection) or redis (SET key EX ttl for every user, every --refresh)")
+	fs.StringVar(&c.Addr, "addr", "", "the gateway's client address, or the redis-server's")
+	fs.IntVar(&c.Users, "users", 100000, "users held present")
+	fs.DurationVar(&c.Refresh, "refresh", 5*time.Second, "redis: refresh period")
+	fs.DurationVar(&c.TTL, "ttl", 15*time.Second, "redis: the keys' TTL (whole seconds)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	c.Ready = stdout
+	return compare.Hold(ctx, c)
 }
 
 // runFloor runs a floor node until ctx ends, or a floor probe.
