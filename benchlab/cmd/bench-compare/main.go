@@ -148,6 +148,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "== rate %s (heartbeat %s)\n", r.name, r.heartbeat)
 		res, err := compare.Run(ctx, c)
 		if err != nil {
+			// What the rates before it measured is printed still.
+			if len(out.Rates) > 0 {
+				writeRates(stderr, cfg.Systems, out.Rates)
+				_ = enc.Encode(out)
+			}
 			return fmt.Errorf("rate %s: %w", r.name, err)
 		}
 		fmt.Fprintf(stderr, "rollcall: %s\n", res.Version)
