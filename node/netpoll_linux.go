@@ -38,6 +38,11 @@ import (
 // readChunk is a poller's read buffer: one read per readiness event.
 const readChunk = 64 << 10
 
+// pollerYieldEvery is how often a poller yields to the scheduler: well
+// under the 10 ms after which the runtime's monitor treats a goroutine as
+// running too long (forcePreemptNS).
+const pollerYieldEvery = 2 * time.Millisecond
+
 // pollerSet is the node's pollers, assigned to connections in turn.
 type pollerSet struct {
 	ps   []*poller
@@ -157,7 +162,18 @@ func (s *pollerSet) pollFor(raw net.Conn) (*poller, int, bool) {
 func (p *poller) run(wg *sync.WaitGroup) {
 	defer wg.Done()
 	events := make([]unix.EpollEvent, 256)
+	yielded := time.Now()
 	for {
+		// A poller goroutine that never yields looks to the runtime's
+		// monitor (sysmon) like one running too long: past 10 ms on one
+		// scheduling tick it takes the poller's P away at every
+		// epoll_wait, and then wakes every 20 µs for a while, a thread
+		// switch each. Yielding now and then, far less often than every
+		// round, starts a new tick.
+		if now := time.Now(); now.Sub(yielded) >= pollerYieldEvery {
+			runtime.Gosched()
+			yielded = now
+		}
 		// A blocking epoll_wait holds this goroutine's thread while it
 		// waits. Waiting through the runtime's poller instead (the epoll
 		// descriptor is pollable) blocks no thread but pays a second

@@ -4,13 +4,17 @@
 // figures; baseline/compare, docs/bench-compare.md).
 //
 //	bench-compare run [--systems rollcall,redis,centrifuge] [--sessions 10000] [--heartbeat 5s] [--rounds 3] [--floor] ...
+//	bench-compare run --rates 20000,50000,max [--sessions 19000] [--rounds 3] ...
 //	bench-compare floor node --tcp ADDR --udp ADDR --peers UDP,UDP
 //	bench-compare floor probe --nodes TCP,TCP,TCP [--rate 20] [--delay 0s] [--duration 20s]
 //	bench-compare run --scenario backend [--systems rollcall,redis] [--users 100000] [--heartbeat 5s] [--timeout 15s] ...
 //	bench-compare hold --system rollcall|redis --addr ADDR [--users 100000] [--refresh 5s] [--ttl 15s]
 //
 // run prints progress and a summary to stderr and the result (every
-// sample, the medians, the ratios) as JSON to stdout. floor runs a part
+// sample, the medians, the ratios) as JSON to stdout. With --rates it
+// runs the whole alternation once per heartbeat rate, prints a summary
+// per rate and a line per rate at the end, and its JSON is
+// {"rates": [{"rate", "heartbeat", "result"}, ...]}. floor runs a part
 // of the propagation floor that run --floor measures beside every round
 // (bench.ServeFloorNode, bench.RunFloorProbe); its probe prints its
 // report as JSON to stdout. hold runs the backend scenario's worker
@@ -20,11 +24,15 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -85,11 +93,30 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.Scenario, "scenario", compare.ScenarioLoad, "load: rollcall bench's client load; backend: a backend worker holds --users users present (tracked sessions against Redis keys refreshed with SET EX every --heartbeat, TTL --timeout), server CPU per 10,000 users, then kill -9 of the holder and the time until a reader sees them all offline")
 	fs.IntVar(&cfg.Users, "users", 100000, "backend scenario: users the backend worker holds present")
 	fs.BoolVar(&cfg.Floor, "floor", false, "measure the propagation floor beside every round: bare relays on the server CPUs, probed during the window")
+	ratesFlag := fs.String("rates", "", "heartbeat rates measured in turn, each with --rounds alternated rounds of its own, comma-separated: heartbeats per second in all (the heartbeat interval is --sessions over it) or max (--max-heartbeat); replaces --heartbeat, and the timeout defaults to 15s")
+	maxHeartbeat := fs.Duration("max-heartbeat", 20*time.Millisecond, "the heartbeat interval of the rate max: an offered rate far above what the load can write, so that it runs flat out")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	var rates []rate
+	if *ratesFlag != "" {
+		sessions := cfg.Sessions
+		if sessions <= 0 {
+			sessions = 10000 // compare.Config's default
+		}
+		var err error
+		if rates, err = parseRates(*ratesFlag, sessions, *maxHeartbeat); err != nil {
+			return fmt.Errorf("--rates: %w", err)
+		}
+		if cfg.Heartbeat != 0 {
+			return errors.New("--rates sets the heartbeat interval of each run: give --heartbeat or --rates, not both")
+		}
+		if cfg.Timeout == 0 {
+			cfg.Timeout = 15 * time.Second
+		}
 	}
 	if *load != "" {
 		cfg.Load = strings.Fields(*load)
@@ -122,15 +149,116 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(res)
 	}
-	res, err := compare.Run(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stderr, "rollcall: %s\n", res.Version)
-	writeFigures(stderr, cfg.Systems, res.Figures)
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
-	return enc.Encode(res)
+	if rates == nil {
+		res, err := compare.Run(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "rollcall: %s\n", res.Version)
+		writeFigures(stderr, cfg.Systems, res.Figures)
+		return enc.Encode(res)
+	}
+	var out struct {
+		Rates []rateResult `json:"rates"`
+	}
+	for _, r := range rates {
+		c := cfg
+		c.Heartbeat = r.heartbeat
+		if cfg.Dir != "" {
+			c.Dir = filepath.Join(cfg.Dir, "rate-"+r.name)
+		}
+		fmt.Fprintf(stderr, "== rate %s (heartbeat %s)\n", r.name, r.heartbeat)
+		res, err := compare.Run(ctx, c)
+		if err != nil {
+			// What the rates before it measured is printed still.
+			if len(out.Rates) > 0 {
+				writeRates(stderr, cfg.Systems, out.Rates)
+				_ = enc.Encode(out)
+			}
+			return fmt.Errorf("rate %s: %w", r.name, err)
+		}
+		fmt.Fprintf(stderr, "rollcall: %s\n", res.Version)
+		writeFigures(stderr, cfg.Systems, res.Figures)
+		out.Rates = append(out.Rates, rateResult{Rate: r.name, Heartbeat: r.heartbeat.String(), Result: res})
+	}
+	fmt.Fprintln(stderr, "== per rate: medians over the rounds; ratios per round, median (min-max)")
+	writeRates(stderr, cfg.Systems, out.Rates)
+	return enc.Encode(out)
+}
+
+// rate is one heartbeat rate of --rates.
+type rate struct {
+	name      string // as given: heartbeats per second in all, or max
+	heartbeat time.Duration
+}
+
+// rateResult is the comparison at one rate of --rates.
+type rateResult struct {
+	Rate      string         `json:"rate"`
+	Heartbeat string         `json:"heartbeat"`
+	Result    compare.Result `json:"result"`
+}
+
+// parseRates reads --rates: heartbeats per second in all over sessions
+// sessions (a heartbeat interval of sessions/rate seconds, to the
+// millisecond), or max (maxHeartbeat).
+func parseRates(spec string, sessions int, maxHeartbeat time.Duration) ([]rate, error) {
+	var rates []rate
+	for _, f := range strings.Split(spec, ",") {
+		f = strings.TrimSpace(f)
+		if f == "max" {
+			if maxHeartbeat <= 0 {
+				return nil, errors.New("max needs a positive --max-heartbeat")
+			}
+			rates = append(rates, rate{name: f, heartbeat: maxHeartbeat})
+			continue
+		}
+		v, err := strconv.ParseFloat(f, 64)
+		if err != nil || v <= 0 {
+			return nil, fmt.Errorf("%q is neither a positive number of heartbeats per second nor max", f)
+		}
+		hb := time.Duration(float64(sessions) / v * float64(time.Second)).Round(time.Millisecond)
+		if hb < time.Millisecond {
+			return nil, fmt.Errorf("%s heartbeats/s over %d sessions is a heartbeat of under 1 ms", f, sessions)
+		}
+		rates = append(rates, rate{name: f, heartbeat: hb})
+	}
+	return rates, nil
+}
+
+// writeRates writes a line per rate: heartbeats per second and per
+// core-second and RSS per session, each system's median and the ratio of
+// the reference system to each other one.
+func writeRates(w io.Writer, systems []string, rates []rateResult) {
+	show := []struct{ metric, label string }{
+		{"heartbeats_per_second", "hb/s"},
+		{"heartbeats_per_core_second", "hb/core-s"},
+		{"rss_per_session_bytes", "rss B/session"},
+	}
+	for _, r := range rates {
+		fmt.Fprintf(w, "rate %-6s heartbeat %-6s", r.Rate, r.Heartbeat)
+		for _, sh := range show {
+			i := slices.IndexFunc(r.Result.Figures, func(f compare.Figure) bool { return f.Metric == sh.metric })
+			if i < 0 {
+				continue
+			}
+			f := r.Result.Figures[i]
+			fmt.Fprintf(w, "  %s", sh.label)
+			for _, s := range systems {
+				if m, ok := f.Median[s]; ok {
+					fmt.Fprintf(w, " %s %.0f", s, m)
+				} else {
+					fmt.Fprintf(w, " %s -", s)
+				}
+			}
+			for _, q := range f.Ratios {
+				fmt.Fprintf(w, " %s/%s %.2f (%.2f-%.2f)", q.Of, q.To, q.Median, q.Min, q.Max)
+			}
+		}
+		fmt.Fprintln(w)
+	}
 }
 
 // runHold runs a backend worker of the backend scenario until ctx ends
