@@ -539,9 +539,13 @@ func (r *Regions) learn(rr *remoteRegion, node string) {
 		rr.nodes[node] = RegionNode{Node: node}
 	}
 	r.out().Remote = append(r.rd.Remote, node)
+	// What the node shows of it is the region's word from now on, also
+	// over a stranger's lease that passed before it was known remote.
+	kind := MarkUp
 	if rr.down {
-		r.rd.Apply = append(r.rd.Apply, Apply{Kind: MarkDown, Node: node})
+		kind = MarkDown
 	}
+	r.rd.Apply = append(r.rd.Apply, Apply{Kind: kind, Node: node})
 }
 
 // heard refreshes a region's lease (one shown expired is revived only by

@@ -923,26 +923,79 @@ func NewPullPage(from string, d crdt.Digest, cursor crdt.PageCursor) (*Message, 
 }
 
 // Meta is the node metadata memberlist carries for a gateway:
-// [incarnation, client_addr].
+// [incarnation, client_addr], and [incarnation, client_addr, 1] for a
+// bridge-capable gateway (a member of its region's WAN pool too), so a
+// single-region cluster's metadata is as it always was.
 type Meta struct {
 	Incarnation uint64
 	ClientAddr  string
+	Bridge      bool
 }
 
 // EncodeMeta encodes node metadata.
 func EncodeMeta(m Meta) []byte {
 	var buf bytes.Buffer
 	enc := msgpack.NewEncoder(&buf)
-	_ = enc.EncodeArrayLen(2)
+	if m.Bridge {
+		_ = enc.EncodeArrayLen(3)
+	} else {
+		_ = enc.EncodeArrayLen(2)
+	}
 	_ = enc.EncodeUint(m.Incarnation)
 	_ = enc.EncodeString(m.ClientAddr)
+	if m.Bridge {
+		_ = enc.EncodeUint(1)
+	}
 	return buf.Bytes()
 }
 
 // DecodeMeta decodes node metadata; garbage is an error wrapping
 // ErrBadMessage.
 func DecodeMeta(b []byte) (Meta, error) {
-	fd := newFieldDecoder(b, 2)
+	fields := 2
+	if len(b) > 0 && b[0] == 0x93 { // a fixarray of 3
+		fields = 3
+	}
+	fd := newFieldDecoder(b, fields)
 	m := Meta{Incarnation: fd.u64(), ClientAddr: fd.str(512)}
-	return m, fd.done()
+	if fields == 3 {
+		if flag := fd.u64(); flag != 1 && fd.err == nil {
+			fd.err = fmt.Errorf("%w: bridge flag %d", ErrBadMessage, flag)
+		}
+		m.Bridge = true
+	}
+	if err := fd.done(); err != nil {
+		return Meta{}, err
+	}
+	return m, nil
+}
+
+// WANMeta is the node metadata a bridge-capable gateway carries in the WAN
+// pool: [region, incarnation].
+type WANMeta struct {
+	Region      string
+	Incarnation uint64
+}
+
+// EncodeWANMeta encodes WAN pool metadata.
+func EncodeWANMeta(m WANMeta) []byte {
+	var buf bytes.Buffer
+	enc := msgpack.NewEncoder(&buf)
+	_ = enc.EncodeArrayLen(2)
+	_ = enc.EncodeString(m.Region)
+	_ = enc.EncodeUint(m.Incarnation)
+	return buf.Bytes()
+}
+
+// DecodeWANMeta decodes WAN pool metadata.
+func DecodeWANMeta(b []byte) (WANMeta, error) {
+	fd := newFieldDecoder(b, 2)
+	m := WANMeta{Region: fd.str(crdt.MaxNameLen), Incarnation: fd.u64()}
+	if err := fd.done(); err != nil {
+		return WANMeta{}, err
+	}
+	if m.Region == "" {
+		return WANMeta{}, fmt.Errorf("%w: WAN member without a region", ErrBadMessage)
+	}
+	return m, nil
 }
