@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/rollcall/rollcall/cluster"
 	"github.com/rollcall/rollcall/crdt"
 	"github.com/rollcall/rollcall/dissem"
@@ -404,8 +403,6 @@ func TestRegionsPartitionAndHeal(t *testing.T) {
 		}
 	}
 }
-
-
 
 // BenchmarkRegionPropagation: time from a connect written on a gateway of
 // one region (a bridge or not, in turn) to its appearance at every gateway
