@@ -464,6 +464,11 @@ func (r *Regions) elect() bool {
 }
 
 func (r *Regions) announce(now int64) {
+	if len(r.pending) > 0 {
+		// The writes waiting for the window's end go first: an
+		// announcement that overtook them would show a gap that is not one.
+		r.flush(now)
+	}
 	nodes := r.members.Nodes()
 	slices.SortFunc(nodes, func(a, b RegionNode) int {
 		switch {
