@@ -27,12 +27,13 @@ package dissem
 // Heard again, a region is shown up once its announced watermarks are
 // held here (the missed writes are pulled first), or after Lease/2.
 //
-// Repair: a member whose watermark of a remote gateway stays behind that
+// Repair: a bridge whose watermark of a remote gateway stays behind that
 // region's announcement across two of them (or at the first after a
-// revival) pulls: a bridge from the other region's bridge over the WAN
+// start or a revival) pulls from the other region's bridge over the WAN
 // pool (TypePull with its digest, answered with TypeRegionSync of that
-// region's records only, which it relays), any other member from the
-// bridge that relayed the announcement (an ordinary pull inside the
+// region's records only, which it relays). Any other member leaves the
+// first two announcements to its bridge; behind at the third in a row, it
+// pulls from the bridge that relayed it (an ordinary pull inside the
 // region).
 //
 // A Regions is per gateway, pure like Node: no I/O, no goroutine, time as
@@ -99,13 +100,24 @@ func rendezvous(region, name string) uint64 {
 	return x ^ x>>31
 }
 
-// BridgeFailover bounds how long a region's traffic to and from the others
-// is held up when its active bridge dies: the lease of the region's members
-// on it (CrashBound(lanLease)), after which every member picks the same
-// successor, and one WAN announcement of the successor, which tells the
-// other regions where to send.
-func BridgeFailover(lanLease, wanAlive time.Duration) time.Duration {
-	return CrashBound(lanLease) + wanAlive
+// BridgeFailover bounds the time from the death of a region's active
+// bridge to its successor taking over: the lease of the region's members
+// on it (CrashBound(lanLease)), and the next check of the choice (a lease
+// tick of the WAN lease), after which every member has picked the same
+// successor, which announces itself to the other regions at once. The
+// region's writes made meanwhile reach the other regions by repair, one
+// announcement interval and a round trip later (BridgeRepairBound).
+func BridgeFailover(lanLease, wanLease time.Duration) time.Duration {
+	return CrashBound(lanLease) + LeaseTick(wanLease)
+}
+
+// BridgeRepairBound bounds the time from the death of a region's active
+// bridge to the writes its region made meanwhile being held by the other
+// regions' bridges, less the round trip between the regions (add 1.5 of
+// it: the successor's announcement, the pull and its answer): the failover,
+// then the second announcement that shows the gap (a pull follows two).
+func BridgeRepairBound(lanLease, wanLease, wanAlive time.Duration) time.Duration {
+	return BridgeFailover(lanLease, wanLease) + wanAlive
 }
 
 // WANCrashBound bounds the time from the death (or the isolation) of a
@@ -238,9 +250,11 @@ type remoteRegion struct {
 	// writes (up to the announced watermarks) since reviveAt.
 	reviving bool
 	reviveAt int64
-	// behind: the announcement before the last showed this replica behind
-	// (a second one pulls); announced: one was heard since start or revival.
-	behind    bool
+	// behind counts the announcements in a row that showed this replica
+	// behind (a bridge pulls at the second, a member at the third: by then
+	// its bridge's pull and relay would have brought what it lacked);
+	// announced: one was heard since start or revival.
+	behind    int
 	announced bool
 	pulling   bool
 }
@@ -501,7 +515,7 @@ func (r *Regions) expire(now int64) {
 		if rr.down || !rr.heard || now-rr.last <= int64(r.cfg.Lease) {
 			continue
 		}
-		rr.down, rr.reviving, rr.announced, rr.behind = true, false, false, false
+		rr.down, rr.reviving, rr.announced, rr.behind = true, false, false, 0
 		r.out().Notes = append(r.rd.Notes, RegionNote{Kind: NoteRegionExpired, Region: reg})
 		for _, node := range slices.Sorted(maps.Keys(rr.nodes)) {
 			if !rr.gone[node] {
@@ -638,8 +652,21 @@ func (r *Regions) stepAlive(rr *remoteRegion, m *Message, wan bool, now int64) {
 			rr.reviving, rr.reviveAt = true, now
 		}
 	}
-	pull := behind && (rr.reviving || !rr.announced || rr.behind)
-	rr.announced, rr.behind = true, behind
+	// A bridge pulls at once what the first announcement (since start or
+	// a revival) shows it lacks, else at the second in a row; a member
+	// leaves the first two to its bridge, whose answer it is relayed.
+	first := rr.reviving || !rr.announced
+	if behind {
+		rr.behind++
+	} else {
+		rr.behind = 0
+	}
+	need := 2
+	if !wan {
+		need = 3
+	}
+	pull := behind && ((first && wan) || rr.behind >= need)
+	rr.announced = true
 	if pull && !rr.pulling && from != "" {
 		rr.pulling = true
 		r.out().Pulls = append(r.rd.Pulls, RegionPull{Region: rr.name, To: from, WAN: wan})

@@ -52,7 +52,7 @@ func TestActiveBridgeIsOneChoiceThatMovesOnlyWithItsBridge(t *testing.T) {
 // The documented bounds follow from the defaults: a bridge failover on both
 // sides fits in the WAN lease, so it never shows a region expired.
 func TestWANDefaultsRideOutBridgeFailover(t *testing.T) {
-	failover := BridgeFailover(DefaultLeaseTimeout, DefaultWANAliveInterval)
+	failover := BridgeFailover(DefaultLeaseTimeout, DefaultWANLease)
 	// The region is silent at most from its bridge's last announcement
 	// until its successor's first: one interval, then the failover.
 	if silent := DefaultWANAliveInterval + failover; silent >= DefaultWANLease {
