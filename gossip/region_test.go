@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/memberlist"
+
 	"github.com/rollcall/rollcall/cluster"
 	"github.com/rollcall/rollcall/crdt"
 	"github.com/rollcall/rollcall/dissem"
@@ -80,6 +82,9 @@ func (rc *regionCluster) start(g *regionGateway) {
 	cfg.Region = g.region
 	cfg.ClientAddr = fmt.Sprintf("127.0.0.1:%d", 17400+len(rc.gws))
 	cfg.WANAliveInterval, cfg.WANLease = testWANAlive, testWANLease
+	// memberlist's failure detector, less eager than fastMemberlist's: a
+	// false suspicion on a loaded machine moves the active bridge
+	cfg.Memberlist = regionMemberlist
 	// A routed message crosses three hops, each its own request: a hang
 	// guard, not a promise (a loaded machine under -race took over 2s).
 	cfg.RouteTimeout = 15 * time.Second
@@ -94,7 +99,7 @@ func (rc *regionCluster) start(g *regionGateway) {
 	if g.bridge {
 		cfg.WANBindAddr = "127.0.0.1:0"
 		cfg.WANProfile = "local"
-		cfg.WANMemberlist = fastMemberlist
+		cfg.WANMemberlist = regionMemberlist
 		cfg.WrapWANTransport = rc.wan.Wrap
 		for _, o := range rc.gws {
 			if o.c != nil && o.bridge {
@@ -111,6 +116,21 @@ func (rc *regionCluster) start(g *regionGateway) {
 	if !slices.Contains(rc.gws, g) {
 		rc.gws = append(rc.gws, g)
 	}
+}
+
+func regionMemberlist(mlc *memberlist.Config) {
+	fastMemberlist(mlc)
+	mlc.ProbeInterval = 200 * time.Millisecond
+	mlc.ProbeTimeout = 100 * time.Millisecond
+	mlc.SuspicionMult = 4
+}
+
+func (rc *regionCluster) bridgeChanges() uint64 {
+	var n uint64
+	for _, g := range rc.live() {
+		n += g.c.Stats().BridgeChanges.Load()
+	}
+	return n
 }
 
 func (rc *regionCluster) gw(name string) *regionGateway {
@@ -222,7 +242,7 @@ func (rc *regionCluster) wanCopies() uint64 {
 // region, to the bridge of each other.
 func TestRegionsWriteCrossesOncePerRemoteRegion(t *testing.T) {
 	rc := newRegionCluster(t, []string{"eu", "us", "ap"}, 3, 2)
-	before := rc.wanCopies()
+	before, changes := rc.wanCopies(), rc.bridgeChanges()
 	const writes = 10
 	for i := range writes {
 		rc.gw(fmt.Sprintf("eu%d", i%3)).h.connect(t, fmt.Sprintf("eu-user%d", i), "phone")
@@ -238,10 +258,22 @@ func TestRegionsWriteCrossesOncePerRemoteRegion(t *testing.T) {
 		return rc.online("us-user")
 	})
 	waitFor(t, 10*time.Second, "identical projections", rc.converged)
-	// eu's writes cross to us and ap, us's to eu and ap: one copy each.
+	// eu's writes cross to us and ap, us's to eu and ap: one copy each,
+	// counted before it is sent, so all counted once every gateway has
+	// it. While the active bridges stay put: a false suspicion on a
+	// loaded machine moves one (two regions' views disagree for a moment,
+	// and a change crosses twice, or is left to repair).
 	want := uint64(writes*2 + 2)
-	waitFor(t, 10*time.Second, "the bridges to count their copies", func() bool { return rc.wanCopies()-before >= want })
+	if rc.bridgeChanges() != changes {
+		t.Skipf("an active bridge moved during the writes (memberlist suspected a member): copies %d, not comparable with %d",
+			rc.wanCopies()-before, want)
+	}
 	if got := rc.wanCopies() - before; got != want {
+		for _, g := range rc.live() {
+			st := g.c.Stats()
+			t.Logf("%s: WAN copies %d, leases expired %d, members failed %d, bridge changes %d", g.name,
+				st.WANDeltaCopies.Load(), st.LeasesExpired.Load(), st.MembersFailed.Load(), st.BridgeChanges.Load())
+		}
 		t.Errorf("deltas sent over the WAN pool: %d, want %d (one per change per other region)", got, want)
 	}
 	// A gateway of another region is no member here: not in the list.

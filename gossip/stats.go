@@ -58,6 +58,7 @@ type Stats struct {
 	WANMessagesReceived atomic.Uint64
 	RegionPulls         atomic.Uint64 // pulls of what a region's announcement showed this replica lacked
 	RegionsExpired      atomic.Uint64 // regions not heard within the WAN lease: their sessions were shown expired
+	BridgeChanges       atomic.Uint64 // times this gateway became, or ceased to be, its region's active bridge
 
 	LeasesExpired atomic.Uint64 // peers whose lease passed: their sessions were shown expired
 	MembersFailed atomic.Uint64 // members memberlist declared dead, whose sessions were then shown expired

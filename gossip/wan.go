@@ -509,8 +509,10 @@ func (c *Cluster) regionNote(n dissem.RegionNote) {
 	case dissem.NoteRegionUp:
 		c.log.Info("region shown up", zap.String("region", n.Region))
 	case dissem.NoteBridgeActive:
+		c.stats.BridgeChanges.Add(1)
 		c.log.Info("this gateway is its region's active bridge", zap.String("region", n.Region))
 	case dissem.NoteBridgeInactive:
+		c.stats.BridgeChanges.Add(1)
 		c.log.Info("this gateway is no longer its region's active bridge", zap.String("region", n.Region))
 	}
 }
