@@ -550,8 +550,15 @@ func (r *Regions) learn(rr *remoteRegion, node string) {
 	if node == r.cfg.Name {
 		return
 	}
-	if reg, ok := r.nodeOf[node]; ok && reg == rr.name {
+	reg, ok := r.nodeOf[node]
+	if ok && reg == rr.name {
 		return
+	}
+	if ok {
+		// It moved (or was misattributed): its old region no longer
+		// speaks for it.
+		delete(r.regions[reg].nodes, node)
+		delete(r.regions[reg].gone, node)
 	}
 	r.nodeOf[node] = rr.name
 	if _, ok := rr.nodes[node]; !ok {

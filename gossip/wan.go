@@ -477,8 +477,14 @@ func (c *Cluster) goAnswerWAN(d dissem.DigestMsg) {
 		var cur crdt.PageCursor
 		for {
 			page, next, last := c.host.DiffPage(d.Digest, cur, 0, c.cfg.SyncPageBytes)
+			// Only this region's records: its own gateways' (memberlist
+			// lists them here), never another region's, even one this
+			// gateway holds records of before it heard that region.
 			c.mu.Lock()
-			page = slices.DeleteFunc(page, func(os crdt.OriginSync) bool { return !c.regions.Own(os.Origin.Node) })
+			page = slices.DeleteFunc(page, func(os crdt.OriginSync) bool {
+				n := os.Origin.Node
+				return !c.regions.Own(n) || (n != c.cfg.Name && !c.view.Listed(n))
+			})
 			c.mu.Unlock()
 			if len(page) > 0 {
 				m, err := dissem.NewRegionSync(dissem.RegionMsg{Region: c.cfg.Region, From: c.cfg.Name}, page)
