@@ -559,6 +559,10 @@ func (c *Cluster) goRouteVia(r dissem.RouteVia, fromWAN bool) {
 	go func() {
 		defer c.wg.Done()
 		msg := cluster.Message{To: r.To, From: r.From, FromDevice: r.FromDevice, Body: r.Body}
+		// The next hop gets less time than the hop before gave this one,
+		// so that its failure is answered before the asker gives up.
+		ctx, cancel := context.WithTimeout(c.ctx, c.cfg.RouteTimeout*3/4)
+		defer cancel()
 		c.mu.Lock()
 		_, remote := c.regions.RegionOf(r.Gateway)
 		c.mu.Unlock()
@@ -572,9 +576,9 @@ func (c *Cluster) goRouteVia(r dissem.RouteVia, fromWAN bool) {
 		case remote && fromWAN:
 			err = fmt.Errorf("gateway %q is not of region %s", r.Gateway, c.cfg.Region)
 		case remote:
-			n, err = c.routeVia(c.ctx, r.Gateway, msg)
+			n, err = c.routeVia(ctx, r.Gateway, msg)
 		default:
-			n, err = c.Route(c.ctx, r.Gateway, msg)
+			n, err = c.Route(ctx, r.Gateway, msg)
 		}
 		ack := dissem.RouteAck{ID: r.ID, Delivered: n}
 		if err != nil {

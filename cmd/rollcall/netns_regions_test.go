@@ -228,4 +228,48 @@ func TestNetnsRegions(t *testing.T) {
 	t.Logf("heal: us shows alice online again %v after the heal (bound %v + RTT)", back.Round(time.Millisecond),
 		dissem.WANHealBound(dissem.DefaultWANAliveInterval, dissem.DefaultWANLease))
 	statusTrip(bob, 3000, 10*time.Second)
+
+	// Kill every gateway of us: eu shows bob offline once the WAN lease
+	// passes; restarted, us is back.
+	online := func(c *testkit.LineClient, user string) bool {
+		t.Helper()
+		c.Send(map[string]any{"op": "get", "users": []string{user}, "id": 9})
+		p := c.Expect("presence", replyWithin)
+		return p["users"].([]any)[0].(map[string]any)["online"] == true
+	}
+	poll := func(what string, within time.Duration, cond func() bool) time.Duration {
+		t.Helper()
+		begin := time.Now()
+		for !cond() {
+			if time.Since(begin) > within {
+				t.Fatalf("%s: not within %v", what, within)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		return time.Since(begin)
+	}
+	// eu hears us again too (it may take an announcement or a repair
+	// longer than the other way).
+	back = poll("eu to show bob online after the heal", 30*time.Second, func() bool { return online(alice, "bob") })
+	t.Logf("heal: eu shows bob online again by %v after us showed alice", back.Round(time.Millisecond))
+	for _, h := range hosts {
+		if h.region == "us" {
+			_ = h.cmd.Process.Kill()
+		}
+	}
+	took := poll("eu to show bob offline", 40*time.Second, func() bool { return !online(alice, "bob") })
+	t.Logf("every gateway of us killed: eu shows bob offline %v later (WAN lease %v, bound %v)", took.Round(time.Millisecond),
+		dissem.DefaultWANLease, dissem.WANCrashBound(dissem.DefaultWANLease))
+	if took < dissem.DefaultWANLease-time.Second {
+		t.Errorf("bob shown offline %v after us died, within the WAN lease", took)
+	}
+	restarted := time.Now()
+	for _, h := range hosts {
+		if h.region == "us" {
+			start(h)
+		}
+	}
+	dial(byName("us2"), "bob")
+	poll("eu to show bob online again", 60*time.Second, func() bool { return online(alice, "bob") })
+	t.Logf("us restarted: eu shows bob online again %v after the restart began", time.Since(restarted).Round(time.Millisecond))
 }
