@@ -428,6 +428,10 @@ func TestRegionWire(t *testing.T) {
 			return NewRegionSync(RegionMsg{Region: "eu", From: "b"}, crdt.Sync{{Origin: crdt.Origin{Node: "n", Incarnation: 1}, Watermark: 3}})
 		},
 		func() (*Message, error) {
+			b, err := EncodeKickVia(KickVia{KickReq: KickReq{ID: 8, FromNode: "a", User: "u", Device: "d"}, Gateway: "g"})
+			return &Message{Type: TypeKickVia, Bytes: b}, err
+		},
+		func() (*Message, error) {
 			b, err := EncodeRouteVia(RouteVia{RouteReq: RouteReq{ID: 7, FromNode: "a", To: "u", Body: []byte("hi")}, Gateway: "g"})
 			return &Message{Type: TypeRouteVia, Bytes: b}, err
 		},
@@ -452,6 +456,10 @@ func TestRegionWire(t *testing.T) {
 		case TypeRegionDeltas:
 			if len(got.Deltas) != 1 || got.Region.Region != "eu" {
 				t.Errorf("deltas decoded as %+v", got)
+			}
+		case TypeKickVia:
+			if got.KickVia.Gateway != "g" || got.KickVia.ID != 8 || got.KickVia.User != "u" || got.KickVia.Device != "d" {
+				t.Errorf("kick-via decoded as %+v", got.KickVia)
 			}
 		case TypeRouteVia:
 			if got.Via.Gateway != "g" || got.Via.ID != 7 || string(got.Via.Body) != "hi" {

@@ -63,6 +63,8 @@ import (
 //	             "deliver to the sessions gateway owns" through the
 //	             bridges, for a gateway of another region; answered hop by
 //	             hop with a TypeRouteAck
+//	TypeKickVia   [req_id, from_node, gateway, user, device]  a kick of the
+//	             sessions gateway owns, through the bridges as TypeRouteVia
 //
 // Protocol flow. Writes: owner -> every member (eager, UDP, batches of a few
 // ms under the packet budget; a larger batch goes over TCP) or -> piggyback
@@ -106,12 +108,13 @@ const (
 	TypeRegionAlive
 	TypeRegionSync
 	TypeRouteVia
-	MaxType = TypeRouteVia
+	TypeKickVia
+	MaxType = TypeKickVia
 )
 
 func (t Type) String() string {
 	names := [...]string{"?", "deltas", "alive", "pull", "sync", "route", "route-ack", "key", "state", "leaving", "sync-page", "pull-page", "kick",
-		"region-deltas", "region-alive", "region-sync", "route-via"}
+		"region-deltas", "region-alive", "region-sync", "route-via", "kick-via"}
 	if int(t) < len(names) {
 		return names[t]
 	}
@@ -162,6 +165,13 @@ type RouteReq struct {
 // one answered.
 type RouteVia struct {
 	RouteReq
+	Gateway string
+}
+
+// KickVia asks for a kick of the sessions Gateway owns, through the
+// bridges as RouteVia is.
+type KickVia struct {
+	KickReq
 	Gateway string
 }
 
@@ -348,6 +358,11 @@ func EncodeKeyOp(k KeyOp) ([]byte, error) { return encodeMsg(TypeKey, k.Op, k.Ke
 // through the bridges.
 func EncodeRouteVia(r RouteVia) ([]byte, error) {
 	return encodeMsg(TypeRouteVia, r.ID, r.FromNode, r.Gateway, r.To, r.From, r.FromDevice, r.Body)
+}
+
+// EncodeKickVia encodes a kick routed through the bridges.
+func EncodeKickVia(k KickVia) ([]byte, error) {
+	return encodeMsg(TypeKickVia, k.ID, k.FromNode, k.Gateway, k.User, k.Device)
 }
 
 // NewRegionDeltas builds a batch of region h.Region's writes.
@@ -634,6 +649,19 @@ func decodeRouteVia(b []byte) (RouteVia, error) {
 	return r, nil
 }
 
+func decodeKickVia(b []byte) (KickVia, error) {
+	fd := newFieldDecoder(b, 5)
+	k := KickVia{KickReq: KickReq{ID: fd.u64(), FromNode: fd.str(crdt.MaxNameLen)}, Gateway: fd.str(crdt.MaxNameLen)}
+	k.User, k.Device = fd.str(crdt.MaxNameLen), fd.str(crdt.MaxNameLen)
+	if err := fd.done(); err != nil {
+		return KickVia{}, err
+	}
+	if k.FromNode == "" || k.User == "" || k.Gateway == "" {
+		return KickVia{}, fmt.Errorf("%w: kick without sender, gateway or user", ErrBadMessage)
+	}
+	return k, nil
+}
+
 // decodeRegion reads a region message: its header, and the raw payload
 // (deltas or sync) or the announced nodes.
 func decodeRegion(t Type, b []byte) (RegionMsg, []byte, error) {
@@ -731,19 +759,20 @@ func DecodeKeyOp(b []byte) (KeyOp, error) {
 // immutable once made: the simulator hands one to every receiver, and a
 // node relays a received one as it came.
 type Message struct {
-	Type   Type
-	Deltas []crdt.Delta
-	Alive  Alive // TypeAlive and TypeLeaving
-	Digest DigestMsg
-	Sync   crdt.Sync // TypeSync and TypeSyncPage
-	Page   SyncPage  // TypeSyncPage
-	Route  RouteReq
-	Ack    RouteAck
-	Kick   KickReq
-	Key    KeyOp
-	Via    RouteVia  // TypeRouteVia
-	Region RegionMsg // TypeRegionDeltas, TypeRegionAlive, TypeRegionSync
-	Bytes  []byte
+	Type    Type
+	Deltas  []crdt.Delta
+	Alive   Alive // TypeAlive and TypeLeaving
+	Digest  DigestMsg
+	Sync    crdt.Sync // TypeSync and TypeSyncPage
+	Page    SyncPage  // TypeSyncPage
+	Route   RouteReq
+	Ack     RouteAck
+	Kick    KickReq
+	Key     KeyOp
+	Via     RouteVia  // TypeRouteVia
+	KickVia KickVia   // TypeKickVia
+	Region  RegionMsg // TypeRegionDeltas, TypeRegionAlive, TypeRegionSync
+	Bytes   []byte
 
 	// What a Node works out of a delta batch once, for every node that
 	// steps it (the simulator hands one Message to all its receivers):
@@ -830,6 +859,8 @@ func Decode(b []byte) (*Message, error) {
 		m.Kick, err = decodeKickReq(payload)
 	case TypeRouteVia:
 		m.Via, err = decodeRouteVia(payload)
+	case TypeKickVia:
+		m.KickVia, err = decodeKickVia(payload)
 	case TypeRegionDeltas, TypeRegionAlive, TypeRegionSync:
 		var raw []byte
 		m.Region, raw, err = decodeRegion(t, payload)

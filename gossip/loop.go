@@ -190,6 +190,9 @@ func (c *Cluster) handle(b []byte) {
 	case dissem.TypeRouteVia:
 		c.goRouteVia(m.Via, false)
 		return
+	case dissem.TypeKickVia:
+		c.goKickVia(m.KickVia, false)
+		return
 	case dissem.TypeRegionDeltas, dissem.TypeRegionAlive, dissem.TypeRegionSync:
 		c.step(func(now int64) { c.regions.Step(m, false, now) })
 		return

@@ -305,6 +305,17 @@ func TestRegionsCrossRegionSend(t *testing.T) {
 	if got := len(rc.gw("us2").h.deliveredMessages()); got != 3 {
 		t.Errorf("us2 got %d messages, want 3", got)
 	}
+	// A kick (the HTTP API's disconnect) goes the same way.
+	kicked := make(chan string, 4)
+	rc.gw("us2").h.OnKick = func(user, device string) { kicked <- user + "/" + device }
+	for _, from := range []string{"eu2", "eu1"} {
+		if n, err := rc.gw(from).c.Kick(context.Background(), "us2", "bob", "laptop"); err != nil || n != 1 {
+			t.Errorf("%s kicks bob/laptop at us2: %d, %v; want 1", from, n, err)
+		}
+		if got := <-kicked; got != "bob/laptop" {
+			t.Errorf("us2 kicked %s", got)
+		}
+	}
 }
 
 // Killing the active bridge moves the traffic to the other bridge: writes

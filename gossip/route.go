@@ -77,6 +77,12 @@ func (c *Cluster) Kick(ctx context.Context, gateway, user, device string) (int, 
 	if gateway == c.cfg.Name {
 		return c.host.KickLocal(user, device), nil
 	}
+	c.mu.Lock()
+	_, remote := c.regions.RegionOf(gateway)
+	c.mu.Unlock()
+	if remote {
+		return c.kickVia(ctx, gateway, user, device)
+	}
 	return c.request(ctx, gateway, func(id uint64) ([]byte, error) {
 		return dissem.EncodeKickReq(dissem.KickReq{ID: id, FromNode: c.cfg.Name, User: user, Device: device})
 	})

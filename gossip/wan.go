@@ -336,6 +336,8 @@ func (c *Cluster) handleWAN(b []byte) {
 		c.goAnswerWAN(m.Digest)
 	case dissem.TypeRouteVia:
 		c.goRouteVia(m.Via, true)
+	case dissem.TypeKickVia:
+		c.goKickVia(m.KickVia, true)
 	case dissem.TypeRouteAck:
 		c.routeAck(m.Ack)
 	default:
@@ -538,49 +540,69 @@ func (c *Cluster) routeAck(ack dissem.RouteAck) {
 // (this region's active bridge, or from a bridge the other region's) and
 // returns what it answered.
 func (c *Cluster) routeVia(ctx context.Context, gateway string, msg cluster.Message) (int, error) {
+	return c.viaHop(ctx, gateway, func(id uint64) ([]byte, error) {
+		return dissem.EncodeRouteVia(dissem.RouteVia{RouteReq: dissem.RouteReq{ID: id, FromNode: c.cfg.Name, To: msg.To,
+			From: msg.From, FromDevice: msg.FromDevice, Body: msg.Body}, Gateway: gateway})
+	})
+}
+
+// kickVia is routeVia for a kick.
+func (c *Cluster) kickVia(ctx context.Context, gateway, user, device string) (int, error) {
+	return c.viaHop(ctx, gateway, func(id uint64) ([]byte, error) {
+		return dissem.EncodeKickVia(dissem.KickVia{KickReq: dissem.KickReq{ID: id, FromNode: c.cfg.Name, User: user, Device: device},
+			Gateway: gateway})
+	})
+}
+
+// viaHop sends a request for gateway, of another region, to the next hop.
+func (c *Cluster) viaHop(ctx context.Context, gateway string, encode func(id uint64) ([]byte, error)) (int, error) {
 	c.mu.Lock()
 	to, wan, ok := c.regions.NextHop(gateway, c.leaseNow())
 	c.mu.Unlock()
 	if !ok || (wan && c.wan == nil) {
 		return 0, fmt.Errorf("gossip: no route to gateway %q of another region", gateway)
 	}
-	return c.requestOn(ctx, to, wan, func(id uint64) ([]byte, error) {
-		return dissem.EncodeRouteVia(dissem.RouteVia{RouteReq: dissem.RouteReq{ID: id, FromNode: c.cfg.Name, To: msg.To,
-			From: msg.From, FromDevice: msg.FromDevice, Body: msg.Body}, Gateway: gateway})
+	return c.requestOn(ctx, to, wan, encode)
+}
+
+// goKickVia carries out a kick that came through the bridges, as
+// goRouteVia does a routed message.
+func (c *Cluster) goKickVia(k dissem.KickVia, fromWAN bool) {
+	c.goVia(k.ID, k.FromNode, k.Gateway, fromWAN, func(ctx context.Context, remote bool) (int, error) {
+		switch {
+		case k.Gateway == c.cfg.Name:
+			return c.host.KickLocal(k.User, k.Device), nil
+		case remote:
+			return c.kickVia(ctx, k.Gateway, k.User, k.Device)
+		}
+		return c.Kick(ctx, k.Gateway, k.User, k.Device)
 	})
 }
 
-// goRouteVia carries out a routed message that came through the bridges:
-// delivered here, or sent on to its gateway in this region, or (from a
-// member of this region, at a bridge) on to the gateway's region; a
-// message that crossed the WAN pool never crosses it again.
-func (c *Cluster) goRouteVia(r dissem.RouteVia, fromWAN bool) {
+// goVia carries out a request that came through the bridges: do, unless
+// gateway is of another region and the request already crossed the WAN
+// pool; then answers the asker over the pool it came by.
+func (c *Cluster) goVia(id uint64, from, gateway string, fromWAN bool, do func(ctx context.Context, remote bool) (int, error)) {
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		msg := cluster.Message{To: r.To, From: r.From, FromDevice: r.FromDevice, Body: r.Body}
 		// The next hop gets less time than the hop before gave this one,
 		// so that its failure is answered before the asker gives up.
 		ctx, cancel := context.WithTimeout(c.ctx, c.cfg.RouteTimeout*3/4)
 		defer cancel()
 		c.mu.Lock()
-		_, remote := c.regions.RegionOf(r.Gateway)
+		_, remote := c.regions.RegionOf(gateway)
 		c.mu.Unlock()
 		var (
 			n   int
 			err error
 		)
-		switch {
-		case r.Gateway == c.cfg.Name:
-			n = c.host.DeliverLocal(msg)
-		case remote && fromWAN:
-			err = fmt.Errorf("gateway %q is not of region %s", r.Gateway, c.cfg.Region)
-		case remote:
-			n, err = c.routeVia(ctx, r.Gateway, msg)
-		default:
-			n, err = c.Route(ctx, r.Gateway, msg)
+		if remote && fromWAN {
+			err = fmt.Errorf("gateway %q is not of region %s", gateway, c.cfg.Region)
+		} else {
+			n, err = do(ctx, remote)
 		}
-		ack := dissem.RouteAck{ID: r.ID, Delivered: n}
+		ack := dissem.RouteAck{ID: id, Delivered: n}
 		if err != nil {
 			ack.Err = err.Error()
 		}
@@ -589,12 +611,29 @@ func (c *Cluster) goRouteVia(r dissem.RouteVia, fromWAN bool) {
 			return
 		}
 		if fromWAN {
-			err = c.sendWAN(r.FromNode, b, true)
+			err = c.sendWAN(from, b, true)
 		} else {
-			err = c.sendReliableTo(r.FromNode, b)
+			err = c.sendReliableTo(from, b)
 		}
 		if err != nil {
-			c.log.Debug("routed message's answer failed", zap.String("to", r.FromNode), zap.Error(err))
+			c.log.Debug("answer through the bridges failed", zap.String("to", from), zap.Error(err))
 		}
 	}()
+}
+
+// goRouteVia carries out a routed message that came through the bridges:
+// delivered here, or sent on to its gateway in this region, or (from a
+// member of this region, at a bridge) on to the gateway's region; a
+// message that crossed the WAN pool never crosses it again.
+func (c *Cluster) goRouteVia(r dissem.RouteVia, fromWAN bool) {
+	msg := cluster.Message{To: r.To, From: r.From, FromDevice: r.FromDevice, Body: r.Body}
+	c.goVia(r.ID, r.FromNode, r.Gateway, fromWAN, func(ctx context.Context, remote bool) (int, error) {
+		switch {
+		case r.Gateway == c.cfg.Name:
+			return c.host.DeliverLocal(msg), nil
+		case remote:
+			return c.routeVia(ctx, r.Gateway, msg)
+		}
+		return c.Route(ctx, r.Gateway, msg)
+	})
 }
