@@ -63,6 +63,26 @@ func (st *originState) observe(since, upto uint64, maxPending int) {
 	st.addPending(Span{After: since, Through: upto}, maxPending)
 }
 
+// coverVersions folds into the coverage single versions this replica
+// holds (or holds a record dominating), in any order: consecutive ones as
+// one run. vs is sorted in place.
+func (st *originState) coverVersions(vs []uint64, maxPending int) {
+	if len(vs) == 0 {
+		return
+	}
+	slices.Sort(vs)
+	run := Span{After: vs[0] - 1, Through: vs[0]}
+	for _, v := range vs[1:] {
+		if v <= run.Through+1 {
+			run.Through = max(run.Through, v)
+			continue
+		}
+		st.observe(run.After, run.Through, maxPending)
+		run = Span{After: v - 1, Through: v}
+	}
+	st.observe(run.After, run.Through, maxPending)
+}
+
 // addPending inserts a run, merging it with the runs it overlaps or
 // touches. Past maxPending runs the highest is forgotten: the lowest are the
 // ones that can soonest join the watermark, and anti-entropy resends the rest.

@@ -60,7 +60,11 @@ const originDone = ^uint64(0)
 // asks for the remainder. The caller holds no state between pages but the
 // cursor; writes made between pages are sent by later pages when they fall
 // after the cursor, and otherwise reach the peer as any write does (deltas,
-// the next anti-entropy round).
+// the next anti-entropy round). A sender that is not the origin may also
+// come to hold, between pages, records below the cursor that it lacked
+// when a page passed there (a gap of its own, filled since): a page that
+// resumes an origin claims nothing above the peer's watermark unless that
+// reaches the cursor, so the peer's next digest asks for what it lacks.
 //
 // A peer that holds nothing (a joiner) is paged like any other. A peer
 // that holds records and lags below a GC floor is owed Diff's full
@@ -140,6 +144,15 @@ func (r *Replica) diffPage(peerW map[Origin]uint64, peerHeld map[Origin][]Span, 
 			// The page is full and this origin is next: resume at it.
 			return page, at(st.origin, after), false
 		}
+		// Resuming an origin where the peer's watermark stops short of
+		// the cursor: the pages before sent its records up to the cursor
+		// as this replica held them then, and claimed them only up to
+		// this replica's watermark of the time. What this replica has
+		// come to hold below the cursor since (a gap of its own filled
+		// between pages) this page does not send, so it claims nothing
+		// above the peer's watermark; the peer's next digest asks for
+		// the rest (testdata/crdt/paged_resume_gap.txt).
+		blind := after > 0 && peerW[st.origin] < after
 		var last uint64
 		cut := false
 		os, ok := r.diffOrigin(st, peerW, peerHeld, lagging, after, func(it logItem) bool {
@@ -157,6 +170,10 @@ func (r *Replica) diffPage(peerW map[Origin]uint64, peerHeld map[Origin][]Span, 
 		}
 		if cur.Pass == PassFull {
 			os.Drop = &DropRange{} // the first pass dropped
+		}
+		if blind {
+			os.Watermark = min(os.Watermark, peerW[st.origin])
+			os.GCFloor = min(os.GCFloor, os.Watermark)
 		}
 		if cut {
 			// Claim only what this page covers.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -293,4 +294,105 @@ func TestDiffPageResumesALaggingPeer(t *testing.T) {
 		}
 		sameState(t, fmt.Sprintf("seed %d: resumed and whole", seed), cut, whole)
 	}
+}
+
+// A sender that is not the origin of what it sends may lack some of an
+// origin's writes (lost deltas) and hold later ones, and fill the gap
+// between two pages of a transfer. Whatever watermark a page leaves the
+// receiver with, the receiver holds what it covers; and the origins' answers
+// to its digests then bring it level.
+func TestDiffPageFromASenderThatFillsItsGaps(t *testing.T) {
+	for seed := range uint64(40) {
+		w := newPagedWorld(t, seed)
+		// Each write reaches the sender at once or waits in a backlog,
+		// which reaches it a little at a time between pages.
+		var backlog []Delta
+		for range 300 {
+			w.write(1)
+		}
+		w.sender = newTestReplica(t, "sender", 1, Config{})
+		for _, wr := range w.writers {
+			// The writer's current records, chained as Coalesce chains a
+			// batch: each covers the versions since the one before.
+			var ds []Delta
+			ss, as := wr.Snapshot()
+			for i := range ss {
+				if ss[i].Origin == wr.Self() {
+					ds = append(ds, Delta{Session: &ss[i]})
+				}
+			}
+			for i := range as {
+				if as[i].Origin == wr.Self() {
+					ds = append(ds, Delta{Account: &as[i]})
+				}
+			}
+			slices.SortFunc(ds, func(a, b Delta) int { return cmpU64(a.Version(), b.Version()) })
+			for i := range ds {
+				if i > 0 {
+					ds[i].Since = ds[i-1].Version()
+				}
+				if w.rng.IntN(3) == 0 {
+					backlog = append(backlog, ds[i])
+				} else if _, _, err := w.sender.Apply(ds[i], 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		r := newTestReplica(t, "receiver", 1, Config{})
+		transfer(t, w.sender, r, 4, -1, func() {
+			for range 4 {
+				if len(backlog) == 0 {
+					return
+				}
+				i := w.rng.IntN(len(backlog))
+				if _, _, err := w.sender.Apply(backlog[i], 1); err != nil {
+					t.Fatal(err)
+				}
+				backlog = append(backlog[:i], backlog[i+1:]...)
+			}
+		})
+		for _, wr := range w.writers {
+			if l := lacking(r, wr); len(l) > 0 {
+				t.Fatalf("seed %d: the receiver's watermark for %s (%d) covers records it lacks: %v",
+					seed, wr.Self(), r.Watermark(wr.Self()), l)
+			}
+		}
+		for _, wr := range w.writers {
+			// The answer carries what the receiver lacks, not records it
+			// took from the sender beyond what the sender vouched for.
+			s := wr.Diff(r.Digest())
+			if held := heldOf(r, s); len(held) > 0 {
+				t.Fatalf("seed %d: %s's answer sends records the receiver holds: %v", seed, wr.Self(), held)
+			}
+			if _, err := r.ApplySync(s, 1); err != nil {
+				t.Fatal(err)
+			}
+			if l := lacking(r, wr); len(l) > 0 || r.Watermark(wr.Self()) != wr.Watermark(wr.Self()) {
+				t.Fatalf("seed %d: after %s's answer the receiver is at %d of %d, lacking %v",
+					seed, wr.Self(), r.Watermark(wr.Self()), wr.Watermark(wr.Self()), l)
+			}
+		}
+	}
+}
+
+// heldOf lists the records of s that r holds already.
+func heldOf(r *Replica, s Sync) []string {
+	var out []string
+	for i := range s {
+		for j := range s[i].Sessions {
+			x := &s[i].Sessions[j]
+			if id := r.find(x.Key()); id != 0 {
+				if held := r.session(r.recs.at(id), "", ""); held.Origin == x.Origin && held.Version == x.Version {
+					out = append(out, fmt.Sprintf("%s@%d", x.Key(), x.Version))
+				}
+			}
+		}
+		for j := range s[i].Accounts {
+			x := &s[i].Accounts[j]
+			if held, ok := r.Account(x.User); ok && held.Origin == x.Origin && held.Version == x.Version {
+				out = append(out, fmt.Sprintf("account:%s@%d", x.User, x.Version))
+			}
+		}
+	}
+	return out
 }

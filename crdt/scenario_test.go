@@ -43,6 +43,9 @@ type scenario struct {
 	// handled[from+">"+to] holds the outbox positions already delivered or
 	// dropped on that link.
 	handled map[string]map[int]bool
+	// cursors[a+"<"+b] is where a paged pull of a from b that was stopped
+	// resumes.
+	cursors map[string]PageCursor
 }
 
 // handle runs one directive and returns its output. Commands:
@@ -60,11 +63,16 @@ type scenario struct {
 //	                                        pending; again ones are sent again
 //	sync a b                                anti-entropy both ways (b's answer
 //	                                        to a's digest, then the reverse)
-//	pull a b [page=N]                       a applies b's answer to a's digest;
+//	pull a b [page=N [stop=K] [resume]]     a applies b's answer to a's digest;
 //	                                        with page, b's answer in pages of
 //	                                        at most N records or kept runs
 //	                                        (DiffPage), a asking for each next
-//	                                        page with its digest as it is then
+//	                                        page with its digest as it is then;
+//	                                        stop leaves the transfer after K
+//	                                        pages, resume goes on with it
+//	missing a b                             b's own records at or below a's
+//	                                        watermark for b that a neither holds
+//	                                        nor holds a newer record of the key for
 //	converge a b c...                       pull between every pair until nothing
 //	                                        changes, then compare snapshots
 //	down b node=a | up b node=a             b's failure detector on node a
@@ -155,7 +163,14 @@ func (s *scenario) run(c *ddCmd) (string, error) {
 			if err != nil || n < 1 {
 				return "", fmt.Errorf("page=%q: want a positive count", v)
 			}
-			if err := s.pullPages(&b, pos[0], pos[1], n); err != nil {
+			stop := 0
+			if v, ok := c.Arg("stop"); ok {
+				if stop, err = strconv.Atoi(v); err != nil || stop < 1 {
+					return "", fmt.Errorf("stop=%q: want a positive count", v)
+				}
+			}
+			resume := slices.Contains(pos[2:], "resume")
+			if err := s.pullPages(&b, pos[0], pos[1], n, stop, resume); err != nil {
 				return "", err
 			}
 			return b.String(), nil
@@ -169,6 +184,15 @@ func (s *scenario) run(c *ddCmd) (string, error) {
 			}
 		}
 		return b.String(), nil
+	case "missing":
+		if err := need(2); err != nil {
+			return "", err
+		}
+		peer := s.reps[pos[1]]
+		if peer == nil {
+			return "", fmt.Errorf("no replica %q", pos[1])
+		}
+		return missing(r, peer), nil
 	case "down", "up":
 		node, ok := c.Arg("node")
 		if !ok {
@@ -453,14 +477,33 @@ func (s *scenario) pull(b *strings.Builder, a, peer string) error {
 
 // pullPages is pull with b's answer in pages of at most n records or
 // kept runs each, through the codec; a asks for each next page with its
-// digest as it is then.
-func (s *scenario) pullPages(b *strings.Builder, a, peer string, n int) error {
+// digest as it is then. With stop > 0 it leaves the transfer after stop
+// pages; resume goes on with the transfer left.
+func (s *scenario) pullPages(b *strings.Builder, a, peer string, n, stop int, resume bool) error {
 	ra, rb := s.reps[a], s.reps[peer]
+	link := a + "<" + peer
 	var cur PageCursor
+	if resume {
+		c, ok := s.cursors[link]
+		if !ok {
+			return fmt.Errorf("no transfer of %s from %s to resume", a, peer)
+		}
+		cur = c
+	}
+	delete(s.cursors, link)
 	var users []string
 	for k := 1; ; k++ {
 		if k > 1000 {
 			return fmt.Errorf("no last page after %d pages", k)
+		}
+		if stop > 0 && k > stop {
+			if s.cursors == nil {
+				s.cursors = map[string]PageCursor{}
+			}
+			s.cursors[link] = cur
+			fmt.Fprintf(b, "%s <- %s: stopped before the page at %s after %d; changed %s\n",
+				a, peer, cur.Origin, cur.After, listOrNone(sortedUnique(users)))
+			return nil
 		}
 		dwire, err := AppendDigest(nil, ra.Digest())
 		if err != nil {
@@ -498,6 +541,42 @@ func (s *scenario) pullPages(b *strings.Builder, a, peer string, n int) error {
 	}
 	fmt.Fprintf(b, "%s <- %s: changed %s\n", a, peer, listOrNone(sortedUnique(users)))
 	return nil
+}
+
+// missing describes the records of peer's own origin that r's watermark
+// for it covers but that r lacks (lacking).
+func missing(r, peer *Replica) string {
+	w := r.Watermark(peer.Self())
+	out := lacking(r, peer)
+	if len(out) == 0 {
+		return fmt.Sprintf("none (watermark %d)", w)
+	}
+	return fmt.Sprintf("watermark %d, lacks %s", w, strings.Join(out, " "))
+}
+
+// lacking lists the session records of peer's own origin that r's
+// watermark for it covers but that r lacks: r holds no record of the key,
+// or an older one. An origin holds every record it wrote that nothing
+// replaced, so a replica whose watermark covers one of them and lacks it
+// has lost it for good: no digest of its asks for it again.
+func lacking(r, peer *Replica) []string {
+	self := peer.Self()
+	w := r.Watermark(self)
+	ss, _ := peer.Snapshot()
+	var out []string
+	for i := range ss {
+		x := &ss[i]
+		if x.Origin != self || x.Version > w {
+			continue
+		}
+		if id := r.find(x.Key()); id != 0 {
+			if held := r.session(r.recs.at(id), "", ""); CompareSessions(&held, x) >= 0 {
+				continue
+			}
+		}
+		out = append(out, fmt.Sprintf("%s@%d", x.Key(), x.Version))
+	}
+	return out
 }
 
 // throughCodec encodes and decodes a sync, as a message carries it.

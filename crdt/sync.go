@@ -184,6 +184,7 @@ func (r *Replica) ApplySync(s Sync, now int64) ([]string, error) {
 			users = append(users, r.dropMissing(st, &s[i])...)
 		}
 	}
+	var got []uint64
 	for i := range s {
 		os, st := &s[i], admitted[i]
 		if st == nil {
@@ -192,24 +193,41 @@ func (r *Replica) ApplySync(s Sync, now int64) ([]string, error) {
 		// A full snapshot's records all merge, even those at or below our
 		// watermark: we may have refused one because of a record the
 		// snapshot just dropped.
+		w := st.watermark
+		got = got[:0]
 		for j := range os.Sessions {
 			rec := &os.Sessions[j]
-			if (os.Full || rec.Version > st.watermark) && r.mergeSession(st, rec, now) {
+			if (os.Full || rec.Version > w) && r.mergeSession(st, rec, now) {
 				users = append(users, rec.User)
+			}
+			if rec.Version > w {
+				got = append(got, rec.Version)
 			}
 		}
 		for j := range os.Accounts {
-			if (os.Full || os.Accounts[j].Version > st.watermark) && r.applySyncAccount(&os.Accounts[j], now) {
+			if (os.Full || os.Accounts[j].Version > w) && r.applySyncAccount(&os.Accounts[j], now) {
 				users = append(users, os.Accounts[j].User)
+			}
+			if os.Accounts[j].Version > w {
+				got = append(got, os.Accounts[j].Version)
 			}
 		}
 		for j := range os.LastSeen {
-			if (os.Full || os.LastSeen[j].Version > st.watermark) && r.mergeLastSeen(&os.LastSeen[j], now) {
+			if (os.Full || os.LastSeen[j].Version > w) && r.mergeLastSeen(&os.LastSeen[j], now) {
 				users = append(users, os.LastSeen[j].User)
+			}
+			if os.LastSeen[j].Version > w {
+				got = append(got, os.LastSeen[j].Version)
 			}
 		}
 		st.raise(os.Watermark)
 		st.gcFloor = max(st.gcFloor, os.GCFloor)
+		// Each record sent above the watermark is now held, or a record
+		// that dominates it is: its version is covered whatever the
+		// sender could vouch for around it (a sender's own watermark may
+		// be below what it sends, or a page may claim nothing: DiffPage),
+		// so the next digest does not ask for it again.
+		st.coverVersions(got, r.cfg.MaxPendingRanges)
 	}
 	return sortedUnique(users), nil
 }

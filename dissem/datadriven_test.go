@@ -27,6 +27,8 @@ import (
 //	deliver [from=X] [to=Y] [type=T] [n=K]   deliver matching messages in flight
 //	drop [from=X] [to=Y] [type=T] [n=K]      lose them
 //	gossip              one round: every piggyback queue to every member
+//	push-pull n0 n1     memberlist's push/pull: each gets the other's
+//	                    digest (state) to answer
 //	member-failed n1 at=n0 [left]            memberlist's verdict at n0
 //	member-alive n1 at=n0 [inc=K]            memberlist's join or update
 //	members n0 N        memberlist's member count at n0
@@ -192,6 +194,12 @@ func runCmd(hp **harness, c *datadriven.Cmd) (string, error) {
 		}
 	case "gossip":
 		h.gossip()
+		return h.flightList(), nil
+	case "push-pull":
+		if len(pos) != 2 || h.nodes[pos[0]] == nil || h.nodes[pos[1]] == nil || pos[0] == pos[1] {
+			return "", fmt.Errorf("push-pull NODE NODE")
+		}
+		h.pushPull(pos[0], pos[1])
 		return h.flightList(), nil
 	case "member-failed", "member-alive":
 		at, ok := c.Arg("at")

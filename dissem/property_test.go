@@ -25,10 +25,12 @@ func TestAnyDeliveryOrderAndLossConvergesOnceRepairRuns(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		users := []string{"ann", "bo", "cy"}
-		steps := rapid.IntRange(1, 60).Draw(t, "steps")
+		// Answers in pages of a record or two as well as whole.
+		h.pageRecords = rapid.IntRange(0, 2).Draw(t, "pageRecords")
+		users := []string{"ann", "bo", "cy", "di", "ed"}
+		steps := rapid.IntRange(1, 80).Draw(t, "steps")
 		for range steps {
-			switch rapid.IntRange(0, 4).Draw(t, "op") {
+			switch rapid.IntRange(0, 5).Draw(t, "op") {
 			case 0:
 				n := h.nodes[rapid.SampledFrom(names).Draw(t, "owner")]
 				state := crdt.StateActive
@@ -49,6 +51,12 @@ func TestAnyDeliveryOrderAndLossConvergesOnceRepairRuns(t *testing.T) {
 				if len(h.flight) > 0 {
 					h.drop(rapid.IntRange(0, len(h.flight)-1).Draw(t, "drop"))
 				}
+			case 5:
+				// memberlist's push/pull: each answers the other,
+				// another's writes included.
+				a := rapid.IntRange(0, k-1).Draw(t, "pushpull")
+				b := (a + 1 + rapid.IntRange(0, k-2).Draw(t, "with")) % k
+				h.pushPull(names[a], names[b])
 			}
 		}
 		// Repair: the network delivers everything again.
