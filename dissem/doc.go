@@ -63,6 +63,9 @@
 //	ready.go    Ready, what a Node asks of its driver, and how it prints
 //	plan.go     pure rules it uses: mode, packing, leases, gap detection, memberlist's formulas
 //	wire.go     the wire format (one place: types, layout, limits, node metadata)
+//	region.go   Regions: one cluster per region bridged over a WAN pool (the
+//	            active bridge, forwarding once per region, region leases,
+//	            repair), a state machine of its own beside a Node
 //
 // The scripts in testdata/dissem/core (from the module root) show a few nodes' Readys step by step
 // (go test ./dissem -run TestScripts [-rewrite]); a property test checks

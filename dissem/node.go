@@ -291,6 +291,7 @@ type peer struct {
 	listed      bool  // memberlist reported it (a join or update)
 	stranger    bool  // not listed by Members when first heard of, nor reported since (leaseOrigin)
 	leaving     bool  // it announced a graceful leave
+	remote      bool  // a gateway of another region (SetRemote): its liveness is the region's (Regions)
 	forgotten   bool  // dead past ReconnectTimeout
 	deadSince   int64 // when memberlist declared it dead
 	rejoinAt    int64 // last rejoin asked because it was heard while dead (or restarted after it left)
@@ -951,9 +952,37 @@ func (n *Node) checkRevivals(now int64) {
 // as its failure is nobody's to report; the driver's GC purges them once
 // shown expired past its purge horizon.
 func (n *Node) leaseOrigin(name string, now int64) {
-	if name != n.name {
-		n.peer(name).lease.begin(now)
+	if name == n.name {
+		return
 	}
+	if p := n.peer(name); !p.remote {
+		p.lease.begin(now)
+	}
+}
+
+// SetRemote tells the node that name is a gateway of another region: its
+// records reach this region through the bridges (Regions), which show them
+// expired when that region goes silent. The node stops leasing it, and it
+// is no stranger. What its lease showed stays as it is until the region's
+// verdict (Regions' MarkDown and MarkUp) replaces it. A member memberlist
+// reported is of this region and is never made remote.
+func (n *Node) SetRemote(name string) {
+	if name == n.name {
+		return
+	}
+	p := n.peer(name)
+	if p.listed || p.remote {
+		return
+	}
+	p.known(n)
+	p.remote = true
+	delete(n.reviving, name)
+}
+
+// Remote reports whether SetRemote made name a gateway of another region.
+func (n *Node) Remote(name string) bool {
+	p := n.lookup(name)
+	return p != nil && p.remote
 }
 
 // leaseOrigins starts the leases of a sync's origins (leaseOrigin).
@@ -973,7 +1002,7 @@ func (n *Node) expireLeases(now int64) {
 	}
 	var expired []string
 	for i := range n.peers.n {
-		if p := n.peers.rec(i); (enforced || p.stranger) && p.lease.expire(now, n.cfg.LeaseTimeout) {
+		if p := n.peers.rec(i); (enforced || p.stranger) && !p.remote && p.lease.expire(now, n.cfg.LeaseTimeout) {
 			expired = append(expired, n.peerName(p))
 		}
 	}
@@ -1034,7 +1063,7 @@ func (n *Node) MemberAlive(name string, meta Meta, now int64) {
 		n.relayTree = nil
 	}
 	p.setState(n, StateAlive, false)
-	p.listed, p.leaving = true, false
+	p.listed, p.leaving, p.remote = true, false, false
 	p.known(n)
 	p.lease.begin(now)
 	if a := n.alive(); !wasAlive && !n.leaving && a.Watermark > 0 {

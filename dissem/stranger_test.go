@@ -88,3 +88,46 @@ func TestStrangersAreLeasedInEveryMode(t *testing.T) {
 		t.Fatalf("ghost: %+v", p)
 	}
 }
+
+// A gateway of another region (SetRemote) is no stranger: its records,
+// which a sync inside this region brings, are never leased here (the
+// region's own lease, Regions, shows them expired).
+func TestRemoteGatewaysAreNotLeased(t *testing.T) {
+	v := &listView{names: []string{"peer"}}
+	cfg := DefaultConfig()
+	cfg.Name, cfg.Incarnation, cfg.Rand = "self", 1, rand.New(rand.NewPCG(1, 2))
+	n, err := New(cfg, v, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := int64(1_700_000_000_000_000_000)
+	n.Start(now, false)
+	far, ghost := crdt.Origin{Node: "far", Incarnation: 5}, crdt.Origin{Node: "ghost", Incarnation: 5}
+	session := func(o crdt.Origin) crdt.Session {
+		return crdt.Session{User: "u-" + o.Node, Device: "d", ID: "i", Epoch: 1, Seq: 1, Gateway: o.Node,
+			State: crdt.StateActive, Origin: o, Version: 1}
+	}
+	n.SetRemote("far")
+	m, err := NewSync(crdt.Sync{
+		{Origin: far, Watermark: 1, Sessions: []crdt.Session{session(far)}},
+		{Origin: ghost, Watermark: 1, Sessions: []crdt.Session{session(ghost)}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Step(m, now)
+	var down []string
+	for end := now + int64(3*cfg.LeaseTimeout); now < end; now = n.Deadline() {
+		n.Tick(now)
+		for n.HasReady() {
+			down = append(down, marked(n.Ready())...)
+			n.Advance(now)
+		}
+	}
+	if slices.Contains(down, "far") || !slices.Contains(down, "ghost") {
+		t.Errorf("marked down %v: want the stranger ghost, not the remote far", down)
+	}
+	if !n.Remote("far") {
+		t.Error("far not remote")
+	}
+}

@@ -47,6 +47,24 @@ import (
 //	TypeKick      [req_id, from_node, user, device]    "end user's sessions
 //	             you own (of device only, unless empty)"; answered with a
 //	             TypeRouteAck (delivered: the sessions ended)
+//	TypeRegionDeltas [region, from, via, crdt Deltas]   a batch of one
+//	             region's writes crossing to another region: from the
+//	             region's active bridge to another region's bridge over
+//	             the WAN pool (via ""), then from that bridge to every
+//	             member of its region (via: the relaying bridge)
+//	TypeRegionAlive  [region, from, via, [[node, inc, watermark,
+//	             client_addr]...]]  a region's announcement: its gateways
+//	             shown up and their watermarks (the region's digest), sent
+//	             and relayed as TypeRegionDeltas are
+//	TypeRegionSync   [region, from, via, crdt Sync]     a region's records
+//	             another region's bridge lacked (the answer to its
+//	             TypePull over the WAN pool), relayed as the others are
+//	TypeRouteVia  [req_id, from_node, gateway, to, from, from_device, body]
+//	             "deliver to the sessions gateway owns" through the
+//	             bridges, for a gateway of another region; answered hop by
+//	             hop with a TypeRouteAck
+//	TypeKickVia   [req_id, from_node, gateway, user, device]  a kick of the
+//	             sessions gateway owns, through the bridges as TypeRouteVia
 //
 // Protocol flow. Writes: owner -> every member (eager, UDP, batches of a few
 // ms under the packet budget; a larger batch goes over TCP) or -> piggyback
@@ -67,7 +85,8 @@ import (
 // Version history: 1, the first; TypeSyncPage and TypePullPage added
 // within version 1 (a member without them drops them as unknown types);
 // TypeKick likewise (a member without it drops it, and the kick's request
-// times out).
+// times out); the region types too (a member without them is a
+// single-region gateway, which is never sent them).
 const WireVersion = 1
 
 type Type uint8
@@ -85,11 +104,17 @@ const (
 	TypeSyncPage
 	TypePullPage
 	TypeKick
-	MaxType = TypeKick
+	TypeRegionDeltas
+	TypeRegionAlive
+	TypeRegionSync
+	TypeRouteVia
+	TypeKickVia
+	MaxType = TypeKickVia
 )
 
 func (t Type) String() string {
-	names := [...]string{"?", "deltas", "alive", "pull", "sync", "route", "route-ack", "key", "state", "leaving", "sync-page", "pull-page", "kick"}
+	names := [...]string{"?", "deltas", "alive", "pull", "sync", "route", "route-ack", "key", "state", "leaving", "sync-page", "pull-page", "kick",
+		"region-deltas", "region-alive", "region-sync", "route-via", "kick-via"}
 	if int(t) < len(names) {
 		return names[t]
 	}
@@ -133,6 +158,47 @@ type RouteReq struct {
 	FromDevice string
 	Body       []byte
 }
+
+// RouteVia asks for a message to be delivered to the sessions Gateway
+// owns, through the bridges when Gateway is in another region: each hop
+// sends it on with a request of its own and answers with what the next
+// one answered.
+type RouteVia struct {
+	RouteReq
+	Gateway string
+}
+
+// KickVia asks for a kick of the sessions Gateway owns, through the
+// bridges as RouteVia is.
+type KickVia struct {
+	KickReq
+	Gateway string
+}
+
+// RegionMsg is the header of a region message (TypeRegionDeltas,
+// TypeRegionAlive, TypeRegionSync): the region whose records or gateways
+// it carries, the bridge of that region that sent it over the WAN pool,
+// and, once relayed inside the receiving region, the bridge that relayed
+// it ("" over the WAN pool).
+type RegionMsg struct {
+	Region string
+	From   string
+	Via    string
+	Nodes  []RegionNode // TypeRegionAlive
+}
+
+// RegionNode is one gateway of a region as its region's bridge announces
+// it: the incarnation it runs, the bridge's watermark of it, its client
+// address.
+type RegionNode struct {
+	Node        string
+	Incarnation uint64
+	Watermark   uint64
+	ClientAddr  string
+}
+
+// MaxRegionNodes bounds the gateways a region announcement lists.
+const MaxRegionNodes = 1 << 16
 
 // RouteAck answers a RouteReq.
 type RouteAck struct {
@@ -287,6 +353,73 @@ func EncodeKickReq(k KickReq) ([]byte, error) {
 }
 
 func EncodeKeyOp(k KeyOp) ([]byte, error) { return encodeMsg(TypeKey, k.Op, k.Key, k.ID, k.FromNode) }
+
+// EncodeRouteVia encodes a message for a gateway's sessions, routed
+// through the bridges.
+func EncodeRouteVia(r RouteVia) ([]byte, error) {
+	return encodeMsg(TypeRouteVia, r.ID, r.FromNode, r.Gateway, r.To, r.From, r.FromDevice, r.Body)
+}
+
+// EncodeKickVia encodes a kick routed through the bridges.
+func EncodeKickVia(k KickVia) ([]byte, error) {
+	return encodeMsg(TypeKickVia, k.ID, k.FromNode, k.Gateway, k.User, k.Device)
+}
+
+// NewRegionDeltas builds a batch of region h.Region's writes.
+func NewRegionDeltas(h RegionMsg, ds []crdt.Delta) (*Message, error) {
+	raw, err := crdt.AppendDeltas(nil, ds)
+	if err != nil {
+		return nil, err
+	}
+	b, err := encodeMsg(TypeRegionDeltas, h.Region, h.From, h.Via, raw)
+	if err != nil {
+		return nil, err
+	}
+	h.Nodes = nil
+	return &Message{Type: TypeRegionDeltas, Region: h, Deltas: ds, Bytes: b}, nil
+}
+
+// NewRegionAlive builds a region's announcement of h.Nodes.
+func NewRegionAlive(h RegionMsg) (*Message, error) {
+	nodes := make([][]any, len(h.Nodes))
+	for i, n := range h.Nodes {
+		nodes[i] = []any{n.Node, n.Incarnation, n.Watermark, n.ClientAddr}
+	}
+	b, err := encodeMsg(TypeRegionAlive, h.Region, h.From, h.Via, nodes)
+	if err != nil {
+		return nil, err
+	}
+	return &Message{Type: TypeRegionAlive, Region: h, Bytes: b}, nil
+}
+
+// NewRegionSync builds region h.Region's records another region lacked.
+func NewRegionSync(h RegionMsg, s crdt.Sync) (*Message, error) {
+	raw, err := crdt.AppendSync(nil, s)
+	if err != nil {
+		return nil, err
+	}
+	b, err := encodeMsg(TypeRegionSync, h.Region, h.From, h.Via, raw)
+	if err != nil {
+		return nil, err
+	}
+	h.Nodes = nil
+	return &Message{Type: TypeRegionSync, Region: h, Sync: s, Bytes: b}, nil
+}
+
+// Relayed returns m as the bridge via relays it inside its region.
+func (m *Message) Relayed(via string) (*Message, error) {
+	h := m.Region
+	h.Via = via
+	switch m.Type {
+	case TypeRegionDeltas:
+		return NewRegionDeltas(h, m.Deltas)
+	case TypeRegionAlive:
+		return NewRegionAlive(h)
+	case TypeRegionSync:
+		return NewRegionSync(h, m.Sync)
+	}
+	return nil, fmt.Errorf("dissem: a %s message is not relayed between regions", m.Type)
+}
 
 // splitHeader checks the header and returns the type and payload.
 func splitHeader(b []byte) (Type, []byte, error) {
@@ -503,6 +636,82 @@ func decodeRouteReq(b []byte) (RouteReq, error) {
 	return r, nil
 }
 
+func decodeRouteVia(b []byte) (RouteVia, error) {
+	fd := newFieldDecoder(b, 7)
+	r := RouteVia{RouteReq: RouteReq{ID: fd.u64(), FromNode: fd.str(crdt.MaxNameLen)}, Gateway: fd.str(crdt.MaxNameLen)}
+	r.To, r.From, r.FromDevice, r.Body = fd.str(crdt.MaxNameLen), fd.str(crdt.MaxNameLen), fd.str(crdt.MaxNameLen), fd.bytes(MaxBodyBytes)
+	if err := fd.done(); err != nil {
+		return RouteVia{}, err
+	}
+	if r.FromNode == "" || r.To == "" || r.Gateway == "" {
+		return RouteVia{}, fmt.Errorf("%w: routed message without sender, gateway or recipient", ErrBadMessage)
+	}
+	return r, nil
+}
+
+func decodeKickVia(b []byte) (KickVia, error) {
+	fd := newFieldDecoder(b, 5)
+	k := KickVia{KickReq: KickReq{ID: fd.u64(), FromNode: fd.str(crdt.MaxNameLen)}, Gateway: fd.str(crdt.MaxNameLen)}
+	k.User, k.Device = fd.str(crdt.MaxNameLen), fd.str(crdt.MaxNameLen)
+	if err := fd.done(); err != nil {
+		return KickVia{}, err
+	}
+	if k.FromNode == "" || k.User == "" || k.Gateway == "" {
+		return KickVia{}, fmt.Errorf("%w: kick without sender, gateway or user", ErrBadMessage)
+	}
+	return k, nil
+}
+
+// decodeRegion reads a region message: its header, and the raw payload
+// (deltas or sync) or the announced nodes.
+func decodeRegion(t Type, b []byte) (RegionMsg, []byte, error) {
+	fd := newFieldDecoder(b, 4)
+	h := RegionMsg{Region: fd.str(crdt.MaxNameLen), From: fd.str(crdt.MaxNameLen), Via: fd.str(crdt.MaxNameLen)}
+	var raw []byte
+	if t == TypeRegionAlive {
+		if fd.err == nil {
+			h.Nodes, fd.err = decodeRegionNodes(fd)
+		}
+	} else {
+		raw = fd.bytes(MaxStreamMessage)
+	}
+	if err := fd.done(); err != nil {
+		return RegionMsg{}, nil, err
+	}
+	if h.Region == "" || h.From == "" {
+		return RegionMsg{}, nil, fmt.Errorf("%w: region message without a region or a sender", ErrBadMessage)
+	}
+	return h, raw, nil
+}
+
+func decodeRegionNodes(fd *fieldDecoder) ([]RegionNode, error) {
+	n, err := fd.dec.DecodeArrayLen()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadMessage, err)
+	}
+	// Each entry takes at least 5 bytes: n is checked against the input
+	// left before anything is allocated.
+	if n < 0 || n > MaxRegionNodes || n*5 > fd.r.Len() {
+		return nil, fmt.Errorf("%w: %d region nodes", ErrBadMessage, n)
+	}
+	out := make([]RegionNode, 0, n)
+	for range n {
+		l, err := fd.dec.DecodeArrayLen()
+		if err != nil || l != 4 {
+			return nil, fmt.Errorf("%w: region node of %d fields (%v)", ErrBadMessage, l, err)
+		}
+		rn := RegionNode{Node: fd.str(crdt.MaxNameLen), Incarnation: fd.u64(), Watermark: fd.u64(), ClientAddr: fd.str(crdt.MaxNameLen)}
+		if fd.err != nil {
+			return nil, fd.err
+		}
+		if rn.Node == "" {
+			return nil, fmt.Errorf("%w: region node without a name", ErrBadMessage)
+		}
+		out = append(out, rn)
+	}
+	return out, nil
+}
+
 func decodeRouteAck(b []byte) (RouteAck, error) {
 	fd := newFieldDecoder(b, 3)
 	r := RouteAck{ID: fd.u64(), Delivered: fd.int(), Err: fd.str(1024)}
@@ -550,17 +759,20 @@ func DecodeKeyOp(b []byte) (KeyOp, error) {
 // immutable once made: the simulator hands one to every receiver, and a
 // node relays a received one as it came.
 type Message struct {
-	Type   Type
-	Deltas []crdt.Delta
-	Alive  Alive // TypeAlive and TypeLeaving
-	Digest DigestMsg
-	Sync   crdt.Sync // TypeSync and TypeSyncPage
-	Page   SyncPage  // TypeSyncPage
-	Route  RouteReq
-	Ack    RouteAck
-	Kick   KickReq
-	Key    KeyOp
-	Bytes  []byte
+	Type    Type
+	Deltas  []crdt.Delta
+	Alive   Alive // TypeAlive and TypeLeaving
+	Digest  DigestMsg
+	Sync    crdt.Sync // TypeSync and TypeSyncPage
+	Page    SyncPage  // TypeSyncPage
+	Route   RouteReq
+	Ack     RouteAck
+	Kick    KickReq
+	Key     KeyOp
+	Via     RouteVia  // TypeRouteVia
+	KickVia KickVia   // TypeKickVia
+	Region  RegionMsg // TypeRegionDeltas, TypeRegionAlive, TypeRegionSync
+	Bytes   []byte
 
 	// What a Node works out of a delta batch once, for every node that
 	// steps it (the simulator hands one Message to all its receivers):
@@ -645,6 +857,24 @@ func Decode(b []byte) (*Message, error) {
 		m.Key, err = DecodeKeyOp(payload)
 	case TypeKick:
 		m.Kick, err = decodeKickReq(payload)
+	case TypeRouteVia:
+		m.Via, err = decodeRouteVia(payload)
+	case TypeKickVia:
+		m.KickVia, err = decodeKickVia(payload)
+	case TypeRegionDeltas, TypeRegionAlive, TypeRegionSync:
+		var raw []byte
+		m.Region, raw, err = decodeRegion(t, payload)
+		switch {
+		case err != nil:
+		case t == TypeRegionDeltas:
+			if m.Deltas, err = crdt.DecodeDeltas(raw); err != nil {
+				err = fmt.Errorf("%w: %w", ErrBadMessage, err)
+			}
+		case t == TypeRegionSync:
+			if m.Sync, err = crdt.DecodeSync(raw); err != nil {
+				err = fmt.Errorf("%w: %w", ErrBadMessage, err)
+			}
+		}
 	}
 	if err != nil {
 		if !errors.Is(err, ErrBadMessage) {
@@ -724,26 +954,79 @@ func NewPullPage(from string, d crdt.Digest, cursor crdt.PageCursor) (*Message, 
 }
 
 // Meta is the node metadata memberlist carries for a gateway:
-// [incarnation, client_addr].
+// [incarnation, client_addr], and [incarnation, client_addr, 1] for a
+// bridge-capable gateway (a member of its region's WAN pool too), so a
+// single-region cluster's metadata is as it always was.
 type Meta struct {
 	Incarnation uint64
 	ClientAddr  string
+	Bridge      bool
 }
 
 // EncodeMeta encodes node metadata.
 func EncodeMeta(m Meta) []byte {
 	var buf bytes.Buffer
 	enc := msgpack.NewEncoder(&buf)
-	_ = enc.EncodeArrayLen(2)
+	if m.Bridge {
+		_ = enc.EncodeArrayLen(3)
+	} else {
+		_ = enc.EncodeArrayLen(2)
+	}
 	_ = enc.EncodeUint(m.Incarnation)
 	_ = enc.EncodeString(m.ClientAddr)
+	if m.Bridge {
+		_ = enc.EncodeUint(1)
+	}
 	return buf.Bytes()
 }
 
 // DecodeMeta decodes node metadata; garbage is an error wrapping
 // ErrBadMessage.
 func DecodeMeta(b []byte) (Meta, error) {
-	fd := newFieldDecoder(b, 2)
+	fields := 2
+	if len(b) > 0 && b[0] == 0x93 { // a fixarray of 3
+		fields = 3
+	}
+	fd := newFieldDecoder(b, fields)
 	m := Meta{Incarnation: fd.u64(), ClientAddr: fd.str(512)}
-	return m, fd.done()
+	if fields == 3 {
+		if flag := fd.u64(); flag != 1 && fd.err == nil {
+			fd.err = fmt.Errorf("%w: bridge flag %d", ErrBadMessage, flag)
+		}
+		m.Bridge = true
+	}
+	if err := fd.done(); err != nil {
+		return Meta{}, err
+	}
+	return m, nil
+}
+
+// WANMeta is the node metadata a bridge-capable gateway carries in the WAN
+// pool: [region, incarnation].
+type WANMeta struct {
+	Region      string
+	Incarnation uint64
+}
+
+// EncodeWANMeta encodes WAN pool metadata.
+func EncodeWANMeta(m WANMeta) []byte {
+	var buf bytes.Buffer
+	enc := msgpack.NewEncoder(&buf)
+	_ = enc.EncodeArrayLen(2)
+	_ = enc.EncodeString(m.Region)
+	_ = enc.EncodeUint(m.Incarnation)
+	return buf.Bytes()
+}
+
+// DecodeWANMeta decodes WAN pool metadata.
+func DecodeWANMeta(b []byte) (WANMeta, error) {
+	fd := newFieldDecoder(b, 2)
+	m := WANMeta{Region: fd.str(crdt.MaxNameLen), Incarnation: fd.u64()}
+	if err := fd.done(); err != nil {
+		return WANMeta{}, err
+	}
+	if m.Region == "" {
+		return WANMeta{}, fmt.Errorf("%w: WAN member without a region", ErrBadMessage)
+	}
+	return m, nil
 }

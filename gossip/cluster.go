@@ -86,6 +86,13 @@ type Cluster struct {
 	// it, for the alive filter (validate.go), which memberlist calls with
 	// its own lock held and so cannot wait for mu to read view.
 	members memberBook
+
+	// regions is this gateway's view of the other regions and its
+	// bridging (every call holds mu); wan its WAN pool, nil unless it is
+	// bridge-capable (wan.go); wanIn the messages received there.
+	regions *dissem.Regions
+	wan     *wanPool
+	wanIn   chan []byte
 }
 
 // memberView is memberlist's member list as the events told it: what the
@@ -168,6 +175,7 @@ func New(cfg Config, host Host) (*Cluster, error) {
 		routes:   make(map[uint64]chan dissem.RouteAck),
 		ready:    make(chan struct{}),
 		joinWake: make(chan struct{}, 1),
+		wanIn:    make(chan []byte, cfg.InboundQueue),
 	}
 	c.view = memberView{numMembers: func() int { return 1 },
 		nodes: make(map[string]*memberlist.Node), addrs: make(map[string]memberlist.Address), state: make(map[string]string),
@@ -193,6 +201,13 @@ func New(cfg Config, host Host) (*Cluster, error) {
 		return nil, fmt.Errorf("gossip: %w", err)
 	}
 	c.core = core
+	c.regions, err = dissem.NewRegions(dissem.RegionConfig{Region: cfg.Region, Name: cfg.Name, Bridge: cfg.WANBindAddr != "",
+		AliveInterval: cfg.WANAliveInterval, Lease: cfg.WANLease, BatchDelay: max(cfg.WANBatchDelay, 0),
+		PacketBudget: cfg.PacketBudget}, (*regionView)(c), hostReplica{host})
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("gossip: %w", err)
+	}
 	if len(cfg.Join) == 0 {
 		c.joined, c.synced = true, true // the first member: nobody to catch up with
 		close(c.ready)
@@ -216,12 +231,24 @@ func New(cfg Config, host Host) (*Cluster, error) {
 	if t, ok := mlc.Transport.(memberlist.NodeAwareTransport); ok && plainPackets(mlc) {
 		c.packets = t
 	}
+	if cfg.WANBindAddr != "" {
+		if err := c.startWAN(); err != nil {
+			cancel()
+			_ = c.ml.Shutdown()
+			return nil, err
+		}
+	}
 	c.mu.Lock()
 	c.view.numMembers = c.ml.NumMembers
 	c.core.Start(c.leaseNow(), false)
+	c.regions.Start(c.leaseNow())
 	c.mu.Unlock()
 	c.wg.Add(1)
 	go c.run()
+	if c.wan != nil {
+		c.wg.Add(1)
+		go c.runWAN()
+	}
 	if len(cfg.Join) > 0 {
 		if _, err := c.Join(cfg.Join); err != nil {
 			c.log.Warn("join failed; retrying in the background", zap.Strings("join", cfg.Join), zap.Error(err))
@@ -365,6 +392,9 @@ func (c *Cluster) Leave(timeout time.Duration) error {
 	rd := c.core.Ready().Clone() // executed while the loop goes on
 	c.mu.Unlock()
 	sent, failed := c.execute(rd, true)
+	if c.wan != nil {
+		_ = c.wan.ml.Leave(min(200*time.Millisecond, max(time.Until(deadline)/4, time.Millisecond)))
+	}
 	err := c.leaveMemberlist(time.Until(deadline))
 	// A send that failed matters only if a member that stays missed it: a
 	// member that is leaving too (all gateways stopped at once) may have
@@ -429,6 +459,9 @@ func (c *Cluster) stayingMembers() int {
 // Shutdown stops the cluster without telling anyone (a crash, to peers).
 func (c *Cluster) Shutdown() error {
 	c.cancel()
+	if c.wan != nil {
+		_ = c.wan.ml.Shutdown()
+	}
 	err := c.ml.Shutdown()
 	c.wg.Wait()
 	return err

@@ -40,6 +40,38 @@ type Config struct {
 	// memberlist advertises, keeping the port; New logs the choice.
 	ClientAddr string
 
+	// Region is this gateway's region: one cluster per region, the
+	// regions bridged over a WAN pool (dissem/region.go). Default
+	// dissem.DefaultRegion; a cluster whose gateways name no region and
+	// no WAN address is a single-region cluster.
+	Region string
+	// WANBindAddr, if set, makes this gateway bridge-capable: it is also
+	// a member of the WAN pool, listening there (host:port, UDP and TCP).
+	WANBindAddr string
+	// WANAdvertiseAddr is the WAN pool address other bridges use; empty
+	// means WANBindAddr.
+	WANAdvertiseAddr string
+	// WANJoin lists WAN pool addresses of bridges (of any region) to join.
+	WANJoin []string
+	// WANProfile picks memberlist's timing for the WAN pool. Default "wan".
+	WANProfile string
+	// WANAliveInterval is how often a region's active bridge announces the
+	// region to the others. Default dissem.DefaultWANAliveInterval (1s).
+	WANAliveInterval time.Duration
+	// WANLease is how long another region stays shown up without being
+	// heard from; its sessions are then shown expired (projection only)
+	// within dissem.WANCrashBound(WANLease). Default dissem.DefaultWANLease
+	// (10s).
+	WANLease time.Duration
+	// WANBatchDelay is the active bridge's write window: this region's
+	// writes within it cross to each other region together. Default
+	// dissem.DefaultWANBatchDelay (5ms).
+	WANBatchDelay time.Duration
+	// WANMemberlist, if set, adjusts the WAN pool's memberlist
+	// configuration (tests); WrapWANTransport wraps its transport.
+	WANMemberlist    func(*memberlist.Config)
+	WrapWANTransport func(memberlist.NodeAwareTransport) memberlist.NodeAwareTransport
+
 	// Keyring enables AES-GCM encryption of all gossip (nil: plaintext).
 	// The first key encrypts; all decrypt. Rotate with Cluster.KeyOp.
 	Keyring *memberlist.Keyring
@@ -166,6 +198,12 @@ func DefaultConfig() Config {
 
 		ReconnectInterval: p.ReconnectInterval,
 		ReconnectTimeout:  p.ReconnectTimeout,
+
+		Region:           dissem.DefaultRegion,
+		WANProfile:       "wan",
+		WANAliveInterval: dissem.DefaultWANAliveInterval,
+		WANLease:         dissem.DefaultWANLease,
+		WANBatchDelay:    dissem.DefaultWANBatchDelay,
 	}
 }
 
@@ -180,6 +218,18 @@ func (c *Config) Validate() error {
 	}
 	if c.Profile == "" {
 		c.Profile = d.Profile
+	}
+	if c.Region == "" {
+		c.Region = d.Region
+	}
+	if c.WANProfile == "" {
+		c.WANProfile = d.WANProfile
+	}
+	if _, err := profileConfig(c.WANProfile); err != nil {
+		return err
+	}
+	if c.WANBindAddr == "" && len(c.WANJoin) > 0 {
+		return errors.New("gossip: WANJoin needs WANBindAddr: only a bridge-capable gateway joins the WAN pool")
 	}
 	if _, err := profileConfig(c.Profile); err != nil {
 		return err
@@ -198,6 +248,14 @@ func (c *Config) Validate() error {
 	setDur(&c.ReconnectInterval, d.ReconnectInterval)
 	setDur(&c.ReconnectTimeout, d.ReconnectTimeout)
 	setDur(&c.MaxIncarnationSkew, d.MaxIncarnationSkew)
+	setDur(&c.WANAliveInterval, d.WANAliveInterval)
+	setDur(&c.WANLease, d.WANLease)
+	if c.WANBatchDelay == 0 {
+		c.WANBatchDelay = d.WANBatchDelay
+	}
+	if c.WANAliveInterval < 0 || c.WANLease <= 2*c.WANAliveInterval {
+		return fmt.Errorf("gossip: WANLease %v must be over two WANAliveIntervals (%v)", c.WANLease, c.WANAliveInterval)
+	}
 	if c.MaxIncarnationSkew < 0 {
 		return fmt.Errorf("gossip: MaxIncarnationSkew %v must not be negative", c.MaxIncarnationSkew)
 	}

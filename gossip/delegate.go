@@ -20,9 +20,10 @@ type delegate Cluster
 var _ memberlist.Delegate = (*delegate)(nil)
 
 func (d *delegate) NodeMeta(limit int) []byte {
-	b := dissem.EncodeMeta(dissem.Meta{Incarnation: d.cfg.Incarnation, ClientAddr: d.cfg.ClientAddr})
+	bridge := d.cfg.WANBindAddr != ""
+	b := dissem.EncodeMeta(dissem.Meta{Incarnation: d.cfg.Incarnation, ClientAddr: d.cfg.ClientAddr, Bridge: bridge})
 	if len(b) > limit {
-		return dissem.EncodeMeta(dissem.Meta{Incarnation: d.cfg.Incarnation})
+		return dissem.EncodeMeta(dissem.Meta{Incarnation: d.cfg.Incarnation, Bridge: bridge})
 	}
 	return b
 }

@@ -27,9 +27,16 @@ func (c *Cluster) run() {
 			return
 		case <-timer.C:
 			c.readQueued()
-			c.step(func(now int64) { c.core.Tick(now) })
+			c.step(func(now int64) {
+				c.core.Tick(now)
+				if now >= c.regions.Deadline() {
+					c.regions.Tick(now)
+				}
+			})
 		case b := <-c.inbound:
 			c.handle(b)
+		case b := <-c.wanIn:
+			c.handleWAN(b)
 		case <-c.flushCh:
 			c.step(c.takePublishedLocked)
 		case <-c.evSignal:
@@ -42,7 +49,7 @@ func (c *Cluster) run() {
 			}
 		}
 		c.mu.Lock()
-		wait := time.Duration(c.core.Deadline() - c.leaseNow())
+		wait := time.Duration(min(c.core.Deadline(), c.regions.Deadline()) - c.leaseNow())
 		c.mu.Unlock()
 		if !timer.Stop() {
 			select {
@@ -69,14 +76,26 @@ func (c *Cluster) step(input func(now int64)) {
 	c.mu.Lock()
 	now := c.leaseNow()
 	input(now)
-	for c.core.HasReady() {
-		// Executed unlocked, while Publish, Leave and AnnounceDrain may
-		// use the core: a copy of its own.
-		rd := c.core.Ready().Clone()
-		c.mu.Unlock()
-		c.execute(rd, false)
-		c.mu.Lock()
-		c.core.Advance(now)
+	for c.core.HasReady() || c.regions.HasReady() {
+		if c.core.HasReady() {
+			// Executed unlocked, while Publish, Leave and AnnounceDrain may
+			// use the core: a copy of its own.
+			rd := c.core.Ready().Clone()
+			c.mu.Unlock()
+			c.execute(rd, false)
+			c.mu.Lock()
+			c.core.Advance(now)
+			if c.wan != nil {
+				// This region's writes, applied here: the active bridge
+				// forwards them to the other regions.
+				for _, a := range rd.Apply {
+					if a.Kind == dissem.ApplyDeltas {
+						c.regions.Forward(a.Deltas, now)
+					}
+				}
+			}
+		}
+		c.drainRegions(now)
 	}
 	c.mu.Unlock()
 }
@@ -166,13 +185,16 @@ func (c *Cluster) handle(b []byte) {
 		c.goKick(m.Kick)
 		return
 	case dissem.TypeRouteAck:
-		c.routeMu.Lock()
-		ch := c.routes[m.Ack.ID]
-		delete(c.routes, m.Ack.ID)
-		c.routeMu.Unlock()
-		if ch != nil {
-			ch <- m.Ack
-		}
+		c.routeAck(m.Ack)
+		return
+	case dissem.TypeRouteVia:
+		c.goRouteVia(m.Via, false)
+		return
+	case dissem.TypeKickVia:
+		c.goKickVia(m.KickVia, false)
+		return
+	case dissem.TypeRegionDeltas, dissem.TypeRegionAlive, dissem.TypeRegionSync:
+		c.step(func(now int64) { c.regions.Step(m, false, now) })
 		return
 	case dissem.TypeKey:
 		ack := dissem.RouteAck{ID: m.Key.ID, Delivered: 1}

@@ -51,8 +51,10 @@ func (c *Cluster) ClientAddrOf(name string) string {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	p, _ := c.core.Peer(name)
-	return p.ClientAddr
+	if p, _ := c.core.Peer(name); p.ClientAddr != "" {
+		return p.ClientAddr
+	}
+	return c.regions.ClientAddr(name) // a gateway of another region, as its region announced it
 }
 
 // HealthScore returns memberlist's health (awareness) score: 0 is

@@ -60,6 +60,12 @@ func (c *Cluster) Route(ctx context.Context, gateway string, msg cluster.Message
 	if len(msg.Body) > dissem.MaxBodyBytes {
 		return 0, fmt.Errorf("gossip: message body of %d bytes exceeds %d", len(msg.Body), dissem.MaxBodyBytes)
 	}
+	c.mu.Lock()
+	_, remote := c.regions.RegionOf(gateway)
+	c.mu.Unlock()
+	if remote {
+		return c.routeVia(ctx, gateway, msg)
+	}
 	return c.request(ctx, gateway, func(id uint64) ([]byte, error) {
 		return dissem.EncodeRouteReq(dissem.RouteReq{ID: id, FromNode: c.cfg.Name, To: msg.To, From: msg.From, FromDevice: msg.FromDevice, Body: msg.Body})
 	})
@@ -71,6 +77,12 @@ func (c *Cluster) Kick(ctx context.Context, gateway, user, device string) (int, 
 	if gateway == c.cfg.Name {
 		return c.host.KickLocal(user, device), nil
 	}
+	c.mu.Lock()
+	_, remote := c.regions.RegionOf(gateway)
+	c.mu.Unlock()
+	if remote {
+		return c.kickVia(ctx, gateway, user, device)
+	}
 	return c.request(ctx, gateway, func(id uint64) ([]byte, error) {
 		return dissem.EncodeKickReq(dissem.KickReq{ID: id, FromNode: c.cfg.Name, User: user, Device: device})
 	})
@@ -79,6 +91,12 @@ func (c *Cluster) Kick(ctx context.Context, gateway, user, device string) (int, 
 // request sends a message that the peer answers with a msgRouteAck carrying
 // the same id, and waits for the answer (at most RouteTimeout).
 func (c *Cluster) request(ctx context.Context, to string, encode func(id uint64) ([]byte, error)) (int, error) {
+	return c.requestOn(ctx, to, false, encode)
+}
+
+// requestOn is request to a member of this region, or (wan) of the WAN
+// pool.
+func (c *Cluster) requestOn(ctx context.Context, to string, wan bool, encode func(id uint64) ([]byte, error)) (int, error) {
 	c.routeMu.Lock()
 	c.routeSeq++
 	id := c.routeSeq
@@ -96,7 +114,12 @@ func (c *Cluster) request(ctx context.Context, to string, encode func(id uint64)
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.RouteTimeout)
 	defer cancel()
-	if err := c.sendReliableTo(to, b); err != nil {
+	if wan {
+		err = c.sendWAN(to, b, true)
+	} else {
+		err = c.sendReliableTo(to, b)
+	}
+	if err != nil {
 		return 0, err
 	}
 	select {

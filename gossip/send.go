@@ -40,6 +40,9 @@ func (c *Cluster) takePublishedLocked(now int64) {
 	c.pubQ = nil
 	c.pubMu.Unlock()
 	c.core.Publish(q, now)
+	if c.wan != nil {
+		c.regions.Forward(q, now)
+	}
 }
 
 func (c *Cluster) enqueueBroadcast(msg []byte, name string) {

@@ -52,6 +52,14 @@ type Stats struct {
 	TransfersDone       atomic.Uint64 // ... received to their last page
 	TransfersAbandoned  atomic.Uint64 // ... left to anti-entropy after repeated stalls
 
+	WANDeltaCopies      atomic.Uint64 // deltas sent over the WAN pool, once per receiving bridge
+	WANMessagesSent     atomic.Uint64
+	WANBytesSent        atomic.Uint64
+	WANMessagesReceived atomic.Uint64
+	RegionPulls         atomic.Uint64 // pulls of what a region's announcement showed this replica lacked
+	RegionsExpired      atomic.Uint64 // regions not heard within the WAN lease: their sessions were shown expired
+	BridgeChanges       atomic.Uint64 // times this gateway became, or ceased to be, its region's active bridge
+
 	LeasesExpired atomic.Uint64 // peers whose lease passed: their sessions were shown expired
 	MembersFailed atomic.Uint64 // members memberlist declared dead, whose sessions were then shown expired
 	MembersLeft   atomic.Uint64 // members that left gracefully, whose sessions were then shown expired

@@ -247,7 +247,23 @@ func (b bounds) cursor(c crdt.PageCursor) error {
 func (c *Cluster) screen(m *dissem.Message) *dissem.Message {
 	b := c.bounds()
 	switch m.Type {
-	case dissem.TypeDeltas:
+	case dissem.TypeRegionAlive:
+		for _, n := range m.Region.Nodes {
+			err := b.origin(crdt.Origin{Node: n.Node, Incarnation: n.Incarnation})
+			if err == nil {
+				err = counter("watermark", n.Watermark)
+			}
+			if err == nil && n.ClientAddr != "" {
+				if err = checkHostPort(n.ClientAddr); err != nil {
+					err = refuse(refusedClientAddr, "region gateway %q: client address %q: %v", n.Node, n.ClientAddr, err)
+				}
+			}
+			if err != nil {
+				c.refused(err, "a region's announcement")
+				return nil
+			}
+		}
+	case dissem.TypeDeltas, dissem.TypeRegionDeltas:
 		for i := range m.Deltas {
 			if err := b.delta(&m.Deltas[i]); err != nil {
 				c.refused(err, "a delta batch")
@@ -272,7 +288,7 @@ func (c *Cluster) screen(m *dissem.Message) *dissem.Message {
 			cp.Alive = a
 			return &cp
 		}
-	case dissem.TypeSync, dissem.TypeSyncPage:
+	case dissem.TypeSync, dissem.TypeSyncPage, dissem.TypeRegionSync:
 		if m.Type == dissem.TypeSyncPage {
 			for _, cur := range []crdt.PageCursor{m.Page.At, m.Page.Next} {
 				if err := b.cursor(cur); err != nil {

@@ -16,6 +16,10 @@ type clusterSnapshot struct {
 	health   int
 	queued   int
 	incoming int // paged anti-entropy answers being received
+	// regions: this gateway is its region's active bridge; how many other
+	// regions it shows expired
+	bridge      bool
+	regionsDown int
 }
 
 // memberStates are the states rollcall_gossip_members reports, zeros
@@ -32,6 +36,12 @@ func NewClusterCollector(c *gossip.Cluster) prometheus.Collector {
 		s := clusterSnapshot{stats: c.Stats(), members: make(map[string]int), health: c.HealthScore(), queued: c.QueuedBroadcasts(),
 			incoming: c.IncomingTransfers()}
 		s.sent, s.received = s.stats.Sent(), s.stats.Received()
+		s.bridge = c.ActiveBridge()
+		for _, r := range c.Regions() {
+			if r.Down {
+				s.regionsDown++
+			}
+		}
 		for _, m := range c.Members() {
 			s.members[m.State]++
 			if m.LeaseExpired {
@@ -143,6 +153,31 @@ func clusterDefs() []metricDef[clusterSnapshot] {
 			}},
 		gauge("gossip_members_down", "Members whose sessions this gateway shows expired (lease passed, declared failed, or catching up after it).",
 			func(s *S) float64 { return float64(s.down) }),
+
+		// Regions (docs/operations.md#multi-region).
+		gauge("gossip_active_bridge", "1 while this gateway is its region's active bridge, else 0.",
+			func(s *S) float64 {
+				if s.bridge {
+					return 1
+				}
+				return 0
+			}),
+		stat("gossip_bridge_changes_total", "Times this gateway became, or ceased to be, its region's active bridge.",
+			func(st *gossip.Stats) uint64 { return st.BridgeChanges.Load() }),
+		gauge("gossip_regions_down", "Other regions whose sessions this gateway shows expired (not heard within --wan-lease).",
+			func(s *S) float64 { return float64(s.regionsDown) }),
+		stat("gossip_regions_expired_total", "Times another region was not heard within --wan-lease and its sessions were shown expired.",
+			func(st *gossip.Stats) uint64 { return st.RegionsExpired.Load() }),
+		stat("gossip_region_pulls_total", "Pulls of what another region's announcement showed this gateway lacked.",
+			func(st *gossip.Stats) uint64 { return st.RegionPulls.Load() }),
+		stat("gossip_wan_delta_copies_total", "Deltas this gateway sent over the WAN pool (one per change per other region, from the active bridge).",
+			func(st *gossip.Stats) uint64 { return st.WANDeltaCopies.Load() }),
+		stat("gossip_wan_messages_sent_total", "Messages this gateway sent over the WAN pool.",
+			func(st *gossip.Stats) uint64 { return st.WANMessagesSent.Load() }),
+		stat("gossip_wan_sent_bytes_total", "Bytes of the messages this gateway sent over the WAN pool.",
+			func(st *gossip.Stats) uint64 { return st.WANBytesSent.Load() }),
+		stat("gossip_wan_messages_received_total", "Messages this gateway received over the WAN pool.",
+			func(st *gossip.Stats) uint64 { return st.WANMessagesReceived.Load() }),
 		gauge("memberlist_health_score",
 			"memberlist's health (awareness) score: 0 is healthy; higher means this node misses probe acks, "+
 				"is likely the slow or cut-off one, and waits longer before suspecting others.",

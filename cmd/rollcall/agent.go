@@ -92,7 +92,15 @@ func (ac *agentConfig) checkGossip() error {
 // gossip address that is not loopback needs a key, or --gossip-insecure.
 func (ac *agentConfig) checkGossipKeyed() error {
 	keyed := ac.GossipKey != "" || ac.GossipKeyFile != "" || ac.KeyringFile != ""
-	if ac.Gossip.BindAddr == "" || keyed || ac.GossipInsecure || ac.Node.Dev || loopbackAddr(ac.Gossip.BindAddr) {
+	if keyed || ac.GossipInsecure || ac.Node.Dev {
+		return nil
+	}
+	if w := ac.Gossip.WANBindAddr; w != "" && !loopbackAddr(w) {
+		return fmt.Errorf("--wan-addr %s is not a loopback address and gossip has no key: anyone who reaches that port "+
+			"could join the WAN pool and forge regions and presence. Give a gossip key (--gossip-key-file, --keyring-file, "+
+			"--gossip-key or ROLLCALL_GOSSIP_KEY), or --gossip-insecure on a network nobody else reaches", w)
+	}
+	if ac.Gossip.BindAddr == "" || loopbackAddr(ac.Gossip.BindAddr) {
 		return nil
 	}
 	return fmt.Errorf("--gossip-addr %s is not a loopback address and gossip has no key: anyone who reaches that port "+

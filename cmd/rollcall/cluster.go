@@ -67,7 +67,8 @@ func startCluster(_ context.Context, ac *agentConfig, n *node.Node, log *zap.Log
 	api.cluster.Store(c)
 	api.keyring.Store(cfg.Keyring)
 	log.Info("gossip started", zap.String("gossip_addr", c.LocalAddr()), zap.Strings("join", cfg.Join),
-		zap.String("profile", cfg.Profile), zap.Bool("encrypted", cfg.Keyring != nil))
+		zap.String("profile", cfg.Profile), zap.Bool("encrypted", cfg.Keyring != nil), zap.String("region", cfg.Region),
+		zap.String("wan_addr", c.WANAddr()), zap.Strings("wan_join", cfg.WANJoin))
 	leave := func(ctx context.Context) error {
 		timeout := 5 * time.Second
 		if dl, ok := ctx.Deadline(); ok {

@@ -28,6 +28,13 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	if o.Regions.Regions != 0 {
+		res, err := sim.RunRegions(ctx, o.Regions)
+		if err != nil {
+			return err
+		}
+		return simcli.WriteRegions(stdout, res, o.Format)
+	}
 	runs, err := o.Runs()
 	if err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/rollcall/rollcall/sim"
 )
@@ -30,6 +31,9 @@ type Options struct {
 	SweepValues []string
 	// args are the flags given, for re-parsing one sweep value at a time.
 	args []string
+	// Regions, when 2 or more, runs the multi-region simulation
+	// (sim.RunRegions) with these settings instead.
+	Regions sim.RegionConfig
 }
 
 // Usage is the text of `rollcall sim --help` before the flag list.
@@ -107,6 +111,12 @@ func NewFlagSet(o *Options, out io.Writer) *flag.FlagSet {
 		c.Churn = ch
 		return err
 	})
+	fs.IntVar(&o.Regions.Regions, "regions", 0, "simulate this many regions (2 or more), the nodes split evenly, bridged over a WAN pool as --region and --wan-addr make them: reports the cross-region reach and the WAN copies per change (no --partition, --crash, --loss, --sweep, plots or csv)")
+	fs.IntVar(&o.Regions.Bridges, "bridges", 2, "with --regions: bridge-capable gateways per region, a count")
+	fs.DurationVar(&o.Regions.RegionLatency, "region-latency", 80*time.Millisecond, "with --regions: one-way delay between two regions, a duration")
+	fs.DurationVar(&o.Regions.CrashBridgeAt, "crash-bridge", 0, "with --regions: kill the first region's active bridge at this time, a duration (0: none)")
+	fs.DurationVar(&o.Regions.WANLease, "wan-lease", 0, "with --regions: the WAN lease, a duration (default 10s)")
+	fs.DurationVar(&o.Regions.WANAlive, "wan-alive", 0, "with --regions: the active bridge's announcement interval, a duration (default 1s)")
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "random seed: the same flags and seed give byte-identical output")
 	fs.StringVar(&o.Format, "format", o.Format, "output format: table, json or csv")
 	fs.StringVar(&o.Plot, "plot", "", "also draw FILE (.svg or .png): converged fraction against time since the change; with --sweep, p99 convergence against the swept value")
@@ -149,6 +159,16 @@ func ParseArgs(args []string, out io.Writer) (*Options, error) {
 		return nil, fmt.Errorf("cannot sweep %q: no such flag", o.SweepParam)
 	}
 	o.args = args
+	if o.Regions.Regions != 0 {
+		if o.SweepParam != "" || o.Plot != "" || o.Curves != "" || o.Format == "csv" {
+			return nil, errors.New("--regions takes no --sweep, --plot, --curves or csv output")
+		}
+		o.Regions.Config = o.Config
+		if err := o.Regions.Validate(); err != nil {
+			return nil, err
+		}
+		return o, nil
+	}
 	if o.SweepParam == "" {
 		if err := o.Config.Validate(); err != nil {
 			return nil, err

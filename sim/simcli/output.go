@@ -7,6 +7,7 @@ import (
 	"io"
 	"strconv"
 	"text/tabwriter"
+	"time"
 
 	"github.com/rollcall/rollcall/sim"
 )
@@ -99,6 +100,30 @@ func WriteCSV(w io.Writer, rows []Row) error {
 
 // WriteTable writes a human-readable report: a labelled summary for a
 // single run, a table with one row per value for a sweep.
+// WriteRegions writes a multi-region run's result as a table, or as one
+// JSON object.
+func WriteRegions(w io.Writer, r *sim.RegionResult, format string) error {
+	if format == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "regions\t%d (%d gateways, %d bridge-capable per region)\n", r.Regions, r.Nodes, r.Bridges)
+	fmt.Fprintf(tw, "between regions\t%v one way\n", r.RegionLatency)
+	fmt.Fprintf(tw, "changes\t%d\n", r.Changes)
+	fmt.Fprintf(tw, "cross-region reach (every gateway of every other region)\tp50 %v  p99 %v  max %v  (%d of %d reached)\n",
+		r.ReachP50.Round(time.Microsecond), r.ReachP99.Round(time.Microsecond), r.ReachMax.Round(time.Microsecond), r.Reached, r.Changes)
+	fmt.Fprintf(tw, "in-region reach\tp50 %v  p99 %v\n", r.LocalP50.Round(time.Microsecond), r.LocalP99.Round(time.Microsecond))
+	fmt.Fprintf(tw, "WAN copies per change per other region\t%.3f (%d in all, %d bytes)\n", r.WANCopiesPerChange, r.WANCopies, r.WANBytes)
+	fmt.Fprintf(tw, "repair pulls\t%d\n", r.WANPulls)
+	fmt.Fprintf(tw, "regions shown expired\t%d\n", r.RegionsExpired)
+	if r.BridgeCrashed != "" {
+		fmt.Fprintf(tw, "bridge killed\t%s\n", r.BridgeCrashed)
+	}
+	return tw.Flush()
+}
+
 func WriteTable(w io.Writer, rows []Row) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	if len(rows) == 1 && rows[0].Sweep == "" {
