@@ -139,8 +139,19 @@ func TestEventVersionsIncreaseAndCoalesce(t *testing.T) {
 	ends := make(chan time.Time)
 	n, _ := newHookedTestNode(t, func(c *Config) { c.EventCoalesce = time.Hour },
 		func(n *Node) { n.eventAfter = func(time.Duration) <-chan time.Time { return ends } })
-	endWindow := func() { ends <- time.Now() } // returns once the notifier took it
-	w, _ := connect(t, n, "watcher", "w")      // flushed at once: opens a window
+	// endWindow ends the open window and returns once its flush has taken
+	// the changes made so far (cleared the dirty set, under mu): a change
+	// the test makes after it falls in the window that flush opens. The
+	// notifier waits for a window's end only with changes dirty, and only
+	// a flush clears them. Returning when the notifier took the end would
+	// not do: its flush may run later, after the test's next writes, and
+	// take them too.
+	endWindow := func() {
+		t.Helper()
+		ends <- time.Now()
+		waitFor(t, "the flush to take the changes", func() bool { return !n.hasDirty() })
+	}
+	w, _ := connect(t, n, "watcher", "w") // flushed at once: opens a window
 	// Alice's connect must find that window open: made before the
 	// notifier took the watcher's change, it would be flushed with it, no
 	// window would wait for endWindow, and the test would hang until the
