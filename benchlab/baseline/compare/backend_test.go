@@ -16,6 +16,7 @@ import (
 
 	"github.com/rollcall/rollcall/benchlab/baseline/redistest"
 	"github.com/rollcall/rollcall/client"
+	"github.com/rollcall/rollcall/internal/testkit"
 	"github.com/rollcall/rollcall/node"
 )
 
@@ -40,13 +41,13 @@ func startHold(t *testing.T, c HoldConfig) (stop func() error) {
 	return func() error { cancel(); return <-done }
 }
 
-// The Redis worker keeps a key with the TTL per user, refreshed with SET
-// EX; once it stops, the reader reads every user offline (first, then
+// The Redis worker keeps a key with its epoch and the TTL per user,
+// refreshed by an epoch-guarded write; once it stops, the reader reads every user offline (first, then
 // all) and receives every key's expiry event.
 func TestHoldRedisAndItsReader(t *testing.T) {
 	addr := redistest.Start(t)
 	const users = 300
-	stop := startHold(t, HoldConfig{System: Redis, Addr: addr, Users: users, Refresh: 200 * time.Millisecond, TTL: time.Second})
+	stop := startHold(t, HoldConfig{System: Redis, Addr: addr, Users: users, Refresh: 200 * time.Millisecond, TTL: time.Second, Epoch: 7})
 	r := newRedisReader(addr, users)
 	defer r.close()
 	if n, err := r.present(t.Context()); err != nil || n != users {
@@ -55,7 +56,7 @@ func TestHoldRedisAndItsReader(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
 	k := RedisPresenceKey(BackendUser(users - 1))
-	if v, err := rdb.Get(t.Context(), k).Result(); err != nil || v != "w1" {
+	if v, err := rdb.Get(t.Context(), k).Result(); err != nil || v != "7:w1" {
 		t.Fatalf("%s = %q, %v", k, v, err)
 	}
 	if ttl, err := rdb.TTL(t.Context(), k).Result(); err != nil || ttl <= 0 || ttl > time.Second {
@@ -80,6 +81,58 @@ func TestHoldRedisAndItsReader(t *testing.T) {
 	}
 	if n, last := r.notifiedBy(t.Context(), time.Now().Add(30*time.Second)); n != users || last.IsZero() {
 		t.Fatalf("expiry events: %d of %d", n, users)
+	}
+}
+
+// A newer worker takes over the users it writes; the older worker's
+// refreshes, still running, neither overwrite nor extend the newer
+// worker's keys, and keep the users no newer worker holds.
+func TestHoldRedisOlderEpochDoesNotOverwriteANewer(t *testing.T) {
+	addr := redistest.Start(t)
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	ctx := t.Context()
+	const users, taken = 10, 4
+	stopOld := startHold(t, HoldConfig{System: Redis, Addr: addr, Users: users, Refresh: 20 * time.Millisecond, TTL: 120 * time.Second, Epoch: 100})
+	defer func() {
+		if err := stopOld(); err != nil {
+			t.Error(err)
+		}
+	}()
+	stopNew := startHold(t, HoldConfig{System: Redis, Addr: addr, Users: taken, Refresh: time.Hour, TTL: 60 * time.Second, Epoch: 200})
+	defer func() {
+		if err := stopNew(); err != nil {
+			t.Error(err)
+		}
+	}()
+	// Wait for a refresh of the older worker after the newer one's write:
+	// the TTL of a key only it holds rises again.
+	last := RedisPresenceKey(BackendUser(users - 1))
+	before, err := rdb.PTTL(ctx, last).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 30*time.Second, "a refresh of the older worker", func() bool {
+		d, err := rdb.PTTL(ctx, last).Result()
+		return err == nil && d > before
+	})
+	for i := range users {
+		k := RedisPresenceKey(BackendUser(i))
+		v, err := rdb.Get(ctx, k).Result()
+		if err != nil {
+			t.Fatalf("%s: %v", k, err)
+		}
+		ttl, err := rdb.PTTL(ctx, k).Result()
+		if err != nil {
+			t.Fatalf("%s: %v", k, err)
+		}
+		if i < taken {
+			if v != "200:w1" || ttl > 60*time.Second {
+				t.Errorf("%s = %q, TTL %v; want the newer worker's, TTL at most 60s", k, v, ttl)
+			}
+		} else if v != "100:w1" || ttl <= 60*time.Second {
+			t.Errorf("%s = %q, TTL %v; want the older worker's, TTL above 60s", k, v, ttl)
+		}
 	}
 }
 

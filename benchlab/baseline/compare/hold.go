@@ -10,13 +10,15 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/rollcall/rollcall/benchlab/baseline/redisgw"
 	"github.com/rollcall/rollcall/client"
 )
 
 // The backend scenario's users: BackendUser(i) for i in [0, Users), each
 // present through one backend worker. On Rollcall each is a tracked
 // session (device BackendDevice) in group BackendGroup; on Redis the key
-// RedisPresenceKey(user), holding the worker's name, with a TTL.
+// RedisPresenceKey(user), holding the worker's epoch and name
+// ("EPOCH:w1"), with a TTL.
 const (
 	BackendGroup  = "bt"
 	BackendDevice = "web"
@@ -29,7 +31,7 @@ func BackendUser(i int) string { return "u" + strconv.Itoa(i) }
 // user is present.
 func RedisPresenceKey(user string) string { return "presence:" + user }
 
-// redisPipeline is how many SETs a Redis worker sends in one pipeline.
+// redisPipeline is how many writes a Redis worker sends in one pipeline.
 const redisPipeline = 1000
 
 // HoldConfig is one backend worker keeping Users users present until its
@@ -38,17 +40,25 @@ const redisPipeline = 1000
 type HoldConfig struct {
 	// System is Rollcall (one connection to the gateway at Addr tracking
 	// every user; its client heartbeats the connection as the gateway's
-	// welcome asks, and nothing else is sent) or Redis (SET key EX TTL for
-	// every user, in pipelines of 1000, every Refresh, against the
+	// welcome asks, and nothing else is sent) or Redis (an epoch-guarded
+	// write, EVALSHA of redisgw.EpochSet, setting "EPOCH:w1" with the TTL
+	// for every user, in pipelines of 1000, every Refresh, against the
 	// redis-server at Addr).
 	System string
 	Addr   string
 	Users  int
 	// Refresh and TTL are the Redis worker's refresh period and keys'
-	// TTL (whole seconds: SET ... EX).
+	// TTL (whole seconds).
 	Refresh, TTL time.Duration
+	// Epoch is the Redis worker's epoch (0: the wall clock in ms at
+	// start): its writes set a key only while the key holds no newer
+	// epoch, so a delayed refresh of an older worker never overwrites or
+	// extends a newer worker's key. A user whose key a newer epoch holds
+	// is the newer worker's; this one stops refreshing it.
+	Epoch uint64
 	// Ready gets one line, "ready N", once every user is present (Rollcall:
-	// tracked; Redis: the first refresh done).
+	// tracked; Redis: the first refresh done, N the users it holds, less
+	// those a newer epoch held).
 	Ready io.Writer
 }
 
@@ -101,20 +111,52 @@ func holdRollcall(ctx context.Context, c HoldConfig) error {
 func holdRedis(ctx context.Context, c HoldConfig) error {
 	rdb := redis.NewClient(&redis.Options{Addr: c.Addr, PoolSize: 2})
 	defer rdb.Close()
+	epoch := c.Epoch
+	if epoch == 0 {
+		epoch = uint64(time.Now().UnixMilli())
+	}
+	ttl := c.TTL.Truncate(time.Second)
 	keys := make([]string, c.Users)
 	for i := range keys {
 		keys[i] = RedisPresenceKey(BackendUser(i))
 	}
-	refresh := func() error {
-		for start := 0; start < len(keys); start += redisPipeline {
-			pipe := rdb.Pipeline()
-			for _, k := range keys[start:min(start+redisPipeline, len(keys))] {
-				pipe.Set(ctx, k, "w1", c.TTL)
-			}
-			if _, err := pipe.Exec(ctx); err != nil {
-				return err
+	if err := redisgw.LoadEpochSet(ctx, rdb); err != nil {
+		return fmt.Errorf("hold: redis: loading the script: %w", err)
+	}
+	// batch writes keys in one pipeline and returns those still held.
+	batch := func(keys []string) ([]string, error) {
+		pipe := rdb.Pipeline()
+		cmds := make([]*redis.Cmd, len(keys))
+		for i, k := range keys {
+			cmds[i] = redisgw.EpochSet(ctx, pipe, k, epoch, redisWorkerValue, ttl)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return nil, err
+		}
+		held := make([]string, 0, len(keys))
+		for i, cmd := range cmds {
+			if n, _ := cmd.Int64(); n == 1 {
+				held = append(held, keys[i])
 			}
 		}
+		return held, nil
+	}
+	refresh := func() error {
+		var held []string
+		for start := 0; start < len(keys); start += redisPipeline {
+			part := keys[start:min(start+redisPipeline, len(keys))]
+			h, err := batch(part)
+			if redisgw.IsNoScript(err) { // the server lost its scripts (restarted)
+				if err = redisgw.LoadEpochSet(ctx, rdb); err == nil {
+					h, err = batch(part)
+				}
+			}
+			if err != nil {
+				return err
+			}
+			held = append(held, h...)
+		}
+		keys = held
 		return nil
 	}
 	if err := refresh(); err != nil {
@@ -134,3 +176,6 @@ func holdRedis(ctx context.Context, c HoldConfig) error {
 		}
 	}
 }
+
+// redisWorkerValue follows the epoch in a Redis worker's keys.
+const redisWorkerValue = ":w1"

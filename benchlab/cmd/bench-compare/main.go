@@ -90,7 +90,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.ServerCPUs, "server-cpus", "0", "taskset CPUs of the servers")
 	fs.StringVar(&cfg.LoadCPUs, "load-cpus", "1", "taskset CPUs of the load")
 	fs.StringVar(&cfg.Dir, "dir", "", "directory for the processes' logs (default: a temporary one)")
-	fs.StringVar(&cfg.Scenario, "scenario", compare.ScenarioLoad, "load: rollcall bench's client load; backend: a backend worker holds --users users present (tracked sessions against Redis keys refreshed with SET EX every --heartbeat, TTL --timeout), server CPU per 10,000 users, then kill -9 of the holder and the time until a reader sees them all offline")
+	fs.StringVar(&cfg.Scenario, "scenario", compare.ScenarioLoad, "load: rollcall bench's client load; backend: a backend worker holds --users users present (tracked sessions against Redis keys refreshed by an epoch-guarded write (Lua, EVALSHA, pipelined) every --heartbeat, TTL --timeout), server CPU per 10,000 users, then kill -9 of the holder and the time until a reader sees them all offline")
 	fs.IntVar(&cfg.Users, "users", 100000, "backend scenario: users the backend worker holds present")
 	fs.BoolVar(&cfg.Floor, "floor", false, "measure the propagation floor beside every round: bare relays on the server CPUs, probed during the window")
 	ratesFlag := fs.String("rates", "", "heartbeat rates measured in turn, each with --rounds alternated rounds of its own, comma-separated: heartbeats per second in all (the heartbeat interval is --sessions over it) or max (--max-heartbeat); replaces --heartbeat, and the timeout defaults to 15s")
@@ -267,7 +267,7 @@ func runHold(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs := flag.NewFlagSet("hold", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var c compare.HoldConfig
-	fs.StringVar(&c.System, "system", "", "rollcall (track every user on one connection) or redis (SET key EX ttl for every user, every --refresh)")
+	fs.StringVar(&c.System, "system", "", "rollcall (track every user on one connection) or redis (an epoch-guarded SET key EPOCH:w1 PX ttl for every user, every --refresh)")
 	fs.StringVar(&c.Addr, "addr", "", "the gateway's client address, or the redis-server's")
 	fs.IntVar(&c.Users, "users", 100000, "users held present")
 	fs.DurationVar(&c.Refresh, "refresh", 5*time.Second, "redis: refresh period")
