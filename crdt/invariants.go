@@ -89,6 +89,17 @@ func (r *Replica) CheckInvariants() error {
 			return fmt.Errorf("origin %s listed at %d, indexed %d", st.origin, i, st.idx)
 		}
 	}
+	if len(r.byOrigin) != len(r.originList) {
+		return fmt.Errorf("%d origins sorted, %d listed", len(r.byOrigin), len(r.originList))
+	}
+	for i, st := range r.byOrigin {
+		if r.originList[st.idx] != st {
+			return fmt.Errorf("sorted origin %s is not the listed state at its index", st.origin)
+		}
+		if i > 0 && compareOrigins(r.byOrigin[i-1].origin, st.origin) >= 0 {
+			return fmt.Errorf("origins %s and %s out of order", r.byOrigin[i-1].origin, st.origin)
+		}
+	}
 	for st := range r.allOrigins() {
 		o, ns := st.origin, st.node
 		if st.purged && !ns.down {

@@ -77,6 +77,8 @@ func (r *Replica) addOrigin(ns *nodeState, o Origin) *originState {
 	}
 	*st = originState{origin: o, node: ns, idx: uint32(len(r.originList))}
 	r.originList = append(r.originList, st)
+	at, _ := slices.BinarySearchFunc(r.byOrigin, o, func(x *originState, o Origin) int { return compareOrigins(x.origin, o) })
+	r.byOrigin = slices.Insert(r.byOrigin, at, st)
 	i, _ := slices.BinarySearchFunc(ns.origins, o.Incarnation, func(x *originState, inc uint64) int {
 		return cmpU64(x.origin.Incarnation, inc)
 	})
@@ -113,12 +115,6 @@ func (r *Replica) nodeOrigins(node string) []*originState {
 	return nil
 }
 
-// sortedOrigins returns the state of every origin, sorted by origin.
-func (r *Replica) sortedOrigins() []*originState {
-	out := make([]*originState, 0, len(r.originList))
-	for st := range r.allOrigins() {
-		out = append(out, st)
-	}
-	slices.SortFunc(out, func(a, b *originState) int { return compareOrigins(a.origin, b.origin) })
-	return out
-}
+// sortedOrigins returns the state of every origin, sorted by origin: the
+// replica's own list, to be read, not kept past the next origin added.
+func (r *Replica) sortedOrigins() []*originState { return r.byOrigin }

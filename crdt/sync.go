@@ -6,11 +6,10 @@ import "slices"
 // by origin. Its size follows the number of origins (gateway incarnations),
 // not the number of records.
 func (r *Replica) Digest() Digest {
-	d := make(Digest, 0, len(r.originList))
-	for st := range r.allOrigins() {
+	d := make(Digest, 0, len(r.byOrigin))
+	for _, st := range r.sortedOrigins() {
 		d = append(d, DigestEntry{Origin: st.origin, Watermark: st.watermark, Held: st.held()})
 	}
-	slices.SortFunc(d, func(a, b DigestEntry) int { return compareOrigins(a.Origin, b.Origin) })
 	return d
 }
 

@@ -311,7 +311,7 @@ func (p *peer) setState(n *Node, state MemberState, forgotten bool) {
 		n.dead--
 	}
 	if p.state != state {
-		n.relayTree = nil // the tree is over the members alive
+		n.dropTree() // the tree is over the members alive
 		if p.state == StateAlive {
 			n.notAlive++
 		} else if state == StateAlive {
@@ -1060,7 +1060,7 @@ func (n *Node) MemberAlive(name string, meta Meta, now int64) {
 	if !wasAlive {
 		// A member new to the list changes the tree even when its record,
 		// made just now, is already alive.
-		n.relayTree = nil
+		n.dropTree()
 	}
 	p.setState(n, StateAlive, false)
 	p.listed, p.leaving, p.remote = true, false, false

@@ -53,16 +53,29 @@ func (rd *Ready) Clone() Ready {
 		Forget: slices.Clone(rd.Forget), Notes: slices.Clone(rd.Notes)}
 }
 
-// truncate empties every list, keeping its buffer.
+// truncate empties every list, keeping its buffer, but for a Sends
+// buffer longer than maxKeptSends: a send to every member (a relay when
+// the owner is not in the node's tree) makes one as long as the cluster,
+// which a node, and each of the simulator's thousands, need not hold
+// between such sends.
 func (rd *Ready) truncate() {
 	clear(rd.Apply)
 	clear(rd.Broadcasts)
-	clear(rd.Sends)
 	clear(rd.Answers)
 	clear(rd.Notes)
-	*rd = Ready{Apply: rd.Apply[:0], Broadcasts: rd.Broadcasts[:0], Sends: rd.Sends[:0], Pulls: rd.Pulls[:0], PagePulls: rd.PagePulls[:0],
+	sends := rd.Sends[:0]
+	if cap(sends) > maxKeptSends {
+		sends = nil
+	} else {
+		clear(rd.Sends)
+	}
+	*rd = Ready{Apply: rd.Apply[:0], Broadcasts: rd.Broadcasts[:0], Sends: sends, Pulls: rd.Pulls[:0], PagePulls: rd.PagePulls[:0],
 		Answers: rd.Answers[:0], Rejoin: rd.Rejoin[:0], Forget: rd.Forget[:0], Notes: rd.Notes[:0]}
 }
+
+// maxKeptSends is the longest Sends buffer a node keeps for its next
+// Ready.
+const maxKeptSends = 256
 
 // Empty reports whether there is nothing to do.
 func (rd *Ready) Empty() bool {

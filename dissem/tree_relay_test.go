@@ -248,3 +248,82 @@ func TestTreeRelayReachesAMemberThatJoinsLater(t *testing.T) {
 		}
 	}
 }
+
+// A shared TreeTable keeps the trees its nodes use, not every tree they
+// ever used: after every member's view changed twice, each tree in the
+// table is one some node holds, and counts the nodes that hold it (the
+// tree of the first change, which most members left, among them).
+func TestSharedTreesForgetTreesNoNodeUses(t *testing.T) {
+	const members = 30
+	names := make([]string, members)
+	for i := range names {
+		names[i] = fmt.Sprintf("n%03d", i)
+	}
+	trees := NewTreeTable()
+	h, err := newHarness(names, func(c *Config) {
+		c.EagerThreshold, c.Relay, c.BatchDelay, c.Trees = 8, RelayTree, 0, trees
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.stabilize()
+	var first *relayTree
+	firstHeld := 0
+	for round, down := range []string{"n001", "n002"} {
+		for _, name := range h.names {
+			if name != down {
+				h.nodes[name].core.MemberFailed(down, false, h.now)
+				h.drive(h.nodes[name], "failed")
+			}
+		}
+		h.stabilize()
+		if err := h.write(h.nodes["n000"], "u", fmt.Sprintf("d%d", round), crdt.StatusAvailable, crdt.StateActive); err != nil {
+			t.Fatal(err)
+		}
+		h.drive(h.nodes["n000"], "publish")
+		h.stabilize()
+		if round == 0 {
+			first = h.nodes["n010"].core.tree()
+		}
+	}
+	users := map[*relayTree]int{}
+	for _, name := range h.names {
+		if rt := h.nodes[name].core.relayTree; rt != nil && rt.users > 0 {
+			users[rt]++
+		}
+	}
+	held := 0
+	for _, ts := range trees.trees {
+		for _, rt := range ts {
+			held++
+			if rt == first {
+				firstHeld = rt.users
+			}
+			if rt.users != users[rt] || rt.users == 0 {
+				t.Errorf("a tree of the table counts %d users, %d nodes hold it", rt.users, users[rt])
+			}
+		}
+	}
+	if held != len(users) {
+		t.Errorf("the table holds %d trees, the nodes %d", held, len(users))
+	}
+	if firstHeld >= members-3 {
+		t.Errorf("the first change's tree counts %d users after most members left it", firstHeld)
+	}
+}
+
+// A node's Ready keeps small list buffers for the next Ready, but not the
+// cluster-long Sends list of a send to every member.
+func TestReadyDropsALongSendsBuffer(t *testing.T) {
+	long := Ready{Sends: make([]Send, 4*maxKeptSends)}
+	long.truncate()
+	if len(long.Sends) != 0 || cap(long.Sends) > maxKeptSends {
+		t.Errorf("after a send to %d members the Sends buffer holds %d (len %d), want at most %d", 4*maxKeptSends, cap(long.Sends), len(long.Sends), maxKeptSends)
+	}
+	short := Ready{Sends: make([]Send, 3, 8)}
+	short.Sends[0].Msg = &Message{}
+	short.truncate()
+	if len(short.Sends) != 0 || cap(short.Sends) != 8 || short.Sends[:1][0].Msg != nil {
+		t.Errorf("a short Sends buffer is not kept empty and cleared: len %d cap %d", len(short.Sends), cap(short.Sends))
+	}
+}

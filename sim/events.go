@@ -42,16 +42,18 @@ func (k evKind) String() string {
 
 // event is one scheduled happening. Events at the same time run in the
 // order they were scheduled (seq), so a run is a pure function of its seed.
+// An event holds no pointers: a packet or stream in flight is named by its
+// index in the Sim's tables (b), so the queue's buckets, which hold a
+// million events at the peak of a burst at high loss, are 40 bytes an
+// event and are never scanned by the garbage collector.
 type event struct {
 	at   int64
 	seq  uint64
-	kind evKind
+	b    uint64 // evPacket: the packet's index (Sim.pkts); evStream: the stream's (Sim.strms)
 	node int32
 	a    int32
 	life uint32 // the node's life the event belongs to; stale after a crash
-	b    uint64
-	pkt  *packet
-	strm *stream
+	kind evKind
 }
 
 // eventQueue orders events by (at, seq): a timing wheel for the near
@@ -75,6 +77,13 @@ type eventQueue struct {
 	head    int
 	inWheel int // events in buckets, the current one's popped ones excluded
 	far     eventHeap
+	// spare holds the buffers of big buckets once popped (at most
+	// maxSpares, the biggest): a burst (a relay to every member) fills
+	// one bucket with up to a million events, and the next burst lands
+	// in another bucket, which takes a spare when it fills up rather
+	// than growing its own by doubling, and every bucket a burst once
+	// filled does not keep its buffer for good.
+	spare [][]event
 	// timers are timers set a fixed delay ahead (pushTimer), so their
 	// times only grow: a FIFO, merged with the rest by (at, seq). A
 	// suspicion's first check is one, set for every suspicion a node
@@ -159,10 +168,56 @@ func (q *eventQueue) push(e event) {
 		i, _ := slices.BinarySearchFunc((*cb)[q.head:], e, cmpEvents)
 		*cb = slices.Insert(*cb, q.head+i, e)
 	case b < q.cur+wheelSize:
-		q.buckets[b&wheelMask] = append(q.buckets[b&wheelMask], e)
+		bk := &q.buckets[b&wheelMask]
+		if len(*bk) == cap(*bk) && len(*bk) >= minSpare {
+			q.growBucket(bk)
+		}
+		*bk = append(*bk, e)
 		q.inWheel++
 	default:
 		q.far.push(e)
+	}
+}
+
+// minSpare is the capacity (events) from which a bucket's buffer is kept
+// as a spare once popped, and from which a full bucket looks for one.
+const minSpare = 1 << 12
+
+// maxSpares is the number of spare bucket buffers kept.
+const maxSpares = 4
+
+// growBucket makes room in the full bucket bk: the smallest spare bigger
+// than it, its events copied over, or else append's growth.
+func (q *eventQueue) growBucket(bk *[]event) {
+	best := -1
+	for i, sp := range q.spare {
+		if cap(sp) > len(*bk) && (best < 0 || cap(sp) < cap(q.spare[best])) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return
+	}
+	sp := append(q.spare[best][:0], *bk...)
+	q.spare = slices.Delete(q.spare, best, best+1)
+	*bk = sp
+}
+
+// keepSpare keeps the big popped bucket buffer buf as a spare, in place
+// of a smaller spare when there are maxSpares already, or drops it.
+func (q *eventQueue) keepSpare(buf []event) {
+	if len(q.spare) < maxSpares {
+		q.spare = append(q.spare, buf[:0])
+		return
+	}
+	small := 0
+	for i, sp := range q.spare {
+		if cap(sp) < cap(q.spare[small]) {
+			small = i
+		}
+	}
+	if cap(q.spare[small]) < cap(buf) {
+		q.spare[small] = buf[:0]
 	}
 }
 
@@ -244,7 +299,13 @@ func (q *eventQueue) timerFirst() bool {
 func (q *eventQueue) ready() {
 	for q.head == len(q.buckets[q.cur&wheelMask]) {
 		cb := &q.buckets[q.cur&wheelMask]
-		*cb, q.head = (*cb)[:0], 0 // pop zeroed what it took
+		if cap(*cb) >= minSpare {
+			q.keepSpare(*cb) // the bucket takes a fresh buffer
+			*cb = nil
+		} else {
+			*cb = (*cb)[:0]
+		}
+		q.head = 0
 		if q.inWheel == 0 {
 			q.cur = q.far.h[0].at >> wheelShift // jump over empty buckets
 		} else {
@@ -270,9 +331,7 @@ func (q *eventQueue) pop() event {
 		return e
 	}
 	q.ready()
-	cb := q.buckets[q.cur&wheelMask]
-	e := cb[q.head]
-	cb[q.head] = event{} // drop its pointers
+	e := q.buckets[q.cur&wheelMask][q.head]
 	q.head++
 	q.n--
 	return e

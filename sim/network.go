@@ -64,25 +64,59 @@ type umsg struct {
 
 // packet is one UDP datagram. Packets are recycled (newPacket, freePacket)
 // once delivered or lost: nothing keeps one, or its parts, past that.
+// A packet is named by its index in Sim.pkts (id), which its event holds.
+// Most packets carry one message (a Rollcall message sent best effort,
+// hundreds of thousands at once in a burst at high loss), so a packet's
+// parts start in the packet itself (one) and move out only for a
+// compound message.
 type packet struct {
 	from, to int32
+	id       int32
 	parts    []part
+	one      [1]part
 }
 
 func (s *Sim) newPacket(from, to int32) *packet {
 	if k := len(s.pktFree); k > 0 {
-		p := s.pktFree[k-1]
+		p := s.pkts[s.pktFree[k-1]]
 		s.pktFree = s.pktFree[:k-1]
 		p.from, p.to = from, to
 		return p
 	}
-	return &packet{from: from, to: to, parts: make([]part, 0, 4)}
+	p := &packet{from: from, to: to, id: int32(len(s.pkts))}
+	p.parts = p.one[:0]
+	s.pkts = append(s.pkts, p)
+	return p
 }
 
 func (s *Sim) freePacket(p *packet) {
 	clear(p.parts) // drop message references
 	p.parts = p.parts[:0]
-	s.pktFree = append(s.pktFree, p)
+	p.one = [1]part{} // parts moved out of one keep none in it
+	s.pktFree = append(s.pktFree, p.id)
+}
+
+// streamEvent queues the arrival of st at time at: the stream goes into
+// Sim.strms, in a free slot, until delivered.
+func (s *Sim) streamEvent(at int64, st *stream) {
+	var id int32
+	if k := len(s.strmFree); k > 0 {
+		id = s.strmFree[k-1]
+		s.strmFree = s.strmFree[:k-1]
+		s.strms[id] = st
+	} else {
+		id = int32(len(s.strms))
+		s.strms = append(s.strms, st)
+	}
+	s.q.push(event{at: at, kind: evStream, b: uint64(id)})
+}
+
+// takeStream returns the stream of slot id and frees the slot.
+func (s *Sim) takeStream(id int32) *stream {
+	st := s.strms[id]
+	s.strms[id] = nil
+	s.strmFree = append(s.strmFree, id)
+	return st
 }
 
 // stream is one TCP exchange: a Rollcall message sent reliably, or
@@ -230,7 +264,7 @@ func (s *Sim) sendPacketAfter(p *packet, lat int64) {
 	if lat < 0 {
 		lat = s.cfg.Latency.sample(s.rng)
 	}
-	s.q.push(event{at: s.now + lat, kind: evPacket, pkt: p})
+	s.q.push(event{at: s.now + lat, kind: evPacket, b: uint64(p.id)})
 }
 
 // tcpDelay is the time a stream message takes: handshake and data (three
@@ -277,6 +311,6 @@ func (s *Sim) sendStream(st *stream, size int) bool {
 		return false
 	}
 	s.lastStreamAt = s.now + s.tcpDelay(size)
-	s.q.push(event{at: s.lastStreamAt, kind: evStream, strm: st})
+	s.streamEvent(s.lastStreamAt, st)
 	return true
 }

@@ -41,7 +41,10 @@ type Sim struct {
 	refBuf   []uint32  // getBroadcasts scratch
 	qscratch qscratch  // getBroadcasts scratch
 	qpool    qpool     // the nodes' queues' spare bucket buffers
-	pktFree  []*packet // delivered or lost packets, for reuse
+	pkts     []*packet // every packet made, by id
+	pktFree  []int32   // delivered or lost packets, for reuse
+	strms    []*stream // streams in flight, by the id their event holds
+	strmFree []int32   // free slots of strms
 	stats    counters
 	// lastStreamAt is when the last stream sent will arrive.
 	lastStreamAt int64
@@ -204,10 +207,10 @@ func (s *Sim) Run(ctx context.Context) (*Result, error) {
 func (s *Sim) dispatch(e *event) {
 	switch e.kind {
 	case evPacket:
-		s.deliverPacket(e.pkt)
+		s.deliverPacket(s.pkts[e.b])
 		return
 	case evStream:
-		s.deliverStream(e.strm)
+		s.deliverStream(s.takeStream(int32(e.b)))
 		return
 	case evChange:
 		s.clientAction(int(e.a))
