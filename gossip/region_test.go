@@ -478,3 +478,40 @@ func BenchmarkRegionPropagation(b *testing.B) {
 	b.ReportMetric(float64(percentile(lat, 0.99).Microseconds())/1000, "p99-ms")
 	b.ReportMetric(float64(rc.wanCopies()-copies0)/float64(b.N), "wan-copies/change")
 }
+
+// A bridge cut off from the WAN pool alone (its region's LAN fine) hands
+// over: once its memberlist holds the other region's bridges dead, it
+// reports to its region that it sees no other region, and the region's
+// other bridge, which does, takes over; the region's writes cross again.
+// The time this takes is the WAN pool's failure detection at the cut
+// bridge (it gets no confirmations: memberlist's longest suspicion).
+func TestRegionsBridgeCutFromWANHandsOver(t *testing.T) {
+	rc := newRegionCluster(t, []string{"eu", "us"}, 3, 2)
+	old := rc.activeBridge("eu")
+	var rest []string
+	for _, g := range rc.live() {
+		if g.bridge && g != old {
+			rest = append(rest, g.c.WANAddr())
+		}
+	}
+	rc.gw("eu2").h.connect(t, "before", "d")
+	waitFor(t, 10*time.Second, "the first session in us", func() bool { return rc.online("before", "us") })
+	rc.wan.Partition([]string{old.c.WANAddr()}, rest)
+	cut := time.Now()
+	waitFor(t, 30*time.Second, "eu's other bridge to take over", func() bool {
+		b := rc.activeBridge("eu")
+		return b != nil && b != old
+	})
+	took := time.Since(cut)
+	t.Logf("eu's bridge cut off from the WAN pool handed over after %v", took.Round(time.Millisecond))
+	rc.gw("eu2").h.connect(t, "after", "d")
+	waitFor(t, 30*time.Second, "eu's writes in us after the handover", func() bool {
+		return rc.online("after", "us") && rc.online("before", "us")
+	})
+	t.Logf("converged %v after the cut", time.Since(cut).Round(time.Millisecond))
+	// eu's gateways know which bridge sees us.
+	reach := rc.gw("eu2").c.BridgeReach()
+	if len(reach[old.name]) != 0 || !slices.Contains(reach[rc.activeBridge("eu").name], "us") {
+		t.Errorf("eu2's view of its bridges' reach: %v", reach)
+	}
+}

@@ -92,6 +92,21 @@ func (w *wanPool) byRegion(own string) map[string][]string {
 	return alive
 }
 
+// reach returns the regions other than own of which memberlist holds a
+// member alive.
+func (w *wanPool) reach(own string) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for _, m := range w.book {
+		if m.alive && !m.left && m.region != "" && m.region != own && !slices.Contains(out, m.region) {
+			out = append(out, m.region)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // dead returns the addresses of members memberlist holds dead (not left).
 func (w *wanPool) dead() []string {
 	w.mu.Lock()
@@ -145,6 +160,14 @@ func (v *regionView) Nodes() []dissem.RegionNode {
 			Watermark: c.host.Watermark(crdt.Origin{Node: p.Name, Incarnation: p.Incarnation}), ClientAddr: p.ClientAddr})
 	}
 	return out
+}
+
+func (v *regionView) Reach() []string {
+	c := (*Cluster)(v)
+	if c.wan == nil {
+		return nil
+	}
+	return c.wan.reach(c.cfg.Region)
 }
 
 func (v *regionView) WAN() map[string][]string {
@@ -250,6 +273,22 @@ func (c *Cluster) ActiveBridge() bool {
 	return c.regions.Active()
 }
 
+// BridgeReach returns what each bridge-capable gateway of this region last
+// reported of the other regions it sees over the WAN pool.
+func (c *Cluster) BridgeReach() map[string][]string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.regions.BridgeReach()
+}
+
+// ActiveBridgeName returns this gateway's choice of its region's active
+// bridge, "" when it knows no bridge-capable gateway.
+func (c *Cluster) ActiveBridgeName() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.regions.ActiveBridgeOf()
+}
+
 // Regions returns what this gateway knows of the other regions.
 func (c *Cluster) Regions() []dissem.RegionInfo {
 	c.mu.Lock()
@@ -316,6 +355,9 @@ func (e *wanEvents) observe(n *memberlist.Node, alive bool) {
 		return
 	}
 	c.wan.set(n, m.Region, alive, n.State == memberlist.StateLeft)
+	// The regions this bridge sees may have changed: its Regions reports
+	// them to its region at once (memberlist holds its lock: run does it).
+	c.queueEvent(func() { c.step(c.regions.CheckReach) })
 }
 
 // handleWAN processes one message received over the WAN pool.
