@@ -3,6 +3,7 @@ package gossip
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -42,13 +43,23 @@ type regionCluster struct {
 	wan     *FaultNetwork
 	gws     []*regionGateway
 	onHost  []func(i int, h *fakeHost)
+	// wanProfile, when set, is the WAN pool's memberlist profile as the
+	// agent's --wan-profile gives it (else the test's quick timings)
+	wanProfile string
 }
 
 // newRegionCluster starts, in each region, n gateways of which the first
 // bridges are bridge-capable, and waits until every region hears every
 // other.
 func newRegionCluster(t testing.TB, regions []string, n, bridges int, onHost ...func(i int, h *fakeHost)) *regionCluster {
-	rc := &regionCluster{t: t, regions: regions, lan: map[string]*FaultNetwork{}, wan: NewFaultNetwork(7), onHost: onHost}
+	return newRegionClusterProfile(t, "", regions, n, bridges, onHost...)
+}
+
+// newRegionClusterProfile is newRegionCluster with the WAN pool on one of
+// the agent's --wan-profile timings ("": the test's quick ones).
+func newRegionClusterProfile(t testing.TB, wanProfile string, regions []string, n, bridges int, onHost ...func(i int, h *fakeHost)) *regionCluster {
+	rc := &regionCluster{t: t, regions: regions, lan: map[string]*FaultNetwork{}, wan: NewFaultNetwork(7), onHost: onHost,
+		wanProfile: wanProfile}
 	rc.wan.SetDelay(testWANDelay, 0)
 	for _, reg := range regions {
 		rc.lan[reg] = NewFaultNetwork(3)
@@ -101,6 +112,9 @@ func (rc *regionCluster) start(g *regionGateway) {
 		cfg.WANProfile = "local"
 		cfg.WANMemberlist = regionMemberlist
 		cfg.WrapWANTransport = rc.wan.Wrap
+		if rc.wanProfile != "" {
+			cfg.WANProfile, cfg.WANMemberlist = rc.wanProfile, nil
+		}
 		for _, o := range rc.gws {
 			if o.c != nil && o.bridge {
 				cfg.WANJoin = append(cfg.WANJoin, o.c.WANAddr())
@@ -485,8 +499,17 @@ func BenchmarkRegionPropagation(b *testing.B) {
 // other bridge, which does, takes over; the region's writes cross again.
 // The time this takes is the WAN pool's failure detection at the cut
 // bridge (it gets no confirmations: memberlist's longest suspicion).
+//
+// ROLLCALL_HANDOVER_PROFILE=wan (or lan) runs it on the agent's WAN pool
+// timings instead of the test's, to measure them (minutes, not a test to
+// run every time).
 func TestRegionsBridgeCutFromWANHandsOver(t *testing.T) {
-	rc := newRegionCluster(t, []string{"eu", "us"}, 3, 2)
+	profile := os.Getenv("ROLLCALL_HANDOVER_PROFILE")
+	wait := 30 * time.Second
+	if profile != "" {
+		wait = 5 * time.Minute
+	}
+	rc := newRegionClusterProfile(t, profile, []string{"eu", "us"}, 3, 2)
 	old := rc.activeBridge("eu")
 	var rest []string
 	for _, g := range rc.live() {
@@ -498,20 +521,58 @@ func TestRegionsBridgeCutFromWANHandsOver(t *testing.T) {
 	waitFor(t, 10*time.Second, "the first session in us", func() bool { return rc.online("before", "us") })
 	rc.wan.Partition([]string{old.c.WANAddr()}, rest)
 	cut := time.Now()
-	waitFor(t, 30*time.Second, "eu's other bridge to take over", func() bool {
+	waitFor(t, wait, "eu's other bridge to take over", func() bool {
 		b := rc.activeBridge("eu")
 		return b != nil && b != old
 	})
 	took := time.Since(cut)
-	t.Logf("eu's bridge cut off from the WAN pool handed over after %v", took.Round(time.Millisecond))
+	t.Logf("eu's bridge cut off from the WAN pool handed over after %v (WAN profile %q)", took.Round(time.Millisecond), profile)
 	rc.gw("eu2").h.connect(t, "after", "d")
-	waitFor(t, 30*time.Second, "eu's writes in us after the handover", func() bool {
+	waitFor(t, wait, "eu's writes in us after the handover", func() bool {
 		return rc.online("after", "us") && rc.online("before", "us")
 	})
 	t.Logf("converged %v after the cut", time.Since(cut).Round(time.Millisecond))
-	// eu's gateways know which bridge sees us.
+	// eu's gateways know which bridge sees us: the members list and the
+	// region status say so.
+	active := rc.activeBridge("eu")
 	reach := rc.gw("eu2").c.BridgeReach()
-	if len(reach[old.name]) != 0 || !slices.Contains(reach[rc.activeBridge("eu").name], "us") {
+	if len(reach[old.name]) != 0 || !slices.Contains(reach[active.name], "us") {
 		t.Errorf("eu2's view of its bridges' reach: %v", reach)
+	}
+	for _, m := range rc.gw("eu2").c.Members() {
+		want := Member{Region: "eu"}
+		switch m.Name {
+		case old.name:
+			want.Bridge, want.NoWAN = "standby", true
+		case active.name:
+			want.Bridge = "active"
+		}
+		if m.Region != want.Region || m.Bridge != want.Bridge || m.NoWAN != want.NoWAN {
+			t.Errorf("eu2 lists %s as region %q bridge %q no WAN %v; want %q %q %v", m.Name, m.Region, m.Bridge, m.NoWAN,
+				want.Region, want.Bridge, want.NoWAN)
+		}
+	}
+	waitFor(t, wait, "eu2 to show us up", func() bool {
+		st, ok := rc.gw("eu2").c.RegionStatus()
+		return ok && len(st.Others) == 1 && st.Others[0].Lease == "up"
+	})
+	st, _ := rc.gw("eu2").c.RegionStatus()
+	if st.Region != "eu" || st.ActiveBridge != active.name || len(st.Bridges) != 2 || st.Others[0].Region != "us" ||
+		st.Others[0].Gateways != 3 || st.Others[0].HeardAgoMS < 0 {
+		t.Errorf("eu2's region status: %+v", st)
+	}
+}
+
+// A single-region cluster's members carry no region or bridge, and its
+// region status says it is of one region.
+func TestSingleRegionMembersCarryNoRegion(t *testing.T) {
+	tc := newTestCluster(t, 2)
+	for _, m := range tc.nodes[0].Members() {
+		if m.Region != "" || m.Bridge != "" || m.NoWAN {
+			t.Errorf("single-region member %+v", m)
+		}
+	}
+	if st, ok := tc.nodes[0].RegionStatus(); ok || st.Region != dissem.DefaultRegion || len(st.Others) != 0 {
+		t.Errorf("single-region status %+v, %v", st, ok)
 	}
 }
