@@ -52,7 +52,9 @@ func TestRegionsEndpointAndSummary(t *testing.T) {
 
 	for name, mut := range map[string]func(*Config){
 		"standalone": nil,
-		"one region": func(c *Config) { c.Cluster = &fakeMembership{members: []MemberState{{Name: "n1", State: "alive", Self: true}}} },
+		"one region": func(c *Config) {
+			c.Cluster = &fakeMembership{members: []MemberState{{Name: "n1", State: "alive", Self: true}}}
+		},
 	} {
 		one := uiNode(t, mut)
 		base := "http://" + one.HTTPAddr().String()
