@@ -93,6 +93,9 @@ type Cluster struct {
 	regions *dissem.Regions
 	wan     *wanPool
 	wanIn   chan []byte
+	// remote holds the gateways learnt to be of another region, for
+	// OtherRegion, which the node calls with its own lock held: a leaf.
+	remote remoteBook
 }
 
 // memberView is memberlist's member list as the events told it: what the

@@ -121,6 +121,38 @@ func (w *wanPool) dead() []string {
 	return out
 }
 
+// remoteBook is the set of gateways learnt to be of another region. Its
+// lock is a leaf.
+type remoteBook struct {
+	mu    sync.Mutex
+	names map[string]bool
+}
+
+func (b *remoteBook) add(names []string) {
+	if len(names) == 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.names == nil {
+		b.names = make(map[string]bool)
+	}
+	for _, n := range names {
+		b.names[n] = true
+	}
+}
+
+func (b *remoteBook) has(name string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.names[name]
+}
+
+// OtherRegion reports whether gateway is of another region (learnt from
+// that region's messages). It takes only a leaf lock: the node calls it
+// with its own held (node.RegionLocator).
+func (c *Cluster) OtherRegion(gateway string) bool { return c.remote.has(gateway) }
+
 // regionView is the Cluster as its Regions read it (dissem.RegionMembers).
 // Its methods are called with c.mu held.
 type regionView Cluster
@@ -395,6 +427,7 @@ func (c *Cluster) drainRegions(now int64) {
 		for _, name := range rd.Remote {
 			c.core.SetRemote(name)
 		}
+		c.remote.add(rd.Remote)
 		c.mu.Unlock()
 		c.executeRegions(rd)
 		c.mu.Lock()
