@@ -47,7 +47,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"maps"
-	"math"
 	"slices"
 	"time"
 
@@ -93,28 +92,27 @@ func ActiveBridge(region string, candidates []string) string {
 // ChooseBridge returns the active bridge of region among candidates (its
 // bridge-capable gateways shown up), "" when there is none: ActiveBridge
 // among the candidates that see the most other regions over the WAN pool,
-// as each last reported it (reach: how many; a candidate that has not
-// reported counts as seeing every region, as before reports existed), or
-// among all of them when none sees any (every region is cut off, or this
-// is the only one). A bridge that loses only its WAN link reports that it
-// sees no region, and its region's choice moves to one that does.
+// as each last reported it (reach: how many), or among all of them when
+// none that reported sees any (every region is cut off, or this is the
+// only one). A candidate that has not reported (it just started, or runs
+// an earlier version) counts as seeing as many as the best: while every
+// bridge sees the other regions the choice is ActiveBridge's, the one a
+// gateway of an earlier version makes. A bridge that loses only its WAN
+// link reports that it sees no region, and its region's choice moves to
+// one that does.
 func ChooseBridge(region string, candidates []string, reach map[string]int) string {
-	score := func(c string) int {
-		if n, ok := reach[c]; ok {
-			return n
-		}
-		return math.MaxInt
-	}
 	best := 0
 	for _, c := range candidates {
-		best = max(best, score(c))
+		if n, ok := reach[c]; ok {
+			best = max(best, n)
+		}
 	}
 	if best == 0 {
 		return ActiveBridge(region, candidates)
 	}
 	var seeing []string
 	for _, c := range candidates {
-		if score(c) == best {
+		if n, ok := reach[c]; !ok || n == best {
 			seeing = append(seeing, c)
 		}
 	}

@@ -536,10 +536,16 @@ func TestChooseBridgePrefersBridgesThatSeeTheOtherRegions(t *testing.T) {
 		if got := ChooseBridge(reg, names, partial); got != "b3" {
 			t.Fatalf("%s: %q chosen, want b3, the only one that sees both regions", reg, got)
 		}
-		// A bridge that never reported (an older version) counts as
-		// seeing every region.
-		if got := ChooseBridge(reg, names, map[string]int{"b1": 0, "b2": 0, "b3": 0}); got != "b4" {
-			t.Fatalf("%s: %q chosen, want b4 (no report)", reg, got)
+		// A bridge that has not reported (an earlier version) counts as
+		// seeing as many as the best: with every other bridge seeing the
+		// regions the choice is the earlier rule's, the one a gateway of
+		// the earlier version makes; with one cut off, it is among the
+		// rest.
+		if got := ChooseBridge(reg, names, map[string]int{"b1": 2, "b2": 2, "b3": 2}); got != first {
+			t.Fatalf("%s, b4 not reported: %q chosen, want the earlier rule's %q", reg, got, first)
+		}
+		if got, want := ChooseBridge(reg, names, map[string]int{"b1": 1, "b2": 0, "b3": 0}), ActiveBridge(reg, []string{"b1", "b4"}); got != want {
+			t.Fatalf("%s: %q chosen, want %q, between b1 (the only reporter that sees a region) and b4 (no report)", reg, got, want)
 		}
 	}
 	if got := ChooseBridge("eu", nil, map[string]int{"x": 3}); got != "" {

@@ -502,14 +502,18 @@ func BenchmarkRegionPropagation(b *testing.B) {
 //
 // ROLLCALL_HANDOVER_PROFILE=wan (or lan) runs it on the agent's WAN pool
 // timings instead of the test's, to measure them (minutes, not a test to
-// run every time).
+// run every time); ROLLCALL_HANDOVER_REGIONS=3 with a third region.
 func TestRegionsBridgeCutFromWANHandsOver(t *testing.T) {
 	profile := os.Getenv("ROLLCALL_HANDOVER_PROFILE")
 	wait := 30 * time.Second
 	if profile != "" {
 		wait = 5 * time.Minute
 	}
-	rc := newRegionClusterProfile(t, profile, []string{"eu", "us"}, 3, 2)
+	regions := []string{"eu", "us"}
+	if os.Getenv("ROLLCALL_HANDOVER_REGIONS") == "3" {
+		regions = append(regions, "ap") // six WAN members: memberlist expects confirmations
+	}
+	rc := newRegionClusterProfile(t, profile, regions, 3, 2)
 	old := rc.activeBridge("eu")
 	var rest []string
 	for _, g := range rc.live() {
@@ -528,8 +532,8 @@ func TestRegionsBridgeCutFromWANHandsOver(t *testing.T) {
 	took := time.Since(cut)
 	t.Logf("eu's bridge cut off from the WAN pool handed over after %v (WAN profile %q)", took.Round(time.Millisecond), profile)
 	rc.gw("eu2").h.connect(t, "after", "d")
-	waitFor(t, wait, "eu's writes in us after the handover", func() bool {
-		return rc.online("after", "us") && rc.online("before", "us")
+	waitFor(t, wait, "eu's writes in the other regions after the handover", func() bool {
+		return rc.online("after", regions[1:]...) && rc.online("before", regions[1:]...)
 	})
 	t.Logf("converged %v after the cut", time.Since(cut).Round(time.Millisecond))
 	// eu's gateways know which bridge sees us: the members list and the
@@ -554,10 +558,10 @@ func TestRegionsBridgeCutFromWANHandsOver(t *testing.T) {
 	}
 	waitFor(t, wait, "eu2 to show us up", func() bool {
 		st, ok := rc.gw("eu2").c.RegionStatus()
-		return ok && len(st.Others) == 1 && st.Others[0].Lease == "up"
+		return ok && len(st.Others) == len(regions)-1 && st.Others[0].Lease == "up" && st.Others[len(st.Others)-1].Lease == "up"
 	})
 	st, _ := rc.gw("eu2").c.RegionStatus()
-	if st.Region != "eu" || st.ActiveBridge != active.name || len(st.Bridges) != 2 || st.Others[0].Region != "us" ||
+	if st.Region != "eu" || st.ActiveBridge != active.name || len(st.Bridges) != 2 || st.Others[len(st.Others)-1].Region != "us" ||
 		st.Others[0].Gateways != 3 || st.Others[0].HeardAgoMS < 0 {
 		t.Errorf("eu2's region status: %+v", st)
 	}
