@@ -154,6 +154,21 @@ func BridgeRepairBound(lanLease, wanLease, wanAlive time.Duration) time.Duration
 	return BridgeFailover(lanLease, wanLease) + wanAlive
 }
 
+// WANReachWindow is how recently a bridge of another region must have
+// answered a bridge's ping for that bridge to count the region as one it
+// sees over the WAN pool: half the WAN lease (pings go every
+// AliveInterval, so several are lost before a region is counted unseen).
+func WANReachWindow(wanLease time.Duration) time.Duration { return wanLease / 2 }
+
+// BridgeHandover bounds the time from a bridge losing only its WAN link to
+// its region's other bridge, which sees the other regions, taking over:
+// the last answer passing out of the reach window, and the next check (a
+// ping round, AliveInterval). Under the WAN lease less an announcement
+// interval, the other regions never show the region expired meanwhile.
+func BridgeHandover(wanAlive, wanLease time.Duration) time.Duration {
+	return WANReachWindow(wanLease) + wanAlive
+}
+
 // WANCrashBound bounds the time from the death (or the isolation) of a
 // whole region to its sessions shown expired in the others: the WAN lease
 // and one check.

@@ -58,6 +58,11 @@ func TestWANDefaultsRideOutBridgeFailover(t *testing.T) {
 	if silent := DefaultWANAliveInterval + failover; silent >= DefaultWANLease {
 		t.Errorf("a bridge failover silences a region for up to %v, not under the WAN lease %v", silent, DefaultWANLease)
 	}
+	// A bridge cut off from the WAN pool alone hands over before the
+	// other regions' lease on its region passes.
+	if silent := DefaultWANAliveInterval + BridgeHandover(DefaultWANAliveInterval, DefaultWANLease); silent >= DefaultWANLease {
+		t.Errorf("a bridge's handover silences a region for up to %v, not under the WAN lease %v", silent, DefaultWANLease)
+	}
 	if got := WANCrashBound(DefaultWANLease); got != DefaultWANLease+LeaseTick(DefaultWANLease) {
 		t.Errorf("WANCrashBound = %v", got)
 	}

@@ -249,8 +249,9 @@ func New(cfg Config, host Host) (*Cluster, error) {
 	c.wg.Add(1)
 	go c.run()
 	if c.wan != nil {
-		c.wg.Add(1)
+		c.wg.Add(2)
 		go c.runWAN()
+		go c.runReach()
 	}
 	if len(cfg.Join) > 0 {
 		if _, err := c.Join(cfg.Join); err != nil {

@@ -497,8 +497,9 @@ func BenchmarkRegionPropagation(b *testing.B) {
 // over: once its memberlist holds the other region's bridges dead, it
 // reports to its region that it sees no other region, and the region's
 // other bridge, which does, takes over; the region's writes cross again.
-// The time this takes is the WAN pool's failure detection at the cut
-// bridge (it gets no confirmations: memberlist's longest suspicion).
+// A bridge sees a region while one of its bridges answered its pings
+// within dissem.WANReachWindow: the handover does not wait for
+// memberlist's failure detection, and fits in the WAN lease.
 //
 // ROLLCALL_HANDOVER_PROFILE=wan (or lan) runs it on the agent's WAN pool
 // timings instead of the test's, to measure them (minutes, not a test to
@@ -523,6 +524,13 @@ func TestRegionsBridgeCutFromWANHandsOver(t *testing.T) {
 	}
 	rc.gw("eu2").h.connect(t, "before", "d")
 	waitFor(t, 10*time.Second, "the first session in us", func() bool { return rc.online("before", "us") })
+	expired := func() (n uint64) {
+		for _, g := range rc.live() {
+			n += g.c.Stats().RegionsExpired.Load()
+		}
+		return n
+	}
+	expired0 := expired()
 	rc.wan.Partition([]string{old.c.WANAddr()}, rest)
 	cut := time.Now()
 	waitFor(t, wait, "eu's other bridge to take over", func() bool {
@@ -530,13 +538,18 @@ func TestRegionsBridgeCutFromWANHandsOver(t *testing.T) {
 		return b != nil && b != old
 	})
 	took := time.Since(cut)
-	t.Logf("eu's bridge cut off from the WAN pool handed over after %v (WAN profile %q)", took.Round(time.Millisecond), profile)
+	t.Logf("eu's bridge cut off from the WAN pool handed over after %v (WAN profile %q, bound %v)", took.Round(time.Millisecond), profile,
+		dissem.BridgeHandover(testWANAlive, testWANLease))
 	rc.gw("eu2").h.connect(t, "after", "d")
 	waitFor(t, wait, "eu's writes in the other regions after the handover", func() bool {
 		return rc.online("after", regions[1:]...) && rc.online("before", regions[1:]...)
 	})
 	t.Logf("converged %v after the cut", time.Since(cut).Round(time.Millisecond))
-	// eu's gateways know which bridge sees us: the members list and the
+	// The handover fits in the WAN lease: no region was shown expired.
+	if n := expired() - expired0; n != 0 {
+		t.Errorf("regions shown expired %d times during the handover", n)
+	}
+	// eu's gateways know which bridge sees the others: the members list and the
 	// region status say so.
 	active := rc.activeBridge("eu")
 	reach := rc.gw("eu2").c.BridgeReach()

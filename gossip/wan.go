@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -29,6 +30,10 @@ type wanPool struct {
 
 	mu   sync.Mutex // a leaf: memberlist's event delegate takes it
 	book map[string]*wanMember
+	// acked is when each member last answered this bridge's ping (lease
+	// clock); pinging, the pings under way
+	acked   map[string]int64
+	pinging map[string]bool
 
 	answering atomic.Int32 // WAN repairs being answered
 }
@@ -92,19 +97,45 @@ func (w *wanPool) byRegion(own string) map[string][]string {
 	return alive
 }
 
-// reach returns the regions other than own of which memberlist holds a
-// member alive.
-func (w *wanPool) reach(own string) []string {
+// reach returns the regions other than own of which a member answered
+// this bridge's ping since since.
+func (w *wanPool) reach(own string, since int64) []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var out []string
-	for _, m := range w.book {
-		if m.alive && !m.left && m.region != "" && m.region != own && !slices.Contains(out, m.region) {
+	for name, m := range w.book {
+		if at, ok := w.acked[name]; ok && at >= since && !m.left && m.region != "" && m.region != own && !slices.Contains(out, m.region) {
 			out = append(out, m.region)
 		}
 	}
 	slices.Sort(out)
 	return out
+}
+
+// toPing returns the members of the other regions (not gone for good) no
+// ping of which is under way, and marks them pinged.
+func (w *wanPool) toPing(own string) []memberlist.Node {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []memberlist.Node
+	for name, m := range w.book {
+		if m.left || m.region == "" || m.region == own || w.pinging[name] {
+			continue
+		}
+		w.pinging[name] = true
+		out = append(out, m.node)
+	}
+	return out
+}
+
+// pinged records a ping's outcome.
+func (w *wanPool) pinged(name string, ok bool, now int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.pinging, name)
+	if ok {
+		w.acked[name] = now
+	}
 }
 
 // dead returns the addresses of members memberlist holds dead (not left).
@@ -194,12 +225,14 @@ func (v *regionView) Nodes() []dissem.RegionNode {
 	return out
 }
 
+// Reach: the regions of which a bridge answered this bridge's ping within
+// the reach window (wanReachWindow).
 func (v *regionView) Reach() []string {
 	c := (*Cluster)(v)
 	if c.wan == nil {
 		return nil
 	}
-	return c.wan.reach(c.cfg.Region)
+	return c.wan.reach(c.cfg.Region, c.leaseNow()-int64(dissem.WANReachWindow(c.cfg.WANLease)))
 }
 
 func (v *regionView) WAN() map[string][]string {
@@ -251,7 +284,7 @@ func (c *Cluster) startWAN() error {
 		mlc.BindPort = nt.port()
 		mlc.AdvertisePort = mlc.BindPort
 	}
-	c.wan = &wanPool{book: make(map[string]*wanMember)}
+	c.wan = &wanPool{book: make(map[string]*wanMember), acked: make(map[string]int64), pinging: make(map[string]bool)}
 	if c.wan.ml, err = memberlist.Create(mlc); err != nil {
 		return fmt.Errorf("gossip: start the WAN pool on %s: %w", c.cfg.WANBindAddr, err)
 	}
@@ -282,6 +315,40 @@ func (c *Cluster) runWAN() {
 		case <-c.ctx.Done():
 			return
 		case <-time.After(wait):
+		}
+	}
+}
+
+// runReach pings every bridge of the other regions every
+// WANAliveInterval, directly (memberlist's ping and ack, over the WAN
+// pool's UDP): the regions that answered within dissem.WANReachWindow are
+// those this bridge sees, which it reports to its region
+// (Regions.CheckReach, after each answer or timeout). It does not wait for
+// memberlist's failure detection, whose suspicion of every other member
+// at a member cut off from them all gets no confirmations: minutes with
+// the wan profile.
+func (c *Cluster) runReach() {
+	defer c.wg.Done()
+	t := time.NewTicker(c.cfg.WANAliveInterval)
+	defer t.Stop()
+	for {
+		for _, n := range c.wan.toPing(c.cfg.Region) {
+			c.wg.Add(1)
+			go func() {
+				defer c.wg.Done()
+				_, err := c.wan.ml.Ping(n.Name, &net.UDPAddr{IP: n.Addr, Port: int(n.Port)})
+				c.wan.pinged(n.Name, err == nil, c.leaseNow())
+				if c.ctx.Err() == nil {
+					c.queueEvent(func() { c.step(c.regions.CheckReach) })
+				}
+			}()
+		}
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-t.C:
+			// A region's last answer may have passed out of the window.
+			c.queueEvent(func() { c.step(c.regions.CheckReach) })
 		}
 	}
 }
@@ -387,9 +454,6 @@ func (e *wanEvents) observe(n *memberlist.Node, alive bool) {
 		return
 	}
 	c.wan.set(n, m.Region, alive, n.State == memberlist.StateLeft)
-	// The regions this bridge sees may have changed: its Regions reports
-	// them to its region at once (memberlist holds its lock: run does it).
-	c.queueEvent(func() { c.step(c.regions.CheckReach) })
 }
 
 // handleWAN processes one message received over the WAN pool.
