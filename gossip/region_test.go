@@ -113,7 +113,9 @@ func (rc *regionCluster) start(g *regionGateway) {
 		cfg.WANMemberlist = regionMemberlist
 		cfg.WrapWANTransport = rc.wan.Wrap
 		if rc.wanProfile != "" {
+			// the agent's WAN timings throughout
 			cfg.WANProfile, cfg.WANMemberlist = rc.wanProfile, nil
+			cfg.WANAliveInterval, cfg.WANLease = dissem.DefaultWANAliveInterval, dissem.DefaultWANLease
 		}
 		for _, o := range rc.gws {
 			if o.c != nil && o.bridge {
@@ -538,8 +540,12 @@ func TestRegionsBridgeCutFromWANHandsOver(t *testing.T) {
 		return b != nil && b != old
 	})
 	took := time.Since(cut)
+	alive, lease := testWANAlive, testWANLease
+	if profile != "" {
+		alive, lease = dissem.DefaultWANAliveInterval, dissem.DefaultWANLease
+	}
 	t.Logf("eu's bridge cut off from the WAN pool handed over after %v (WAN profile %q, bound %v)", took.Round(time.Millisecond), profile,
-		dissem.BridgeHandover(testWANAlive, testWANLease))
+		dissem.BridgeHandover(alive, lease))
 	rc.gw("eu2").h.connect(t, "after", "d")
 	waitFor(t, wait, "eu's writes in the other regions after the handover", func() bool {
 		return rc.online("after", regions[1:]...) && rc.online("before", regions[1:]...)
