@@ -213,9 +213,9 @@ type RegionMembers interface {
 	// (those memberlist holds alive, or every one it knows when none is).
 	// Only a bridge-capable member is asked.
 	WAN() map[string][]string
-	// Reach are the other regions of which the WAN pool holds a member
-	// alive: those this gateway sees. Only a bridge-capable member is
-	// asked.
+	// Reach are the other regions this gateway sees over the WAN pool:
+	// one of their bridges answered its ping within WANReachWindow. Only
+	// a bridge-capable member is asked.
 	Reach() []string
 }
 
@@ -333,6 +333,7 @@ type Regions struct {
 	reach   map[string][]string
 	reached []string
 	sawOnce bool
+	startAt int64
 
 	rd    RegionReady
 	ready bool
@@ -355,6 +356,7 @@ func NewRegions(cfg RegionConfig, members RegionMembers, replica Replica) (*Regi
 
 // Start sets the timers from now: the first announcement at once.
 func (r *Regions) Start(now int64) {
+	r.startAt = now
 	r.aliveAt = now
 	r.leaseAt = now + int64(LeaseTick(r.cfg.Lease))
 	r.quietAt = now
@@ -510,7 +512,7 @@ func (r *Regions) Tick(now int64) {
 	}
 	if now >= r.aliveAt {
 		r.aliveAt = now + int64(r.cfg.AliveInterval)
-		r.report(true)
+		r.report(now, true)
 		if r.elect() {
 			r.announce(now)
 		}
@@ -521,19 +523,27 @@ func (r *Regions) Tick(now int64) {
 // have changed: when the regions it sees did, it reports them to its
 // region at once and checks its choice of the active bridge.
 func (r *Regions) CheckReach(now int64) {
-	if r.cfg.Bridge && r.report(false) {
+	if r.cfg.Bridge && r.report(now, false) {
 		r.reelect(now)
 	}
 }
 
 // report reads the regions this bridge sees over the WAN pool and tells
 // its region (every AliveInterval, and when they change): it reports
-// whether they changed.
-func (r *Regions) report(always bool) bool {
-	if !r.cfg.Bridge {
+// whether they changed. The first AliveInterval after the start it says
+// nothing, and until WANReachWindow has passed since the start only that
+// it sees regions (its first pings are on their way, or it is still
+// joining the WAN pool; unreported, it counts as seeing as many regions as
+// the best, and the region's choice does not move back and forth while
+// its bridges start).
+func (r *Regions) report(now int64, always bool) bool {
+	if !r.cfg.Bridge || now < r.startAt+int64(r.cfg.AliveInterval) {
 		return false
 	}
 	reach := slices.DeleteFunc(slices.Clone(r.members.Reach()), func(reg string) bool { return reg == r.cfg.Region })
+	if len(reach) == 0 && !r.sawOnce && now < r.startAt+int64(WANReachWindow(r.cfg.Lease)) {
+		return false
+	}
 	slices.Sort(reach)
 	reach = slices.Compact(reach)
 	changed := !r.sawOnce || !slices.Equal(reach, r.reached)

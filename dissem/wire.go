@@ -193,7 +193,7 @@ type RegionMsg struct {
 	Via    string
 	Nodes  []RegionNode // TypeRegionAlive
 	// Reach (TypeBridgeWAN) are the other regions the sender sees over
-	// the WAN pool: one of their members memberlist holds alive.
+	// the WAN pool: one of their bridges answered its pings lately.
 	Reach []string
 }
 

@@ -93,6 +93,10 @@ func (rc *regionCluster) start(g *regionGateway) {
 	cfg.Region = g.region
 	cfg.ClientAddr = fmt.Sprintf("127.0.0.1:%d", 17400+len(rc.gws))
 	cfg.WANAliveInterval, cfg.WANLease = testWANAlive, testWANLease
+	if rc.wanProfile != "" {
+		// the agent's WAN timings throughout, at every gateway
+		cfg.WANAliveInterval, cfg.WANLease = dissem.DefaultWANAliveInterval, dissem.DefaultWANLease
+	}
 	// memberlist's failure detector, less eager than fastMemberlist's: a
 	// false suspicion on a loaded machine moves the active bridge
 	cfg.Memberlist = regionMemberlist
@@ -113,9 +117,7 @@ func (rc *regionCluster) start(g *regionGateway) {
 		cfg.WANMemberlist = regionMemberlist
 		cfg.WrapWANTransport = rc.wan.Wrap
 		if rc.wanProfile != "" {
-			// the agent's WAN timings throughout
 			cfg.WANProfile, cfg.WANMemberlist = rc.wanProfile, nil
-			cfg.WANAliveInterval, cfg.WANLease = dissem.DefaultWANAliveInterval, dissem.DefaultWANLease
 		}
 		for _, o := range rc.gws {
 			if o.c != nil && o.bridge {
@@ -192,6 +194,16 @@ func (rc *regionCluster) waitRegions() {
 		for _, reg := range rc.regions {
 			if rc.activeBridge(reg) == nil {
 				return false
+			}
+		}
+		// Every bridge reported that it sees every other region, and every
+		// gateway of its region heard it: the choice is settled.
+		for _, g := range rc.live() {
+			reach := g.c.BridgeReach()
+			for _, b := range rc.live() {
+				if b.bridge && b.region == g.region && len(reach[b.name]) != len(rc.regions)-1 {
+					return false
+				}
 			}
 		}
 		return true
@@ -553,6 +565,9 @@ func TestRegionsBridgeCutFromWANHandsOver(t *testing.T) {
 	t.Logf("converged %v after the cut", time.Since(cut).Round(time.Millisecond))
 	// The handover fits in the WAN lease: no region was shown expired.
 	if n := expired() - expired0; n != 0 {
+		for _, g := range rc.live() {
+			t.Logf("%s: regions expired %d, bridge changes %d", g.name, g.c.Stats().RegionsExpired.Load(), g.c.Stats().BridgeChanges.Load())
+		}
 		t.Errorf("regions shown expired %d times during the handover", n)
 	}
 	// eu's gateways know which bridge sees the others: the members list and the
