@@ -333,9 +333,10 @@ func (c *Cluster) runReach() {
 	defer t.Stop()
 	for {
 		for _, n := range c.wan.toPing(c.cfg.Region) {
-			c.wg.Add(1)
+			// Not waited for by Shutdown: a ping waits for its answer up to
+			// the WAN profile's probe timeout (3s for wan), and touches
+			// nothing but the pool's book once the cluster is shut down.
 			go func() {
-				defer c.wg.Done()
 				_, err := c.wan.ml.Ping(n.Name, &net.UDPAddr{IP: n.Addr, Port: int(n.Port)})
 				c.wan.pinged(n.Name, err == nil, c.leaseNow())
 				if c.ctx.Err() == nil {
