@@ -33,3 +33,44 @@ type MemberState struct {
 	LeaseExpired bool `json:"lease_expired"`
 	Self         bool `json:"self"`
 }
+
+// RegionStatus is what a gateway of a multi-region cluster knows of its
+// own region's bridges and of the other regions (GET /v1/regions, the
+// status page's "Other regions"); the JSON names are part of both.
+type RegionStatus struct {
+	Region string `json:"region"`
+	// ActiveBridge is this region's active bridge as this gateway
+	// chooses it ("" when it knows no bridge-capable gateway).
+	ActiveBridge string `json:"active_bridge"`
+	// Bridges are this region's bridge-capable gateways shown up, sorted.
+	Bridges []BridgeState `json:"bridges"`
+	// Others are the other regions this gateway knows, sorted.
+	Others []OtherRegion `json:"others"`
+}
+
+// BridgeState is one bridge-capable gateway of this gateway's region.
+type BridgeState struct {
+	Name   string `json:"name"`
+	Active bool   `json:"active"`
+	// Reach are the other regions it last reported it sees over the WAN
+	// pool; Reported is false until it reported any (a gateway of an
+	// earlier version never does).
+	Reach    []string `json:"reach"`
+	Reported bool     `json:"reported"`
+}
+
+// OtherRegion is another region as this gateway shows it.
+type OtherRegion struct {
+	Region string `json:"region"`
+	// Bridge is its bridge that last spoke over the WAN pool (its active
+	// bridge, unless it just moved).
+	Bridge   string `json:"bridge"`
+	Gateways int    `json:"gateways"` // its gateways its last announcement listed
+	// Lease is "up", "expired" (not heard within the WAN lease: its
+	// sessions are shown expired) or "reviving" (heard again, its missed
+	// writes being pulled).
+	Lease string `json:"lease"`
+	// HeardAgoMS is how long ago it was last heard, in milliseconds; -1
+	// when never.
+	HeardAgoMS int64 `json:"heard_ago_ms"`
+}

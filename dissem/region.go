@@ -7,9 +7,11 @@ package dissem
 // second memberlist pool, the WAN pool, with every other region's
 // bridge-capable gateways. Per region one of them is the active bridge,
 // chosen by a pure rule every member applies to its own view
-// (ActiveBridge: a rendezvous hash over the region's bridge-capable members
-// it shows up), so no coordination is needed and a failed bridge's
-// successor is known as soon as its lease passes.
+// (ChooseBridge: a rendezvous hash over the region's bridge-capable members
+// it shows up, narrowed to those that see the most other regions over the
+// WAN pool as each reports, TypeBridgeWAN), so no coordination is needed, a
+// failed bridge's successor is known as soon as its lease passes, and a
+// bridge cut off from the WAN pool alone hands over once it reports so.
 //
 // The active bridge of region A forwards each window of A's writes
 // (BatchDelay, as an owner's writes are batched) once to the bridge of
@@ -74,6 +76,8 @@ const (
 // with the highest rendezvous hash of (region, name), ties broken by name.
 // Every member that sees the same candidates picks the same bridge, and
 // when a bridge goes, only the regions it was the bridge of change theirs.
+// ChooseBridge narrows the candidates to those that see the other regions
+// first.
 func ActiveBridge(region string, candidates []string) string {
 	best, bestScore := "", uint64(0)
 	for _, c := range candidates {
@@ -83,6 +87,36 @@ func ActiveBridge(region string, candidates []string) string {
 		}
 	}
 	return best
+}
+
+// ChooseBridge returns the active bridge of region among candidates (its
+// bridge-capable gateways shown up), "" when there is none: ActiveBridge
+// among the candidates that see the most other regions over the WAN pool,
+// as each last reported it (reach: how many), or among all of them when
+// none that reported sees any (every region is cut off, or this is the
+// only one). A candidate that has not reported (it just started, or runs
+// an earlier version) counts as seeing as many as the best: while every
+// bridge sees the other regions the choice is ActiveBridge's, the one a
+// gateway of an earlier version makes. A bridge that loses only its WAN
+// link reports that it sees no region, and its region's choice moves to
+// one that does.
+func ChooseBridge(region string, candidates []string, reach map[string]int) string {
+	best := 0
+	for _, c := range candidates {
+		if n, ok := reach[c]; ok {
+			best = max(best, n)
+		}
+	}
+	if best == 0 {
+		return ActiveBridge(region, candidates)
+	}
+	var seeing []string
+	for _, c := range candidates {
+		if n, ok := reach[c]; !ok || n == best {
+			seeing = append(seeing, c)
+		}
+	}
+	return ActiveBridge(region, seeing)
 }
 
 func rendezvous(region, name string) uint64 {
@@ -118,6 +152,21 @@ func BridgeFailover(lanLease, wanLease time.Duration) time.Duration {
 // then the second announcement that shows the gap (a pull follows two).
 func BridgeRepairBound(lanLease, wanLease, wanAlive time.Duration) time.Duration {
 	return BridgeFailover(lanLease, wanLease) + wanAlive
+}
+
+// WANReachWindow is how recently a bridge of another region must have
+// answered a bridge's ping for that bridge to count the region as one it
+// sees over the WAN pool: half the WAN lease (pings go every
+// AliveInterval, so several are lost before a region is counted unseen).
+func WANReachWindow(wanLease time.Duration) time.Duration { return wanLease / 2 }
+
+// BridgeHandover bounds the time from a bridge losing only its WAN link to
+// its region's other bridge, which sees the other regions, taking over:
+// the last answer passing out of the reach window, and the next check (a
+// ping round, AliveInterval). Under the WAN lease less an announcement
+// interval, the other regions never show the region expired meanwhile.
+func BridgeHandover(wanAlive, wanLease time.Duration) time.Duration {
+	return WANReachWindow(wanLease) + wanAlive
 }
 
 // WANCrashBound bounds the time from the death (or the isolation) of a
@@ -164,6 +213,10 @@ type RegionMembers interface {
 	// (those memberlist holds alive, or every one it knows when none is).
 	// Only a bridge-capable member is asked.
 	WAN() map[string][]string
+	// Reach are the other regions this gateway sees over the WAN pool:
+	// one of their bridges answered its ping within WANReachWindow. Only
+	// a bridge-capable member is asked.
+	Reach() []string
 }
 
 // RegionPull asks the driver to pull what this replica lacks from To: over
@@ -274,6 +327,14 @@ type Regions struct {
 	aliveAt, leaseAt int64
 	active           bool
 
+	// reach is what each bridge-capable gateway of this region (this one
+	// included) last reported of the other regions it sees over the WAN
+	// pool (TypeBridgeWAN), by name; reached is this one's, as reported.
+	reach   map[string][]string
+	reached []string
+	sawOnce bool
+	startAt int64
+
 	rd    RegionReady
 	ready bool
 }
@@ -290,11 +351,12 @@ func NewRegions(cfg RegionConfig, members RegionMembers, replica Replica) (*Regi
 		return nil, fmt.Errorf("dissem: packet budget %d", cfg.PacketBudget)
 	}
 	return &Regions{cfg: cfg, members: members, replica: replica,
-		regions: make(map[string]*remoteRegion), nodeOf: make(map[string]string)}, nil
+		regions: make(map[string]*remoteRegion), nodeOf: make(map[string]string), reach: make(map[string][]string)}, nil
 }
 
 // Start sets the timers from now: the first announcement at once.
 func (r *Regions) Start(now int64) {
+	r.startAt = now
 	r.aliveAt = now
 	r.leaseAt = now + int64(LeaseTick(r.cfg.Lease))
 	r.quietAt = now
@@ -368,7 +430,7 @@ func (r *Regions) NextHop(gateway string, now int64) (to string, wan, ok bool) {
 		to = r.Target(reg, now)
 		return to, true, to != ""
 	}
-	to = ActiveBridge(r.cfg.Region, r.members.Bridges())
+	to = r.choose()
 	return to, false, to != "" && to != r.cfg.Name
 }
 
@@ -450,10 +512,100 @@ func (r *Regions) Tick(now int64) {
 	}
 	if now >= r.aliveAt {
 		r.aliveAt = now + int64(r.cfg.AliveInterval)
+		r.report(now, true)
 		if r.elect() {
 			r.announce(now)
 		}
 	}
+}
+
+// CheckReach tells a bridge-capable gateway that the WAN pool's view may
+// have changed: when the regions it sees did, it reports them to its
+// region at once and checks its choice of the active bridge.
+func (r *Regions) CheckReach(now int64) {
+	if r.cfg.Bridge && r.report(now, false) {
+		r.reelect(now)
+	}
+}
+
+// report reads the regions this bridge sees over the WAN pool and tells
+// its region (every AliveInterval, and when they change): it reports
+// whether they changed. The first AliveInterval after the start it says
+// nothing, and until WANReachWindow has passed since the start only that
+// it sees regions (its first pings are on their way, or it is still
+// joining the WAN pool; unreported, it counts as seeing as many regions as
+// the best, and the region's choice does not move back and forth while
+// its bridges start).
+func (r *Regions) report(now int64, always bool) bool {
+	if !r.cfg.Bridge || now < r.startAt+int64(r.cfg.AliveInterval) {
+		return false
+	}
+	reach := slices.DeleteFunc(slices.Clone(r.members.Reach()), func(reg string) bool { return reg == r.cfg.Region })
+	if len(reach) == 0 && !r.sawOnce && now < r.startAt+int64(WANReachWindow(r.cfg.Lease)) {
+		return false
+	}
+	slices.Sort(reach)
+	reach = slices.Compact(reach)
+	changed := !r.sawOnce || !slices.Equal(reach, r.reached)
+	r.sawOnce, r.reached = true, reach
+	r.reach[r.cfg.Name] = reach
+	if !changed && !always {
+		return false
+	}
+	m, err := NewBridgeWAN(RegionMsg{Region: r.cfg.Region, From: r.cfg.Name, Reach: reach})
+	if err != nil {
+		panic(fmt.Sprintf("dissem: encode bridge-wan: %v", err))
+	}
+	r.out().LAN = append(r.rd.LAN, m)
+	return changed
+}
+
+// reelect checks the choice of the active bridge between ticks (a report
+// moved it): a bridge that became active announces itself at once.
+func (r *Regions) reelect(now int64) {
+	if was := r.active; r.elect() && !was {
+		r.aliveAt = now
+	}
+}
+
+// choose applies ChooseBridge to this member's view of its region.
+func (r *Regions) choose() string {
+	counts := make(map[string]int, len(r.reach))
+	for name, reach := range r.reach {
+		counts[name] = len(reach)
+	}
+	return ChooseBridge(r.cfg.Region, r.members.Bridges(), counts)
+}
+
+// stepBridgeWAN records what a bridge-capable gateway of this region
+// reported of the regions it sees.
+func (r *Regions) stepBridgeWAN(m *Message, now int64) {
+	from := m.Region.From
+	if m.Region.Region != r.cfg.Region || from == r.cfg.Name || m.Region.Via != "" {
+		return
+	}
+	reach := slices.Clone(m.Region.Reach)
+	slices.Sort(reach)
+	reach = slices.Compact(reach)
+	old, known := r.reach[from]
+	r.reach[from] = reach
+	if r.cfg.Bridge && (!known || len(old) != len(reach)) {
+		r.reelect(now)
+	}
+}
+
+// ActiveBridgeOf returns this member's choice of its region's active
+// bridge ("" when it knows no bridge-capable gateway).
+func (r *Regions) ActiveBridgeOf() string { return r.choose() }
+
+// BridgeReach returns what each bridge-capable gateway of this region last
+// reported of the other regions it sees over the WAN pool.
+func (r *Regions) BridgeReach() map[string][]string {
+	out := make(map[string][]string, len(r.reach))
+	for name, reach := range r.reach {
+		out[name] = slices.Clone(reach)
+	}
+	return out
 }
 
 // elect applies ActiveBridge to this member's view of its region, and
@@ -462,7 +614,7 @@ func (r *Regions) elect() bool {
 	if !r.cfg.Bridge {
 		return false
 	}
-	active := ActiveBridge(r.cfg.Region, r.members.Bridges()) == r.cfg.Name
+	active := r.choose() == r.cfg.Name
 	if active != r.active {
 		kind := NoteBridgeInactive
 		if active {
@@ -586,6 +738,12 @@ func (r *Regions) heard(rr *remoteRegion, m *Message, wan bool, now int64) {
 // Step handles a region message, received over the WAN pool (wan) or
 // relayed inside this region.
 func (r *Regions) Step(m *Message, wan bool, now int64) {
+	if m.Type == TypeBridgeWAN {
+		if !wan {
+			r.stepBridgeWAN(m, now)
+		}
+		return
+	}
 	reg := m.Region.Region
 	if reg == r.cfg.Region || (wan && !r.cfg.Bridge) {
 		return // our own, come back; or a WAN message at a gateway outside the pool

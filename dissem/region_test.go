@@ -58,6 +58,11 @@ func TestWANDefaultsRideOutBridgeFailover(t *testing.T) {
 	if silent := DefaultWANAliveInterval + failover; silent >= DefaultWANLease {
 		t.Errorf("a bridge failover silences a region for up to %v, not under the WAN lease %v", silent, DefaultWANLease)
 	}
+	// A bridge cut off from the WAN pool alone hands over before the
+	// other regions' lease on its region passes.
+	if silent := DefaultWANAliveInterval + BridgeHandover(DefaultWANAliveInterval, DefaultWANLease); silent >= DefaultWANLease {
+		t.Errorf("a bridge's handover silences a region for up to %v, not under the WAN lease %v", silent, DefaultWANLease)
+	}
 	if got := WANCrashBound(DefaultWANLease); got != DefaultWANLease+LeaseTick(DefaultWANLease) {
 		t.Errorf("WANCrashBound = %v", got)
 	}
@@ -74,6 +79,7 @@ type regionHarness struct {
 	order   []string
 	wanSent map[string]int // region -> WAN delta batches received
 	cut     map[[2]string]bool
+	wanCut  map[string]bool // gateways cut off from the WAN pool (their LAN fine)
 }
 
 type regionGW struct {
@@ -124,8 +130,25 @@ func (g *regionGW) WAN() map[string][]string {
 	return out
 }
 
+// Reach: the regions with a live bridge not cut off from the WAN pool,
+// none for a gateway that is.
+func (g *regionGW) Reach() []string {
+	if g.h.wanCut[g.name] {
+		return nil
+	}
+	var out []string
+	for _, n := range g.h.order {
+		o := g.h.gws[n]
+		if o.region != g.region && o.bridge && !o.dead && !g.h.wanCut[n] && !slices.Contains(out, o.region) {
+			out = append(out, o.region)
+		}
+	}
+	return out
+}
+
 func newRegionHarness(t *testing.T) *regionHarness {
-	return &regionHarness{t: t, now: 1e9, gws: map[string]*regionGW{}, wanSent: map[string]int{}, cut: map[[2]string]bool{}}
+	return &regionHarness{t: t, now: 1e9, gws: map[string]*regionGW{}, wanSent: map[string]int{}, cut: map[[2]string]bool{},
+		wanCut: map[string]bool{}}
 }
 
 var testRegionCfg = RegionConfig{AliveInterval: time.Second, Lease: 10 * time.Second, BatchDelay: 5 * time.Millisecond, PacketBudget: 1300}
@@ -210,7 +233,7 @@ func (h *regionHarness) execute(g *regionGW, rd RegionReady) {
 	g.pulls = append(g.pulls, rd.Pulls...)
 	for _, s := range rd.WAN {
 		to := h.gws[s.To]
-		if to == nil || to.dead || h.cut[[2]string{g.region, to.region}] {
+		if to == nil || to.dead || h.cut[[2]string{g.region, to.region}] || h.wanCut[g.name] || h.wanCut[to.name] {
 			continue
 		}
 		if s.Msg.Type == TypeRegionDeltas {
@@ -432,6 +455,9 @@ func TestRegionWire(t *testing.T) {
 			return &Message{Type: TypeKickVia, Bytes: b}, err
 		},
 		func() (*Message, error) {
+			return NewBridgeWAN(RegionMsg{Region: "eu", From: "b", Reach: []string{"ap", "us"}})
+		},
+		func() (*Message, error) {
 			b, err := EncodeRouteVia(RouteVia{RouteReq: RouteReq{ID: 7, FromNode: "a", To: "u", Body: []byte("hi")}, Gateway: "g"})
 			return &Message{Type: TypeRouteVia, Bytes: b}, err
 		},
@@ -457,6 +483,10 @@ func TestRegionWire(t *testing.T) {
 			if len(got.Deltas) != 1 || got.Region.Region != "eu" {
 				t.Errorf("deltas decoded as %+v", got)
 			}
+		case TypeBridgeWAN:
+			if got.Region.Region != "eu" || got.Region.From != "b" || !slices.Equal(got.Region.Reach, []string{"ap", "us"}) {
+				t.Errorf("bridge-wan decoded as %+v", got.Region)
+			}
 		case TypeKickVia:
 			if got.KickVia.Gateway != "g" || got.KickVia.ID != 8 || got.KickVia.User != "u" || got.KickVia.Device != "d" {
 				t.Errorf("kick-via decoded as %+v", got.KickVia)
@@ -470,6 +500,175 @@ func TestRegionWire(t *testing.T) {
 			if _, err := Decode(m.Bytes[:cut]); err == nil {
 				t.Errorf("%s cut at %d decoded", m.Type, cut)
 			}
+		}
+	}
+}
+
+// The choice prefers the bridges that see the most other regions, by the
+// same rendezvous hash among them; one that has not reported counts as
+// seeing them all; when none sees any, the rule is ActiveBridge's.
+func TestChooseBridgePrefersBridgesThatSeeTheOtherRegions(t *testing.T) {
+	names := []string{"b1", "b2", "b3", "b4"}
+	for i := range 30 {
+		reg := fmt.Sprintf("r%d", i)
+		first := ActiveBridge(reg, names)
+		if got := ChooseBridge(reg, names, nil); got != first {
+			t.Fatalf("%s, no reports: %q, want ActiveBridge's %q", reg, got, first)
+		}
+		all := map[string]int{"b1": 2, "b2": 2, "b3": 2, "b4": 2}
+		if got := ChooseBridge(reg, names, all); got != first {
+			t.Fatalf("%s, every bridge sees both regions: %q, want %q", reg, got, first)
+		}
+		none := map[string]int{"b1": 0, "b2": 0, "b3": 0, "b4": 0}
+		if got := ChooseBridge(reg, names, none); got != first {
+			t.Fatalf("%s, no bridge sees any region: %q, want the fallback %q", reg, got, first)
+		}
+		// The chosen bridge is cut off from the WAN pool: the choice
+		// moves to the one the hash picks among the rest, the same one
+		// whatever the order of the candidates.
+		cut := maps.Clone(all)
+		cut[first] = 0
+		rest := slices.DeleteFunc(slices.Clone(names), func(s string) bool { return s == first })
+		want := ActiveBridge(reg, rest)
+		rev := slices.Clone(names)
+		slices.Reverse(rev)
+		if got, gotRev := ChooseBridge(reg, names, cut), ChooseBridge(reg, rev, cut); got != want || gotRev != want {
+			t.Fatalf("%s, %s cut off: %q (reversed %q), want %q", reg, first, got, gotRev, want)
+		}
+		// One bridge sees both other regions, the others one: it wins.
+		partial := map[string]int{"b1": 1, "b2": 1, "b3": 1, "b4": 1}
+		partial["b3"] = 2
+		if got := ChooseBridge(reg, names, partial); got != "b3" {
+			t.Fatalf("%s: %q chosen, want b3, the only one that sees both regions", reg, got)
+		}
+		// A bridge that has not reported (an earlier version) counts as
+		// seeing as many as the best: with every other bridge seeing the
+		// regions the choice is the earlier rule's, the one a gateway of
+		// the earlier version makes; with one cut off, it is among the
+		// rest.
+		if got := ChooseBridge(reg, names, map[string]int{"b1": 2, "b2": 2, "b3": 2}); got != first {
+			t.Fatalf("%s, b4 not reported: %q chosen, want the earlier rule's %q", reg, got, first)
+		}
+		if got, want := ChooseBridge(reg, names, map[string]int{"b1": 1, "b2": 0, "b3": 0}), ActiveBridge(reg, []string{"b1", "b4"}); got != want {
+			t.Fatalf("%s: %q chosen, want %q, between b1 (the only reporter that sees a region) and b4 (no report)", reg, got, want)
+		}
+	}
+	if got := ChooseBridge("eu", nil, map[string]int{"x": 3}); got != "" {
+		t.Errorf("no candidates: %q", got)
+	}
+}
+
+// A bridge that loses only its WAN link (its region's LAN fine) hands
+// over: it reports that it sees no other region, its region's choice moves
+// to a bridge that does, whose first announcement points the other region
+// at it; the region's writes cross again and it is never shown expired.
+func TestRegionBridgeCutFromWANHandsOver(t *testing.T) {
+	h := twoRegions(t)
+	var active *regionGW
+	for _, n := range []string{"eu0", "eu1"} {
+		if h.gws[n].r.Active() {
+			active = h.gws[n]
+		}
+	}
+	if active == nil {
+		t.Fatal("no active bridge in eu")
+	}
+	h.write(h.gws["eu2"], "before")
+	h.wanCut[active.name] = true
+	cutAt := h.now
+	// The WAN pool's view changes (memberlist holds the other region's
+	// members dead): the driver tells the cut bridge.
+	active.r.CheckReach(h.now)
+	h.run()
+	if active.r.Active() {
+		t.Fatalf("%s, cut off from the WAN pool, is still eu's active bridge", active.name)
+	}
+	var successor *regionGW
+	for _, n := range []string{"eu0", "eu1"} {
+		if g := h.gws[n]; g != active && g.r.Active() {
+			successor = g
+		}
+	}
+	if successor == nil {
+		t.Fatal("no bridge took over")
+	}
+	if to, _, ok := h.gws["eu2"].r.NextHop("us2", h.now); !ok || to != successor.name {
+		t.Errorf("eu2's hop to us: %q (ok %v), want the successor %s", to, ok, successor.name)
+	}
+	h.write(h.gws["eu2"], "after")
+	h.advance(100 * time.Millisecond)
+	for _, n := range []string{"us0", "us1", "us2"} {
+		if !h.gws[n].online("after") || !h.gws[n].online("before") {
+			t.Errorf("%s: eu's writes did not cross after the handover", n)
+		}
+	}
+	t.Logf("handed over within %v of the WAN view's change", time.Duration(h.now-cutAt))
+	h.advance(2 * testRegionCfg.Lease)
+	for _, n := range []string{"us0", "us1", "us2"} {
+		for _, ri := range h.gws[n].r.Regions() {
+			if ri.Down {
+				t.Errorf("%s shows %s expired though one of its bridges sees it", n, ri.Region)
+			}
+		}
+	}
+	// The link comes back: the choice returns to the rendezvous hash's.
+	delete(h.wanCut, active.name)
+	active.r.CheckReach(h.now)
+	h.run()
+	if !active.r.Active() || successor.r.Active() {
+		t.Errorf("after the WAN link's return: %s active %v, %s active %v", active.name, active.r.Active(), successor.name, successor.r.Active())
+	}
+}
+
+// Without a CheckReach (a driver that gives none), the periodic report
+// hands over within an announcement interval; and when every bridge of a
+// region is cut off, the choice falls back to the rendezvous hash's: one
+// active bridge.
+func TestRegionBridgeReachReportedEveryInterval(t *testing.T) {
+	h := twoRegions(t)
+	var active *regionGW
+	for _, n := range []string{"eu0", "eu1"} {
+		if h.gws[n].r.Active() {
+			active = h.gws[n]
+		}
+	}
+	h.wanCut[active.name] = true
+	h.advance(testRegionCfg.AliveInterval + 100*time.Millisecond)
+	if active.r.Active() {
+		t.Fatalf("%s still active an interval after it was cut off", active.name)
+	}
+	h.wanCut["eu0"], h.wanCut["eu1"] = true, true
+	h.advance(testRegionCfg.AliveInterval + 100*time.Millisecond)
+	n := 0
+	for _, name := range []string{"eu0", "eu1"} {
+		if h.gws[name].r.Active() {
+			n++
+			if want := ActiveBridge("eu", []string{"eu0", "eu1"}); name != want {
+				t.Errorf("every bridge cut off: %s active, want the rendezvous hash's %s", name, want)
+			}
+		}
+	}
+	if n != 1 {
+		t.Errorf("every bridge cut off: %d active bridges, want 1", n)
+	}
+	if got := h.gws["eu2"].r.BridgeReach(); len(got["eu0"]) != 0 || len(got["eu1"]) != 0 || len(got) != 2 {
+		t.Errorf("eu2's view of its bridges' reach: %v", got)
+	}
+}
+
+// A gateway that is not bridge-capable (every gateway of a single-region
+// cluster) reports nothing: no bridge-wan message, nothing to do at all
+// while it hears no region.
+func TestRegionNonBridgeSendsNoReport(t *testing.T) {
+	h := newRegionHarness(t)
+	g := h.add("n0", DefaultRegion, false)
+	h.add("n1", DefaultRegion, false)
+	for range 100 {
+		h.now += int64(100 * time.Millisecond)
+		g.r.Tick(h.now)
+		g.r.CheckReach(h.now)
+		if g.r.HasReady() {
+			t.Fatalf("a gateway that is not bridge-capable asks %+v", g.r.Ready())
 		}
 	}
 }

@@ -65,6 +65,10 @@ import (
 //	             hop with a TypeRouteAck
 //	TypeKickVia   [req_id, from_node, gateway, user, device]  a kick of the
 //	             sessions gateway owns, through the bridges as TypeRouteVia
+//	TypeBridgeWAN [region, from, "", [region...]]  a bridge-capable
+//	             gateway tells every member of its region which other
+//	             regions it sees over the WAN pool (the choice of the
+//	             active bridge prefers those that see the most)
 //
 // Protocol flow. Writes: owner -> every member (eager, UDP, batches of a few
 // ms under the packet budget; a larger batch goes over TCP) or -> piggyback
@@ -86,7 +90,9 @@ import (
 // within version 1 (a member without them drops them as unknown types);
 // TypeKick likewise (a member without it drops it, and the kick's request
 // times out); the region types too (a member without them is a
-// single-region gateway, which is never sent them).
+// single-region gateway, which is never sent them); TypeBridgeWAN too (a
+// gateway without it counts it as a bad message and drops it, and its own
+// choice of the active bridge is the one before it).
 const WireVersion = 1
 
 type Type uint8
@@ -109,12 +115,13 @@ const (
 	TypeRegionSync
 	TypeRouteVia
 	TypeKickVia
-	MaxType = TypeKickVia
+	TypeBridgeWAN
+	MaxType = TypeBridgeWAN
 )
 
 func (t Type) String() string {
 	names := [...]string{"?", "deltas", "alive", "pull", "sync", "route", "route-ack", "key", "state", "leaving", "sync-page", "pull-page", "kick",
-		"region-deltas", "region-alive", "region-sync", "route-via", "kick-via"}
+		"region-deltas", "region-alive", "region-sync", "route-via", "kick-via", "bridge-wan"}
 	if int(t) < len(names) {
 		return names[t]
 	}
@@ -185,6 +192,9 @@ type RegionMsg struct {
 	From   string
 	Via    string
 	Nodes  []RegionNode // TypeRegionAlive
+	// Reach (TypeBridgeWAN) are the other regions the sender sees over
+	// the WAN pool: one of their bridges answered its pings lately.
+	Reach []string
 }
 
 // RegionNode is one gateway of a region as its region's bridge announces
@@ -404,6 +414,24 @@ func NewRegionSync(h RegionMsg, s crdt.Sync) (*Message, error) {
 	}
 	h.Nodes = nil
 	return &Message{Type: TypeRegionSync, Region: h, Sync: s, Bytes: b}, nil
+}
+
+// MaxReachRegions bounds the regions a TypeBridgeWAN lists.
+const MaxReachRegions = 1 << 10
+
+// NewBridgeWAN builds a bridge-capable gateway's report to its region of
+// the other regions it sees over the WAN pool (h.Reach).
+func NewBridgeWAN(h RegionMsg) (*Message, error) {
+	reach := h.Reach
+	if reach == nil {
+		reach = []string{}
+	}
+	b, err := encodeMsg(TypeBridgeWAN, h.Region, h.From, h.Via, reach)
+	if err != nil {
+		return nil, err
+	}
+	h.Nodes = nil
+	return &Message{Type: TypeBridgeWAN, Region: h, Bytes: b}, nil
 }
 
 // Relayed returns m as the bridge via relays it inside its region.
@@ -668,11 +696,16 @@ func decodeRegion(t Type, b []byte) (RegionMsg, []byte, error) {
 	fd := newFieldDecoder(b, 4)
 	h := RegionMsg{Region: fd.str(crdt.MaxNameLen), From: fd.str(crdt.MaxNameLen), Via: fd.str(crdt.MaxNameLen)}
 	var raw []byte
-	if t == TypeRegionAlive {
+	switch t {
+	case TypeRegionAlive:
 		if fd.err == nil {
 			h.Nodes, fd.err = decodeRegionNodes(fd)
 		}
-	} else {
+	case TypeBridgeWAN:
+		if fd.err == nil {
+			h.Reach, fd.err = decodeReach(fd)
+		}
+	default:
 		raw = fd.bytes(MaxStreamMessage)
 	}
 	if err := fd.done(); err != nil {
@@ -682,6 +715,29 @@ func decodeRegion(t Type, b []byte) (RegionMsg, []byte, error) {
 		return RegionMsg{}, nil, fmt.Errorf("%w: region message without a region or a sender", ErrBadMessage)
 	}
 	return h, raw, nil
+}
+
+func decodeReach(fd *fieldDecoder) ([]string, error) {
+	n, err := fd.dec.DecodeArrayLen()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadMessage, err)
+	}
+	// Each entry takes at least 2 bytes (a region is not empty).
+	if n < 0 || n > MaxReachRegions || n*2 > fd.r.Len() {
+		return nil, fmt.Errorf("%w: %d regions", ErrBadMessage, n)
+	}
+	out := make([]string, 0, n)
+	for range n {
+		reg := fd.str(crdt.MaxNameLen)
+		if fd.err != nil {
+			return nil, fd.err
+		}
+		if reg == "" {
+			return nil, fmt.Errorf("%w: an empty region", ErrBadMessage)
+		}
+		out = append(out, reg)
+	}
+	return out, nil
 }
 
 func decodeRegionNodes(fd *fieldDecoder) ([]RegionNode, error) {
@@ -771,7 +827,7 @@ type Message struct {
 	Key     KeyOp
 	Via     RouteVia  // TypeRouteVia
 	KickVia KickVia   // TypeKickVia
-	Region  RegionMsg // TypeRegionDeltas, TypeRegionAlive, TypeRegionSync
+	Region  RegionMsg // TypeRegionDeltas, TypeRegionAlive, TypeRegionSync, TypeBridgeWAN
 	Bytes   []byte
 
 	// What a Node works out of a delta batch once, for every node that
@@ -861,7 +917,7 @@ func Decode(b []byte) (*Message, error) {
 		m.Via, err = decodeRouteVia(payload)
 	case TypeKickVia:
 		m.KickVia, err = decodeKickVia(payload)
-	case TypeRegionDeltas, TypeRegionAlive, TypeRegionSync:
+	case TypeRegionDeltas, TypeRegionAlive, TypeRegionSync, TypeBridgeWAN:
 		var raw []byte
 		m.Region, raw, err = decodeRegion(t, payload)
 		switch {

@@ -93,6 +93,9 @@ type Cluster struct {
 	regions *dissem.Regions
 	wan     *wanPool
 	wanIn   chan []byte
+	// remote holds the gateways learnt to be of another region, for
+	// OtherRegion, which the node calls with its own lock held: a leaf.
+	remote remoteBook
 }
 
 // memberView is memberlist's member list as the events told it: what the
@@ -246,8 +249,9 @@ func New(cfg Config, host Host) (*Cluster, error) {
 	c.wg.Add(1)
 	go c.run()
 	if c.wan != nil {
-		c.wg.Add(1)
+		c.wg.Add(2)
 		go c.runWAN()
+		go c.runReach()
 	}
 	if len(cfg.Join) > 0 {
 		if _, err := c.Join(cfg.Join); err != nil {

@@ -193,7 +193,7 @@ func (c *Cluster) handle(b []byte) {
 	case dissem.TypeKickVia:
 		c.goKickVia(m.KickVia, false)
 		return
-	case dissem.TypeRegionDeltas, dissem.TypeRegionAlive, dissem.TypeRegionSync:
+	case dissem.TypeRegionDeltas, dissem.TypeRegionAlive, dissem.TypeRegionSync, dissem.TypeBridgeWAN:
 		c.step(func(now int64) { c.regions.Step(m, false, now) })
 		return
 	case dissem.TypeKey:

@@ -20,11 +20,21 @@ type Member struct {
 	// heard again and its missed writes are still being pulled).
 	LeaseExpired bool `json:"lease_expired"`
 	Self         bool `json:"self,omitempty"`
+	// In a multi-region cluster only: the member's region (a member is
+	// always of this gateway's region: other regions' gateways are no
+	// members), and Bridge "active" (its region's active bridge, as this
+	// gateway chooses it), "standby" (bridge-capable, not active) or ""
+	// (not bridge-capable); NoWAN when it last reported that it sees no
+	// other region over the WAN pool.
+	Region string `json:"region,omitempty"`
+	Bridge string `json:"bridge,omitempty"`
+	NoWAN  bool   `json:"no_wan,omitempty"`
 }
 
 // Members lists every member this node knows of, itself included, sorted by
 // name.
 func (c *Cluster) Members() []Member {
+	multi := c.MultiRegion()
 	out := []Member{{Name: c.cfg.Name, Addr: c.LocalAddr(), State: "alive", Incarnation: c.cfg.Incarnation,
 		ClientAddr: c.cfg.ClientAddr, Sessions: c.host.SessionCount(), Self: true}}
 	c.mu.Lock()
@@ -40,8 +50,37 @@ func (c *Cluster) Members() []Member {
 			ClientAddr: p.ClientAddr, Sessions: p.Sessions, LeaseExpired: p.ShownDown})
 	}
 	c.mu.Unlock()
+	if multi {
+		c.markRegions(out)
+	}
 	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
 	return out
+}
+
+// markRegions sets the members' region and bridge role.
+func (c *Cluster) markRegions(out []Member) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	active := c.regions.ActiveBridgeOf()
+	reach := c.regions.BridgeReach()
+	for i := range out {
+		m := &out[i]
+		m.Region = c.cfg.Region
+		bridge := c.wan != nil
+		if !m.Self {
+			meta, ok := c.members.get(m.Name)
+			bridge = ok && meta.Bridge
+		}
+		if !bridge {
+			continue
+		}
+		m.Bridge = "standby"
+		if m.Name == active {
+			m.Bridge = "active"
+		}
+		r, reported := reach[m.Name]
+		m.NoWAN = reported && len(r) == 0
+	}
 }
 
 // ClientAddrOf returns the client address a member published, if known.

@@ -3,6 +3,7 @@ package gossip
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -42,13 +43,23 @@ type regionCluster struct {
 	wan     *FaultNetwork
 	gws     []*regionGateway
 	onHost  []func(i int, h *fakeHost)
+	// wanProfile, when set, is the WAN pool's memberlist profile as the
+	// agent's --wan-profile gives it (else the test's quick timings)
+	wanProfile string
 }
 
 // newRegionCluster starts, in each region, n gateways of which the first
 // bridges are bridge-capable, and waits until every region hears every
 // other.
 func newRegionCluster(t testing.TB, regions []string, n, bridges int, onHost ...func(i int, h *fakeHost)) *regionCluster {
-	rc := &regionCluster{t: t, regions: regions, lan: map[string]*FaultNetwork{}, wan: NewFaultNetwork(7), onHost: onHost}
+	return newRegionClusterProfile(t, "", regions, n, bridges, onHost...)
+}
+
+// newRegionClusterProfile is newRegionCluster with the WAN pool on one of
+// the agent's --wan-profile timings ("": the test's quick ones).
+func newRegionClusterProfile(t testing.TB, wanProfile string, regions []string, n, bridges int, onHost ...func(i int, h *fakeHost)) *regionCluster {
+	rc := &regionCluster{t: t, regions: regions, lan: map[string]*FaultNetwork{}, wan: NewFaultNetwork(7), onHost: onHost,
+		wanProfile: wanProfile}
 	rc.wan.SetDelay(testWANDelay, 0)
 	for _, reg := range regions {
 		rc.lan[reg] = NewFaultNetwork(3)
@@ -82,6 +93,10 @@ func (rc *regionCluster) start(g *regionGateway) {
 	cfg.Region = g.region
 	cfg.ClientAddr = fmt.Sprintf("127.0.0.1:%d", 17400+len(rc.gws))
 	cfg.WANAliveInterval, cfg.WANLease = testWANAlive, testWANLease
+	if rc.wanProfile != "" {
+		// the agent's WAN timings throughout, at every gateway
+		cfg.WANAliveInterval, cfg.WANLease = dissem.DefaultWANAliveInterval, dissem.DefaultWANLease
+	}
 	// memberlist's failure detector, less eager than fastMemberlist's: a
 	// false suspicion on a loaded machine moves the active bridge
 	cfg.Memberlist = regionMemberlist
@@ -101,6 +116,9 @@ func (rc *regionCluster) start(g *regionGateway) {
 		cfg.WANProfile = "local"
 		cfg.WANMemberlist = regionMemberlist
 		cfg.WrapWANTransport = rc.wan.Wrap
+		if rc.wanProfile != "" {
+			cfg.WANProfile, cfg.WANMemberlist = rc.wanProfile, nil
+		}
 		for _, o := range rc.gws {
 			if o.c != nil && o.bridge {
 				cfg.WANJoin = append(cfg.WANJoin, o.c.WANAddr())
@@ -176,6 +194,16 @@ func (rc *regionCluster) waitRegions() {
 		for _, reg := range rc.regions {
 			if rc.activeBridge(reg) == nil {
 				return false
+			}
+		}
+		// Every bridge reported that it sees every other region, and every
+		// gateway of its region heard it: the choice is settled.
+		for _, g := range rc.live() {
+			reach := g.c.BridgeReach()
+			for _, b := range rc.live() {
+				if b.bridge && b.region == g.region && len(reach[b.name]) != len(rc.regions)-1 {
+					return false
+				}
 			}
 		}
 		return true
@@ -477,4 +505,112 @@ func BenchmarkRegionPropagation(b *testing.B) {
 	b.ReportMetric(float64(percentile(lat, 0.5).Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(percentile(lat, 0.99).Microseconds())/1000, "p99-ms")
 	b.ReportMetric(float64(rc.wanCopies()-copies0)/float64(b.N), "wan-copies/change")
+}
+
+// A bridge cut off from the WAN pool alone (its region's LAN fine) hands
+// over: once its memberlist holds the other region's bridges dead, it
+// reports to its region that it sees no other region, and the region's
+// other bridge, which does, takes over; the region's writes cross again.
+// A bridge sees a region while one of its bridges answered its pings
+// within dissem.WANReachWindow: the handover does not wait for
+// memberlist's failure detection, and fits in the WAN lease.
+//
+// ROLLCALL_HANDOVER_PROFILE=wan (or lan) runs it on the agent's WAN pool
+// timings instead of the test's, to measure them (minutes, not a test to
+// run every time); ROLLCALL_HANDOVER_REGIONS=3 with a third region.
+func TestRegionsBridgeCutFromWANHandsOver(t *testing.T) {
+	profile := os.Getenv("ROLLCALL_HANDOVER_PROFILE")
+	wait := 30 * time.Second
+	if profile != "" {
+		wait = 5 * time.Minute
+	}
+	regions := []string{"eu", "us"}
+	if os.Getenv("ROLLCALL_HANDOVER_REGIONS") == "3" {
+		regions = append(regions, "ap") // six WAN members: memberlist expects confirmations
+	}
+	rc := newRegionClusterProfile(t, profile, regions, 3, 2)
+	old := rc.activeBridge("eu")
+	var rest []string
+	for _, g := range rc.live() {
+		if g.bridge && g != old {
+			rest = append(rest, g.c.WANAddr())
+		}
+	}
+	rc.gw("eu2").h.connect(t, "before", "d")
+	waitFor(t, 10*time.Second, "the first session in us", func() bool { return rc.online("before", "us") })
+	expired := func() (n uint64) {
+		for _, g := range rc.live() {
+			n += g.c.Stats().RegionsExpired.Load()
+		}
+		return n
+	}
+	expired0 := expired()
+	rc.wan.Partition([]string{old.c.WANAddr()}, rest)
+	cut := time.Now()
+	waitFor(t, wait, "eu's other bridge to take over", func() bool {
+		b := rc.activeBridge("eu")
+		return b != nil && b != old
+	})
+	took := time.Since(cut)
+	alive, lease := testWANAlive, testWANLease
+	if profile != "" {
+		alive, lease = dissem.DefaultWANAliveInterval, dissem.DefaultWANLease
+	}
+	t.Logf("eu's bridge cut off from the WAN pool handed over after %v (WAN profile %q, bound %v)", took.Round(time.Millisecond), profile,
+		dissem.BridgeHandover(alive, lease))
+	rc.gw("eu2").h.connect(t, "after", "d")
+	waitFor(t, wait, "eu's writes in the other regions after the handover", func() bool {
+		return rc.online("after", regions[1:]...) && rc.online("before", regions[1:]...)
+	})
+	t.Logf("converged %v after the cut", time.Since(cut).Round(time.Millisecond))
+	// The handover fits in the WAN lease: no region was shown expired.
+	if n := expired() - expired0; n != 0 {
+		for _, g := range rc.live() {
+			t.Logf("%s: regions expired %d, bridge changes %d", g.name, g.c.Stats().RegionsExpired.Load(), g.c.Stats().BridgeChanges.Load())
+		}
+		t.Errorf("regions shown expired %d times during the handover", n)
+	}
+	// eu's gateways know which bridge sees the others: the members list and the
+	// region status say so.
+	active := rc.activeBridge("eu")
+	reach := rc.gw("eu2").c.BridgeReach()
+	if len(reach[old.name]) != 0 || !slices.Contains(reach[active.name], "us") {
+		t.Errorf("eu2's view of its bridges' reach: %v", reach)
+	}
+	for _, m := range rc.gw("eu2").c.Members() {
+		want := Member{Region: "eu"}
+		switch m.Name {
+		case old.name:
+			want.Bridge, want.NoWAN = "standby", true
+		case active.name:
+			want.Bridge = "active"
+		}
+		if m.Region != want.Region || m.Bridge != want.Bridge || m.NoWAN != want.NoWAN {
+			t.Errorf("eu2 lists %s as region %q bridge %q no WAN %v; want %q %q %v", m.Name, m.Region, m.Bridge, m.NoWAN,
+				want.Region, want.Bridge, want.NoWAN)
+		}
+	}
+	waitFor(t, wait, "eu2 to show us up", func() bool {
+		st, ok := rc.gw("eu2").c.RegionStatus()
+		return ok && len(st.Others) == len(regions)-1 && st.Others[0].Lease == "up" && st.Others[len(st.Others)-1].Lease == "up"
+	})
+	st, _ := rc.gw("eu2").c.RegionStatus()
+	if st.Region != "eu" || st.ActiveBridge != active.name || len(st.Bridges) != 2 || st.Others[len(st.Others)-1].Region != "us" ||
+		st.Others[0].Gateways != 3 || st.Others[0].HeardAgoMS < 0 {
+		t.Errorf("eu2's region status: %+v", st)
+	}
+}
+
+// A single-region cluster's members carry no region or bridge, and its
+// region status says it is of one region.
+func TestSingleRegionMembersCarryNoRegion(t *testing.T) {
+	tc := newTestCluster(t, 2)
+	for _, m := range tc.nodes[0].Members() {
+		if m.Region != "" || m.Bridge != "" || m.NoWAN {
+			t.Errorf("single-region member %+v", m)
+		}
+	}
+	if st, ok := tc.nodes[0].RegionStatus(); ok || st.Region != dissem.DefaultRegion || len(st.Others) != 0 {
+		t.Errorf("single-region status %+v, %v", st, ok)
+	}
 }

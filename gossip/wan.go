@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -29,6 +30,10 @@ type wanPool struct {
 
 	mu   sync.Mutex // a leaf: memberlist's event delegate takes it
 	book map[string]*wanMember
+	// acked is when each member last answered this bridge's ping (lease
+	// clock); pinging, the pings under way
+	acked   map[string]int64
+	pinging map[string]bool
 
 	answering atomic.Int32 // WAN repairs being answered
 }
@@ -92,6 +97,47 @@ func (w *wanPool) byRegion(own string) map[string][]string {
 	return alive
 }
 
+// reach returns the regions other than own of which a member answered
+// this bridge's ping since since.
+func (w *wanPool) reach(own string, since int64) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for name, m := range w.book {
+		if at, ok := w.acked[name]; ok && at >= since && !m.left && m.region != "" && m.region != own && !slices.Contains(out, m.region) {
+			out = append(out, m.region)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// toPing returns the members of the other regions (not gone for good) no
+// ping of which is under way, and marks them pinged.
+func (w *wanPool) toPing(own string) []memberlist.Node {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []memberlist.Node
+	for name, m := range w.book {
+		if m.left || m.region == "" || m.region == own || w.pinging[name] {
+			continue
+		}
+		w.pinging[name] = true
+		out = append(out, m.node)
+	}
+	return out
+}
+
+// pinged records a ping's outcome.
+func (w *wanPool) pinged(name string, ok bool, now int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.pinging, name)
+	if ok {
+		w.acked[name] = now
+	}
+}
+
 // dead returns the addresses of members memberlist holds dead (not left).
 func (w *wanPool) dead() []string {
 	w.mu.Lock()
@@ -105,6 +151,38 @@ func (w *wanPool) dead() []string {
 	slices.Sort(out)
 	return out
 }
+
+// remoteBook is the set of gateways learnt to be of another region. Its
+// lock is a leaf.
+type remoteBook struct {
+	mu    sync.Mutex
+	names map[string]bool
+}
+
+func (b *remoteBook) add(names []string) {
+	if len(names) == 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.names == nil {
+		b.names = make(map[string]bool)
+	}
+	for _, n := range names {
+		b.names[n] = true
+	}
+}
+
+func (b *remoteBook) has(name string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.names[name]
+}
+
+// OtherRegion reports whether gateway is of another region (learnt from
+// that region's messages). It takes only a leaf lock: the node calls it
+// with its own held (node.RegionLocator).
+func (c *Cluster) OtherRegion(gateway string) bool { return c.remote.has(gateway) }
 
 // regionView is the Cluster as its Regions read it (dissem.RegionMembers).
 // Its methods are called with c.mu held.
@@ -145,6 +223,16 @@ func (v *regionView) Nodes() []dissem.RegionNode {
 			Watermark: c.host.Watermark(crdt.Origin{Node: p.Name, Incarnation: p.Incarnation}), ClientAddr: p.ClientAddr})
 	}
 	return out
+}
+
+// Reach: the regions of which a bridge answered this bridge's ping within
+// the reach window (wanReachWindow).
+func (v *regionView) Reach() []string {
+	c := (*Cluster)(v)
+	if c.wan == nil {
+		return nil
+	}
+	return c.wan.reach(c.cfg.Region, c.leaseNow()-int64(dissem.WANReachWindow(c.cfg.WANLease)))
 }
 
 func (v *regionView) WAN() map[string][]string {
@@ -196,7 +284,7 @@ func (c *Cluster) startWAN() error {
 		mlc.BindPort = nt.port()
 		mlc.AdvertisePort = mlc.BindPort
 	}
-	c.wan = &wanPool{book: make(map[string]*wanMember)}
+	c.wan = &wanPool{book: make(map[string]*wanMember), acked: make(map[string]int64), pinging: make(map[string]bool)}
 	if c.wan.ml, err = memberlist.Create(mlc); err != nil {
 		return fmt.Errorf("gossip: start the WAN pool on %s: %w", c.cfg.WANBindAddr, err)
 	}
@@ -231,6 +319,41 @@ func (c *Cluster) runWAN() {
 	}
 }
 
+// runReach pings every bridge of the other regions every
+// WANAliveInterval, directly (memberlist's ping and ack, over the WAN
+// pool's UDP): the regions that answered within dissem.WANReachWindow are
+// those this bridge sees, which it reports to its region
+// (Regions.CheckReach, after each answer or timeout). It does not wait for
+// memberlist's failure detection, whose suspicion of every other member
+// at a member cut off from them all gets no confirmations: minutes with
+// the wan profile.
+func (c *Cluster) runReach() {
+	defer c.wg.Done()
+	t := time.NewTicker(c.cfg.WANAliveInterval)
+	defer t.Stop()
+	for {
+		for _, n := range c.wan.toPing(c.cfg.Region) {
+			// Not waited for by Shutdown: a ping waits for its answer up to
+			// the WAN profile's probe timeout (3s for wan), and touches
+			// nothing but the pool's book once the cluster is shut down.
+			go func() {
+				_, err := c.wan.ml.Ping(n.Name, &net.UDPAddr{IP: n.Addr, Port: int(n.Port)})
+				c.wan.pinged(n.Name, err == nil, c.leaseNow())
+				if c.ctx.Err() == nil {
+					c.queueEvent(func() { c.step(c.regions.CheckReach) })
+				}
+			}()
+		}
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-t.C:
+			// A region's last answer may have passed out of the window.
+			c.queueEvent(func() { c.step(c.regions.CheckReach) })
+		}
+	}
+}
+
 // WANAddr returns this gateway's WAN pool address, "" when it is not
 // bridge-capable.
 func (c *Cluster) WANAddr() string {
@@ -248,6 +371,22 @@ func (c *Cluster) ActiveBridge() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.regions.Active()
+}
+
+// BridgeReach returns what each bridge-capable gateway of this region last
+// reported of the other regions it sees over the WAN pool.
+func (c *Cluster) BridgeReach() map[string][]string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.regions.BridgeReach()
+}
+
+// ActiveBridgeName returns this gateway's choice of its region's active
+// bridge, "" when it knows no bridge-capable gateway.
+func (c *Cluster) ActiveBridgeName() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.regions.ActiveBridgeOf()
 }
 
 // Regions returns what this gateway knows of the other regions.
@@ -353,6 +492,7 @@ func (c *Cluster) drainRegions(now int64) {
 		for _, name := range rd.Remote {
 			c.core.SetRemote(name)
 		}
+		c.remote.add(rd.Remote)
 		c.mu.Unlock()
 		c.executeRegions(rd)
 		c.mu.Lock()

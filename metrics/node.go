@@ -195,6 +195,9 @@ func nodeDefs() []metricDef[node.Metrics] {
 		counter("webhook_replayed_total", "Webhook events sent again because the gateway that was to send them "+
 			"left this gateway's view (failed or left) within --webhook-handoff.",
 			func(m *M) uint64 { return m.Webhooks.Replayed }),
+		counter("webhook_other_region_total", "Webhook events this gateway, their notifier in its region, left to "+
+			"the region where their change was made (a multi-region cluster).",
+			func(m *M) uint64 { return m.Webhooks.OtherRegion }),
 		counter("webhook_sent_total", "Webhook deliveries (an event to one URL) the receiver accepted with a 2xx.",
 			func(m *M) uint64 { return m.Webhooks.Sent }),
 		counter("webhook_failed_total", "Webhook deliveries given up: --webhook-attempts failed, or 410 Gone.",

@@ -41,6 +41,7 @@ func (n *Node) httpMux() *routeMux {
 	mux.Handle("GET /v1/presence/{user}", n.requireRead(http.HandlerFunc(n.handlePresenceHTTP), pathUser))
 	mux.Handle("GET /v1/sessions", n.requireRead(http.HandlerFunc(n.handleSessionsHTTP), nodeWide))
 	mux.Handle("GET /v1/stats", n.requireRead(http.HandlerFunc(n.handleStatsHTTP), nodeWide))
+	mux.Handle("GET /v1/regions", n.requireRead(http.HandlerFunc(n.handleRegionsHTTP), nodeWide))
 	mux.HandleFunc("GET /v1/events", n.handleEvents) // checks its own reads (events.go)
 	mux.HandleFunc("GET /ws", n.handleWS)
 	handleJSClient(mux) // GET /client.js and GET /demo/, open (jsclient.go)

@@ -122,6 +122,9 @@ type UISummary struct {
 	LocalSessions int               `json:"local_sessions"` // active sessions this node owns
 	Connections   int               `json:"connections"`    // open client connections
 	Feed          *FeedStats        `json:"feed,omitempty"` // absent when the feed is off
+	// Regions is what this gateway knows of its region's bridges and the
+	// other regions; absent in a single-region cluster.
+	Regions *RegionStatus `json:"regions,omitempty"`
 }
 
 // uiSummaryCache holds the last summary for uiSummaryMaxAge.
@@ -196,6 +199,10 @@ func (n *Node) statusSummary() UISummary {
 	if m, ok := cl.(Membership); ok {
 		members = m.MemberStates() // outside mu: it may ask the node for its session count
 	}
+	var regions *RegionStatus
+	if rs, ok := n.regionStatus(); ok {
+		regions = &rs
+	}
 	lk := lockOf(&n.mu)
 	defer lk.unlock()
 	counts := n.replica.ActiveByGateway()
@@ -210,6 +217,7 @@ func (n *Node) statusSummary() UISummary {
 		members = []MemberState{self}
 	}
 	s.Members = members
+	s.Regions = regions
 	for _, m := range members {
 		if _, ok := counts[m.Name]; !ok {
 			counts[m.Name] = 0

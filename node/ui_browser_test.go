@@ -341,6 +341,23 @@ func TestStatusPageInBrowser(t *testing.T) {
 		}
 	})
 
+	t.Run("regions", func(t *testing.T) {
+		n := uiNode(t, func(c *Config) {
+			c.Cluster = &fakeRegions{fakeMembership: fakeMembership{members: []MemberState{{Name: "n1", State: "alive", Self: true}}},
+				status: testRegionStatus}
+		})
+		tab := newTab(t, browser)
+		tab.do("open /ui/", chromedp.Navigate("http://"+n.HTTPAddr().String()+"/ui/"))
+		tab.waitUntil("the other regions", `!document.getElementById('regions-section').hidden && document.querySelectorAll('#regions tbody tr').length === 2`)
+		if got := eval[string](tab, `[...document.querySelectorAll('#regions tbody tr')].map(r => [...r.cells].map(c => c.textContent).join('|')).join('; ')`); got != "ap|ap0|2|expired, sessions shown expired|12.5 s ago; us|us1|3|up|0.3 s ago" {
+			t.Fatalf("regions table: %q", got)
+		}
+		if got := eval[string](tab, `document.getElementById('regions-note').textContent`); !strings.Contains(got, "region eu") ||
+			!strings.Contains(got, "active bridge: n2") || !strings.Contains(got, "Seeing no other region over the WAN pool: n1") {
+			t.Fatalf("regions note: %q", got)
+		}
+	})
+
 	t.Run("standalone", func(t *testing.T) {
 		n := uiNode(t, nil)
 		connect(t, n, "carol", "phone")
@@ -354,6 +371,9 @@ func TestStatusPageInBrowser(t *testing.T) {
 		tab.waitUntil("carol's event from the snapshot", jsNewestEvent("carol", "available"))
 		if !eval[bool](tab, `document.getElementById('token-form').hidden`) {
 			t.Fatal("the page asked for a token where none is configured")
+		}
+		if !eval[bool](tab, `document.getElementById('regions-section').hidden`) {
+			t.Fatal("a single-region gateway shows an Other regions section")
 		}
 	})
 }

@@ -39,6 +39,17 @@ type LiveGatewayLister interface {
 	LiveGateways() []string
 }
 
+// RegionLocator is implemented by a Cluster that bridges regions
+// (gossip.Cluster does). OtherRegion reports whether gateway is of another
+// region: a webhook event whose change a gateway of another region made
+// is that region's to send (docs/webhooks.md, "Across regions"), so that
+// each region's notifiers do not all send it. It is called with the
+// node's lock held: it must take no lock but a leaf one of its own, and
+// never call back into the Node.
+type RegionLocator interface {
+	OtherRegion(gateway string) bool
+}
+
 // webhooks is a node's webhook state; nil when Config.Webhook has no URLs.
 type webhooks struct {
 	// Static after New.
@@ -55,6 +66,9 @@ type webhooks struct {
 	shadow   *webhook.Shadow
 	events   uint64 // events this node queued as their notifier
 	replayed uint64 // events queued again for a notifier that left the view
+	// otherRegion counts the events this node, their notifier, left to
+	// the region where their change was made
+	otherRegion uint64
 }
 
 // WebhookStats describes a node's webhooks (GET /metrics); zero when off.
@@ -65,6 +79,10 @@ type WebhookStats struct {
 	// notifier left its view within the handoff window.
 	Events   uint64
 	Replayed uint64
+	// OtherRegion counts the events this gateway, their notifier in its
+	// region, did not send because their change was made in another
+	// region (which sends them).
+	OtherRegion uint64
 	// ShadowOverwritten counts the events kept for another notifier that
 	// were pushed out of the shadow within the window.
 	ShadowOverwritten uint64
@@ -173,10 +191,20 @@ func (n *Node) decideWebhookLocked(p crdt.Presence, now int64, out []*webhook.Ev
 	if ev == nil || !h.cfg.Events.Has(ev.Type) {
 		return out
 	}
+	other := false
+	if l, ok := n.getCluster().(RegionLocator); ok && ev.Gateway != "" {
+		other = l.OtherRegion(ev.Gateway)
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	switch {
 	case !h.ready:
+	case other:
+		// Another region's change: its own notifier sends it, and no
+		// gateway here sends it again should this user's notifier fail.
+		if h.handoff.Responsible(u, now) {
+			h.otherRegion++
+		}
 	case h.handoff.Responsible(u, now):
 		h.events++
 		out = append(out, ev)
@@ -221,7 +249,7 @@ func (n *Node) WebhookStats() WebhookStats {
 	st := WebhookStats{Stats: h.sender.Stats()}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	st.Events, st.Replayed, st.ShadowOverwritten = h.events, h.replayed, h.shadow.Overwritten
+	st.Events, st.Replayed, st.ShadowOverwritten, st.OtherRegion = h.events, h.replayed, h.shadow.Overwritten, h.otherRegion
 	st.Ready, st.Settled = h.ready, h.ready && h.handoff.Settled(n.clock.Now().UnixNano())
 	return st
 }

@@ -245,3 +245,87 @@ func TestWebhooksDeliveredBeforeDrainReturns(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// TestWebhooksAcrossRegions: two regions, each a cluster with its own
+// notifiers, bridged. A change is announced once, by the region where it
+// was made: each region's notifier of the user decides the same event,
+// and the one of the other region counts it skipped
+// (rollcall_webhook_other_region_total) instead of sending it.
+func TestWebhooksAcrossRegions(t *testing.T) {
+	key := webhook.NewSecret()
+	rcv, url := newHookReceiver(t, key, false)
+	gs := testcluster.StartRegions(t, []string{"eu", "us"}, 2, 1, testcluster.Options{Timeout: 30 * time.Second, Heartbeat: time.Second,
+		Configure: func(c *node.Config) {
+			c.Webhook.URLs = []string{url}
+			c.Webhook.Secrets = [][]byte{key}
+			c.Webhook.Handoff = time.Second
+			c.Webhook.MinBackoff, c.Webhook.MaxBackoff = 10*time.Millisecond, 100*time.Millisecond
+		}})
+	testkit.WaitFor(t, 30*time.Second, "the gateways' webhook views to settle", func() bool {
+		for _, g := range gs {
+			if st := g.GW.WebhookStats(); !st.Ready || !st.Settled {
+				return false
+			}
+		}
+		return true
+	})
+	region := func(g *testcluster.Gateway) string { return g.GW.Name()[:2] }
+	skipped := func(reg string) uint64 {
+		var n uint64
+		for _, g := range gs {
+			if region(g) == reg {
+				n += g.GW.WebhookStats().OtherRegion
+			}
+		}
+		return n
+	}
+	// gs: eu0 (bridge), eu1, us0 (bridge), us1. Users on the gateways
+	// that are not bridges, and on a bridge.
+	on := map[string]*testcluster.Gateway{"alice": gs[1], "bob": gs[3], "carol": gs[0]}
+	clients := map[string]*testkit.LineClient{}
+	for _, u := range []string{"alice", "bob", "carol"} {
+		c := testkit.DialLine(t, on[u].GW.ClientAddr().String(), u, "phone", nil)
+		c.Heartbeat(time.Second)
+		clients[u] = c
+	}
+	// Each online announced by its own region, and seen skipped by the
+	// other's notifier: two skipped in us (alice, carol), one in eu (bob).
+	for _, u := range []string{"alice", "bob", "carol"} {
+		d := rcv.of(u, "user.online")
+		testkit.WaitFor(t, 30*time.Second, u+" online announced", func() bool { d = rcv.of(u, "user.online"); return len(d) > 0 })
+		if want := "gateway " + region(on[u]); !strings.Contains(d[0].from, want) {
+			t.Errorf("%s's online sent by %q, want a gateway of %s", u, d[0].from, region(on[u]))
+		}
+	}
+	testkit.WaitFor(t, 30*time.Second, "each region's notifier to skip the other's onlines", func() bool {
+		return skipped("us") == 2 && skipped("eu") == 1
+	})
+	// alice goes away, then says bye: each once, from eu.
+	clients["alice"].Send(map[string]any{"op": "status", "status": "away", "id": 1})
+	rcv.once("alice", "user.status")
+	clients["alice"].Send(map[string]any{"op": "bye"})
+	if b := rcv.once("alice", "user.offline"); b.Data.Reason != "disconnected" {
+		t.Fatalf("alice's offline: %+v", b)
+	}
+	testkit.WaitFor(t, 30*time.Second, "us's notifier to skip alice's status and offline", func() bool {
+		return skipped("us") == 4
+	})
+	testkit.WaitFor(t, 30*time.Second, "the webhook queues to empty", func() bool {
+		for _, g := range gs {
+			if g.GW.WebhookStats().Queued != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	for _, u := range []string{"alice", "bob", "carol"} {
+		for _, typ := range []string{"user.online", "user.status", "user.offline"} {
+			if got := rcv.of(u, typ); len(got) > 1 {
+				t.Errorf("%s %s delivered %d times (from %s and %s)", u, typ, len(got), got[0].from, got[1].from)
+			}
+		}
+	}
+	if got := skipped("eu"); got != 1 {
+		t.Errorf("eu skipped %d events, want bob's online", got)
+	}
+}

@@ -179,6 +179,24 @@ func (g *rgGateway) WAN() map[string][]string {
 	return out
 }
 
+// Reach: the other regions with a live bridge (the simulator cuts no
+// bridge off from the WAN pool alone).
+func (g *rgGateway) Reach() []string {
+	var out []string
+	for r, gws := range g.s.regions {
+		if r == g.region {
+			continue
+		}
+		for _, o := range gws {
+			if o.bridge && o.deadAt == 0 {
+				out = append(out, regionName(r))
+				break
+			}
+		}
+	}
+	return out
+}
+
 func regionName(r int) string { return fmt.Sprintf("r%d", r) }
 
 // Validate fills the defaults and rejects what cannot run.

@@ -115,35 +115,41 @@ func Decide(last Last, ob Observation) (*Event, Last) {
 		}
 		at := opener.Updated
 		id := eventID(UserOnline, p.User, next.Opened, next.Revivals, nil)
-		return &Event{ID: id, Type: UserOnline, User: p.User, Time: at, Body: encodeBody(UserOnline, at, onlineData(p, active))}, next
+		return &Event{ID: id, Type: UserOnline, User: p.User, Time: at, Body: encodeBody(UserOnline, at, onlineData(p, active)),
+			Gateway: opener.Gateway}, next
 	}
 	if p.Status == last.Status && p.Text == last.Text && p.Emoji == last.Emoji && p.Until == last.Until {
 		return nil, next
 	}
 	var at int64
+	var by string // the gateway of the latest write: the account's, else the first session's by device
 	h := newHasher()
 	h.str(p.Status.String()).str(p.Text).str(p.Emoji).u64(uint64(p.Until))
 	if a := ob.Account; a != nil {
 		h.u64(uint64(a.Stamp.Wall)).u64(uint64(a.Stamp.Logical)).str(a.Writer)
-		at = a.Stamp.Wall
+		at, by = a.Stamp.Wall, a.Writer
 	}
 	for _, s := range active {
 		h.str(s.Device).u64(s.Epoch).u64(s.Seq).str(s.Status.String())
+		if s.Updated > at || by == "" {
+			by = s.Gateway
+		}
 		at = max(at, s.Updated)
 	}
 	id := eventID(UserStatus, p.User, next.Opened, next.Revivals, h.sum())
-	return &Event{ID: id, Type: UserStatus, User: p.User, Time: at, Body: encodeBody(UserStatus, at, onlineData(p, active))}, next
+	return &Event{ID: id, Type: UserStatus, User: p.User, Time: at, Body: encodeBody(UserStatus, at, onlineData(p, active)),
+		Gateway: by}, next
 }
 
 // offline is the user.offline of a user last seen online, and its reason.
 func offline(last Last, ob Observation) (*Event, Reason) {
 	p := ob.Presence
-	reason, at := ReasonNone, int64(0)
+	reason, at, by := ReasonNone, int64(0), ""
 	ended := make([]SessionData, 0, len(last.Sessions))
 	for _, r := range last.Sessions {
-		rr, rat := endOf(r, ob)
+		rr, rat, rby := endOf(r, ob)
 		if rat > at || (rat == at && rr > reason) {
-			reason, at = rr, rat
+			reason, at, by = rr, rat, rby
 		}
 		ended = append(ended, SessionData{Session: r.Session, Device: r.Device, Epoch: r.Epoch, Gateway: r.Gateway})
 	}
@@ -153,25 +159,26 @@ func offline(last Last, ob Observation) (*Event, Reason) {
 	d := Data{User: p.User, Status: crdt.UserOffline.String(), Reason: reason.String(), Text: p.Text, Emoji: p.Emoji,
 		Until: untilText(p.Until), Sessions: ended}
 	id := eventID(UserOffline, p.User, last.Opened, last.Revivals, nil)
-	return &Event{ID: id, Type: UserOffline, User: p.User, Time: at, Body: encodeBody(UserOffline, at, d)}, reason
+	return &Event{ID: id, Type: UserOffline, User: p.User, Time: at, Body: encodeBody(UserOffline, at, d), Gateway: by}, reason
 }
 
-// endOf says how session r, active when last seen, ended, and when.
-func endOf(r SessionRef, ob Observation) (Reason, int64) {
+// endOf says how session r, active when last seen, ended, when, and the
+// gateway whose record says so.
+func endOf(r SessionRef, ob Observation) (Reason, int64, string) {
 	i := slices.IndexFunc(ob.Records, func(s crdt.Session) bool { return s.Device == r.Device })
 	if i < 0 {
 		// The record is gone: the replica dropped the sessions of a
 		// gateway's old incarnation, or purged a failed gateway's.
-		return GatewayFailed, ob.Now
+		return GatewayFailed, ob.Now, r.Gateway
 	}
 	s := ob.Records[i] // r's record, or a later epoch of the device that ended too
 	switch {
 	case ob.GatewayDown != nil && ob.GatewayDown(s.Gateway) && s.State == crdt.StateExpired:
-		return GatewayFailed, ob.Now
+		return GatewayFailed, ob.Now, s.Gateway
 	case s.State == crdt.StateDisconnected:
-		return Disconnected, s.Updated
+		return Disconnected, s.Updated, s.Gateway
 	}
-	return Expired, s.Updated
+	return Expired, s.Updated, s.Gateway
 }
 
 func onlineData(p crdt.Presence, active []crdt.Session) Data {

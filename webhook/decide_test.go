@@ -195,3 +195,36 @@ func TestDecideRevival(t *testing.T) {
 		t.Fatalf("purged user remembered: %+v", l)
 	}
 }
+
+// An event names the gateway whose write made the change: the opening
+// session's for user.online, the latest write's for user.status (a
+// session's or the account's), the session that ended last for
+// user.offline. Every gateway that observes the same state names the same
+// one (a multi-region cluster sends the event from its region only).
+func TestDecideNamesTheChangingGateway(t *testing.T) {
+	phone := rec("phone", "s1", 1, 1, "eu0", 100)
+	ev, last := Decide(Last{}, observe(nil, 150, nil, phone))
+	if ev == nil || ev.Gateway != "eu0" {
+		t.Fatalf("online: %+v", ev)
+	}
+	laptop := rec("laptop", "s2", 1, 1, "us1", 200)
+	_, last = Decide(last, observe(nil, 250, nil, phone, laptop))
+	phone.Status, phone.Seq, phone.Updated = crdt.StatusAway, 2, 290
+	laptop.Status, laptop.Seq, laptop.Updated = crdt.StatusAway, 2, 300
+	ev, last = Decide(last, observe(nil, 350, nil, phone, laptop))
+	if ev == nil || ev.Type != UserStatus || ev.Gateway != "us1" {
+		t.Fatalf("status from the laptop: %+v", ev)
+	}
+	acct := &crdt.Account{User: "alice", Text: "lunch", Stamp: crdt.Timestamp{Wall: 400}, Writer: "eu2"}
+	ev, last = Decide(last, observe(acct, 450, nil, phone, laptop))
+	if ev == nil || ev.Type != UserStatus || ev.Gateway != "eu2" {
+		t.Fatalf("status from the account: %+v", ev)
+	}
+	phone = ended(phone, crdt.StateDisconnected, 500)
+	_, last = Decide(last, observe(acct, 550, nil, phone, laptop))
+	laptop = ended(laptop, crdt.StateDisconnected, 600)
+	ev, _ = Decide(last, observe(acct, 650, nil, phone, laptop))
+	if ev == nil || ev.Type != UserOffline || ev.Gateway != "us1" {
+		t.Fatalf("offline, the laptop last: %+v", ev)
+	}
+}

@@ -128,6 +128,12 @@ type Event struct {
 	Time int64
 	// Body is the JSON body: {"type", "timestamp", "data": Data}.
 	Body []byte
+	// Gateway is the gateway whose write made the change: the opening
+	// session's for user.online, the session that ended last for
+	// user.offline, the latest write (a session's or the account's) for
+	// user.status; "" when none is known. In a multi-region cluster only
+	// its region sends the event. Not part of the body.
+	Gateway string
 }
 
 // Body is the JSON body of every webhook.

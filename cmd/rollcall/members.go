@@ -12,6 +12,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -159,8 +160,22 @@ func runMembers(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		enc.SetIndent("", "  ")
 		return enc.Encode(members)
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tSTATE\tGOSSIP ADDR\tCLIENT ADDR\tINCARNATION\tSESSIONS\tSESSIONS SHOWN")
+	return writeMembers(stdout, members)
+}
+
+// writeMembers prints the members as a table; in a multi-region cluster
+// (a member names its region) with REGION and BRIDGE columns: "active"
+// for the region's active bridge, "standby" for another bridge-capable
+// gateway, "(no WAN)" added for one that reports it sees no other region,
+// "-" for a gateway that is not bridge-capable.
+func writeMembers(w io.Writer, members []gossip.Member) error {
+	regions := slices.ContainsFunc(members, func(m gossip.Member) bool { return m.Region != "" })
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	head := "NAME\tSTATE\tGOSSIP ADDR\tCLIENT ADDR\tINCARNATION\tSESSIONS\tSESSIONS SHOWN"
+	if regions {
+		head += "\tREGION\tBRIDGE"
+	}
+	fmt.Fprintln(tw, head)
 	for _, m := range members {
 		name, shown := m.Name, "online"
 		if m.Self {
@@ -169,7 +184,18 @@ func runMembers(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if m.LeaseExpired {
 			shown = "expired"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\n", name, m.State, m.Addr, m.ClientAddr, m.Incarnation, m.Sessions, shown)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s", name, m.State, m.Addr, m.ClientAddr, m.Incarnation, m.Sessions, shown)
+		if regions {
+			bridge := m.Bridge
+			switch {
+			case bridge == "":
+				bridge = "-"
+			case m.NoWAN:
+				bridge += " (no WAN)"
+			}
+			fmt.Fprintf(tw, "\t%s\t%s", m.Region, bridge)
+		}
+		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
 }

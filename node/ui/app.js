@@ -2,7 +2,8 @@
 // from anywhere but this gateway.
 //
 // It reads two endpoints relative to the page (served at /ui/):
-//   ../v1/ui/summary  members and session counts, reloaded after events
+//   ../v1/ui/summary  members, session counts and (several regions) the
+//                     other regions, reloaded after events
 //                     and every SUMMARY_POLL_MS
 //   ../v1/ui/events   server-sent events, read with fetch() so that the
 //                     admin token can travel in an Authorization header
@@ -189,7 +190,35 @@
       gateways.append(tr);
     }
     $('gateways').tBodies[0].replaceWith(gateways);
+    renderRegions(s.regions);
     if (s.feed) renderFeedNote(s.feed);
+  }
+
+  // renderRegions shows the other regions of a multi-region cluster; in a
+  // single-region one the summary has no regions and the section stays
+  // hidden.
+  function renderRegions(r) {
+    $('regions-section').hidden = !r;
+    if (!r) return;
+    let note = 'This gateway is of region ' + r.region + '; its active bridge: ' + (r.active_bridge || 'none known') + '.';
+    const cut = r.bridges.filter((b) => b.reported && b.reach.length === 0).map((b) => b.name);
+    if (cut.length) note += ' Seeing no other region over the WAN pool: ' + cut.join(', ') + '.';
+    $('regions-note').textContent = note;
+    const body = document.createElement('tbody');
+    for (const o of r.others) {
+      const tr = document.createElement('tr');
+      tr.dataset.region = o.region;
+      tr.dataset.lease = o.lease;
+      tr.append(
+        cell(o.region),
+        cell(o.bridge || '–'),
+        cell(count(o.gateways), 'num'),
+        cell(o.lease === 'expired' ? 'expired, sessions shown expired' : o.lease, 'lease-' + o.lease),
+        cell(o.heard_ago_ms < 0 ? 'never' : (o.heard_ago_ms / 1000).toFixed(1) + ' s ago'),
+      );
+      body.append(tr);
+    }
+    $('regions').tBodies[0].replaceWith(body);
   }
 
   function renderFeedNote(feed) {
