@@ -58,6 +58,8 @@ type Cluster struct {
 	// stalled is the total of this process's own stalls, ns (see leaseNow);
 	// written by run only
 	stalled atomic.Int64
+	// lastStep is the lease clock of the previous step (see step)
+	lastStep int64
 
 	// mu guards the fields below. Lock order: mu, then the host's locks
 	// (the core reads the host with mu held); nothing that holds a host

@@ -180,12 +180,21 @@ func TestLateDeadVerdictDoesNotCutOffALivePeer(t *testing.T) {
 }
 
 // jumpClock is a clock that can jump forward, as a stopped process's clock
-// does when it resumes.
-type jumpClock struct{ offset atomic.Int64 }
+// does when it resumes. An armed jump happens just after the next reading
+// of the stall detector's clock: the process stopped in the middle of a
+// step.
+type jumpClock struct {
+	offset atomic.Int64
+	armed  atomic.Int64
+}
 
 func (j *jumpClock) now() time.Time { return time.Now().Add(time.Duration(j.offset.Load())) }
 func (j *jumpClock) elapsed(start time.Time) func() time.Duration {
-	return func() time.Duration { return time.Since(start) + time.Duration(j.offset.Load()) }
+	return func() time.Duration {
+		d := time.Since(start) + time.Duration(j.offset.Load())
+		if a := j.armed.Swap(0); a != 0 { j.offset.Add(a); println("JUMP") }
+		return d
+	}
 }
 
 // A gateway that was stopped (SIGSTOP, a paused VM) heard nothing while it
@@ -205,12 +214,13 @@ func TestOwnStallDoesNotExpirePeers(t *testing.T) {
 	waitFor(t, 5*time.Second, "alice online on n0", func() bool { return tc.hosts[0].presence("alice").Online })
 	var downs atomic.Int32
 	// n0 "stops" for 5s, more than the 2s lease: its clock jumps. For the
-	// next second n1's announcements do not reach it (they would sit unread
-	// in the socket of a stopped process), so the lease ticks after the
-	// jump see nothing newer than the stall.
+	// next half second, five lease ticks, n1's announcements do not reach
+	// it (on a real resume they are read within milliseconds from the
+	// socket), so the lease ticks after the jump see nothing newer than the
+	// stall. The jump may land anywhere in a step of n0's loop.
 	tc.net.Block(tc.addr(1), tc.addr(0))
 	clk.offset.Add(int64(5 * time.Second))
-	deadline := time.Now().Add(time.Second)
+	deadline := time.Now().Add(500 * time.Millisecond)
 	for time.Now().Before(deadline) {
 		if !tc.hosts[0].presence("alice").Online {
 			downs.Add(1)
@@ -221,6 +231,38 @@ func TestOwnStallDoesNotExpirePeers(t *testing.T) {
 	if downs.Load() > 0 {
 		t.Fatal("n0 showed n1's sessions expired after its own stall")
 	}
+}
+
+// A stop can land between the two clock readings of one step of the loop:
+// the stall detector's and the lease clock's. That step must not see the
+// stall unsubtracted: a lease check would expire every peer, and a message
+// handled would be recorded as heard in the future, so a peer that fails
+// afterwards would be shown down a whole stall late.
+func TestStallInsideAStepDoesNotExpirePeers(t *testing.T) {
+	var clk jumpClock
+	start := time.Now()
+	tc := newTestCluster(t, 2, func(c *Config) {
+		if c.Name == "n0" {
+			c.Now = clk.now
+			c.elapsed = clk.elapsed(start)
+		}
+	})
+	tc.waitMembers(2)
+	tc.hosts[1].connect(t, "alice", "phone")
+	waitFor(t, 5*time.Second, "alice online on n0", func() bool { return tc.hosts[0].presence("alice").Online })
+	for range 5 {
+		clk.armed.Store(int64(5 * time.Second)) // more than the 2s lease
+		deadline := time.Now().Add(300 * time.Millisecond)
+		for time.Now().Before(deadline) {
+			if !tc.hosts[0].presence("alice").Online {
+				t.Fatal("n0 showed n1's sessions expired after its own stall")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	// n1 fails now: n0 shows it down within its 2s lease, as if never stalled.
+	tc.net.Partition([]string{tc.addr(0)}, []string{tc.addr(1)})
+	waitFor(t, 3*time.Second, "n0 to show n1's sessions expired", func() bool { return !tc.hosts[0].presence("alice").Online })
 }
 
 // A gateway cut off long enough to be shown down ends a session meanwhile

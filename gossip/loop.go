@@ -68,13 +68,20 @@ func (c *Cluster) run() {
 // per lease tick (the core's lease check is always due within one), so a
 // step much later than that reveals a stall of this process, which is
 // taken off the lease clock before the input sees it.
+//
+// The lease clock is read before the detector's: a stop between the two
+// readings then counts as a stall (its now falls back, and is held at the
+// previous step's), instead of reaching the core unsubtracted and expiring
+// every peer. Only the loop steps, so the detector needs no lock.
 func (c *Cluster) step(input func(now int64)) {
+	wall := c.cfg.Now().UnixNano()
 	if s := c.stall.Observe(c.elapsed()); s > 0 {
 		c.stalled.Add(int64(s))
 		c.log.Warn("this gateway was stalled; peer leases extended by the stall", zap.Duration("stall", s))
 	}
 	c.mu.Lock()
-	now := c.leaseNow()
+	now := max(wall-c.stalled.Load(), c.lastStep)
+	c.lastStep = now
 	input(now)
 	for c.core.HasReady() || c.regions.HasReady() {
 		if c.core.HasReady() {

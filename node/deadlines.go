@@ -191,6 +191,11 @@ func (n *Node) sweepLoop() {
 			return
 		case <-t.C:
 		}
+		// The deadline clock is read before the stall detector's: a stop
+		// between the two readings then counts as a stall, extending
+		// deadlines, instead of reaching the sweep unsubtracted and
+		// expiring every session it covers.
+		at := n.clock.Now()
 		if stalls != nil {
 			if d := stalls.Observe(n.stallNow()); d > 0 {
 				n.stalled.Store(int64(stalls.Total()))
@@ -198,7 +203,7 @@ func (n *Node) sweepLoop() {
 					zap.Duration("stall", d), zap.Duration("total", stalls.Total()))
 			}
 		}
-		now := n.mono()
+		now := n.monoAt(at)
 		due = n.wheel.advance(now, int64(n.cfg.Timeout), due[:0])
 		for _, c := range due {
 			if c.graceDeadline.Load() != 0 {
