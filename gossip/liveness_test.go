@@ -192,10 +192,7 @@ func (j *jumpClock) now() time.Time { return time.Now().Add(time.Duration(j.offs
 func (j *jumpClock) elapsed(start time.Time) func() time.Duration {
 	return func() time.Duration {
 		d := time.Since(start) + time.Duration(j.offset.Load())
-		if a := j.armed.Swap(0); a != 0 {
-			j.offset.Add(a)
-			println("JUMP")
-		}
+		j.offset.Add(j.armed.Swap(0))
 		return d
 	}
 }
