@@ -1,6 +1,11 @@
 # Rollcall build. `make test` is what CI runs (through .ci/run).
 GO        ?= go
 PKGS      := ./...
+# The pure packages: no goroutines, no I/O. The race detector can find
+# nothing in them and makes them five times slower, so `make test` runs
+# them once without it.
+PURE_PKGS := ./crdt ./dissem ./sim
+RACE_PKGS  = $(filter-out $(shell $(GO) list $(PURE_PKGS)),$(shell $(GO) list $(PKGS)))
 # The bench lab (baselines, bench-compare, hbgen): a module of its own, so
 # the product's dependencies are not the lab's (docs/bench-compare.md).
 LAB       := benchlab
@@ -41,17 +46,15 @@ all: build
 build:
 	$(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(BIN) ./cmd/rollcall
 
-# All packages, race detector on, the bench lab's too; the simulator's
-# scenario goldens (single-goroutine, deterministic runs, skipped under
-# -race) in a command of their own without it. Property tests run
-# 1,000 cases per law. The gateway's protocol suite runs again over
-# WebSocket (-transport=ws) and over TCP served by goroutines
-# (-transport=tcpgo, the path TLS takes) rather than the event loop. The
-# simulator's scenario goldens run single-goroutine and skip themselves
-# under the race detector, which finds nothing there and makes them six
-# times slower: they run once more without it.
+# All packages, race detector on, the bench lab's too, except the pure
+# ones (PURE_PKGS) and the simulator's scenario goldens (single-goroutine,
+# deterministic runs, skipped under -race), which run without it.
+# Property tests run 1,000 cases per law. The gateway's protocol suite runs
+# again over WebSocket (-transport=ws) and over TCP served by goroutines
+# (-transport=tcpgo, the path TLS takes) rather than the event loop.
 test:
-	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	$(GO) test -race -count=1 -timeout 20m $(RACE_PKGS)
+	$(GO) test -count=1 -timeout 20m $(PURE_PKGS)
 	$(GO) test -count=1 -timeout 20m -run '^TestScenarios$$' ./sim/simcli
 	$(GO) test -race -count=1 -timeout 20m ./node -args -transport=ws
 	$(GO) test -race -count=1 -timeout 20m ./node -args -transport=tcpgo
