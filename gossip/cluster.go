@@ -324,7 +324,13 @@ func (c *Cluster) memberlistConfig() (*memberlist.Config, error) {
 		c.cfg.Memberlist(mlc)
 	}
 	if mlc.Transport == nil {
-		nt, err := newTransport(mlc.BindAddr, mlc.BindPort, mlc.Logger)
+		var nt baseTransport
+		var err error
+		if c.cfg.Network != nil {
+			nt, err = c.cfg.Network.listen(mlc.BindAddr, mlc.BindPort)
+		} else {
+			nt, err = newTransport(mlc.BindAddr, mlc.BindPort, mlc.Logger)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("gossip: listen on %s: %w", c.cfg.BindAddr, err)
 		}
@@ -342,6 +348,14 @@ func (c *Cluster) memberlistConfig() (*memberlist.Config, error) {
 		}
 	}
 	return mlc, nil
+}
+
+// baseTransport is a transport this package makes: over sockets
+// (netTransport) or in memory (MemNetwork).
+type baseTransport interface {
+	memberlist.NodeAwareTransport
+	deliverUserMessages(deliver func([]byte))
+	port() int
 }
 
 // plainPackets reports whether memberlist sends packets as they are: no
