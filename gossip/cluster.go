@@ -103,6 +103,11 @@ type Cluster struct {
 // address. Guarded by Cluster.mu.
 type memberView struct {
 	numMembers func() int // memberlist's NumMembers
+	// members is numMembers' count as of the view's last change (or the
+	// last lease tick): the core asks for it at every message it relays,
+	// and memberlist counts its members afresh, under its lock, at every
+	// call. The count changes only at the events that change the view.
+	members int
 	names      []string   // listed members, in order of their first event
 	nodes      map[string]*memberlist.Node
 	addrs      map[string]memberlist.Address // each listed member's, for sendBestEffort
@@ -115,7 +120,7 @@ var (
 	_ dissem.Lister  = (*memberView)(nil)
 )
 
-func (v *memberView) NumMembers() int                   { return v.numMembers() }
+func (v *memberView) NumMembers() int                   { return v.members }
 func (v *memberView) NumPeers() int                     { return len(v.names) }
 func (v *memberView) Peer(i int) string                 { return v.names[i] }
 func (v *memberView) Incarnation(string) uint64         { return 0 }
@@ -125,7 +130,11 @@ func (v *memberView) node(name string) *memberlist.Node { return v.nodes[name] }
 // the nodes whose records it holds that memberlist never reported.
 func (v *memberView) Listed(name string) bool { _, ok := v.nodes[name]; return ok }
 
+// countMembers reads memberlist's count of members again.
+func (v *memberView) countMembers() { v.members = v.numMembers() }
+
 func (v *memberView) set(n *memberlist.Node, state string) {
+	defer v.countMembers()
 	if _, ok := v.nodes[n.Name]; !ok {
 		v.names = append(v.names, n.Name)
 	}
@@ -180,7 +189,7 @@ func New(cfg Config, host Host) (*Cluster, error) {
 		joinWake: make(chan struct{}, 1),
 		wanIn:    make(chan []byte, cfg.InboundQueue),
 	}
-	c.view = memberView{numMembers: func() int { return 1 },
+	c.view = memberView{numMembers: func() int { return 1 }, members: 1,
 		nodes: make(map[string]*memberlist.Node), addrs: make(map[string]memberlist.Address), state: make(map[string]string),
 		legacy: newLegacyBook()}
 	// The client address is settled before the core starts: its alive
@@ -243,6 +252,7 @@ func New(cfg Config, host Host) (*Cluster, error) {
 	}
 	c.mu.Lock()
 	c.view.numMembers = c.ml.NumMembers
+	c.view.countMembers()
 	c.core.Start(c.leaseNow(), false)
 	c.regions.Start(c.leaseNow())
 	c.mu.Unlock()
