@@ -270,7 +270,8 @@ var (
 //	go test -run '^$' -bench ClusterTree100 -benchtime 1x ./gossip
 func BenchmarkClusterTree100(b *testing.B) {
 	const n = 100
-	opts := []func(*Config){lanProfile}
+	// No fault injection: its wrapper takes a lock per packet.
+	opts := []func(*Config){lanProfile, func(c *Config) { c.WrapTransport = nil }}
 	var mem *MemNetwork
 	switch *tree100Net {
 	case "mem":

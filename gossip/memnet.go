@@ -3,6 +3,7 @@ package gossip
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -27,9 +28,12 @@ import (
 // A stream is a net.Pipe. Faults are injected by wrapping the transport, as
 // over sockets (Config.WrapTransport).
 type MemNetwork struct {
-	mu    sync.RWMutex
-	nodes map[string]*memTransport // by address
-	next  int                      // the next port to give out
+	mu sync.Mutex // held to change nodes
+	// nodes is the transports by address; a map once published is never
+	// changed (a node's arrival or departure publishes a new one): a
+	// packet's sender looks its receiver up without a lock.
+	nodes atomic.Pointer[map[string]*memTransport]
+	next  int // the next port to give out
 	// dropped counts packets dropped because a receiver's queue of
 	// memberlist packets was full.
 	dropped atomic.Uint64
@@ -41,7 +45,16 @@ func (n *MemNetwork) Dropped() uint64 { return n.dropped.Load() }
 
 // NewMemNetwork returns an empty in-process network.
 func NewMemNetwork() *MemNetwork {
-	return &MemNetwork{nodes: make(map[string]*memTransport), next: 10000}
+	n := &MemNetwork{next: 10000}
+	n.nodes.Store(&map[string]*memTransport{})
+	return n
+}
+
+// change publishes a copy of the nodes changed by f. Called with mu held.
+func (n *MemNetwork) change(f func(map[string]*memTransport)) {
+	m := maps.Clone(*n.nodes.Load())
+	f(m)
+	n.nodes.Store(&m)
 }
 
 // memPacketQueue is how many memberlist packets (probes, acks, its
@@ -66,21 +79,17 @@ func (n *MemNetwork) listen(ip string, port int) (*memTransport, error) {
 	}
 	ap := netip.AddrPortFrom(a, uint16(port))
 	addr := ap.String()
-	if _, ok := n.nodes[addr]; ok {
+	if _, ok := (*n.nodes.Load())[addr]; ok {
 		return nil, fmt.Errorf("address %s already in use", addr)
 	}
 	t := &memTransport{net: n, addr: ap, name: addr,
 		packetCh: make(chan *memberlist.Packet, memPacketQueue), streamCh: make(chan net.Conn),
 		done: make(chan struct{})}
-	n.nodes[addr] = t
+	n.change(func(m map[string]*memTransport) { m[addr] = t })
 	return t, nil
 }
 
-func (n *MemNetwork) lookup(addr string) *memTransport {
-	n.mu.RLock()
-	defer n.mu.RUnlock()
-	return n.nodes[addr]
-}
+func (n *MemNetwork) lookup(addr string) *memTransport { return (*n.nodes.Load())[addr] }
 
 // memTransport is one node's memberlist.NodeAwareTransport on a MemNetwork.
 type memTransport struct {
@@ -178,8 +187,8 @@ func (t *memTransport) StreamCh() <-chan net.Conn { return t.streamCh }
 func (t *memTransport) Shutdown() error {
 	t.once.Do(func() {
 		t.net.mu.Lock()
-		if t.net.nodes[t.name] == t {
-			delete(t.net.nodes, t.name)
+		if (*t.net.nodes.Load())[t.name] == t {
+			t.net.change(func(m map[string]*memTransport) { delete(m, t.name) })
 		}
 		t.net.mu.Unlock()
 		close(t.done)
