@@ -149,6 +149,24 @@ func (v *memberView) set(n *memberlist.Node, state string) {
 // address returns a listed member's address.
 func (v *memberView) address(name string) memberlist.Address { return v.addrs[name] }
 
+// destination is where a send goes: a member and its address (node nil:
+// not a listed member).
+type destination struct {
+	node *memberlist.Node
+	addr memberlist.Address
+}
+
+// destinations appends to out the destination of each of sends, looked up
+// with mu (the view's guard) held once.
+func (v *memberView) destinations(mu *sync.Mutex, sends []dissem.Send, out []destination) []destination {
+	mu.Lock()
+	defer mu.Unlock()
+	for _, s := range sends {
+		out = append(out, destination{v.nodes[s.To], v.addrs[s.To]})
+	}
+	return out
+}
+
 func (v *memberView) forget(name string) {
 	if i := slices.Index(v.names, name); i >= 0 {
 		v.names = slices.Delete(v.names, i, i+1)
