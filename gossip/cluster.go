@@ -108,11 +108,11 @@ type memberView struct {
 	// and memberlist counts its members afresh, under its lock, at every
 	// call. The count changes only at the events that change the view.
 	members int
-	names      []string   // listed members, in order of their first event
-	nodes      map[string]*memberlist.Node
-	addrs      map[string]memberlist.Address // each listed member's, for sendBestEffort
-	state      map[string]string             // alive, dead or left
-	legacy     *legacyBook                   // members of an earlier version (versions.go)
+	names   []string // listed members, in order of their first event
+	nodes   map[string]*memberlist.Node
+	addrs   map[string]memberlist.Address // each listed member's, for sendBestEffort
+	state   map[string]string             // alive, dead or left
+	legacy  *legacyBook                   // members of an earlier version (versions.go)
 }
 
 var (
