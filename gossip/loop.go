@@ -134,9 +134,8 @@ const inboundBurst = 64
 // the loop looks at its other inputs and sets its timer again: under load
 // most wakeups find several messages waiting, and a select and a timer
 // reset for each cost several percent of the CPU of a hundred members in
-// one process. A
-// lease check that falls due meanwhile reads the rest of the queue first
-// (readQueued), and a write waits at most one burst.
+// one process. A lease check that falls due meanwhile reads the rest of
+// the queue first (readQueued), and a write waits at most one burst.
 func (c *Cluster) handleQueued() {
 	for range inboundBurst {
 		select {
