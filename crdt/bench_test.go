@@ -153,6 +153,15 @@ func BenchmarkCodec(b *testing.B) {
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/delta")
 		b.ReportMetric(perDelta, "bytes/delta")
 	})
+	one := must(AppendDeltas(nil, ds[:1]))
+	b.Run("decode-one", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			if _, err := DecodeDeltas(one); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	acct := Delta{Since: 0, Account: &Account{User: "user0000001", Override: OverrideDND, AuthoritativeDevice: "dev1",
 		Stamp: Timestamp{Wall: time.Now().UnixNano(), Logical: 3}, Writer: "gw01", Origin: Origin{"gw01", 1}, Version: 1}}
 	b.Run("account-size", func(b *testing.B) {

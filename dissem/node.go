@@ -781,7 +781,7 @@ func (n *Node) stepDeltas(m *Message, now int64) {
 		}
 		// Eager deltas come straight from their owner: proof it is alive.
 		if relayed {
-			n.leaseOrigin(o.Node, now)
+			n.leaseOriginNum(n.origins.nodeOf[w], now)
 			continue
 		}
 		if n.peerNum(n.origins.nodeOf[w]).lease.heardAt(now) {
@@ -955,7 +955,14 @@ func (n *Node) leaseOrigin(name string, now int64) {
 	if name == n.name {
 		return
 	}
-	if p := n.peer(name); !p.remote {
+	n.leaseOriginNum(n.origins.names.number(name), now)
+}
+
+// leaseOriginNum is leaseOrigin of the node whose name has number k (not
+// this node's), for a caller that has it: a relay leases the origin of
+// every delta it receives.
+func (n *Node) leaseOriginNum(k int32, now int64) {
+	if p := n.peerNum(k); !p.remote {
 		p.lease.begin(now)
 	}
 }

@@ -105,11 +105,16 @@ type Cluster struct {
 // address. Guarded by Cluster.mu.
 type memberView struct {
 	numMembers func() int // memberlist's NumMembers
-	names      []string   // listed members, in order of their first event
-	nodes      map[string]*memberlist.Node
-	addrs      map[string]memberlist.Address // each listed member's, for sendBestEffort
-	state      map[string]string             // alive, dead or left
-	legacy     *legacyBook                   // members of an earlier version (versions.go)
+	// members is numMembers' count as of the view's last change (or the
+	// last lease tick): the core asks for it at every message it relays,
+	// and memberlist counts its members afresh, under its lock, at every
+	// call. The count changes only at the events that change the view.
+	members int
+	names   []string // listed members, in order of their first event
+	nodes   map[string]*memberlist.Node
+	addrs   map[string]memberlist.Address // each listed member's, for sendBestEffort
+	state   map[string]string             // alive, dead or left
+	legacy  *legacyBook                   // members of an earlier version (versions.go)
 }
 
 var (
@@ -117,7 +122,7 @@ var (
 	_ dissem.Lister  = (*memberView)(nil)
 )
 
-func (v *memberView) NumMembers() int                   { return v.numMembers() }
+func (v *memberView) NumMembers() int                   { return v.members }
 func (v *memberView) NumPeers() int                     { return len(v.names) }
 func (v *memberView) Peer(i int) string                 { return v.names[i] }
 func (v *memberView) Incarnation(string) uint64         { return 0 }
@@ -127,7 +132,11 @@ func (v *memberView) node(name string) *memberlist.Node { return v.nodes[name] }
 // the nodes whose records it holds that memberlist never reported.
 func (v *memberView) Listed(name string) bool { _, ok := v.nodes[name]; return ok }
 
+// countMembers reads memberlist's count of members again.
+func (v *memberView) countMembers() { v.members = v.numMembers() }
+
 func (v *memberView) set(n *memberlist.Node, state string) {
+	defer v.countMembers()
 	if _, ok := v.nodes[n.Name]; !ok {
 		v.names = append(v.names, n.Name)
 	}
@@ -141,6 +150,24 @@ func (v *memberView) set(n *memberlist.Node, state string) {
 
 // address returns a listed member's address.
 func (v *memberView) address(name string) memberlist.Address { return v.addrs[name] }
+
+// destination is where a send goes: a member and its address (node nil:
+// not a listed member).
+type destination struct {
+	node *memberlist.Node
+	addr memberlist.Address
+}
+
+// destinations appends to out the destination of each of sends, looked up
+// with mu (the view's guard) held once.
+func (v *memberView) destinations(mu *sync.Mutex, sends []dissem.Send, out []destination) []destination {
+	mu.Lock()
+	defer mu.Unlock()
+	for _, s := range sends {
+		out = append(out, destination{v.nodes[s.To], v.addrs[s.To]})
+	}
+	return out
+}
 
 func (v *memberView) forget(name string) {
 	if i := slices.Index(v.names, name); i >= 0 {
@@ -182,7 +209,7 @@ func New(cfg Config, host Host) (*Cluster, error) {
 		joinWake: make(chan struct{}, 1),
 		wanIn:    make(chan []byte, cfg.InboundQueue),
 	}
-	c.view = memberView{numMembers: func() int { return 1 },
+	c.view = memberView{numMembers: func() int { return 1 }, members: 1,
 		nodes: make(map[string]*memberlist.Node), addrs: make(map[string]memberlist.Address), state: make(map[string]string),
 		legacy: newLegacyBook()}
 	// The client address is settled before the core starts: its alive
@@ -245,6 +272,7 @@ func New(cfg Config, host Host) (*Cluster, error) {
 	}
 	c.mu.Lock()
 	c.view.numMembers = c.ml.NumMembers
+	c.view.countMembers()
 	c.core.Start(c.leaseNow(), false)
 	c.regions.Start(c.leaseNow())
 	c.mu.Unlock()
@@ -326,7 +354,13 @@ func (c *Cluster) memberlistConfig() (*memberlist.Config, error) {
 		c.cfg.Memberlist(mlc)
 	}
 	if mlc.Transport == nil {
-		nt, err := newTransport(mlc.BindAddr, mlc.BindPort, mlc.Logger)
+		var nt baseTransport
+		var err error
+		if c.cfg.Network != nil {
+			nt, err = c.cfg.Network.listen(mlc.BindAddr, mlc.BindPort)
+		} else {
+			nt, err = newTransport(mlc.BindAddr, mlc.BindPort, mlc.Logger)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("gossip: listen on %s: %w", c.cfg.BindAddr, err)
 		}
@@ -344,6 +378,14 @@ func (c *Cluster) memberlistConfig() (*memberlist.Config, error) {
 		}
 	}
 	return mlc, nil
+}
+
+// baseTransport is a transport this package makes: over sockets
+// (netTransport) or in memory (MemNetwork).
+type baseTransport interface {
+	memberlist.NodeAwareTransport
+	deliverUserMessages(deliver func([]byte))
+	port() int
 }
 
 // plainPackets reports whether memberlist sends packets as they are: no

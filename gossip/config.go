@@ -155,6 +155,11 @@ type Config struct {
 	// Memberlist, if set, adjusts the memberlist configuration after the
 	// profile defaults are applied (tests shorten timers here).
 	Memberlist func(*memberlist.Config)
+	// Network, if set, carries this node's packets and streams in memory,
+	// to the other nodes of this process on the same network, instead of
+	// over sockets: measurements of many nodes in one process
+	// (MemNetwork).
+	Network *MemNetwork
 	// WrapTransport, if set, wraps the network transport (fault injection).
 	WrapTransport func(memberlist.NodeAwareTransport) memberlist.NodeAwareTransport
 

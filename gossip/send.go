@@ -56,13 +56,19 @@ func (c *Cluster) enqueueBroadcast(msg []byte, name string) {
 // sendBestEffort sends msg in a UDP packet of its own, to a member at
 // address a: framed here and written to the transport when packets are
 // plain (the same packet memberlist's SendBestEffort makes, without its
-// allocations and address lookups per packet), else by memberlist.
-func (c *Cluster) sendBestEffort(n *memberlist.Node, a memberlist.Address, msg []byte) {
+// allocations and address lookups per packet), else by memberlist. framed,
+// if not nil, is msg framed already (by an earlier call for another
+// member); the packet framed is returned, for the next.
+func (c *Cluster) sendBestEffort(n *memberlist.Node, a memberlist.Address, msg, framed []byte) []byte {
 	var err error
 	if c.packets != nil && n.PMax >= 5 && a.Addr != "" {
-		p := userPacket(msg)
-		gometrics.IncrCounterWithLabels([]string{"memberlist", "udp", "sent"}, float32(len(p)), nil)
-		_, err = c.packets.WriteToAddress(p, a)
+		if framed == nil {
+			framed = userPacket(msg)
+		}
+		gometrics.IncrCounterWithLabels([]string{"memberlist", "udp", "sent"}, float32(len(framed)), nil)
+		// No transport keeps the packet past the call (a delayed or held
+		// one copies it), so the next member's may be the same.
+		_, err = c.packets.WriteToAddress(framed, a)
 	} else {
 		err = c.ml.SendBestEffort(n, msg)
 	}
@@ -72,6 +78,7 @@ func (c *Cluster) sendBestEffort(n *memberlist.Node, a memberlist.Address, msg [
 	c.stats.PacketsSent.Add(1)
 	c.stats.BytesSent.Add(uint64(len(msg)))
 	c.stats.countSent(msg, transportPacket)
+	return framed
 }
 
 func (c *Cluster) sendReliable(n *memberlist.Node, msg []byte) bool {

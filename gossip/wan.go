@@ -540,7 +540,7 @@ func (c *Cluster) relayLAN(m *dissem.Message) {
 			continue
 		}
 		if !reliable {
-			c.sendBestEffort(to, addr, m.Bytes)
+			c.sendBestEffort(to, addr, m.Bytes, nil)
 			continue
 		}
 		c.wg.Add(1)
