@@ -12,6 +12,8 @@
 # interval, heartbeats/s answered by the generators' sends, server
 # core-seconds, heartbeats per core-second, server core utilisation.
 #
+# ROLLCALL_ARGS adds agent flags (e.g. ROLLCALL_ARGS=--io-uring).
+#
 # Needs: make build;
 # go -C benchlab build -o ../bin/redis-baseline ./cmd/redis-baseline;
 # go -C benchlab build -o ../bin/hbgen ./internal/hbgen; redis-server.
@@ -57,7 +59,7 @@ for iv in $intervals; do
 	for r in $(seq "$rounds"); do
 		port=$((port + 10))
 		taskset -c 0 bin/rollcall agent --dev --name sat --client-addr 127.0.0.1:$port --http-addr "" --gossip-addr "" \
-			--max-connections-per-ip 1000 --request-rate -1 --log-level error &
+			--max-connections-per-ip 1000 --request-rate -1 --log-level error ${ROLLCALL_ARGS:-} &
 		a=$!; pids="$a"; sleep 1
 		start_gens 127.0.0.1:$port "$iv"
 		measure rollcall "$iv" $a

@@ -161,6 +161,15 @@ type Config struct {
 	// other systems always use goroutines.
 	GoroutineIO bool
 
+	// IOUring has the event loop's pollers read their connections with
+	// io_uring (a multishot receive per connection into a shared pool of
+	// buffers, one io_uring_enter per round) instead of epoll_wait and a
+	// read per readable connection (docs/performance.md). When the kernel
+	// refuses io_uring, or lacks what it needs (Linux 6.0 or later), the
+	// pollers use epoll, with a warning. Default false; ignored with
+	// GoroutineIO and on systems other than Linux.
+	IOUring bool
+
 	// Pollers is the number of event-loop pollers. Each waits for its
 	// connections in a blocking epoll_wait, which keeps its scheduler slot
 	// (a P) while it waits; a process should run with at least one P more

@@ -132,6 +132,9 @@ func newHookedTestNode(t testing.TB, mut func(*Config), hook func(*Node)) (*Node
 	if testTransport == "tcpgo" {
 		cfg.GoroutineIO = true
 	}
+	if testTransport == "uring" {
+		cfg.IOUring = true
+	}
 	if mut != nil {
 		mut(&cfg)
 	}

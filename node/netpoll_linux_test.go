@@ -9,7 +9,7 @@ import (
 // Requests that arrive together are answered together: the replies to the
 // lines of one read leave in one write, not one write each.
 func TestRepliesToOneReadLeaveInOneWrite(t *testing.T) {
-	if testTransport != "tcp" {
+	if testTransport != "tcp" && testTransport != "uring" {
 		t.Skip("the event loop serves plain TCP on Linux")
 	}
 	n := newTestNode(t, nil)
@@ -36,5 +36,24 @@ func TestRepliesToOneReadLeaveInOneWrite(t *testing.T) {
 	}
 	if w := writes() - before; w > 2 {
 		t.Fatalf("%d replies to one read took %d writes, want them together", k, w)
+	}
+}
+
+// -transport=uring runs the suite on the event loop's io_uring mode: the
+// pollers have their rings, unless the kernel refuses io_uring.
+func TestIOUringModeIsOn(t *testing.T) {
+	if testTransport != "uring" {
+		t.Skip("-transport=uring only")
+	}
+	n := newTestNode(t, nil)
+	for i, p := range n.polls.ps {
+		if p.ring == nil {
+			t.Skipf("poller %d uses epoll: the kernel refused io_uring (see the log)", i)
+		}
+	}
+	c, _ := connect(t, n, "alice", "phone")
+	c.sendRaw(`{"op":"hb","id":7}`)
+	if f := c.expect("hb"); f.num("id") != 7 {
+		t.Fatalf("reply %v, want id 7", f)
 	}
 }
