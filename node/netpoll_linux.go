@@ -286,9 +286,7 @@ func (p *poller) remove(c *conn) {
 func (p *poller) setReading(c *conn, on bool) {
 	c.wmu.Lock()
 	c.readOff = !on
-	if p.ring == nil {
-		c.setInterestLocked()
-	}
+	c.setInterestLocked()
 	c.wmu.Unlock()
 	if p.ring != nil {
 		p.queueSync(c) // c.paused says what to do, under c.rmu
@@ -303,9 +301,14 @@ func (c *conn) setInterestLocked() {
 	}
 	ev := unix.EpollEvent{Fd: int32(c.slot), Pad: int32(uint32(c.id))}
 	if c.poll.ring != nil {
-		// Input comes from the ring (uring_linux.go): the set reports
-		// room and hangups, edge-triggered.
-		ev.Events = unix.EPOLLET
+		// Input comes from the ring (uring_linux.go), which sees the end
+		// of input while it reads: the set reports room, edge-triggered,
+		// and while c is paused, when the ring does not read, a hangup,
+		// level-triggered (one that came before the pause is reported
+		// now).
+		if !c.readOff {
+			ev.Events = unix.EPOLLET
+		}
 	} else if !c.readOff {
 		ev.Events |= unix.EPOLLIN
 	}
