@@ -133,7 +133,7 @@ func newHookedTestNode(t testing.TB, mut func(*Config), hook func(*Node)) (*Node
 		cfg.GoroutineIO = true
 	}
 	if testTransport == "uring" {
-		cfg.IOUring, cfg.IOUringBatch = true, DefaultIOUringBatch
+		cfg.IOUring = true
 	}
 	if mut != nil {
 		mut(&cfg)

@@ -33,7 +33,6 @@ import (
 // or cancel a receive through p.ops and wake it with its eventfd.
 
 const (
-	uringBatchMax = 256 // completions a batch window waits for at most
 	uringSQSize   = 1024
 	uringCQSize   = 8192
 	uringBufCount = 1024 // a power of two
@@ -98,7 +97,6 @@ func (p *poller) runUring(wg *sync.WaitGroup) {
 	p.armPoll(p.wake, udWake<<62)
 	yielded := time.Now()
 	var ops []uringOp
-	batch := false
 	for {
 		if now := time.Now(); now.Sub(yielded) >= pollerYieldEvery {
 			runtime.Gosched()
@@ -112,24 +110,15 @@ func (p *poller) runUring(wg *sync.WaitGroup) {
 			p.doOp(ops[i])
 			ops[i] = uringOp{}
 		}
-		var err error
-		if batch && p.n.cfg.IOUringBatch > 0 {
-			err = r.enterBatch(uringBatchMax, p.n.cfg.IOUringBatch)
-		} else {
-			err = r.enter(true)
-		}
+		err := r.enter(true)
 		p.mu.Lock()
 		p.sleeping = false
 		p.mu.Unlock()
-		if err != nil && !errors.Is(err, unix.EINTR) && !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.ETIME) {
+		if err != nil && !errors.Is(err, unix.EINTR) && !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EBUSY) {
 			p.n.log.Error("io_uring_enter failed; client connections on this poller stall", zap.Error(err))
 			return
 		}
 		head, tail := r.cqReady()
-		// A round that found input waits for more next time, up to the
-		// batch window; one that found none (the window passed idle)
-		// waits without a bound for the next.
-		batch = head != tail
 		for ; head != tail; head++ {
 			cqe := *r.cqe(head)
 			switch cqe.userData >> 62 {
