@@ -47,7 +47,7 @@ const (
 
 type uringSQOffsets struct {
 	head, tail, ringMask, ringEntries, flags, dropped, array, resv1 uint32
-	userAddr                                                       uint64
+	userAddr                                                        uint64
 }
 
 type uringCQOffsets struct {
