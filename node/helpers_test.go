@@ -133,7 +133,7 @@ func newHookedTestNode(t testing.TB, mut func(*Config), hook func(*Node)) (*Node
 		cfg.GoroutineIO = true
 	}
 	if testTransport == "uring" {
-		cfg.IOUring = true
+		cfg.IOUring, cfg.IOUringBatch = true, DefaultIOUringBatch
 	}
 	if mut != nil {
 		mut(&cfg)

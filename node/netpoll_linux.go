@@ -463,6 +463,9 @@ func (c *conn) shutdownEvent() {
 		unix.Shutdown(c.fd, unix.SHUT_RDWR) //nolint:errcheck // best effort
 	}
 	c.wmu.Unlock()
+	if c.poll.ring != nil {
+		c.poll.queueSync(c) // cancel its receive and finish it
+	}
 }
 
 // writeSoonEvent shortens the write timeout of frames waiting for room to

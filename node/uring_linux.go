@@ -33,6 +33,7 @@ import (
 // or cancel a receive through p.ops and wake it with its eventfd.
 
 const (
+	uringBatchMax = 256 // completions a batch window waits for at most
 	uringSQSize   = 1024
 	uringCQSize   = 8192
 	uringBufCount = 1024 // a power of two
@@ -97,6 +98,7 @@ func (p *poller) runUring(wg *sync.WaitGroup) {
 	p.armPoll(p.wake, udWake<<62)
 	yielded := time.Now()
 	var ops []uringOp
+	batch := false
 	for {
 		if now := time.Now(); now.Sub(yielded) >= pollerYieldEvery {
 			runtime.Gosched()
@@ -110,15 +112,24 @@ func (p *poller) runUring(wg *sync.WaitGroup) {
 			p.doOp(ops[i])
 			ops[i] = uringOp{}
 		}
-		err := r.enter(true)
+		var err error
+		if batch && p.n.cfg.IOUringBatch > 0 {
+			err = r.enterBatch(uringBatchMax, p.n.cfg.IOUringBatch)
+		} else {
+			err = r.enter(true)
+		}
 		p.mu.Lock()
 		p.sleeping = false
 		p.mu.Unlock()
-		if err != nil && !errors.Is(err, unix.EINTR) && !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EBUSY) {
+		if err != nil && !errors.Is(err, unix.EINTR) && !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.ETIME) {
 			p.n.log.Error("io_uring_enter failed; client connections on this poller stall", zap.Error(err))
 			return
 		}
 		head, tail := r.cqReady()
+		// A round that found input waits for more next time, up to the
+		// batch window; one that found none (the window passed idle)
+		// waits without a bound for the next.
+		batch = head != tail
 		for ; head != tail; head++ {
 			cqe := *r.cqe(head)
 			switch cqe.userData >> 62 {
@@ -207,7 +218,14 @@ func (p *poller) syncRecvLocked(c *conn) {
 	if c.finished {
 		return
 	}
-	want := !c.paused
+	c.q.mu.Lock()
+	dead := c.q.dead
+	c.q.mu.Unlock()
+	if dead && !c.rlive {
+		c.finishEvent() // aborted: its receive is over
+		return
+	}
+	want := !c.paused && !dead
 	switch {
 	case want && !c.rlive:
 		c.rseq++

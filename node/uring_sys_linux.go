@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -24,6 +25,8 @@ const (
 	uringFeatSingleMmap     = 1 << 0
 	uringFeatNoDrop         = 1 << 1
 	uringEnterGetEvents     = 1 << 0
+	uringEnterExtArg        = 1 << 3
+	uringFeatExtArg         = 1 << 8
 	uringOffSQRing          = 0
 	uringOffCQRing          = 0x8000000
 	uringOffSQEs            = 0x10000000
@@ -120,6 +123,18 @@ type ring struct {
 	bufSize  int
 	bufCount int
 	bufTail  uint16
+
+	// The bounded wait (enterBatch): its argument and timeout.
+	extArg bool
+	waitTS unix.Timespec
+	waitEA uringGeteventsArg
+}
+
+type uringGeteventsArg struct {
+	sigmask     uint64
+	sigmaskSz   uint32
+	minWaitUsec uint32
+	ts          uint64
 }
 
 func (r *ring) u32(off uint32) *uint32 { return (*uint32)(unsafe.Pointer(&r.ringMem[off])) }
@@ -141,7 +156,7 @@ func newRing(sqSize, cqSize uint32, bufCount, bufSize int) (*ring, error) {
 	if errno != 0 {
 		return nil, fmt.Errorf("io_uring_setup: %w", errno)
 	}
-	r := &ring{fd: int(fd)}
+	r := &ring{fd: int(fd), extArg: p.features&uringFeatExtArg != 0}
 	if p.features&uringFeatSingleMmap == 0 || p.features&uringFeatNoDrop == 0 {
 		r.close()
 		return nil, errors.New("io_uring: kernel too old (no single mmap or no CQ overflow keeping)")
@@ -252,6 +267,26 @@ func (r *ring) enter(wait bool) error {
 		return nil
 	}
 	_, _, errno := unix.Syscall6(unix.SYS_IO_URING_ENTER, uintptr(r.fd), uintptr(toSubmit), minComplete, flags, 0, 0)
+	if errno != 0 {
+		return errno
+	}
+	return nil
+}
+
+// enterBatch publishes and submits the queued submissions and waits for
+// minComplete completions, or for timeout once one has arrived (ETIME
+// when the timeout passes first, with fewer). Without the kernel's
+// extended argument it waits for one completion.
+func (r *ring) enterBatch(minComplete uint32, timeout time.Duration) error {
+	if !r.extArg {
+		return r.enter(true)
+	}
+	atomic.StoreUint32(r.sqTail, r.sqLocal)
+	toSubmit := r.sqLocal - atomic.LoadUint32(r.sqHead)
+	r.waitTS = unix.NsecToTimespec(int64(timeout))
+	r.waitEA = uringGeteventsArg{ts: uint64(uintptr(unsafe.Pointer(&r.waitTS)))}
+	_, _, errno := unix.Syscall6(unix.SYS_IO_URING_ENTER, uintptr(r.fd), uintptr(toSubmit), uintptr(minComplete),
+		uringEnterGetEvents|uringEnterExtArg, uintptr(unsafe.Pointer(&r.waitEA)), unsafe.Sizeof(r.waitEA))
 	if errno != 0 {
 		return errno
 	}
