@@ -3,7 +3,9 @@ package node
 import (
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 // Requests that arrive together are answered together: the replies to the
@@ -56,4 +58,33 @@ func TestIOUringModeIsOn(t *testing.T) {
 	if f := c.expect("hb"); f.num("id") != 7 {
 		t.Fatalf("reply %v, want id 7", f)
 	}
+}
+
+// A client that floods the node with requests without reading the
+// replies, and then closes, is finished: its session ends and its
+// connection is let go, whatever the event loop's mode.
+func TestFloodThenCloseFinishes(t *testing.T) {
+	if testTransport != "tcp" && testTransport != "uring" {
+		t.Skip("the event loop serves plain TCP on Linux")
+	}
+	n := newTestNode(t, nil)
+	var wg sync.WaitGroup
+	for i := range 8 {
+		c, _ := connect(t, n, "flood"+strconv.Itoa(i), "d")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			line := []byte(strings.Repeat(`{"op":"hb","id":1}`+"\n", 200))
+			deadline := time.Now().Add(500 * time.Millisecond)
+			for time.Now().Before(deadline) {
+				c.nc.SetWriteDeadline(deadline)
+				if _, err := c.nc.Write(line); err != nil {
+					break
+				}
+			}
+			c.nc.Close()
+		}()
+	}
+	wg.Wait()
+	waitFor(t, "the flooders' connections to close", func() bool { return n.Stats().Connections == 0 })
 }
