@@ -50,14 +50,15 @@ build:
 # ones (PURE_PKGS) and the simulator's scenario goldens (single-goroutine,
 # deterministic runs, skipped under -race), which run without it.
 # Property tests run 1,000 cases per law. The gateway's protocol suite runs
-# again over WebSocket (-transport=ws) and over TCP served by goroutines
-# (-transport=tcpgo, the path TLS takes) rather than the event loop.
+# again over each of NODE_TRANSPORTS: WebSocket (ws), TCP served by
+# goroutines (tcpgo, the path TLS takes) rather than the event loop, and
+# the event loop in its io_uring mode (uring, --io-uring).
+NODE_TRANSPORTS ?= ws tcpgo uring
 test:
 	$(GO) test -race -count=1 -timeout 20m $(RACE_PKGS)
 	$(GO) test -count=1 -timeout 20m $(PURE_PKGS)
 	$(GO) test -count=1 -timeout 20m -run '^TestScenarios$$' ./sim/simcli
-	$(GO) test -race -count=1 -timeout 20m ./node -args -transport=ws
-	$(GO) test -race -count=1 -timeout 20m ./node -args -transport=tcpgo
+	for t in $(NODE_TRANSPORTS); do $(GO) test -race -count=1 -timeout 20m ./node -args -transport=$$t || exit 1; done
 	cd $(LAB) && $(GO) test -race -count=1 -timeout 20m $(PKGS)
 
 test-short:

@@ -12,6 +12,11 @@
 # interval, heartbeats/s answered by the generators' sends, server
 # core-seconds, heartbeats per core-second, server core utilisation.
 #
+# ROLLCALL_ARGS adds agent flags. VARIANTS runs the agent again in each
+# round, between the default agent and the baseline, once per
+# space-separated NAME=FLAGS (flags comma-separated), e.g.
+# VARIANTS="uring=--io-uring".
+#
 # Needs: make build;
 # go -C benchlab build -o ../bin/redis-baseline ./cmd/redis-baseline;
 # go -C benchlab build -o ../bin/hbgen ./internal/hbgen; redis-server.
@@ -57,10 +62,19 @@ for iv in $intervals; do
 	for r in $(seq "$rounds"); do
 		port=$((port + 10))
 		taskset -c 0 bin/rollcall agent --dev --name sat --client-addr 127.0.0.1:$port --http-addr "" --gossip-addr "" \
-			--max-connections-per-ip 1000 --request-rate -1 --log-level error &
+			--max-connections-per-ip 1000 --request-rate -1 --log-level error ${ROLLCALL_ARGS:-} &
 		a=$!; pids="$a"; sleep 1
 		start_gens 127.0.0.1:$port "$iv"
 		measure rollcall "$iv" $a
+
+		for v in ${VARIANTS:-}; do
+			port=$((port + 10))
+			taskset -c 0 bin/rollcall agent --dev --name sat --client-addr 127.0.0.1:$port --http-addr "" --gossip-addr "" \
+				--max-connections-per-ip 1000 --request-rate -1 --log-level error ${ROLLCALL_ARGS:-} $(echo "${v#*=}" | tr , ' ') &
+			a=$!; pids="$a"; sleep 1
+			start_gens 127.0.0.1:$port "$iv"
+			measure "${v%%=*}" "$iv" $a
+		done
 
 		port=$((port + 10))
 		taskset -c 0 redis-server --port $((port + 1)) --save '' --appendonly no --notify-keyspace-events Ex >/dev/null &

@@ -19,8 +19,8 @@ import (
 
 // Config configures a Node. Take DefaultConfig and change what you need;
 // New calls Validate, which fills zero values with the defaults below
-// (except EventCoalesce, whose zero means no window, and DisconnectGrace,
-// whose zero means none).
+// (except EventCoalesce and IOUringBatch, whose zero means no window, and
+// DisconnectGrace, whose zero means none).
 type Config struct {
 	// Name is the node (gateway) name: the origin of every record it writes
 	// and the "gateway" clients see. Unique in a cluster. Default: hostname.
@@ -160,6 +160,23 @@ type Config struct {
 	// always served by goroutines. Default false: the event loop on Linux;
 	// other systems always use goroutines.
 	GoroutineIO bool
+
+	// IOUring has the event loop's pollers read their connections with
+	// io_uring (a multishot receive per connection into a shared pool of
+	// buffers, one io_uring_enter per round) instead of epoll_wait and a
+	// read per readable connection (docs/performance.md). When the kernel
+	// refuses io_uring, or lacks what it needs (Linux 6.0 or later), the
+	// pollers use epoll, with a warning. Default false; ignored with
+	// GoroutineIO and on systems other than Linux.
+	IOUring bool
+
+	// IOUringBatch is how long a poller in the io_uring mode, once a
+	// round found input, waits for more before it handles what came
+	// (up to 256 completions at once): fewer wakeups per heartbeat under
+	// load, for up to this much delay on a request's reply. An idle
+	// poller still wakes on the first input. 0: handle each wakeup's
+	// input at once. DefaultConfig sets 200µs (DefaultIOUringBatch).
+	IOUringBatch time.Duration
 
 	// Pollers is the number of event-loop pollers. Each waits for its
 	// connections in a blocking epoll_wait, which keeps its scheduler slot
@@ -478,6 +495,7 @@ const (
 	DefaultMaxConnections     = 100_000
 	DefaultWriteTimeout       = 10 * time.Second
 	DefaultEventCoalesce      = time.Millisecond
+	DefaultIOUringBatch       = 200 * time.Microsecond
 	DefaultRouteTimeout       = 2 * time.Second
 	DefaultSendRate           = 50  // sends per second per session
 	DefaultSendBurst          = 100 // sends at once per session
@@ -493,7 +511,7 @@ const (
 // (which has none), Dev (false), and SweepInterval and StallThreshold (zero:
 // Validate derives them from the Timeout the caller settles on).
 func DefaultConfig() Config {
-	c := Config{EventCoalesce: DefaultEventCoalesce, DisconnectGrace: DefaultDisconnectGrace, Webhook: webhook.DefaultConfig()}
+	c := Config{EventCoalesce: DefaultEventCoalesce, IOUringBatch: DefaultIOUringBatch, DisconnectGrace: DefaultDisconnectGrace, Webhook: webhook.DefaultConfig()}
 	_ = c.fill()
 	c.SweepInterval, c.StallThreshold = 0, 0
 	return c
@@ -591,7 +609,7 @@ func (c *Config) Validate() error {
 	}
 	if c.Heartbeat < 0 || c.Timeout < 0 || c.HandshakeTimeout < 0 || c.SweepInterval < 0 ||
 		c.WriteTimeout < 0 || c.RouteTimeout < 0 || c.GCInterval < 0 || c.DrainTimeout < 0 ||
-		c.TombstoneHorizon < 0 || c.PurgeHorizon < 0 || c.LastSeenRetention < 0 {
+		c.TombstoneHorizon < 0 || c.PurgeHorizon < 0 || c.LastSeenRetention < 0 || c.IOUringBatch < 0 {
 		errs = append(errs, errors.New("durations must not be negative"))
 	}
 	if c.Timeout <= c.Heartbeat {

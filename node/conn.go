@@ -102,6 +102,12 @@ type conn struct {
 	poll *poller
 	fd   int    // the socket, a duplicate owned by the event loop (nc is closed)
 	slot uint32 // in poll's table
+	// The io_uring mode's receive (uring_linux.go), the poller's only,
+	// under rmu: its number, whether it is in the ring, and whether it
+	// is being cancelled.
+	rseq    uint16
+	rlive   bool
+	rcancel bool
 	// wmu guards fd (its writes, shutdown, epoll interest and close) and
 	// the writer's state below; it is taken last, after rmu and q.mu are
 	// released or held.

@@ -132,6 +132,9 @@ func newHookedTestNode(t testing.TB, mut func(*Config), hook func(*Node)) (*Node
 	if testTransport == "tcpgo" {
 		cfg.GoroutineIO = true
 	}
+	if testTransport == "uring" {
+		cfg.IOUring, cfg.IOUringBatch = true, DefaultIOUringBatch
+	}
 	if mut != nil {
 		mut(&cfg)
 	}

@@ -67,6 +67,12 @@ type poller struct {
 
 	// writes counts the writev calls to this poller's sockets.
 	writes atomic.Uint64
+
+	// The io_uring mode (uring_linux.go): ring is nil in the epoll mode.
+	// ops and sleeping are guarded by mu.
+	ring     *ring
+	ops      []uringOp
+	sleeping bool
 }
 
 // startPollers starts the event loop's pollers, or returns nil when the
@@ -88,7 +94,23 @@ func (n *Node) startPollers() (*pollerSet, error) {
 		}
 		set.ps = append(set.ps, p)
 		set.wg.Add(1)
-		go p.run(&set.wg)
+		if !n.cfg.IOUring {
+			go p.run(&set.wg)
+			continue
+		}
+		started := make(chan error, 1)
+		go func() {
+			if err := p.startRing(); err != nil {
+				started <- err
+				p.run(&set.wg)
+				return
+			}
+			started <- nil
+			p.runUring(&set.wg)
+		}()
+		if err := <-started; err != nil {
+			n.log.Warn("io_uring unavailable; the event loop uses epoll", zap.Error(err))
+		}
 	}
 	return set, nil
 }
@@ -125,6 +147,9 @@ func (s *pollerSet) close() {
 	}
 	s.wg.Wait()
 	for _, p := range s.ps {
+		if p.ring != nil {
+			p.ring.close()
+		}
 		unix.Close(p.epfd)
 		unix.Close(p.wake)
 	}
@@ -234,8 +259,15 @@ func (p *poller) add(c *conn) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(slot), Pad: int32(uint32(c.id))}
+	if p.ring != nil {
+		// Input comes from the ring; the epoll set reports a hangup.
+		ev.Events = unix.EPOLLET
+	}
 	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, c.fd, &ev); err != nil {
 		return fmt.Errorf("node: epoll_ctl add: %w", err)
+	}
+	if p.ring != nil {
+		p.queueSync(c)
 	}
 	return nil
 }
@@ -256,6 +288,9 @@ func (p *poller) setReading(c *conn, on bool) {
 	c.readOff = !on
 	c.setInterestLocked()
 	c.wmu.Unlock()
+	if p.ring != nil {
+		p.queueSync(c) // c.paused says what to do, under c.rmu
+	}
 }
 
 // setInterestLocked tells the epoll set what c waits for: input unless
@@ -265,7 +300,16 @@ func (c *conn) setInterestLocked() {
 		return
 	}
 	ev := unix.EpollEvent{Fd: int32(c.slot), Pad: int32(uint32(c.id))}
-	if !c.readOff {
+	if c.poll.ring != nil {
+		// Input comes from the ring (uring_linux.go), which sees the end
+		// of input while it reads: the set reports room, edge-triggered,
+		// and while c is paused, when the ring does not read, a hangup,
+		// level-triggered (one that came before the pause is reported
+		// now).
+		if !c.readOff {
+			ev.Events = unix.EPOLLET
+		}
+	} else if !c.readOff {
 		ev.Events |= unix.EPOLLIN
 	}
 	if c.wantOut {
@@ -288,9 +332,10 @@ func (p *poller) ready(c *conn, events uint32) {
 	if c.finished {
 		return
 	}
-	if c.paused {
-		// Input waits; a hangup or error ends c.
-		if events&(unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+	if c.paused || p.ring != nil {
+		// Input waits (or comes from the ring, which sees the end of
+		// input); a hangup or error ends a paused c.
+		if c.paused && events&(unix.EPOLLHUP|unix.EPOLLERR) != 0 {
 			c.finishEvent()
 		}
 		return
@@ -394,6 +439,7 @@ func (c *conn) finishEvent() {
 		c.hsTimer = nil
 	}
 	c.poll.remove(c)
+	c.poll.cancelRecvLocked(c)
 	c.n.connLost(c)
 	c.markDead()
 	c.wmu.Lock()
@@ -417,6 +463,9 @@ func (c *conn) shutdownEvent() {
 		unix.Shutdown(c.fd, unix.SHUT_RDWR) //nolint:errcheck // best effort
 	}
 	c.wmu.Unlock()
+	if c.poll.ring != nil {
+		c.poll.queueSync(c) // cancel its receive and finish it
+	}
 }
 
 // writeSoonEvent shortens the write timeout of frames waiting for room to

@@ -15,7 +15,7 @@ import (
 // no goroutine of its own (docs/performance.md), where a connection served
 // by goroutines holds its reader.
 func TestIdleSessionsHoldNoGoroutine(t *testing.T) {
-	if runtime.GOOS != "linux" || (testTransport != "tcp" && testTransport != "tcpgo") {
+	if runtime.GOOS != "linux" || (testTransport != "tcp" && testTransport != "tcpgo" && testTransport != "uring") {
 		t.Skip("the event loop serves plain TCP on Linux")
 	}
 	const sessions = 100

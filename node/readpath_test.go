@@ -24,7 +24,7 @@ const chunk = 64 << 10
 
 func skipUnlessStream(t *testing.T) {
 	t.Helper()
-	if testTransport != "tcp" && testTransport != "tcpgo" {
+	if testTransport == "ws" {
 		t.Skip("a WebSocket message is a whole line")
 	}
 }
@@ -181,7 +181,7 @@ func TestEOFAfterInput(t *testing.T) {
 			t.Fatal(err)
 		}
 		closed := false
-		if testTransport == "tcp" {
+		if testTransport == "tcp" || testTransport == "uring" {
 			expectHB(t, c, 8)
 		} else if f, err := c.tryRecv(5 * time.Second); err == nil && (f.str("op") != "hb" || f.num("id") != 8) {
 			t.Fatalf("got %v, want the heartbeat's reply or the close", f)

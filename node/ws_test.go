@@ -20,8 +20,10 @@ import (
 // ROLLCALL_TEST_TRANSPORT=ws) makes dial connect over a WebSocket to GET
 // /ws on the node's HTTP address instead of TCP to its client address
 // (make test runs both). -transport=tcpgo dials TCP to a node that serves
-// it with goroutines (Config.GoroutineIO) instead of the event loop.
-var transportFlag = flag.String("transport", "", "transport the protocol tests dial: tcp (default), ws, or tcpgo (TCP served by goroutines); also ROLLCALL_TEST_TRANSPORT")
+// it with goroutines (Config.GoroutineIO) instead of the event loop;
+// -transport=uring dials TCP to a node whose event loop reads with io_uring
+// (Config.IOUring).
+var transportFlag = flag.String("transport", "", "transport the protocol tests dial: tcp (default), ws, tcpgo (TCP served by goroutines) or uring (the event loop in its io_uring mode); also ROLLCALL_TEST_TRANSPORT")
 
 // testTransport is the transport under test, set by TestMain.
 var testTransport = "tcp"
@@ -34,8 +36,8 @@ func TestMain(m *testing.M) {
 	if *transportFlag != "" {
 		testTransport = *transportFlag
 	}
-	if testTransport != "tcp" && testTransport != "ws" && testTransport != "tcpgo" {
-		fmt.Fprintf(os.Stderr, "unknown -transport %q: tcp, ws or tcpgo\n", testTransport)
+	if testTransport != "tcp" && testTransport != "ws" && testTransport != "tcpgo" && testTransport != "uring" {
+		fmt.Fprintf(os.Stderr, "unknown -transport %q: tcp, ws, tcpgo or uring\n", testTransport)
 		os.Exit(2)
 	}
 	os.Exit(m.Run())

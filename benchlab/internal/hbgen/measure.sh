@@ -6,6 +6,7 @@
 # agent's 20,000 file descriptors hold), and prints the agent's VmRSS before
 # and after, the RSS per session, and the agent's CPU per heartbeat over a
 # 30 s window. Build hbgen first: go -C benchlab build -o /tmp/hbgen ./internal/hbgen
+# ROLLCALL_ARGS adds agent flags (e.g. ROLLCALL_ARGS=--io-uring).
 set -eu
 bin=$1
 per=${2:-9990}
@@ -14,7 +15,7 @@ gen=${HBGEN:-/tmp/hbgen}
 addr=127.0.0.1:$port
 g1= g2=
 $bin agent --dev --name hbbench --client-addr "$addr" --http-addr "" --gossip-addr "" \
-	--max-connections 30000 --max-connections-per-ip 1000 --log-level error &
+	--max-connections 30000 --max-connections-per-ip 1000 --log-level error ${ROLLCALL_ARGS:-} &
 agent=$!
 trap 'kill $agent $g1 $g2 2>/dev/null' EXIT
 sleep 2
