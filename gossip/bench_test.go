@@ -282,7 +282,10 @@ func BenchmarkClusterTree100(b *testing.B) {
 		b.Fatalf("-tree100-net %q: mem or udp", *tree100Net)
 	}
 	tc, w := treeCluster(b, n, opts...)
-	if m := tc.nodes[0].core.Mode(); m != dissem.ModeTree {
+	tc.nodes[0].mu.Lock()
+	m := tc.nodes[0].core.Mode()
+	tc.nodes[0].mu.Unlock()
+	if m != dissem.ModeTree {
 		b.Fatalf("mode %s at %d members", m, n)
 	}
 	var all treeLoadResult

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rollcall/rollcall/dissem"
+	"github.com/rollcall/rollcall/internal/testkit"
 )
 
 // treeLoad is a load offered to a running cluster: rate changes a second
@@ -283,18 +284,29 @@ func histPercentile(a, b *metrics.Float64Histogram, p float64) float64 {
 
 // TestTreeRelayCarriesEveryChange: 24 nodes on an in-process network,
 // past an eager threshold of 8 so deltas travel the relay tree, under 400
-// changes a second for a second: every change reaches every node, and
-// nothing is dropped from a queue on the way.
+// changes a second for a second (a quarter second under -race): every
+// change reaches every node, and nothing is dropped from a queue on the
+// way.
 func TestTreeRelayCarriesEveryChange(t *testing.T) {
 	const n = 24
 	mn := NewMemNetwork()
 	tc, w := treeCluster(t, n, func(c *Config) { c.Network = mn; c.EagerThreshold = 8 })
-	if m := tc.nodes[0].core.Mode(); m != dissem.ModeTree {
+	tc.nodes[0].mu.Lock()
+	m := tc.nodes[0].core.Mode()
+	tc.nodes[0].mu.Unlock()
+	if m != dissem.ModeTree {
 		t.Fatalf("mode %s at %d members", m, n)
 	}
-	r := runTreeLoad(t, tc, w, mn, treeLoad{rate: 400, window: time.Second, sample: 1, settle: 10 * time.Second})
-	if r.probes < 300 {
-		t.Fatalf("%d changes offered, want about 400", r.probes)
+	// Under the race detector a change costs ten times the CPU: a quarter
+	// of the changes. Every change must arrive; how soon is the
+	// benchmark's to measure, so the wait is long (it ends when all are in).
+	window := time.Second
+	if testkit.RaceEnabled {
+		window = time.Second / 4
+	}
+	r := runTreeLoad(t, tc, w, mn, treeLoad{rate: 400, window: window, sample: 1, settle: time.Minute})
+	if want := int(400 * window.Seconds()); r.probes < want*3/4 {
+		t.Fatalf("%d changes offered, want about %d", r.probes, want)
 	}
 	if r.late > 0 {
 		t.Errorf("%d of %d changes did not reach every node", r.late, r.probes)
