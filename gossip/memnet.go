@@ -113,14 +113,8 @@ func (t *memTransport) port() int { return int(t.addr.Port()) }
 
 func (t *memTransport) FinalAdvertiseAddr(ip string, port int) (net.IP, int, error) {
 	if ip != "" {
-		a := net.ParseIP(ip)
-		if a == nil {
-			return nil, 0, fmt.Errorf("failed to parse advertise address %q", ip)
-		}
-		if a4 := a.To4(); a4 != nil {
-			a = a4
-		}
-		return a, port, nil
+		a, err := parseAdvertiseIP(ip)
+		return a, port, err
 	}
 	return net.IP(t.addr.Addr().AsSlice()), t.port(), nil
 }

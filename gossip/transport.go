@@ -118,19 +118,26 @@ func setReadBuffer(c *net.UDPConn) error {
 // port is the port bound, TCP and UDP.
 func (t *netTransport) port() int { return t.tcp.Addr().(*net.TCPAddr).Port }
 
+// parseAdvertiseIP parses an advertise address given to memberlist, IPv4
+// in its 4-byte form.
+func parseAdvertiseIP(ip string) (net.IP, error) {
+	a := net.ParseIP(ip)
+	if a == nil {
+		return nil, fmt.Errorf("failed to parse advertise address %q", ip)
+	}
+	if a4 := a.To4(); a4 != nil {
+		a = a4
+	}
+	return a, nil
+}
+
 // FinalAdvertiseAddr is the address given, or else a private IP of this
 // host when bound to 0.0.0.0, or else the address bound, with the port
 // bound.
 func (t *netTransport) FinalAdvertiseAddr(ip string, port int) (net.IP, int, error) {
 	if ip != "" {
-		a := net.ParseIP(ip)
-		if a == nil {
-			return nil, 0, fmt.Errorf("failed to parse advertise address %q", ip)
-		}
-		if a4 := a.To4(); a4 != nil {
-			a = a4
-		}
-		return a, port, nil
+		a, err := parseAdvertiseIP(ip)
+		return a, port, err
 	}
 	if !t.bindIP.Equal(net.IPv4zero) {
 		return t.tcp.Addr().(*net.TCPAddr).IP, t.port(), nil
