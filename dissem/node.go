@@ -66,10 +66,14 @@ type Config struct {
 }
 
 // originSeen is what a node keeps per origin: the newest version it
-// received, and (for its driver) where its replica keeps the origin.
+// received, (for its driver) where its replica keeps the origin, whether
+// its node's lease was heard (begun: a relayed delta need not look the
+// peer up again) and whether a tree gap is watched for it (treeGaps).
 type originSeen struct {
 	version uint64
 	ref     crdt.OriginRef
+	leased  bool
+	watched bool
 }
 
 // OriginRef returns where the driver may keep its replica's state of the
@@ -253,7 +257,7 @@ type Node struct {
 	transfers map[string]*transfer // paged answers coming in, by sender; nil while empty
 	relayTree *relayTree           // ModeTree's member list; nil when members changed
 	trees     *TreeTable           // cfg.Trees, or the node's own
-	treeGaps  map[int32]treeGap    // ModeTree: versions seen, to be held by the next check
+	treeGaps  []treeGap            // ModeTree: versions seen, to be held by the next check
 	reviving  map[string]revival   // nil while empty
 	answering int
 	leaving   bool
@@ -781,7 +785,14 @@ func (n *Node) stepDeltas(m *Message, now int64) {
 		}
 		// Eager deltas come straight from their owner: proof it is alive.
 		if relayed {
-			n.leaseOriginNum(n.origins.nodeOf[w], now)
+			// A lease once heard stays heard: begin does nothing more.
+			if !n.seen[w].leased {
+				p := n.peerNum(n.origins.nodeOf[w])
+				if !p.remote {
+					p.lease.begin(now)
+				}
+				n.seen[w].leased = p.lease.heard
+			}
 			continue
 		}
 		if n.peerNum(n.origins.nodeOf[w]).lease.heardAt(now) {

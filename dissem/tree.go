@@ -1,8 +1,8 @@
 package dissem
 
 import (
+	"cmp"
 	"hash/fnv"
-	"maps"
 	"slices"
 
 	"github.com/rollcall/rollcall/crdt"
@@ -240,9 +240,11 @@ func (n *Node) sendTree(m *Message, owner string) {
 // owners drop the answers past their bound and members pull again.
 func (n *Node) treeGapWait() int64 { return int64(n.cfg.AliveInterval) }
 
-// treeGap is the newest version of an origin a node saw relayed, and
-// when: by the next check its replica should hold every write up to it.
+// treeGap is the newest version of an origin (number num) a node saw
+// relayed, and when: by the next check its replica should hold every write
+// up to it.
 type treeGap struct {
+	num     int32
 	origin  crdt.Origin
 	version uint64
 	since   int64
@@ -258,32 +260,32 @@ func (n *Node) watchTreeGaps(ds []crdt.Delta, nums []int32, now int64) {
 		if o.Node == n.name {
 			continue
 		}
-		if _, ok := n.treeGaps[nums[i]]; ok {
+		s := &n.seen[nums[i]]
+		if s.watched {
 			continue
 		}
-		if n.treeGaps == nil {
-			n.treeGaps = make(map[int32]treeGap)
-		}
-		n.treeGaps[nums[i]] = treeGap{origin: o, version: n.seen[nums[i]].version, since: now}
+		s.watched = true
+		n.treeGaps = append(n.treeGaps, treeGap{num: nums[i], origin: o, version: s.version, since: now})
 	}
 }
 
 // checkTreeGaps pulls from the owner of each origin whose writes up to a
 // version seen treeGapWait ago are still not all held, in origin order.
 func (n *Node) checkTreeGaps(now int64) {
-	for _, w := range slices.Sorted(maps.Keys(n.treeGaps)) {
-		g := n.treeGaps[w]
+	slices.SortFunc(n.treeGaps, func(a, b treeGap) int { return cmp.Compare(a.num, b.num) })
+	kept := n.treeGaps[:0]
+	for _, g := range n.treeGaps {
 		if n.replica.Watermark(g.origin) >= g.version {
-			delete(n.treeGaps, w)
+			n.seen[g.num].watched = false
 			continue
 		}
+		kept = append(kept, g)
 		if now-g.since < n.treeGapWait() {
 			continue
 		}
 		// Kept until the hole is filled: a pull whose answer the owner
 		// dropped (answers past its bound) is made again an interval on.
-		g.since = now
-		n.treeGaps[w] = g
+		kept[len(kept)-1].since = now
 		name := g.origin.Node
 		if n.pulling[name] || len(n.transfers) > 0 {
 			continue
@@ -292,4 +294,6 @@ func (n *Node) checkTreeGaps(now int64) {
 		n.out().Pulls = append(n.rd.Pulls, name)
 		n.out().Notes = append(n.rd.Notes, Note{Kind: NoteGapPull, Node: name, Version: g.version})
 	}
+	clear(n.treeGaps[len(kept):])
+	n.treeGaps = kept
 }
