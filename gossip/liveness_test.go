@@ -197,11 +197,11 @@ func (j *jumpClock) elapsed(start time.Time) func() time.Duration {
 	}
 }
 
-// A gateway that was stopped (SIGSTOP, a paused VM) heard nothing while it
-// was stopped, though its peers kept announcing themselves: on resume its
-// leases must be extended by the stall, not expire every peer at once.
-func TestOwnStallDoesNotExpirePeers(t *testing.T) {
-	var clk jumpClock
+// stallPair starts two nodes, n0 on a clock that can jump, with alice
+// connected to n1 and shown online on n0.
+func stallPair(t *testing.T) (*jumpClock, *testCluster) {
+	t.Helper()
+	clk := &jumpClock{}
 	start := time.Now()
 	tc := newTestCluster(t, 2, func(c *Config) {
 		if c.Name == "n0" {
@@ -212,6 +212,14 @@ func TestOwnStallDoesNotExpirePeers(t *testing.T) {
 	tc.waitMembers(2)
 	tc.hosts[1].connect(t, "alice", "phone")
 	waitFor(t, 5*time.Second, "alice online on n0", func() bool { return tc.hosts[0].presence("alice").Online })
+	return clk, tc
+}
+
+// A gateway that was stopped (SIGSTOP, a paused VM) heard nothing while it
+// was stopped, though its peers kept announcing themselves: on resume its
+// leases must be extended by the stall, not expire every peer at once.
+func TestOwnStallDoesNotExpirePeers(t *testing.T) {
+	clk, tc := stallPair(t)
 	var downs atomic.Int32
 	// n0 "stops" for 5s, more than the 2s lease: its clock jumps. For the
 	// next half second, five lease ticks, n1's announcements do not reach
@@ -239,17 +247,7 @@ func TestOwnStallDoesNotExpirePeers(t *testing.T) {
 // handled would be recorded as heard in the future, so a peer that fails
 // afterwards would be shown down a whole stall late.
 func TestStallInsideAStepDoesNotExpirePeers(t *testing.T) {
-	var clk jumpClock
-	start := time.Now()
-	tc := newTestCluster(t, 2, func(c *Config) {
-		if c.Name == "n0" {
-			c.Now = clk.now
-			c.elapsed = clk.elapsed(start)
-		}
-	})
-	tc.waitMembers(2)
-	tc.hosts[1].connect(t, "alice", "phone")
-	waitFor(t, 5*time.Second, "alice online on n0", func() bool { return tc.hosts[0].presence("alice").Online })
+	clk, tc := stallPair(t)
 	for range 5 {
 		clk.armed.Store(int64(5 * time.Second)) // more than the 2s lease
 		deadline := time.Now().Add(300 * time.Millisecond)
