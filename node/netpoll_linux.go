@@ -86,6 +86,7 @@ func (n *Node) startPollers() (*pollerSet, error) {
 	if k <= 0 {
 		k = runtime.GOMAXPROCS(0)
 	}
+	refused := false
 	for range max(1, k) {
 		p, err := newPoller(n)
 		if err != nil {
@@ -108,7 +109,8 @@ func (n *Node) startPollers() (*pollerSet, error) {
 			started <- nil
 			p.runUring(&set.wg)
 		}()
-		if err := <-started; err != nil {
+		if err := <-started; err != nil && !refused {
+			refused = true // the same for every poller: said once
 			n.log.Warn("io_uring unavailable; the event loop uses epoll", zap.Error(err))
 		}
 	}
