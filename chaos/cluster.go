@@ -3,9 +3,7 @@ package chaos
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/rollcall/rollcall/internal/portpick"
 )
 
 // ClusterConfig says how to start the agents.
@@ -53,15 +53,15 @@ type Gateway struct {
 // Cluster runs the agents of one run. Its methods may be called from any
 // goroutine; one fault at a time touches a gateway.
 type Cluster struct {
-	cfg ClusterConfig
-	rec *Recorder
-	GWs []*Gateway
+	cfg   ClusterConfig
+	rec   *Recorder
+	GWs   []*Gateway
+	ports []*portpick.Port // held until Close
 }
 
 // NewCluster picks free loopback ports for every gateway. Nothing starts.
 func NewCluster(cfg ClusterConfig, rec *Recorder) (*Cluster, error) {
 	c := &Cluster{cfg: cfg, rec: rec}
-	used := map[string]bool{}
 	for i := 1; i <= cfg.Gateways; i++ {
 		g := &Gateway{Name: fmt.Sprintf("gw%d", i), index: i - 1}
 		g.logPath = filepath.Join(cfg.Dir, g.Name+".log")
@@ -72,13 +72,13 @@ func NewCluster(cfg ClusterConfig, rec *Recorder) (*Cluster, error) {
 			continue
 		}
 		var err error
-		if g.ClientAddr, err = freePort(used, false); err != nil {
+		if g.ClientAddr, err = c.freePort(false); err != nil {
 			return nil, err
 		}
-		if g.HTTPAddr, err = freePort(used, false); err != nil {
+		if g.HTTPAddr, err = c.freePort(false); err != nil {
 			return nil, err
 		}
-		if g.GossipAddr, err = freePort(used, true); err != nil {
+		if g.GossipAddr, err = c.freePort(true); err != nil {
 			return nil, err
 		}
 		c.GWs = append(c.GWs, g)
@@ -87,29 +87,15 @@ func NewCluster(cfg ClusterConfig, rec *Recorder) (*Cluster, error) {
 }
 
 // freePort returns a loopback address with a free TCP port (and UDP, for
-// gossip) not in used.
-func freePort(used map[string]bool, udp bool) (string, error) {
-	for range 100 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return "", err
-		}
-		addr := ln.Addr().String()
-		ln.Close()
-		if used[addr] {
-			continue
-		}
-		if udp {
-			pc, err := net.ListenPacket("udp", addr)
-			if err != nil {
-				continue
-			}
-			pc.Close()
-		}
-		used[addr] = true
-		return addr, nil
+// gossip), held for the cluster until Close so that no other harness or
+// test picks it while a gateway is down between restarts.
+func (c *Cluster) freePort(udp bool) (string, error) {
+	p, err := portpick.Loopback(udp)
+	if err != nil {
+		return "", err
 	}
-	return "", errors.New("no free port")
+	c.ports = append(c.ports, p)
+	return p.Addr, nil
 }
 
 // Start starts every gateway, each joining those started before it, and
@@ -393,6 +379,9 @@ func (c *Cluster) Close() {
 			case <-time.After(5 * time.Second):
 			}
 		}
+	}
+	for _, p := range c.ports {
+		p.Release()
 	}
 }
 

@@ -7,13 +7,13 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/rollcall/rollcall/internal/testkit"
 	"github.com/rollcall/rollcall/protocol"
 )
 
@@ -287,18 +287,13 @@ func TestRawOverWebSocket(t *testing.T) {
 // TestDialAttempts: with DialAttempts, Dial gives up after that many
 // connects and returns the last one's error.
 func TestDialAttempts(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := ln.Addr().String()
-	ln.Close()
+	dead := testkit.FreeAddr(t)
 	dials := 0
 	count := func(ctx context.Context, addr string, tlsConfig *tls.Config) (Conn, error) {
 		dials++
 		return DialTCP(ctx, addr, tlsConfig)
 	}
-	_, err = DialRaw(ctxT(t), Config{Addrs: []string{dead, dead}, User: "alice", DialAttempts: 2,
+	_, err := DialRaw(ctxT(t), Config{Addrs: []string{dead, dead}, User: "alice", DialAttempts: 2,
 		Backoff: Backoff{Min: time.Millisecond}, Dial: count})
 	if !errors.Is(err, syscall.ECONNREFUSED) || !strings.Contains(err.Error(), dead) || dials != 2 {
 		t.Fatalf("DialRaw to a closed port = %v after %d dials", err, dials)

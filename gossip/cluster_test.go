@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"slices"
 	"sync"
 	"testing"
@@ -328,12 +327,7 @@ func TestOversizedDeltaGoesOverStream(t *testing.T) {
 // TestJoinRetriesUntilTheSeedIsUp starts a node whose --join target does not
 // exist yet, then starts the target: they must find each other.
 func TestJoinRetriesUntilTheSeedIsUp(t *testing.T) {
-	l, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	seedAddr := l.LocalAddr().String()
-	l.Close()
+	seedAddr := freeAddr(t)
 	tc := newTestCluster(t, 0)
 	early := testConfig("early", 1)
 	early.Join = []string{seedAddr}
@@ -350,7 +344,7 @@ func TestJoinRetriesUntilTheSeedIsUp(t *testing.T) {
 	sh := newFakeHost(t, "seed", 1)
 	sc, err := New(seed, sh)
 	if err != nil {
-		t.Skipf("the seed's port was taken meanwhile: %v", err)
+		t.Fatal(err)
 	}
 	sh.cluster = sc
 	tc.nodes, tc.hosts = append(tc.nodes, sc), append(tc.hosts, sh)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rollcall/rollcall/crdt"
 	"github.com/rollcall/rollcall/dissem"
+	"github.com/rollcall/rollcall/internal/testkit"
 )
 
 // slowDownHost holds its first MarkNodeDown back until a MarkNodeUp has been
@@ -126,15 +127,10 @@ func TestFreshNodeLeasesMembersNeverHeard(t *testing.T) {
 	}
 }
 
-// freeAddr returns a loopback address whose port was free a moment ago.
+// freeAddr returns a loopback address held free for the test.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	return testkit.FreeAddr(t)
 }
 
 // memberlist can declare a peer dead while the peer is speaking to us (a

@@ -78,12 +78,7 @@ func TestHealthCommandDraining(t *testing.T) {
 }
 
 func TestHealthCommandNoAgent(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(t)
 	if err := runHealth(t.Context(), []string{"--http-addr", addr}, io.Discard, io.Discard); err == nil {
 		t.Fatal("nothing listening reported healthy")
 	}

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rollcall/rollcall/auth"
+	"github.com/rollcall/rollcall/internal/testkit"
 )
 
 func TestParseFlagsEnv(t *testing.T) {
@@ -111,14 +112,10 @@ func TestTokenCommand(t *testing.T) {
 	}
 }
 
-// freeAddr returns a loopback address that was free a moment ago.
+// freeAddr returns a loopback address held free for the test.
 func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	t.Helper()
+	return testkit.FreeAddr(t)
 }
 
 // syncBuffer is a bytes.Buffer safe for a writer and a poller.
