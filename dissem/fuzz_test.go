@@ -20,6 +20,7 @@ func FuzzDecodeMessage(f *testing.F) {
 	}
 	add(EncodeDeltas([]crdt.Delta{d}))
 	add(EncodeAlive(Alive{Origin: crdt.Origin{Node: "n1", Incarnation: 7}, Watermark: 9, Sessions: 3, ClientAddr: "127.0.0.1:7400"}))
+	add(EncodeAliveAs(TypeListed, Alive{Origin: crdt.Origin{Node: "n1", Incarnation: 7}, Watermark: 9, Sessions: 3}))
 	add(EncodeDigest(TypePull, DigestMsg{From: "n2", Digest: crdt.Digest{{Origin: crdt.Origin{Node: "n1", Incarnation: 7}, Watermark: 4}}}))
 	add(EncodeSync(crdt.Sync{{Origin: d.Session.Origin, Watermark: 3, Sessions: []crdt.Session{*d.Session}}}))
 	o := crdt.Origin{Node: "n1", Incarnation: 7}
@@ -52,7 +53,7 @@ func FuzzDecodeMessage(f *testing.F) {
 		switch m.Type {
 		case TypeDeltas:
 			again, err = EncodeDeltas(m.Deltas)
-		case TypeAlive, TypeLeaving:
+		case TypeAlive, TypeLeaving, TypeListed:
 			again, err = EncodeAliveAs(m.Type, m.Alive)
 		case TypePull, TypeState:
 			again, err = EncodeDigest(m.Type, m.Digest)

@@ -299,9 +299,6 @@ type peer struct {
 	forgotten   bool  // dead past ReconnectTimeout
 	deadSince   int64 // when memberlist declared it dead
 	rejoinAt    int64 // last rejoin asked because it was heard while dead (or restarted after it left)
-	// announcedInc is the incarnation of its last announcement heard: the
-	// first one of an incarnation is pulled on at once when it shows a gap.
-	announcedInc uint64
 	// leftInc is the incarnation it had when memberlist reported its
 	// graceful leave: an announcement of a newer one is a restart that
 	// memberlist's view here has missed.
@@ -584,7 +581,7 @@ func (n *Node) Step(m *Message, now int64) {
 	switch m.Type {
 	case TypeDeltas:
 		n.stepDeltas(m, now)
-	case TypeAlive:
+	case TypeAlive, TypeListed:
 		n.stepAlive(m, now)
 	case TypeLeaving:
 		if name := m.Alive.Origin.Node; name != n.name {
@@ -843,14 +840,14 @@ func (n *Node) stepAlive(m *Message, now int64) {
 	// While a paged answer comes in, it brings what the gap is: a pull
 	// now would start a second answer of the same records.
 	//
-	// The first announcement heard of an incarnation that shows a gap is
-	// pulled on at once: a member that just joined (or that this one just
-	// learned of) may lack the writes made before the owner listed it,
-	// which no delta will bring, and waiting for a second announcement
-	// would show those sessions offline meanwhile.
-	first := p.announcedInc != a.Origin.Incarnation
-	p.announcedInc = a.Origin.Incarnation
-	gapped := p.gap.observe(a.Origin, a.Watermark, local) || (first && local < a.Watermark)
+	// A listed announcement that shows a gap is pulled on at once: the
+	// owner just listed this node, and its writes up to its watermark were
+	// made before that, so no delta will bring them; waiting for a second
+	// announcement would show those sessions offline meanwhile. Any other
+	// gap may be a delta still on its way, and is pulled on only if it
+	// persists to the next announcement.
+	listed := m.Type == TypeListed
+	gapped := p.gap.observe(a.Origin, a.Watermark, local) || (listed && local < a.Watermark)
 	pull := gapped && !n.pulling[name] && len(n.transfers) == 0
 	if pull {
 		n.pulling[name] = true
@@ -1088,9 +1085,9 @@ func (n *Node) MemberAlive(name string, meta Meta, now int64) {
 		// Tell it at once how far this node's writes go: it learns of
 		// any it lacks (those made before this node listed it) from this,
 		// not an interval later.
-		m, err := NewAlive(TypeAlive, a)
+		m, err := NewAlive(TypeListed, a)
 		if err != nil {
-			panic(fmt.Sprintf("dissem: encode alive: %v", err))
+			panic(fmt.Sprintf("dissem: encode listed announcement: %v", err))
 		}
 		n.out().Sends = append(n.rd.Sends, Send{To: name, Msg: m})
 	}

@@ -277,7 +277,7 @@ func Describe(m *Message) string {
 	switch m.Type {
 	case TypeDeltas:
 		return fmt.Sprintf("deltas %dB %s", m.Size(), describeDeltas(m.Deltas))
-	case TypeAlive, TypeLeaving:
+	case TypeAlive, TypeLeaving, TypeListed:
 		return fmt.Sprintf("%s %dB %s wm=%d sessions=%d", m.Type, m.Size(), m.Alive.Origin.Node, m.Alive.Watermark, m.Alive.Sessions)
 	case TypePull, TypeState:
 		return fmt.Sprintf("%s %dB from %s (%d origins)", m.Type, m.Size(), m.Digest.From, len(m.Digest.Digest))

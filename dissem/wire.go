@@ -69,6 +69,11 @@ import (
 //	             gateway tells every member of its region which other
 //	             regions it sees over the WAN pool (the choice of the
 //	             active bridge prefers those that see the most)
+//	TypeListed    [node, inc, watermark, sessions, client_addr] (as alive)
+//	             sent once by an owner to a member it has just listed: its
+//	             writes up to watermark were made before it listed the
+//	             member, so no delta brings them, and a receiver that lacks
+//	             some pulls at once
 //
 // Protocol flow. Writes: owner -> every member (eager, UDP, batches of a few
 // ms under the packet budget; a larger batch goes over TCP) or -> piggyback
@@ -92,7 +97,9 @@ import (
 // times out); the region types too (a member without them is a
 // single-region gateway, which is never sent them); TypeBridgeWAN too (a
 // gateway without it counts it as a bad message and drops it, and its own
-// choice of the active bridge is the one before it).
+// choice of the active bridge is the one before it); TypeListed too (a
+// member without it drops it, and pulls what it lacks at the owner's
+// second announcement that shows the gap).
 const WireVersion = 1
 
 type Type uint8
@@ -116,12 +123,13 @@ const (
 	TypeRouteVia
 	TypeKickVia
 	TypeBridgeWAN
-	MaxType = TypeBridgeWAN
+	TypeListed
+	MaxType = TypeListed
 )
 
 func (t Type) String() string {
 	names := [...]string{"?", "deltas", "alive", "pull", "sync", "route", "route-ack", "key", "state", "leaving", "sync-page", "pull-page", "kick",
-		"region-deltas", "region-alive", "region-sync", "route-via", "kick-via", "bridge-wan"}
+		"region-deltas", "region-alive", "region-sync", "route-via", "kick-via", "bridge-wan", "listed"}
 	if int(t) < len(names) {
 		return names[t]
 	}
@@ -817,7 +825,7 @@ func DecodeKeyOp(b []byte) (KeyOp, error) {
 type Message struct {
 	Type    Type
 	Deltas  []crdt.Delta
-	Alive   Alive // TypeAlive and TypeLeaving
+	Alive   Alive // TypeAlive, TypeLeaving and TypeListed
 	Digest  DigestMsg
 	Sync    crdt.Sync // TypeSync and TypeSyncPage
 	Page    SyncPage  // TypeSyncPage
@@ -895,7 +903,7 @@ func Decode(b []byte) (*Message, error) {
 	switch t {
 	case TypeDeltas:
 		m.Deltas, err = crdt.DecodeDeltas(payload)
-	case TypeAlive, TypeLeaving:
+	case TypeAlive, TypeLeaving, TypeListed:
 		m.Alive, err = decodeAlive(payload)
 	case TypePull, TypeState:
 		m.Digest, err = decodeDigestMsg(payload)
@@ -959,8 +967,8 @@ func NewDeltas(ds []crdt.Delta) (*Message, error) {
 	return &Message{Type: TypeDeltas, Deltas: ds, Bytes: b}, nil
 }
 
-// NewAlive builds an alive announcement (t TypeAlive) or a leave intent
-// (TypeLeaving).
+// NewAlive builds an alive announcement (t TypeAlive), a leave intent
+// (TypeLeaving) or the announcement to a member just listed (TypeListed).
 func NewAlive(t Type, a Alive) (*Message, error) {
 	b, err := EncodeAliveAs(t, a)
 	if err != nil {

@@ -326,7 +326,7 @@ func (c *Cluster) countDirect(m *dissem.Message) {
 	case dissem.TypeDeltas:
 		c.stats.DeltaCopies.Add(uint64(len(m.Deltas)))
 		c.stats.DeltaBytes.Add(uint64(m.Size()))
-	case dissem.TypeAlive:
+	case dissem.TypeAlive, dissem.TypeListed:
 		c.stats.AliveBytes.Add(uint64(m.Size()))
 	}
 }

@@ -270,7 +270,7 @@ func (c *Cluster) screen(m *dissem.Message) *dissem.Message {
 				return nil
 			}
 		}
-	case dissem.TypeAlive, dissem.TypeLeaving:
+	case dissem.TypeAlive, dissem.TypeLeaving, dissem.TypeListed:
 		a := m.Alive
 		err := b.origin(a.Origin)
 		if err == nil {
