@@ -92,7 +92,7 @@ func (r *Replica) CheckInvariants() error {
 	if len(r.byOrigin) != len(r.originList) {
 		return fmt.Errorf("%d origins sorted, %d listed", len(r.byOrigin), len(r.originList))
 	}
-	for i, st := range r.byOrigin {
+	for i, st := range r.sortedOrigins() {
 		if r.originList[st.idx] != st {
 			return fmt.Errorf("sorted origin %s is not the listed state at its index", st.origin)
 		}

@@ -77,8 +77,7 @@ func (r *Replica) addOrigin(ns *nodeState, o Origin) *originState {
 	}
 	*st = originState{origin: o, node: ns, idx: uint32(len(r.originList))}
 	r.originList = append(r.originList, st)
-	at, _ := slices.BinarySearchFunc(r.byOrigin, o, func(x *originState, o Origin) int { return compareOrigins(x.origin, o) })
-	r.byOrigin = slices.Insert(r.byOrigin, at, st)
+	r.byOrigin = append(r.byOrigin, st)
 	i, _ := slices.BinarySearchFunc(ns.origins, o.Incarnation, func(x *originState, inc uint64) int {
 		return cmpU64(x.origin.Incarnation, inc)
 	})
@@ -117,4 +116,25 @@ func (r *Replica) nodeOrigins(node string) []*originState {
 
 // sortedOrigins returns the state of every origin, sorted by origin: the
 // replica's own list, to be read, not kept past the next origin added.
-func (r *Replica) sortedOrigins() []*originState { return r.byOrigin }
+func (r *Replica) sortedOrigins() []*originState {
+	if r.sorted < len(r.byOrigin) {
+		byOrigin := func(a, b *originState) int { return compareOrigins(a.origin, b.origin) }
+		added := r.byOrigin[r.sorted:]
+		slices.SortFunc(added, byOrigin)
+		if r.sorted > 0 && byOrigin(r.byOrigin[r.sorted-1], added[0]) > 0 {
+			// Merge the sorted run and the added one.
+			merged := make([]*originState, 0, cap(r.byOrigin))
+			old := r.byOrigin[:r.sorted]
+			for len(old) > 0 && len(added) > 0 {
+				if byOrigin(old[0], added[0]) < 0 {
+					merged, old = append(merged, old[0]), old[1:]
+				} else {
+					merged, added = append(merged, added[0]), added[1:]
+				}
+			}
+			r.byOrigin = append(append(merged, old...), added...)
+		}
+		r.sorted = len(r.byOrigin)
+	}
+	return r.byOrigin
+}

@@ -45,10 +45,13 @@ type Replica struct {
 	// originList holds every origin state (never removed), by the index
 	// records keep of their origin.
 	originList []*originState
-	// byOrigin holds the same states sorted by origin (compareOrigins):
-	// digests and diffs walk origins in that order, on every push/pull
-	// and pull, and sorted them each time.
+	// byOrigin holds the same states sorted by origin (compareOrigins)
+	// up to sorted, and those added since after them: digests and diffs
+	// walk origins in that order (sortedOrigins sorts the rest in first),
+	// while a replica learning of thousands of origins one delta at a
+	// time appends each.
 	byOrigin []*originState
+	sorted   int
 
 	// Session records (records.go): the slab, their strings and group
 	// sets, and the key index. A user's records are chained from its name.
