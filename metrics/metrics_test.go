@@ -216,7 +216,7 @@ func boundedLabels() map[string]*regexp.Regexp {
 		"owner":      regexp.MustCompile(`^(local|remote)$`),
 		"state":      regexp.MustCompile(`^(active|disconnected|expired|alive|dead|left)$`),
 		"kind":       regexp.MustCompile(`^(user|group)$`),
-		"type":       regexp.MustCompile(`^(invalid|deltas|alive|pull|sync|route|route-ack|key|state|leaving|sync-page|pull-page|kick|region-deltas|region-alive|region-sync|route-via|kick-via|bridge-wan)$`),
+		"type":       regexp.MustCompile(`^(invalid|deltas|alive|pull|sync|route|route-ack|key|state|leaving|sync-page|pull-page|kick|region-deltas|region-alive|region-sync|route-via|kick-via|bridge-wan|listed)$`),
 		"outcome":    regexp.MustCompile(`^(started|done|abandoned)$`),
 		"transport":  regexp.MustCompile(`^(packet|stream|broadcast|pushpull)$`),
 		"node_state": regexp.MustCompile(`^(alive|suspect|dead|left)$`),
