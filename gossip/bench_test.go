@@ -107,19 +107,27 @@ func lanProfile(c *Config) {
 
 func benchClusterN(b testing.TB, n int, opts ...func(*Config)) (*testCluster, *watcher) {
 	w := newWatcher()
-	tc := &testCluster{t: b, net: NewFaultNetwork(1), opts: opts, onHost: w.attach}
+	tc := startNodes(b, n, w.attach, opts)
+	tc.waitMembers(n)
+	return tc, w
+}
+
+// startNodes starts nodes n0..n(n-1) on a fault network, each host passed
+// to attach, all shut down when the test ends. It does not wait for them
+// to see each other.
+func startNodes(tb testing.TB, n int, attach func(int, *fakeHost), opts []func(*Config)) *testCluster {
+	tc := &testCluster{t: tb, net: NewFaultNetwork(1), opts: opts, onHost: attach}
 	for i := range n {
 		tc.start(fmt.Sprintf("n%d", i), 1)
 	}
-	b.Cleanup(func() {
+	tb.Cleanup(func() {
 		for _, c := range tc.nodes {
 			if c != nil {
 				_ = c.Shutdown()
 			}
 		}
 	})
-	tc.waitMembers(n)
-	return tc, w
+	return tc
 }
 
 func others(n, except int) []int {

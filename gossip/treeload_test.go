@@ -110,17 +110,7 @@ func (w *probeWatcher) attach(i int, h *fakeHost) {
 // treeCluster starts n nodes that record the arrival of probe users.
 func treeCluster(tb testing.TB, n int, opts ...func(*Config)) (*testCluster, *probeWatcher) {
 	w := &probeWatcher{prefix: "p-", at: map[string][]time.Time{}, n: n}
-	tc := &testCluster{t: tb, net: NewFaultNetwork(1), opts: opts, onHost: w.attach}
-	for i := range n {
-		tc.start(fmt.Sprintf("n%d", i), 1)
-	}
-	tb.Cleanup(func() {
-		for _, c := range tc.nodes {
-			if c != nil {
-				_ = c.Shutdown()
-			}
-		}
-	})
+	tc := startNodes(tb, n, w.attach, opts)
 	tc.waitMembersWithin(n, time.Minute)
 	return tc, w
 }

@@ -20,7 +20,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 )
 
 // span is how many ports below the ephemeral range are used.
@@ -41,28 +40,21 @@ func (p *Port) Release() {
 	}
 }
 
-var rangeOnce struct {
-	sync.Once
-	lo, hi int
-}
-
 // portRange is [lo, hi): the span below the ephemeral range, or an empty
 // range when the ephemeral range starts too low to leave one.
-func portRange() (int, int) {
-	rangeOnce.Do(func() {
-		low := 32768
-		if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-			if f := strings.Fields(string(b)); len(f) == 2 {
-				if v, err := strconv.Atoi(f[0]); err == nil {
-					low = v
-				}
+func portRange() (lo, hi int) {
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if v, err := strconv.Atoi(f[0]); err == nil {
+				low = v
 			}
 		}
-		if low-span >= 1024 {
-			rangeOnce.lo, rangeOnce.hi = low-span, low
-		}
-	})
-	return rangeOnce.lo, rangeOnce.hi
+	}
+	if low-span < 1024 {
+		return 0, 0
+	}
+	return low - span, low
 }
 
 // Loopback returns a free 127.0.0.1 address, with its TCP port free and,
