@@ -105,6 +105,9 @@ type Config struct {
 	// connection may make); the baseline has no such limit. Default: the
 	// agents' own default.
 	RequestRate float64
+	// AgentArgs are more flags for every Rollcall agent, after the ones
+	// bench-compare gives (a later flag wins), e.g. {"--io-uring"}.
+	AgentArgs []string
 	// Rounds is how many times each system runs the load, alternately.
 	// Default 3.
 	Rounds int
@@ -497,7 +500,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		"heartbeat": cfg.Heartbeat.String(), "timeout": cfg.Timeout.String(), "status_rate": cfg.StatusRate,
 		"subscribers": cfg.Subscribers, "watch": cfg.Watch, "silent_failures": cfg.SilentFailures,
 		"silent_after": cfg.SilentAfter.String(), "warmup": max(cfg.Warmup, 0).String(), "duration": cfg.Duration.String(),
-		"request_rate": cfg.RequestRate, "rounds": cfg.Rounds, "load": strings.Join(cfg.Load, " "),
+		"request_rate": cfg.RequestRate, "agent_args": strings.Join(cfg.AgentArgs, " "), "rounds": cfg.Rounds, "load": strings.Join(cfg.Load, " "),
 		"server_cpus": cfg.ServerCPUs, "load_cpus": cfg.LoadCPUs}}
 	if slices.Contains(cfg.Systems, Centrifuge) {
 		res.Config["centrifuge_load"] = strings.Join(cfg.CentrifugeLoad, " ")
@@ -703,6 +706,7 @@ func startRollcall(ctx context.Context, cfg Config, sys *system, round int, extr
 		if cfg.RequestRate != 0 {
 			argv = append(argv, "--request-rate", strconv.FormatFloat(cfg.RequestRate, 'f', -1, 64))
 		}
+		argv = append(argv, cfg.AgentArgs...)
 		if firstGossip != "" {
 			argv = append(argv, "--join", firstGossip)
 		} else {

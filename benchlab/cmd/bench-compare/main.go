@@ -86,6 +86,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&cfg.Warmup, "warmup", 0, "wait between all sessions connected and the window, heartbeats flowing (default 5s; negative: none)")
 	fs.DurationVar(&cfg.Duration, "duration", 0, "measured window per run (default 30s)")
 	fs.Float64Var(&cfg.RequestRate, "request-rate", 0, "the agents' --request-rate (default: theirs; the baseline has no limit)")
+	agentArgs := fs.String("agent-args", "", "more flags for every Rollcall agent, space-separated, after bench-compare's own (a later flag wins), e.g. '--io-uring'")
 	fs.IntVar(&cfg.Rounds, "rounds", 3, "runs per system, alternating, each on fresh servers")
 	fs.StringVar(&cfg.ServerCPUs, "server-cpus", "0", "taskset CPUs of the servers")
 	fs.StringVar(&cfg.LoadCPUs, "load-cpus", "1", "taskset CPUs of the load")
@@ -121,6 +122,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *load != "" {
 		cfg.Load = strings.Fields(*load)
 	}
+	cfg.AgentArgs = strings.Fields(*agentArgs)
 	if *centrifugeLoad != "" {
 		cfg.CentrifugeLoad = strings.Fields(*centrifugeLoad)
 	}
