@@ -6,8 +6,9 @@
 # system at a time, pinned to core 0 (one Rollcall agent; or one baseline
 # gateway plus redis-server); two raw heartbeat generators
 # (benchlab/internal/hbgen: a hello, then plain heartbeats, nothing else) of
-# 5,000 sessions each, pinned to core 1. A raw generator is used so the
-# load core is not what saturates first. Systems alternate within each
+# PER sessions each (5,000; a process holds at most 20,000 files, so 9,500
+# is the most one server can take from both), pinned to core 1. A raw
+# generator is used so the load core is not what saturates first. Systems alternate within each
 # rate; fresh processes every run. Prints one line per run: system,
 # interval, heartbeats/s answered by the generators' sends, server
 # core-seconds, heartbeats per core-second, server core utilisation.
@@ -24,7 +25,7 @@ set -eu
 cd "$(dirname "$0")/.."
 intervals=${1:-"200ms 50ms"}
 rounds=${2:-3}
-per=5000
+per=${PER:-5000}
 window=20
 port=27600
 tmp=$(mktemp -d)
