@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -437,6 +438,17 @@ func connect(t testing.TB, n *Node, user, device string, extra ...map[string]any
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	testkit.WaitFor(t, 30*time.Second, what, cond)
+}
+
+// waitConns waits until n holds k client connections: a dial returns once
+// the kernel has the connection, before the node's accept loop takes it.
+func waitConns(t testing.TB, n *Node, k int) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("the node to hold %d client connections", k), func() bool {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return len(n.conns) == k
+	})
 }
 
 // presenceOf returns the node's view of user.

@@ -154,7 +154,7 @@ func TestHTTPConnectionsCountPerIP(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	waitFor(t, "the client connection", func() bool { n.mu.Lock(); defer n.mu.Unlock(); return len(n.conns) == 1 })
+	waitConns(t, n, 1)
 	if code, _ := dialHTTP(t, n).get("/healthz"); code != http.StatusOK {
 		t.Fatalf("healthz: %d", code)
 	}

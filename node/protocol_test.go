@@ -118,14 +118,9 @@ func TestShuttingDown(t *testing.T) {
 	a, _ := connect(t, n, "alice", "phone")
 	b, _ := connect(t, n, "bob", "phone")
 	pending := dial(t, n) // not yet authenticated
-	// The dial returns once the kernel has the connection; the node has
-	// it when its accept loop takes it. One still in the listener's
-	// backlog when Drain closes the listener is reset by the kernel.
-	waitFor(t, "the node to take the unauthenticated connection", func() bool {
-		n.mu.Lock()
-		defer n.mu.Unlock()
-		return len(n.conns) == 3
-	})
+	// One still in the listener's backlog when Drain closes the listener
+	// would be reset by the kernel.
+	waitConns(t, n, 3)
 	before := len(fc.published())
 	done := make(chan error, 1)
 	go func() { done <- n.Drain(t.Context()) }()
