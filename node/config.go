@@ -165,9 +165,11 @@ type Config struct {
 	// io_uring (a multishot receive per connection into a shared pool of
 	// buffers, one io_uring_enter per round) instead of epoll_wait and a
 	// read per readable connection (docs/performance.md). When the kernel
-	// refuses io_uring, or lacks what it needs (Linux 6.0 or later), the
-	// pollers use epoll, with a warning. Default false; ignored with
-	// GoroutineIO and on systems other than Linux.
+	// refuses io_uring (a seccomp profile such as Docker's default may), or
+	// lacks what it needs (Linux 6.0 or later), the pollers use epoll, with
+	// a warning. DefaultConfig sets true (the agent's default); false in a
+	// Config built by hand. Ignored with GoroutineIO and on systems other
+	// than Linux.
 	IOUring bool
 
 	// IOUringBatch is how long a poller in the io_uring mode, once a
@@ -509,9 +511,11 @@ const (
 
 // DefaultConfig returns a Config with every default filled in except Secret
 // (which has none), Dev (false), and SweepInterval and StallThreshold (zero:
-// Validate derives them from the Timeout the caller settles on).
+// Validate derives them from the Timeout the caller settles on). It turns
+// the io_uring mode on (IOUring), which falls back to epoll where the
+// kernel refuses it.
 func DefaultConfig() Config {
-	c := Config{EventCoalesce: DefaultEventCoalesce, IOUringBatch: DefaultIOUringBatch, DisconnectGrace: DefaultDisconnectGrace, Webhook: webhook.DefaultConfig()}
+	c := Config{EventCoalesce: DefaultEventCoalesce, IOUring: true, IOUringBatch: DefaultIOUringBatch, DisconnectGrace: DefaultDisconnectGrace, Webhook: webhook.DefaultConfig()}
 	_ = c.fill()
 	c.SweepInterval, c.StallThreshold = 0, 0
 	return c

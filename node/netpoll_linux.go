@@ -111,7 +111,7 @@ func (n *Node) startPollers() (*pollerSet, error) {
 		}()
 		if err := <-started; err != nil && !refused {
 			refused = true // the same for every poller: said once
-			n.log.Warn("io_uring unavailable; the event loop uses epoll", zap.Error(err))
+			n.log.Warn("io_uring unavailable (the kernel, or a seccomp profile such as a container runtime's, refuses it); the event loop uses epoll (IOUring false, the agent's --io-uring=false, asks for epoll without this warning)", zap.Error(err))
 		}
 	}
 	return set, nil

@@ -47,6 +47,32 @@ func TestParseFlagsEnv(t *testing.T) {
 	}
 }
 
+// The agent reads plain TCP clients with io_uring unless told otherwise,
+// by flag or environment (it falls back to epoll where the kernel refuses).
+func TestIOUringIsTheAgentsDefault(t *testing.T) {
+	ioUring := func(args, env []string) bool {
+		af := defaultAgentConfig()
+		fs, _ := agentFlagSet(&af, io.Discard)
+		if err := parseFlags(fs, append([]string{"--dev", "--name", "n"}, args...), env); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := af.nodeConfig(zap.NewNop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg.IOUring
+	}
+	if !ioUring(nil, nil) {
+		t.Fatal("the default agent reads with epoll, want io_uring")
+	}
+	if ioUring([]string{"--io-uring=false"}, nil) {
+		t.Fatal("--io-uring=false still reads with io_uring")
+	}
+	if ioUring(nil, []string{"ROLLCALL_IO_URING=false"}) {
+		t.Fatal("ROLLCALL_IO_URING=false still reads with io_uring")
+	}
+}
+
 func TestAgentConfigNeedsAuth(t *testing.T) {
 	af := testAgentConfig()
 	if _, err := af.nodeConfig(zap.NewNop()); err == nil {
