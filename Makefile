@@ -190,11 +190,14 @@ pgo:
 # COMPARE_ARGS="--systems rollcall,redis,centrifuge" to add the Centrifuge
 # baseline (benchlab/cmd/centrifuge-baseline) to the alternation, or
 # COMPARE_ARGS="--scenario backend" for a backend tier holding 100,000
-# users present (tracked sessions against Redis TTL keys). The
+# users present (tracked sessions against Redis TTL keys), or
+# COMPARE_ARGS="--raw --rates 20000,50000,max" for heartbeats alone from
+# the raw generator (bin/hbgen), up to the servers' saturation. The
 # baselines and bench-compare build from the bench lab's module.
 COMPARE_ARGS ?=
 bench-compare: build
 	cd $(LAB) && $(GO) build -o ../bin/redis-baseline ./cmd/redis-baseline
 	cd $(LAB) && $(GO) build -o ../bin/centrifuge-baseline ./cmd/centrifuge-baseline
+	cd $(LAB) && $(GO) build -o ../bin/hbgen ./internal/hbgen
 	cd $(LAB) && $(GO) build -o ../bin/bench-compare ./cmd/bench-compare
 	./bin/bench-compare run $(COMPARE_ARGS)

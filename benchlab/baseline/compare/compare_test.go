@@ -258,6 +258,32 @@ func TestLoadArgsAreRollcallBenchFlags(t *testing.T) {
 	}
 }
 
+// With Raw the load is the raw generator, given rollcall bench's flags
+// with none of the work it does not do; what it cannot measure is refused.
+func TestRawLoadArgs(t *testing.T) {
+	cfg := Config{Raw: true, Sessions: 19000, Heartbeat: 95e6}
+	if err := cfg.defaults(); err != nil {
+		t.Fatal(err)
+	}
+	sys := &system{name: Rollcall, addrs: []string{"127.0.0.1:1"}, pids: []int{7}}
+	got := strings.Join(loadArgs(cfg, sys), " ")
+	want := "bin/hbgen bench --addrs 127.0.0.1:1 --sessions 19000 --procs 2 --connect-rate 2000" +
+		" --heartbeat 95ms --status-rate 0 --subscribers 0 --watch 1000 --silent-failures 0 --silent-after 1s" +
+		" --probe-rate 0 --warmup 5s --duration 30s --pids 7 --format json"
+	if got != want {
+		t.Fatalf("load argv\n got %s\nwant %s", got, want)
+	}
+	for _, bad := range []Config{
+		{Raw: true, Systems: []string{Rollcall, Centrifuge}},
+		{Raw: true, SilentFailures: 10},
+		{Raw: true, Floor: true, FloorCommand: []string{"x"}},
+	} {
+		if err := bad.defaults(); err == nil {
+			t.Errorf("raw load with %+v accepted", bad)
+		}
+	}
+}
+
 func TestUnknownSystemRefused(t *testing.T) {
 	cfg := Config{Systems: []string{"rollcall", "memcached"}}
 	if err := cfg.defaults(); err == nil || !strings.Contains(err.Error(), `"memcached"`) {

@@ -75,8 +75,20 @@ type Config struct {
 	// --procs --connect-rate --heartbeat --status-rate --subscribers
 	// --watch --silent-failures --silent-after --probe-rate --warmup
 	// --duration --pids --format json) and prints its JSON report on
-	// stdout. Default [Rollcall, "bench", "--dev"].
+	// stdout. Default [Rollcall, "bench", "--dev"]; with Raw
+	// [Hbgen, "bench"].
 	Load []string
+	// Raw makes the load plain heartbeats: the raw generator (Hbgen) says
+	// hello on every session, then heartbeats each every Heartbeat once
+	// all are connected, and nothing else (no status changes,
+	// subscribers, probe or silent sessions; their figures are not
+	// measured). It costs the load core a fraction of what `rollcall
+	// bench` does, so the servers, not the load, saturate first. The
+	// Rollcall and Redis systems only.
+	Raw bool
+	// Hbgen is the raw generator's binary (benchlab/internal/hbgen).
+	// Default "bin/hbgen".
+	Hbgen string
 	// Sessions, Procs, ConnectRate, Heartbeat, StatusRate, Subscribers,
 	// Watch, SilentFailures, SilentAfter, Warmup and Duration are passed
 	// to the load. Defaults 10000, 2, 2000, 5s, 10 (negative: none), 100
@@ -185,6 +197,23 @@ func (c *Config) defaults() error {
 	}
 	if c.Gateways <= 0 {
 		c.Gateways = 3
+	}
+	if c.Raw {
+		switch {
+		case slices.Contains(c.Systems, Centrifuge):
+			return errors.New("the raw load speaks Rollcall's protocol: the rollcall and redis systems only")
+		case c.SilentFailures > 0:
+			return errors.New("the raw load has no silent sessions (silent failures)")
+		case c.Floor:
+			return errors.New("the raw load measures no propagation for the floor to be set beside")
+		}
+		c.StatusRate, c.Subscribers, c.ProbeRate = -1, -1, -1
+		if c.Hbgen == "" {
+			c.Hbgen = "bin/hbgen"
+		}
+		if len(c.Load) == 0 {
+			c.Load = []string{c.Hbgen, "bench"}
+		}
 	}
 	if len(c.Load) == 0 {
 		c.Load = []string{c.Rollcall, "bench", "--dev"}
@@ -500,7 +529,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		"heartbeat": cfg.Heartbeat.String(), "timeout": cfg.Timeout.String(), "status_rate": cfg.StatusRate,
 		"subscribers": cfg.Subscribers, "watch": cfg.Watch, "silent_failures": cfg.SilentFailures,
 		"silent_after": cfg.SilentAfter.String(), "warmup": max(cfg.Warmup, 0).String(), "duration": cfg.Duration.String(),
-		"request_rate": cfg.RequestRate, "agent_args": strings.Join(cfg.AgentArgs, " "), "rounds": cfg.Rounds, "load": strings.Join(cfg.Load, " "),
+		"request_rate": cfg.RequestRate, "agent_args": strings.Join(cfg.AgentArgs, " "), "raw": cfg.Raw, "rounds": cfg.Rounds, "load": strings.Join(cfg.Load, " "),
 		"server_cpus": cfg.ServerCPUs, "load_cpus": cfg.LoadCPUs}}
 	if slices.Contains(cfg.Systems, Centrifuge) {
 		res.Config["centrifuge_load"] = strings.Join(cfg.CentrifugeLoad, " ")
@@ -537,14 +566,16 @@ func (s Sample) line() string {
 	if p := s.ProbePropagation; p.Count > 0 {
 		off = fmt.Sprintf("  probe p50 %.1f p99 %.1f p999 %.1f ms (n=%d)", p.P50, p.P99, p.P999, p.Count) + off
 	}
+	if p := s.Propagation; p.Count > 0 { // none under the raw load
+		off = fmt.Sprintf("  propagation p50 %.1f p99 %.1f p999 %.1f ms (n=%d)", p.P50, p.P99, p.P999, p.Count) + off
+	}
 	hb := "hb"
 	if s.System == Centrifuge {
 		hb = "ping" // the server's pings, each answered by a pong
 	}
-	return fmt.Sprintf("round %d  %-10s  %d/%d sessions, %d lost  %7.0f %s/s  %5.2f cores  %7.0f %s/core-s  rss %5.0f B/session  propagation p50 %.1f p99 %.1f p999 %.1f ms (n=%d)%s  whole-run cpu-s %v",
+	return fmt.Sprintf("round %d  %-10s  %d/%d sessions, %d lost  %7.0f %s/s  %5.2f cores  %7.0f %s/core-s  rss %5.0f B/session%s  whole-run cpu-s %v",
 		s.Round, s.System, s.Established, s.Established+s.Failed, s.Lost, s.HeartbeatsPerSec, hb, s.ServerCores,
-		s.HeartbeatsPerCore, hb, s.RSSPerSession, s.Propagation.P50, s.Propagation.P99, s.Propagation.P999,
-		s.Propagation.Count, off, s.CPUByProcess)
+		s.HeartbeatsPerCore, hb, s.RSSPerSession, off, s.CPUByProcess)
 }
 
 // runRound starts system name, runs the load against it and stops it.

@@ -5,6 +5,7 @@
 //
 //	bench-compare run [--systems rollcall,redis,centrifuge] [--sessions 10000] [--heartbeat 5s] [--rounds 3] [--floor] ...
 //	bench-compare run --rates 20000,50000,max [--sessions 19000] [--rounds 3] ...
+//	bench-compare run --raw --rates 20000,50000,max [--sessions 19000] [--gateways 1] [--rounds 3] ...
 //	bench-compare floor node --tcp ADDR --udp ADDR --peers UDP,UDP
 //	bench-compare floor probe --nodes TCP,TCP,TCP [--rate 20] [--delay 0s] [--duration 20s]
 //	bench-compare run --scenario backend [--systems rollcall,redis] [--users 100000] [--heartbeat 5s] [--timeout 15s] ...
@@ -71,7 +72,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.RedisServer, "redis-server", "", "redis-server binary (default: from PATH, installed with apt when root)")
 	systems := fs.String("systems", "rollcall,redis", "systems measured, in each round's order (rollcall, redis, centrifuge); ratios are rollcall / each other")
 	fs.IntVar(&cfg.Gateways, "gateways", 3, "gateways per system")
-	load := fs.String("load", "", "load generator argv before its flags, space-separated; it takes rollcall bench's flags and prints its JSON report (default: '<rollcall> bench --dev')")
+	load := fs.String("load", "", "load generator argv before its flags, space-separated; it takes rollcall bench's flags and prints its JSON report (default: '<rollcall> bench --dev'; with --raw '<hbgen> bench')")
+	fs.BoolVar(&cfg.Raw, "raw", false, "the load is plain heartbeats from the raw generator (--hbgen): hellos, then heartbeats once every session is connected, nothing else (no status changes, subscribers, probe or silent sessions); cheap enough that the servers saturate before the load core; rollcall and redis only")
+	fs.StringVar(&cfg.Hbgen, "hbgen", "bin/hbgen", "the raw generator's binary (benchlab/internal/hbgen), for --raw")
 	fs.IntVar(&cfg.Sessions, "sessions", 10000, "sessions")
 	fs.IntVar(&cfg.Procs, "procs", 2, "load generator processes")
 	fs.Float64Var(&cfg.ConnectRate, "connect-rate", 2000, "sessions opened per second")

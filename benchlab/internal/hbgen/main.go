@@ -10,10 +10,19 @@
 // waits for every welcome, prints "ready <n>" and then sends each session a
 // plain heartbeat every -hb, spread evenly over the interval, until it is
 // interrupted or -hold passes. Each -report it prints the heartbeats sent.
+//
+//	hbgen bench --addrs A,B,C --sessions 19000 --heartbeat 95ms --warmup 5s --duration 20s --pids P,Q --format json
+//
+// takes the flags of `rollcall bench` and prints its JSON report, with
+// what a load of plain heartbeats measures: sessions, heartbeats sent and
+// the servers' CPU and RSS (bench-compare run --raw). It heartbeats only
+// once every session is connected, so a rate that saturates it does not
+// starve its connects.
 package main
 
 import (
 	"bufio"
+	"context"
 	"flag"
 	"fmt"
 	"net"
@@ -21,10 +30,24 @@ import (
 	"os"
 	"os/signal"
 	"sync"
+	"syscall"
 	"time"
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "bench" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		c, err := parseBench(os.Args[2:], os.Stderr)
+		if err == nil {
+			err = runBench(ctx, c, os.Stdout, os.Stderr)
+		}
+		stop()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "hbgen bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	addr := flag.String("addr", "127.0.0.1:7400", "gateway client address")
 	n := flag.Int("n", 1000, "sessions to hold")
 	src := flag.String("src", "127.0.1.1", "first source address")
@@ -58,24 +81,11 @@ func run(addr string, n int, src string, ips int, hb, hold time.Duration, user s
 	for w := range workers {
 		wg.Go(func() {
 			for i := w; i < n; i += workers {
-				d := net.Dialer{Timeout: 10 * time.Second, LocalAddr: &net.TCPAddr{IP: sources[i%len(sources)].AsSlice()}}
-				nc, err := d.Dial("tcp", addr)
+				nc, err := dialSession(context.Background(), addr, sources[i%len(sources)], fmt.Sprintf("%s%d", user, i))
 				if err != nil {
-					errs <- fmt.Errorf("dial %d: %w", i, err)
+					errs <- fmt.Errorf("session %d: %w", i, err)
 					return
 				}
-				fmt.Fprintf(nc, `{"op":"hello","user":"%s%d","device":"d"}`+"\n", user, i)
-				nc.SetReadDeadline(time.Now().Add(30 * time.Second))
-				line, err := bufio.NewReaderSize(nc, 512).ReadString('\n')
-				if err != nil {
-					errs <- fmt.Errorf("welcome %d: %w", i, err)
-					return
-				}
-				if len(line) < 16 || line[:16] != `{"op":"welcome",` {
-					errs <- fmt.Errorf("welcome %d: got %q", i, line)
-					return
-				}
-				nc.SetReadDeadline(time.Time{})
 				conns[i] = nc
 			}
 		})
@@ -127,6 +137,29 @@ func run(addr string, n int, src string, ips int, hb, hold time.Duration, user s
 			slot = (slot + 1) % slots
 		}
 	}
+}
+
+// dialSession connects from src to addr, says hello as user (a --dev
+// gateway accepts it without a token) and reads the welcome.
+func dialSession(ctx context.Context, addr string, src netip.Addr, user string) (net.Conn, error) {
+	d := net.Dialer{Timeout: 10 * time.Second, LocalAddr: &net.TCPAddr{IP: src.AsSlice()}}
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("dial: %w", err)
+	}
+	fmt.Fprintf(nc, `{"op":"hello","user":"%s","device":"d"}`+"\n", user)
+	_ = nc.SetReadDeadline(time.Now().Add(30 * time.Second))
+	line, err := bufio.NewReaderSize(nc, 512).ReadString('\n')
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("welcome: %w", err)
+	}
+	if len(line) < 16 || line[:16] != `{"op":"welcome",` {
+		nc.Close()
+		return nil, fmt.Errorf("welcome: got %q", line)
+	}
+	_ = nc.SetReadDeadline(time.Time{})
+	return nc, nil
 }
 
 func closeAll(conns []net.Conn) error {
