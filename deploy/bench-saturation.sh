@@ -16,7 +16,7 @@
 # ROLLCALL_ARGS adds agent flags. VARIANTS runs the agent again in each
 # round, between the default agent and the baseline, once per
 # space-separated NAME=FLAGS (flags comma-separated), e.g.
-# VARIANTS="uring=--io-uring".
+# VARIANTS="epoll=--io-uring=false".
 #
 # Needs: make build;
 # go -C benchlab build -o ../bin/redis-baseline ./cmd/redis-baseline;

@@ -6,7 +6,7 @@
 # agent's 20,000 file descriptors hold), and prints the agent's VmRSS before
 # and after, the RSS per session, and the agent's CPU per heartbeat over a
 # 30 s window. Build hbgen first: go -C benchlab build -o /tmp/hbgen ./internal/hbgen
-# ROLLCALL_ARGS adds agent flags (e.g. ROLLCALL_ARGS=--io-uring).
+# ROLLCALL_ARGS adds agent flags (e.g. ROLLCALL_ARGS=--io-uring=false for epoll).
 set -eu
 bin=$1
 per=${2:-9990}
