@@ -271,7 +271,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		log.Warn("fewer subscribers than generators: the generators without one measure no propagation or offline detection",
 			zap.Int("subscribers", c.Subscribers), zap.Int("procs", c.Procs))
 	}
-	before, procOK := sampleAll(c.ProcRoot, pids)
+	before, procOK := SampleAll(c.ProcRoot, pids)
 
 	run := fmt.Sprintf("bench%x", time.Now().UnixNano()&0xffffffffff)
 	wcs := c.workerConfigs(run)
@@ -385,7 +385,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		log.Warn("the window ends before the silent sessions can expire: give a --duration past --silent-after plus the server timeout",
 			zap.Duration("silent_after", c.SilentAfter), zap.Duration("server_timeout", t), zap.Duration("duration", c.Duration))
 	}
-	after, _ := sampleAll(c.ProcRoot, pids)
+	after, _ := SampleAll(c.ProcRoot, pids)
 	if c.Warmup > 0 {
 		phase = "warming up"
 		if _, err := wait("", time.After(c.Warmup)); err != nil {
@@ -401,7 +401,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			log.Warn("metrics not readable; server-counted rates left out", zap.Strings("http_addrs", c.HTTPAddrs))
 		}
 	}
-	cpu0, cpuOK := sampleAll(c.ProcRoot, pids)
+	cpu0, cpuOK := SampleAll(c.ProcRoot, pids)
 	phase = "measuring"
 	start := time.Now()
 	for i, w := range workers {
@@ -413,7 +413,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	elapsed := time.Since(start)
-	cpu1, cpuOK1 := sampleAll(c.ProcRoot, pids)
+	cpu1, cpuOK1 := SampleAll(c.ProcRoot, pids)
 	var m1 Scraped
 	if scrapeOK {
 		m1, scrapeOK = scrapeAll(ctx, hc, c.HTTPAddrs)
@@ -456,8 +456,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	return rep, nil
 }
 
-// sampleAll sums the samples of pids; ok is false if any failed.
-func sampleAll(root string, pids []int) (ProcSample, bool) {
+// SampleAll sums the samples of pids under root (/proc); ok is false if any
+// could not be read.
+func SampleAll(root string, pids []int) (ProcSample, bool) {
 	var t ProcSample
 	for _, p := range pids {
 		s, err := SampleProc(root, p)

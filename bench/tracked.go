@@ -131,7 +131,7 @@ func RunTracked(ctx context.Context, c TrackedConfig) (TrackedReport, error) {
 	defer backend.Close()
 	hc := &http.Client{Timeout: 10 * time.Second}
 	heap0, heapOK := heapInUse(ctx, hc, c.HTTPAddr)
-	s0, ok := sampleAll(c.ProcRoot, c.PIDs)
+	s0, ok := SampleAll(c.ProcRoot, c.PIDs)
 	if !ok {
 		return rep, errors.New("bench: cannot read the gateway's /proc")
 	}
@@ -145,7 +145,7 @@ func RunTracked(ctx context.Context, c TrackedConfig) (TrackedReport, error) {
 		return rep, fmt.Errorf("bench: track: %w", err)
 	}
 	rep.TrackSeconds = time.Since(t0).Seconds()
-	s1, _ := sampleAll(c.ProcRoot, c.PIDs)
+	s1, _ := SampleAll(c.ProcRoot, c.PIDs)
 	rep.ServerCPUSeconds = s1.CPUSeconds - s0.CPUSeconds
 	for _, r := range rs {
 		if client.TrackErr(r) != nil {
@@ -159,7 +159,7 @@ func RunTracked(ctx context.Context, c TrackedConfig) (TrackedReport, error) {
 	case <-ctx.Done():
 		return rep, ctx.Err()
 	}
-	s2, _ := sampleAll(c.ProcRoot, c.PIDs)
+	s2, _ := SampleAll(c.ProcRoot, c.PIDs)
 	rep.RSSBeforeBytes, rep.RSSAfterBytes = s0.RSSBytes, s2.RSSBytes
 	if rep.Sessions > 0 {
 		rep.RSSPerSession = float64(s2.RSSBytes-s0.RSSBytes) / float64(rep.Sessions)

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rollcall/rollcall/bench"
@@ -108,7 +109,7 @@ func runBench(ctx context.Context, c benchConfig, out, log io.Writer) error {
 		ConnectRate: c.connectRate, HeartbeatMS: c.heartbeat.Milliseconds(), WarmupS: c.warmup.Seconds(), DurationS: c.duration.Seconds()}
 	rep.Sessions.Requested = c.sessions
 	rep.Server.PIDs = c.pids
-	before := sampleAll(c.pids)
+	before, _ := bench.SampleAll("/proc", c.pids)
 	rep.Server.RSSBeforeBytes = before.RSSBytes
 
 	conns, errs := dialAll(ctx, c)
@@ -127,11 +128,11 @@ func runBench(ctx context.Context, c benchConfig, out, log io.Writer) error {
 	if rep.Sessions.Established == 0 {
 		return fmt.Errorf("no session established: %v", errs)
 	}
-	after := sampleAll(c.pids)
+	after, _ := bench.SampleAll("/proc", c.pids)
 	rep.Server.RSSAfterConnectBytes = after.RSSBytes
 	rep.Server.RSSPerSessionBytes = float64(after.RSSBytes-before.RSSBytes) / float64(rep.Sessions.Established)
 
-	hb := newHeartbeater(conns, c.heartbeat)
+	hb := &heartbeater{conns: conns, interval: c.heartbeat}
 	hbCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); hb.run(hbCtx) }()
@@ -141,20 +142,22 @@ func runBench(ctx context.Context, c benchConfig, out, log io.Writer) error {
 		return ctx.Err()
 	case <-time.After(c.warmup):
 	}
-	sent0, lost0, cpu0, t0 := hb.sent(), hb.lost(), sampleAll(c.pids), time.Now()
+	sent0, lost0, t0 := hb.sent.Load(), hb.lost.Load(), time.Now()
+	cpu0, ok0 := bench.SampleAll("/proc", c.pids)
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-time.After(c.duration):
 	}
-	sent1, lost1, cpu1, elapsed := hb.sent(), hb.lost(), sampleAll(c.pids), time.Since(t0)
+	sent1, lost1, elapsed := hb.sent.Load(), hb.lost.Load(), time.Since(t0)
+	cpu1, ok1 := bench.SampleAll("/proc", c.pids)
 	rep.Duration = elapsed.Seconds()
 	rep.Sessions.Lost = lost1 - lost0
 	rep.Heartbeats.IntervalMS = c.heartbeat.Milliseconds()
 	rep.Heartbeats.Sent = sent1 - sent0
 	rep.Heartbeats.PerSec = float64(rep.Heartbeats.Sent) / rep.Duration
 	rep.Server.RSSEndBytes = cpu1.RSSBytes
-	if len(c.pids) > 0 && cpu0.ok && cpu1.ok {
+	if len(c.pids) > 0 && ok0 && ok1 {
 		cs := cpu1.CPUSeconds - cpu0.CPUSeconds
 		rep.Server.CPUCoreSeconds = &cs
 		if rep.Heartbeats.Sent > 0 {
@@ -165,27 +168,6 @@ func runBench(ctx context.Context, c benchConfig, out, log io.Writer) error {
 	fmt.Fprintf(log, "hbgen: %d heartbeats in %.1f s (%.0f/s), %d connections lost\n",
 		rep.Heartbeats.Sent, rep.Duration, rep.Heartbeats.PerSec, rep.Sessions.Lost)
 	return json.NewEncoder(out).Encode(&rep)
-}
-
-// procTotal is the servers' summed CPU and RSS; ok is false when a
-// process could not be read.
-type procTotal struct {
-	bench.ProcSample
-	ok bool
-}
-
-func sampleAll(pids []int) procTotal {
-	t := procTotal{ok: true}
-	for _, p := range pids {
-		s, err := bench.SampleProc("/proc", p)
-		if err != nil {
-			t.ok = false
-			continue
-		}
-		t.CPUSeconds += s.CPUSeconds
-		t.RSSBytes += s.RSSBytes
-	}
-	return t
 }
 
 // dialAll opens c.sessions sessions at c.connectRate, each said hello
@@ -232,19 +214,10 @@ func dialAll(ctx context.Context, c benchConfig) ([]net.Conn, map[string]int) {
 // heartbeater writes a plain heartbeat to every connection once per
 // interval, spread over it in slots.
 type heartbeater struct {
-	conns    []net.Conn
-	interval time.Duration
-	mu       sync.Mutex
-	nsent    uint64
-	nlost    uint64
+	conns      []net.Conn
+	interval   time.Duration
+	sent, lost atomic.Uint64
 }
-
-func newHeartbeater(conns []net.Conn, interval time.Duration) *heartbeater {
-	return &heartbeater{conns: conns, interval: interval}
-}
-
-func (h *heartbeater) sent() uint64 { h.mu.Lock(); defer h.mu.Unlock(); return h.nsent }
-func (h *heartbeater) lost() uint64 { h.mu.Lock(); defer h.mu.Unlock(); return h.nlost }
 
 // run heartbeats until ctx ends: every tick a hundredth of the sessions,
 // as fast as it can write when the interval is shorter than that takes.
@@ -259,7 +232,6 @@ func (h *heartbeater) run(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		var sent, lost uint64
 		for i := slot; i < len(h.conns); i += slots {
 			nc := h.conns[i]
 			if nc == nil {
@@ -267,16 +239,12 @@ func (h *heartbeater) run(ctx context.Context) {
 			}
 			_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
 			if _, err := nc.Write(line); err != nil {
-				lost++
+				h.lost.Add(1)
 				nc.Close()
 				h.conns[i] = nil
 				continue
 			}
-			sent++
+			h.sent.Add(1)
 		}
-		h.mu.Lock()
-		h.nsent += sent
-		h.nlost += lost
-		h.mu.Unlock()
 	}
 }
