@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -253,6 +254,10 @@ func (c *client) recv() frame {
 	c.t.Helper()
 	f, err := c.tryRecv(ioWait)
 	if err != nil {
+		// What every goroutine waits on, for a failure's diagnosis.
+		var b strings.Builder
+		pprof.Lookup("goroutine").WriteTo(&b, 1) //nolint:errcheck // a strings.Builder does not fail
+		c.t.Logf("goroutines when the read timed out:\n%s", b.String())
 		c.t.Fatalf("recv: %v", err)
 	}
 	return f

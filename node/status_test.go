@@ -245,6 +245,17 @@ func TestLapseQueueOneEntryPerUser(t *testing.T) {
 		t.Fatalf("%d lapses queued for one user", queued)
 	}
 	clock.Advance(11 * time.Minute) // the last until: 11 minutes on
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		// What the node holds of the lapse, for a failure's diagnosis.
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		a, _ := n.replica.Account("alice")
+		t.Logf("at %v: %d lapses queued, %d users dirty, %d sweeps; alice's account %+v, presence %+v",
+			clock.Now(), len(n.lapses.items), len(n.dirty), n.sweeps.Load(), a, n.replica.Presence("alice", clock.Now().UnixNano()))
+	})
 	for {
 		if ev := bob.expectEvent("alice"); ev["text"] == nil {
 			break
