@@ -113,6 +113,20 @@ func fastMemberlist(mlc *memberlist.Config) {
 	mlc.DeadNodeReclaimTime = 10 * time.Millisecond
 }
 
+// patientMemberlist is fastMemberlist with a failure detector that rides
+// out seconds of starvation: a probe every second, an ack awaited 500ms,
+// a suspect declared dead after about five seconds among 24 nodes. For
+// tests of dissemination among many nodes in one process, where the race
+// detector and a busy machine stall whole nodes for longer than
+// fastMemberlist's 50ms probe timeout, and a false death (then its
+// refutation) keeps the membership from settling.
+func patientMemberlist(mlc *memberlist.Config) {
+	fastMemberlist(mlc)
+	mlc.ProbeInterval = time.Second
+	mlc.ProbeTimeout = 500 * time.Millisecond
+	mlc.SuspicionMult = 4
+}
+
 func testConfig(name string, inc uint64) Config {
 	cfg := DefaultConfig()
 	cfg.Name = name
@@ -220,17 +234,28 @@ func (tc *testCluster) converged() bool {
 func (tc *testCluster) waitMembers(n int) { tc.waitMembersWithin(n, 10*time.Second) }
 
 // waitMembersWithin waits until every live node counts n members.
+// When the wait fails it logs the last node it found behind.
 func (tc *testCluster) waitMembersWithin(n int, d time.Duration) {
+	var behind string
+	settled := false
+	defer func() {
+		if !settled {
+			tc.t.Logf("last node behind: %s", behind)
+		}
+	}()
 	waitFor(tc.t, d, fmt.Sprintf("%d members", n), func() bool {
 		for _, i := range tc.live() {
 			// memberlist's view, and ours (built from its events,
 			// handled asynchronously), which is what sends go to
-			if tc.nodes[i].ml.NumMembers() != n || len(tc.nodes[i].liveMembers()) != n-1 {
+			members, live := tc.nodes[i].ml.NumMembers(), len(tc.nodes[i].liveMembers())
+			if members != n || live != n-1 {
+				behind = fmt.Sprintf("%s: %d memberlist members, %d live peers", tc.nodes[i].LocalAddr(), members, live)
 				return false
 			}
 		}
 		return true
 	})
+	settled = true
 }
 
 func writeFile(path, s string) error { return os.WriteFile(path, []byte(s), 0o600) }

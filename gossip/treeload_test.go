@@ -280,7 +280,14 @@ func histPercentile(a, b *metrics.Float64Histogram, p float64) float64 {
 func TestTreeRelayCarriesEveryChange(t *testing.T) {
 	const n = 24
 	mn := NewMemNetwork()
-	tc, w := treeCluster(t, n, func(c *Config) { c.Network = mn; c.EagerThreshold = 8 })
+	tc, w := treeCluster(t, n, func(c *Config) {
+		c.Network = mn
+		c.EagerThreshold = 8
+		// The relay is under test, not failure detection: leases and
+		// probes that a starved process does not trip.
+		c.LeaseTimeout = 10 * time.Second
+		c.Memberlist = patientMemberlist
+	})
 	tc.nodes[0].mu.Lock()
 	m := tc.nodes[0].core.Mode()
 	tc.nodes[0].mu.Unlock()
